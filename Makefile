@@ -1,0 +1,32 @@
+# Two commands: `make demo` and `make test`. Each creates .venv if missing and installs the
+# pinned dependencies (idempotent: a stamp file skips the install when nothing changed).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.fl_uav-installed
+DEMO_OUT ?= runs/demo
+
+.PHONY: demo test lint install clean-venv
+
+$(STAMP): requirements.txt setup.py package.xml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -U pip
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m fl_uav.cli sim --drones 4 --rounds 10 --out $(DEMO_OUT)
+
+test: $(STAMP)
+	$(PY) -m ruff check fl_uav test bench launch
+	$(PY) -m pytest -q -p no:cacheprovider test
+
+lint: $(STAMP)
+	$(PY) -m ruff check fl_uav test bench launch
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,200 @@
+"""One config schema for the fleet, the ROS nodes and the launcher.
+
+Config files are YAML in ROS 2 parameter format::
+
+    /**:
+      ros__parameters:
+        world:
+          seed: 7
+
+Nested mappings become dotted parameter names (``world.seed``), as ``ros2 launch`` and
+``--params-file`` treat them. A frozen dataclass tree describes every key; :func:`build_config`
+turns a flat ``{dotted_key: value}`` mapping into that tree and fails on the first unknown key or
+bad value with a :class:`ConfigError` naming the key and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A config key or value is wrong; the message names the key and the allowed values."""
+
+
+_SCALARS = (bool, int, float, str)
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _is_section(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _leaf_kind(tp: Any) -> tuple[str, type] | None:
+    """Return ('scalar', T) or ('list', T) for a supported leaf type, else None."""
+    if tp in _SCALARS:
+        return 'scalar', tp
+    origin = typing.get_origin(tp)
+    if origin in (tuple, list):
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        if len(set(args)) == 1 and args[0] in _SCALARS:
+            return 'list', args[0]
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return _leaf_kind(args[0])
+    return None
+
+
+def iter_leaves(cls: type, prefix: str = '') -> Iterator[tuple[str, Any, type, str]]:
+    """Yield (dotted_key, default, element_type, kind) for every settable leaf of a section."""
+    hints = _field_types(cls)
+    for field in dataclasses.fields(cls):
+        tp = hints[field.name]
+        key = f'{prefix}{field.name}'
+        if _is_section(tp):
+            yield from iter_leaves(tp, key + '.')
+            continue
+        leaf = _leaf_kind(tp)
+        if leaf is None:
+            continue
+        if field.default is not dataclasses.MISSING:
+            default = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            default = field.default_factory()
+        else:
+            default = None
+        yield key, default, leaf[1], leaf[0]
+
+
+def default_flat(cls: type) -> dict[str, Any]:
+    """All settable keys of a config class with their defaults."""
+    return {key: default for key, default, _, _ in iter_leaves(cls)}
+
+
+def _coerce(key: str, value: Any, elem: type, kind: str) -> Any:
+    def one(v: Any) -> Any:
+        if elem is bool:
+            if isinstance(v, bool):
+                return v
+            raise ConfigError(f'config key {key!r}: expected true or false, got {v!r}')
+        if elem is int:
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ConfigError(f'config key {key!r}: expected an integer, got {v!r}')
+            return v
+        if elem is float:
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise ConfigError(f'config key {key!r}: expected a number, got {v!r}')
+            return float(v)
+        if not isinstance(v, str):
+            raise ConfigError(f'config key {key!r}: expected a string, got {v!r}')
+        return v
+
+    if kind == 'list':
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f'config key {key!r}: expected a list, got {value!r}')
+        return tuple(one(v) for v in value)
+    return one(value)
+
+
+def build_config(cls: type, flat: Mapping[str, Any]) -> Any:
+    """Build a frozen config tree from dotted keys; unknown keys and bad values raise."""
+    leaves = {key: (elem, kind) for key, _, elem, kind in iter_leaves(cls)}
+    for key in flat:
+        if key not in leaves:
+            section = key.rsplit('.', 1)[0] if '.' in key else ''
+            near = sorted(k for k in leaves if k.startswith(section + '.')) if section else []
+            allowed = ', '.join(near) if near else ', '.join(sorted(leaves))
+            raise ConfigError(f'unknown config key {key!r}; allowed keys: {allowed}')
+    return _build_section(cls, '', flat, leaves)
+
+
+def _build_section(cls: type, prefix: str, flat: Mapping[str, Any], leaves: dict) -> Any:
+    hints = _field_types(cls)
+    kwargs = {}
+    for field in dataclasses.fields(cls):
+        tp = hints[field.name]
+        key = f'{prefix}{field.name}'
+        if _is_section(tp):
+            kwargs[field.name] = _build_section(tp, key + '.', flat, leaves)
+        elif key in flat and key in leaves:
+            elem, kind = leaves[key]
+            kwargs[field.name] = _coerce(key, flat[key], elem, kind)
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as exc:
+        section = prefix.rstrip('.') or 'root'
+        raise ConfigError(f'config section {section!r}: {exc}') from exc
+
+
+def to_flat(config: Any, prefix: str = '') -> dict[str, Any]:
+    """Flatten a config tree back to dotted keys (settable leaves only)."""
+    out: dict[str, Any] = {}
+    hints = _field_types(type(config))
+    for field in dataclasses.fields(config):
+        tp = hints[field.name]
+        value = getattr(config, field.name)
+        key = f'{prefix}{field.name}'
+        if _is_section(tp):
+            out.update(to_flat(value, key + '.'))
+        elif _leaf_kind(tp) is not None:
+            out[key] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def flatten_mapping(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
+    """Turn nested YAML mappings into dotted keys, as ROS 2 parameter files do."""
+    out: dict[str, Any] = {}
+    for name, value in tree.items():
+        key = f'{prefix}{name}'
+        if isinstance(value, Mapping):
+            out.update(flatten_mapping(value, key + '.'))
+        else:
+            out[key] = value
+    return out
+
+
+def read_params_file(path: str | Path, node_name: str | None = None) -> dict[str, Any]:
+    """Read a ROS 2 parameter file: the ``/**`` section, then the node's own section."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f'config file {str(path)!r} does not exist')
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f'config file {str(path)!r} is not valid YAML: {exc}') from exc
+    if not isinstance(doc, Mapping):
+        raise ConfigError(f'config file {str(path)!r}: top level must be a mapping')
+    flat: dict[str, Any] = {}
+    sections = ['/**']
+    if node_name:
+        sections += [node_name, node_name.lstrip('/'), '/' + node_name.lstrip('/')]
+    for section in sections:
+        body = doc.get(section)
+        if body is None:
+            continue
+        if not isinstance(body, Mapping) or 'ros__parameters' not in body:
+            raise ConfigError(
+                f'config file {str(path)!r}: section {section!r} needs a ros__parameters mapping')
+        flat.update(flatten_mapping(body['ros__parameters'] or {}))
+    return flat
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse ``key=value`` (value in YAML syntax) from a command line."""
+    if '=' not in text:
+        raise ConfigError(f'override {text!r} must look like key=value')
+    key, raw = text.split('=', 1)
+    return key.strip(), yaml.safe_load(raw)

@@ -1,0 +1,161 @@
+"""The fleet's config tree: every key the nodes, the launcher and the tests read.
+
+Sections map one-to-one to the parameter groups of config/fleet.yaml (``world.seed``,
+``learning.lr``...). Algorithm-layer sections are the algorithm modules' own frozen configs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fl_uav.aggregation import STRATEGY_NAMES
+from fl_uav.learning.buffer import BufferConfig
+from fl_uav.learning.models import MODEL_NAMES
+from fl_uav.planning.coverage import CoverageConfig
+from fl_uav.sim.autopilot import AutopilotSimConfig
+from fl_uav.world.camera import CameraConfig
+from fl_uav.world.landcover import WorldConfig
+
+
+@dataclass(frozen=True)
+class LearningConfig:
+    """Onboard model and local training.
+
+    model: architecture name; input_px: side of the model input (camera frames are resized);
+    init_seed: seed of the initial global model; local_epochs, batch_size, lr, momentum,
+    weight_decay, max_steps: local SGD; min_samples_to_train: a drone with fewer buffered
+    samples uploads an empty update instead of training.
+    """
+
+    model: str = 'small_cnn'
+    input_px: int = 32
+    init_seed: int = 0
+    local_epochs: int = 2
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    max_steps: int = 0
+    min_samples_to_train: int = 16
+    torch_threads: int = 1
+
+    def __post_init__(self) -> None:
+        if self.model not in MODEL_NAMES:
+            raise ValueError(f'model {self.model!r} unknown; choices: {", ".join(MODEL_NAMES)}')
+        if self.input_px not in (16, 32, 64):
+            raise ValueError(f'input_px must be one of 16, 32, 64, got {self.input_px}')
+        if self.min_samples_to_train < 1:
+            raise ValueError(f'min_samples_to_train must be >= 1, got {self.min_samples_to_train}')
+        if self.torch_threads < 1:
+            raise ValueError(f'torch_threads must be >= 1, got {self.torch_threads}')
+
+
+@dataclass(frozen=True)
+class AggregationConfig:
+    """strategy: aggregation rule; server_lr: server step on the mean delta."""
+
+    strategy: str = 'fedavg'
+    server_lr: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGY_NAMES:
+            raise ValueError(f'strategy {self.strategy!r} unknown; choices: '
+                             f'{", ".join(STRATEGY_NAMES)}')
+        if not self.server_lr > 0:
+            raise ValueError(f'server_lr must be > 0, got {self.server_lr}')
+
+
+@dataclass(frozen=True)
+class RoundConfig:
+    """num_rounds: rounds to run; deadline_s: wall seconds a round stays open;
+    first_round_extra_s: extra time in round 1 for connect, arm and take-off;
+    start_timeout_s: how long the station waits for drones to subscribe before round 1;
+    eval_samples: size of the held-out set the station evaluates on; eval_seed: its seed."""
+
+    num_rounds: int = 10
+    deadline_s: float = 60.0
+    first_round_extra_s: float = 60.0
+    start_timeout_s: float = 60.0
+    eval_samples: int = 1000
+    eval_seed: int = 12345
+
+    def __post_init__(self) -> None:
+        if self.num_rounds < 1:
+            raise ValueError(f'num_rounds must be >= 1, got {self.num_rounds}')
+        if self.deadline_s <= 0 or self.first_round_extra_s < 0 or self.start_timeout_s <= 0:
+            raise ValueError('deadline_s and start_timeout_s must be > 0, first_round_extra_s >= 0')
+        if self.eval_samples < 10:
+            raise ValueError(f'eval_samples must be >= 10, got {self.eval_samples}')
+
+
+@dataclass(frozen=True)
+class FlightConfig:
+    """How drones fly: connection URL template (``{port}`` = port_base + drone id), speed,
+    take-off altitude and timeouts."""
+
+    url_template: str = 'udpin://127.0.0.1:{port}'
+    port_base: int = 14540
+    speed_m_s: float = 12.0
+    takeoff_altitude_m: float = 30.0
+    connect_timeout_s: float = 60.0
+    land_on_finish: bool = True
+
+    def __post_init__(self) -> None:
+        if '{port}' not in self.url_template and '{' in self.url_template:
+            raise ValueError(f'url_template may only use {{port}}, got {self.url_template!r}')
+        if not (1 <= self.port_base <= 65000):
+            raise ValueError(f'port_base must be in [1, 65000], got {self.port_base}')
+        if not (0.5 <= self.speed_m_s <= 25.0):
+            raise ValueError(f'speed_m_s must be in [0.5, 25], got {self.speed_m_s}')
+        if not (2.0 <= self.takeoff_altitude_m <= 120.0):
+            raise ValueError(f'takeoff_altitude_m must be in [2, 120], got '
+                             f'{self.takeoff_altitude_m}')
+
+    def url_for(self, drone_id: int) -> str:
+        """MAVLink connection URL of one drone's autopilot."""
+        return self.url_template.format(port=self.port_base + drone_id)
+
+
+@dataclass(frozen=True)
+class SimCameraConfig:
+    """The embedded camera: frames per second per drone and render seed."""
+
+    rate_hz: float = 10.0
+    seed: int = 3
+
+    def __post_init__(self) -> None:
+        if not (0.1 <= self.rate_hz <= 60.0):
+            raise ValueError(f'rate_hz must be in [0.1, 60], got {self.rate_hz}')
+
+
+@dataclass(frozen=True)
+class CodecConfig:
+    """Bounds the ground station enforces on incoming frames."""
+
+    max_frame_bytes: int = 64 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.max_frame_bytes < 1024:
+            raise ValueError(f'max_frame_bytes must be >= 1024, got {self.max_frame_bytes}')
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """Everything shared by the fleet's nodes."""
+
+    num_drones: int = 4
+    world: WorldConfig = field(default_factory=WorldConfig)
+    camera: CameraConfig = field(default_factory=CameraConfig)
+    sim_camera: SimCameraConfig = field(default_factory=SimCameraConfig)
+    learning: LearningConfig = field(default_factory=LearningConfig)
+    aggregation: AggregationConfig = field(default_factory=AggregationConfig)
+    rounds: RoundConfig = field(default_factory=RoundConfig)
+    buffer: BufferConfig = field(default_factory=BufferConfig)
+    coverage: CoverageConfig = field(default_factory=CoverageConfig)
+    flight: FlightConfig = field(default_factory=FlightConfig)
+    autopilot: AutopilotSimConfig = field(default_factory=AutopilotSimConfig)
+    codec: CodecConfig = field(default_factory=CodecConfig)
+
+    def __post_init__(self) -> None:
+        if not (1 <= self.num_drones <= 250):
+            raise ValueError(f'num_drones must be in [1, 250], got {self.num_drones}')

@@ -1,0 +1,178 @@
+"""DroneAgent: the client role as plain Python (no ROS, no MAVLink).
+
+It labels camera frames from the onboard land-cover raster at the drone's pose, keeps them in a
+capped buffer, receives the global model with the round's plan and knobs, trains locally and
+encodes the update. The ROS node feeds it messages and flies the plan through the Vehicle.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+import torch
+
+from fl_uav.compression.codec import (GROUND_STATION_ID, DecodeLimits, FrameError, FrameKind,
+                                      decode_frame, encode_frame)
+from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.messages import FinishCommand, PoseSample, RoundTask
+from fl_uav.learning.buffer import OnboardBuffer
+from fl_uav.learning.models import build_model
+from fl_uav.learning.training import TrainConfig, train_local
+from fl_uav.learning.weights import (architecture_fingerprint, get_weights, set_weights,
+                                     subtract, weight_shapes)
+from fl_uav.planning.coverage import PlanWaypoint
+from fl_uav.world.dataset import to_model_input
+from fl_uav.world.labeler import MapLabeler
+from fl_uav.world.landcover import CLASS_NAMES
+
+
+@dataclass(frozen=True)
+class UpdateReport:
+    """What one round of local work spent and produced."""
+
+    round_index: int
+    frame: bytes
+    num_samples: int
+    steps: int
+    train_loss: float
+    train_seconds: float
+
+
+class DroneAgent:
+    """The onboard learning pipeline of one drone."""
+
+    def __init__(self, config: FleetConfig, drone_id: int, labeler: MapLabeler,
+                 pose_history_s: float = 5.0) -> None:
+        self.config = config
+        self.drone_id = drone_id
+        self._labeler = labeler
+        px = config.learning.input_px
+        self._buffer = OnboardBuffer(config.buffer, (px, px, 3))
+        self._model = build_model(config.learning.model, len(CLASS_NAMES), px,
+                                  seed=config.learning.init_seed)
+        self._shapes = weight_shapes(get_weights(self._model))
+        self._fingerprint = architecture_fingerprint(get_weights(self._model))
+        self._lock = threading.Lock()
+        self._poses: deque[PoseSample] = deque()
+        self._pose_history_s = pose_history_s
+        self.frames_received = 0
+        self.frames_skipped = 0
+        self.waypoints_reached = 0
+        self.rounds_trained = 0
+        self.rejected_frames = 0
+        self._train_config = TrainConfig(
+            local_epochs=config.learning.local_epochs, batch_size=config.learning.batch_size,
+            lr=config.learning.lr, momentum=config.learning.momentum,
+            weight_decay=config.learning.weight_decay, max_steps=config.learning.max_steps)
+
+    # --- sensing -------------------------------------------------------------------------
+    def on_pose(self, pose: PoseSample) -> None:
+        """Remember a telemetry pose (kept for a few seconds to match image stamps)."""
+        with self._lock:
+            self._poses.append(pose)
+            while self._poses and pose.stamp_s - self._poses[0].stamp_s > self._pose_history_s:
+                self._poses.popleft()
+
+    def pose_at(self, stamp_s: float) -> PoseSample | None:
+        """The telemetry pose nearest in time to a stamp, or None if none is recent."""
+        with self._lock:
+            if not self._poses:
+                return None
+            stamps = [p.stamp_s for p in self._poses]
+            i = bisect.bisect_left(stamps, stamp_s)
+            candidates = [self._poses[j] for j in (i - 1, i) if 0 <= j < len(stamps)]
+        best = min(candidates, key=lambda p: abs(p.stamp_s - stamp_s))
+        return best if abs(best.stamp_s - stamp_s) <= self._pose_history_s else None
+
+    def on_camera_frame(self, image_rgb: np.ndarray, stamp_s: float) -> bool:
+        """Label a frame at the drone's pose and buffer it; False if it was not kept."""
+        self.frames_received += 1
+        pose = self.pose_at(stamp_s)
+        if (pose is None or pose.up_m < self.config.camera.min_altitude_m
+                or image_rgb.ndim != 3 or image_rgb.shape[2] != 3):
+            self.frames_skipped += 1
+            return False
+        label = self._labeler.label(pose.east_m, pose.north_m, pose.up_m, pose.yaw_rad)
+        px = self.config.learning.input_px
+        small = cv2.resize(image_rgb, (px, px), interpolation=cv2.INTER_AREA)
+        with self._lock:
+            return self._buffer.add(small, label)
+
+    @property
+    def buffered_samples(self) -> int:
+        """Samples currently in the onboard buffer."""
+        return len(self._buffer)
+
+    @property
+    def samples_collected(self) -> int:
+        """Samples offered to the buffer since start."""
+        return self._buffer.total_offered
+
+    def class_counts(self) -> np.ndarray:
+        """Buffered samples per class."""
+        with self._lock:
+            return self._buffer.class_counts(len(CLASS_NAMES))
+
+    # --- rounds --------------------------------------------------------------------------
+    def accept_global_frame(self, data: bytes) -> RoundTask | FinishCommand | None:
+        """Decode the station's frame; None (and a counted rejection) if it is unusable."""
+        try:
+            frame = decode_frame(data, DecodeLimits(max_frame_bytes=self.config.codec
+                                                    .max_frame_bytes),
+                                 expected_fingerprint=self._fingerprint)
+        except FrameError:
+            self.rejected_frames += 1
+            return None
+        if frame.sender != GROUND_STATION_ID:
+            self.rejected_frames += 1
+            return None
+        if frame.kind == FrameKind.CONTROL:
+            if frame.metadata.get('command') == 'finish':
+                return FinishCommand(frame.round_index)
+            self.rejected_frames += 1
+            return None
+        if frame.kind != FrameKind.GLOBAL_MODEL:
+            self.rejected_frames += 1
+            return None
+        if {n: tuple(t.shape) for n, t in frame.tensors.items()} != self._shapes:
+            self.rejected_frames += 1
+            return None
+        knobs = frame.metadata.get('knobs', {}).get(str(self.drone_id), {})
+        plan = tuple(PlanWaypoint(float(e), float(n), float(u))
+                     for e, n, u in knobs.get('plan', []))
+        return RoundTask(round_index=frame.round_index, weights=dict(frame.tensors), plan=plan,
+                         knobs=knobs, deadline_s=float(frame.metadata.get('deadline_s', 0.0)))
+
+    def train_round(self, task: RoundTask) -> UpdateReport:
+        """Train from the global weights on the buffer and encode the update frame."""
+        start = time.perf_counter()
+        torch.set_num_threads(self.config.learning.torch_threads)
+        with self._lock:
+            images, labels = self._buffer.arrays()
+        set_weights(self._model, task.weights)
+        steps, loss, num_samples = 0, float('nan'), 0
+        delta = {name: np.zeros_like(w) for name, w in task.weights.items()}
+        if len(images) >= self.config.learning.min_samples_to_train:
+            inputs = to_model_input(images, self.config.learning.input_px)
+            result = train_local(self._model, inputs, labels, self._train_config,
+                                 seed=hash((self.drone_id, task.round_index)) & 0xFFFFFFFF)
+            delta = subtract(get_weights(self._model), task.weights)
+            steps, loss, num_samples = result.steps, result.mean_loss, len(images)
+            self.rounds_trained += 1
+        metadata = {
+            'num_samples': num_samples, 'steps': steps,
+            'train_loss': loss if np.isfinite(loss) else None,
+            'samples_collected': self.samples_collected,
+            'waypoints_reached': self.waypoints_reached,
+            'class_counts': self.class_counts().tolist(),
+        }
+        frame = encode_frame(FrameKind.UPDATE, task.round_index, self.drone_id,
+                             self._fingerprint, delta, metadata)
+        return UpdateReport(task.round_index, frame, num_samples, steps, loss,
+                            time.perf_counter() - start)

@@ -1,0 +1,103 @@
+"""The drone's round as a coroutine: fly the plan through the Vehicle, then train off-loop.
+
+Asynchronous and ROS-free; the drone node runs it on the vehicle's event loop
+(:class:`fl_uav.vehicle.runner.VehicleRunner`) and publishes what it returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from fl_uav.fleet.config import FlightConfig
+from fl_uav.fleet.drone_agent import DroneAgent, UpdateReport
+from fl_uav.fleet.messages import PoseSample, RoundTask
+from fl_uav.vehicle.interface import Vehicle, VehicleError, WaypointEnu
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class FlightState:
+    """What the pilot has done so far."""
+
+    connected: bool = False
+    armed: bool = False
+    airborne: bool = False
+    landed_after_flight: bool = False
+    last_error: str = ''
+
+
+class DronePilot:
+    """Flies each round's plan and hands the buffer to the agent for training."""
+
+    def __init__(self, agent: DroneAgent, vehicle: Vehicle, flight: FlightConfig,
+                 train_executor: Executor) -> None:
+        self.agent = agent
+        self.vehicle = vehicle
+        self.flight = flight
+        self.state = FlightState()
+        self._train_executor = train_executor
+        self._lock: asyncio.Lock | None = None
+
+    def _guard(self) -> asyncio.Lock:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    async def ensure_connected(self) -> None:
+        """Connect and wait until the autopilot is healthy (once)."""
+        async with self._guard():
+            if not self.state.connected:
+                await self.vehicle.connect(self.flight.connect_timeout_s)
+                self.state.connected = True
+
+    async def ensure_airborne(self) -> None:
+        """Connect, arm and take off if not done yet."""
+        await self.ensure_connected()
+        async with self._guard():
+            if not self.state.airborne:
+                await self.vehicle.arm()
+                self.state.armed = True
+                await self.vehicle.takeoff(self.flight.takeoff_altitude_m)
+                self.state.airborne = True
+
+    async def fly_plan(self, task: RoundTask) -> int:
+        """Fly the round's waypoints as a mission; returns the waypoints reached."""
+        if not task.plan:
+            return 0
+        await self.ensure_airborne()
+        waypoints = [WaypointEnu(w.east_m, w.north_m, w.up_m) for w in task.plan]
+        return await self.vehicle.fly_waypoints(waypoints, self.flight.speed_m_s)
+
+    async def run_round(self, task: RoundTask) -> UpdateReport:
+        """Fly, then train; a flight failure is recorded and the drone still reports."""
+        try:
+            reached = await self.fly_plan(task)
+            self.agent.waypoints_reached += reached
+        except (VehicleError, asyncio.TimeoutError) as exc:
+            self.state.last_error = f'round {task.round_index}: {exc}'
+            _log.warning('flight failed in round %d: %s', task.round_index, exc)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._train_executor, self.agent.train_round, task)
+
+    async def finish(self) -> None:
+        """Come home and land at the end of the run."""
+        if not self.state.airborne:
+            return
+        if self.flight.land_on_finish:
+            await self.vehicle.return_to_launch()
+        self.state.airborne = False
+        self.state.landed_after_flight = True
+
+    async def stream_poses(self, on_pose: Callable[[PoseSample], None]) -> None:
+        """Forward telemetry poses to the agent and to a callback (e.g. a publisher)."""
+        async for pose in self.vehicle.poses():
+            # Stamped on receipt with the system clock, the clock camera frames carry.
+            sample = PoseSample(pose.east_m, pose.north_m, pose.up_m, pose.yaw_rad, time.time())
+            self.agent.on_pose(sample)
+            on_pose(sample)

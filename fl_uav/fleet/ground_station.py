@@ -1,0 +1,242 @@
+"""GroundStation: the server role as plain Python (no ROS).
+
+Round state machine: open a round (global model + per-drone plan and knobs, deadline) →
+collect updates (each validated; bad ones counted by reason, never fatal) → close when every
+drone answered or the deadline passed → aggregate with the configured Strategy → evaluate on
+the world's held-out set → next round. Time comes from the caller (wall or simulated clock).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from fl_uav.aggregation import ClientUpdate, build_strategy
+from fl_uav.compression.codec import (GROUND_STATION_ID, DecodeLimits, FrameError, FrameKind,
+                                      decode_frame, encode_frame)
+from fl_uav.fleet.config import FleetConfig
+from fl_uav.learning.models import build_model
+from fl_uav.learning.training import evaluate
+from fl_uav.learning.weights import (Weights, architecture_fingerprint, get_weights,
+                                     set_weights, weight_shapes)
+from fl_uav.planning.coverage import PlanWaypoint, coverage_plan
+from fl_uav.world.landcover import CLASS_NAMES
+
+
+@dataclass(frozen=True)
+class RoundOpening:
+    """What the station publishes when a round opens."""
+
+    round_index: int
+    frame: bytes
+    plans: dict[int, list[PlanWaypoint]]
+    deadline_s: float
+
+
+@dataclass
+class RoundRecord:
+    """Per-round results (one row of the run's summary)."""
+
+    round_index: int
+    accuracy: float
+    loss: float
+    participants: list[int]
+    late_or_missing: list[int]
+    bytes_down_per_drone: int
+    bytes_up: dict[int, int]
+    train_loss: dict[int, float]
+    samples: dict[int, int]
+    samples_collected: dict[int, int]
+    waypoints_reached: dict[int, int]
+    rejected: dict[str, int]
+    opened_s: float
+    closed_s: float
+    aggregate_seconds: float
+    empty: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (keys of per-drone maps as strings)."""
+        out = asdict(self)
+        for key in ('bytes_up', 'train_loss', 'samples', 'samples_collected',
+                    'waypoints_reached'):
+            out[key] = {str(k): v for k, v in out[key].items()}
+        return out
+
+
+@dataclass
+class _OpenRound:
+    index: int
+    opened_s: float
+    deadline_s: float
+    updates: dict[int, ClientUpdate] = field(default_factory=dict)
+    bytes_up: dict[int, int] = field(default_factory=dict)
+    bytes_down: int = 0
+    rejected: Counter = field(default_factory=Counter)
+
+
+@dataclass(frozen=True)
+class UpdateVerdict:
+    """Whether an update frame was accepted, and why not."""
+
+    accepted: bool
+    reason: str
+    sender: int | None = None
+
+
+class GroundStation:
+    """Owns the global model, the round state machine and the aggregation strategy."""
+
+    def __init__(self, config: FleetConfig, eval_inputs: np.ndarray,
+                 eval_labels: np.ndarray) -> None:
+        self.config = config
+        self.drone_ids = list(range(config.num_drones))
+        self._model = build_model(config.learning.model, len(CLASS_NAMES),
+                                  config.learning.input_px, seed=config.learning.init_seed)
+        self.weights: Weights = get_weights(self._model)
+        self._shapes = weight_shapes(self.weights)
+        self._fingerprint = architecture_fingerprint(self.weights)
+        self._strategy = build_strategy(config.aggregation.strategy,
+                                        server_lr=config.aggregation.server_lr)
+        self._limits = DecodeLimits(max_frame_bytes=config.codec.max_frame_bytes)
+        self._eval = (eval_inputs, eval_labels)
+        self._round: _OpenRound | None = None
+        self.records: list[RoundRecord] = []
+        self.rejected_total: Counter = Counter()
+        self.initial_accuracy, self.initial_loss = self.evaluate()
+
+    # --- state ---------------------------------------------------------------------------
+    @property
+    def next_round_index(self) -> int:
+        """Index of the next round to open (1-based)."""
+        return len(self.records) + 1
+
+    @property
+    def finished(self) -> bool:
+        """All configured rounds are closed."""
+        return len(self.records) >= self.config.rounds.num_rounds
+
+    @property
+    def round_open(self) -> bool:
+        """A round is collecting updates."""
+        return self._round is not None
+
+    def evaluate(self) -> tuple[float, float]:
+        """Accuracy and loss of the global model on the held-out set."""
+        torch.set_num_threads(self.config.learning.torch_threads)
+        set_weights(self._model, self.weights)
+        return evaluate(self._model, *self._eval)
+
+    # --- rounds --------------------------------------------------------------------------
+    def open_round(self, now_s: float) -> RoundOpening:
+        """Open the next round: plans, knobs and the encoded global model."""
+        if self._round is not None:
+            raise RuntimeError(f'round {self._round.index} is still open')
+        if self.finished:
+            raise RuntimeError('all rounds are done')
+        index = self.next_round_index
+        duration = self.config.rounds.deadline_s
+        if index == 1:
+            duration += self.config.rounds.first_round_extra_s
+        plans = {d: coverage_plan(d, self.config.num_drones, index, self.config.world.size_m,
+                                  self.config.coverage, seed=self.config.world.seed)
+                 for d in self.drone_ids}
+        knobs = self._strategy.configure_round(index, self.drone_ids)
+        for d in self.drone_ids:
+            knobs[d] = {**knobs.get(d, {}),
+                        'plan': [[w.east_m, w.north_m, w.up_m] for w in plans[d]]}
+        frame = encode_frame(FrameKind.GLOBAL_MODEL, index, GROUND_STATION_ID,
+                             self._fingerprint, self.weights,
+                             {'deadline_s': duration, 'num_rounds':
+                              self.config.rounds.num_rounds,
+                              'knobs': {str(d): k for d, k in knobs.items()}})
+        self._round = _OpenRound(index, now_s, now_s + duration, bytes_down=len(frame))
+        return RoundOpening(index, frame, plans, now_s + duration)
+
+    def receive_update(self, data: bytes) -> UpdateVerdict:
+        """Validate one update frame; bad input is counted by reason and never raises."""
+        verdict = self._check_update(data)
+        if not verdict.accepted:
+            self.rejected_total[verdict.reason] += 1
+            if self._round is not None:
+                self._round.rejected[verdict.reason] += 1
+        return verdict
+
+    def _check_update(self, data: bytes) -> UpdateVerdict:
+        try:
+            frame = decode_frame(data, self._limits, expected_fingerprint=self._fingerprint,
+                                 expected_shapes=self._shapes)
+        except FrameError as exc:
+            return UpdateVerdict(False, exc.reason)
+        if frame.kind != FrameKind.UPDATE:
+            return UpdateVerdict(False, 'wrong_kind', frame.sender)
+        if frame.sender not in self.drone_ids:
+            return UpdateVerdict(False, 'unknown_sender', frame.sender)
+        if self._round is None or frame.round_index != self._round.index:
+            return UpdateVerdict(False, 'wrong_round', frame.sender)
+        if frame.sender in self._round.updates:
+            return UpdateVerdict(False, 'duplicate', frame.sender)
+        if set(frame.tensors) != set(self._shapes):
+            return UpdateVerdict(False, 'shape', frame.sender)
+        num_samples = frame.metadata.get('num_samples', 0)
+        if (not isinstance(num_samples, int) or isinstance(num_samples, bool)
+                or num_samples < 0):
+            return UpdateVerdict(False, 'metadata', frame.sender)
+        self._round.updates[frame.sender] = ClientUpdate(
+            sender=frame.sender, round_index=frame.round_index,
+            delta={n: np.asarray(t, np.float32) for n, t in frame.tensors.items()},
+            num_samples=num_samples, metrics=dict(frame.metadata))
+        self._round.bytes_up[frame.sender] = len(data)
+        return UpdateVerdict(True, 'accepted', frame.sender)
+
+    def should_close(self, now_s: float) -> bool:
+        """Every drone answered, or the deadline passed."""
+        r = self._round
+        return r is not None and (len(r.updates) == len(self.drone_ids) or now_s >= r.deadline_s)
+
+    def close_round(self, now_s: float) -> RoundRecord:
+        """Aggregate what arrived, evaluate, and record the round."""
+        r = self._round
+        if r is None:
+            raise RuntimeError('no round is open')
+        start = time.perf_counter()
+        updates = [r.updates[d] for d in sorted(r.updates)]
+        result = self._strategy.aggregate(r.index, self.weights, updates)
+        if all(np.all(np.isfinite(w)) for w in result.weights.values()):
+            self.weights = result.weights
+        accuracy, loss = self.evaluate()
+        record = RoundRecord(
+            round_index=r.index, accuracy=accuracy, loss=loss,
+            participants=[u.sender for u in updates if u.num_samples > 0],
+            late_or_missing=[d for d in self.drone_ids if d not in r.updates],
+            bytes_down_per_drone=r.bytes_down, bytes_up=dict(r.bytes_up),
+            train_loss={u.sender: _finite_or_nan(u.metrics.get('train_loss'))
+                        for u in updates},
+            samples={u.sender: u.num_samples for u in updates},
+            samples_collected={u.sender: int(u.metrics.get('samples_collected', 0))
+                               for u in updates},
+            waypoints_reached={u.sender: int(u.metrics.get('waypoints_reached', 0))
+                               for u in updates},
+            rejected=dict(r.rejected), opened_s=r.opened_s, closed_s=now_s,
+            aggregate_seconds=time.perf_counter() - start, empty=result.empty)
+        self.records.append(record)
+        self._round = None
+        return record
+
+    def finish_frame(self) -> bytes:
+        """The control frame telling drones the run is over."""
+        return encode_frame(FrameKind.CONTROL, len(self.records), GROUND_STATION_ID,
+                            self._fingerprint, {}, {'command': 'finish'})
+
+
+def _finite_or_nan(value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return number if math.isfinite(number) else math.nan

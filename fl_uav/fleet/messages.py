@@ -1,0 +1,37 @@
+"""Plain message types exchanged by the roles (the ROS layer converts them to ROS messages)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fl_uav.planning.coverage import PlanWaypoint
+
+
+@dataclass(frozen=True)
+class PoseSample:
+    """A drone pose in local ENU metres with its time stamp (seconds)."""
+
+    east_m: float
+    north_m: float
+    up_m: float
+    yaw_rad: float
+    stamp_s: float
+
+
+@dataclass(frozen=True)
+class RoundTask:
+    """What a drone must do in a round: fly the plan, then train from the global weights."""
+
+    round_index: int
+    weights: dict
+    plan: tuple[PlanWaypoint, ...]
+    knobs: dict[str, Any] = field(default_factory=dict)
+    deadline_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class FinishCommand:
+    """The station ended the run: land and stop."""
+
+    round_index: int

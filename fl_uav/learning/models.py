@@ -1,0 +1,57 @@
+"""Onboard vision models (small CNNs for the downward camera's land-cover task)."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+MODEL_NAMES = ('small_cnn', 'tiny_cnn')
+
+
+class SmallCnn(nn.Module):
+    """Three conv blocks and two linear layers for 3×32×32 inputs (about 0.2 M parameters)."""
+
+    def __init__(self, num_classes: int, in_channels: int = 3, input_px: int = 32,
+                 width: int = 16) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(width, 2 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(2 * width, 4 * width, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        )
+        flat = 4 * width * (input_px // 8) ** 2
+        self.classifier = nn.Sequential(
+            nn.Flatten(), nn.Linear(flat, 128), nn.ReLU(), nn.Linear(128, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+class TinyCnn(nn.Module):
+    """One conv block and a linear head: for fast tests."""
+
+    def __init__(self, num_classes: int, in_channels: int = 3, input_px: int = 32) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4))
+        self.classifier = nn.Sequential(
+            nn.Flatten(), nn.Linear(8 * (input_px // 4) ** 2, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+def build_model(name: str, num_classes: int, input_px: int = 32, seed: int = 0) -> nn.Module:
+    """Build a model by name with deterministic initial weights."""
+    generator_state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        if name == 'small_cnn':
+            model = SmallCnn(num_classes, input_px=input_px)
+        elif name == 'tiny_cnn':
+            model = TinyCnn(num_classes, input_px=input_px)
+        else:
+            raise ValueError(f'unknown model {name!r}; choices: {", ".join(MODEL_NAMES)}')
+    finally:
+        torch.random.set_rng_state(generator_state)
+    return model

@@ -1,0 +1,103 @@
+"""Local training and evaluation loops (plain SGD over an in-memory buffer)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced a NaN or infinite loss."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Local training hyper-parameters.
+
+    local_epochs: passes over the onboard buffer per round.
+    max_steps: cap on SGD steps per round (0 = no cap).
+    """
+
+    local_epochs: int = 2
+    batch_size: int = 32
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    max_steps: int = 0
+
+    def __post_init__(self) -> None:
+        if self.local_epochs < 1:
+            raise ValueError(f'local_epochs must be >= 1, got {self.local_epochs}')
+        if self.batch_size < 1:
+            raise ValueError(f'batch_size must be >= 1, got {self.batch_size}')
+        if not (0.0 < self.lr <= 10.0):
+            raise ValueError(f'lr must be in (0, 10], got {self.lr}')
+        if not (0.0 <= self.momentum < 1.0):
+            raise ValueError(f'momentum must be in [0, 1), got {self.momentum}')
+        if self.weight_decay < 0.0:
+            raise ValueError(f'weight_decay must be >= 0, got {self.weight_decay}')
+        if self.max_steps < 0:
+            raise ValueError(f'max_steps must be >= 0, got {self.max_steps}')
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What one local training run spent and achieved."""
+
+    steps: int
+    samples_seen: int
+    mean_loss: float
+
+
+def train_local(model: nn.Module, inputs: np.ndarray, labels: np.ndarray, config: TrainConfig,
+                seed: int) -> TrainResult:
+    """Run mini-batch SGD on (inputs float32 N×C×H×W, labels int64 N) in place."""
+    if len(inputs) == 0:
+        return TrainResult(steps=0, samples_seen=0, mean_loss=float('nan'))
+    x_all = torch.from_numpy(np.ascontiguousarray(inputs, dtype=np.float32))
+    y_all = torch.from_numpy(np.ascontiguousarray(labels, dtype=np.int64))
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
+                                weight_decay=config.weight_decay)
+    loss_fn = nn.CrossEntropyLoss()
+    rng = np.random.default_rng(seed)
+    model.train()
+    steps, seen, loss_sum = 0, 0, 0.0
+    for _ in range(config.local_epochs):
+        order = rng.permutation(len(x_all))
+        for start in range(0, len(order), config.batch_size):
+            idx = torch.from_numpy(order[start:start + config.batch_size])
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x_all[idx]), y_all[idx])
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                raise NonFiniteLossError(f'loss became {value} at local step {steps}')
+            loss.backward()
+            optimizer.step()
+            steps += 1
+            seen += len(idx)
+            loss_sum += value
+            if config.max_steps and steps >= config.max_steps:
+                return TrainResult(steps, seen, loss_sum / steps)
+    return TrainResult(steps, seen, loss_sum / max(steps, 1))
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, inputs: np.ndarray, labels: np.ndarray,
+             batch_size: int = 500) -> tuple[float, float]:
+    """Return (accuracy, mean cross-entropy loss) on a labelled set."""
+    if len(inputs) == 0:
+        raise ValueError('cannot evaluate on an empty set')
+    model.eval()
+    loss_fn = nn.CrossEntropyLoss(reduction='sum')
+    correct, loss_sum = 0, 0.0
+    for start in range(0, len(inputs), batch_size):
+        x = torch.from_numpy(np.ascontiguousarray(inputs[start:start + batch_size], np.float32))
+        y = torch.from_numpy(np.ascontiguousarray(labels[start:start + batch_size], np.int64))
+        logits = model(x)
+        loss_sum += float(loss_fn(logits, y))
+        correct += int((logits.argmax(dim=1) == y).sum())
+    return correct / len(inputs), loss_sum / len(inputs)

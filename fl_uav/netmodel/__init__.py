@@ -1,0 +1,1 @@
+"""fl_uav netmodel."""

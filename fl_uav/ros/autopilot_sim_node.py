@@ -1,0 +1,80 @@
+"""autopilot_sim node: the embedded PX4-compatible MAVLink simulator, N vehicles in one process.
+
+Vehicles speak MAVLink 2 over UDP like PX4 SITL instances; the node also publishes each
+vehicle's ground-truth pose (as Gazebo's pose bridge would) for the camera simulator, and writes
+the simulator's event log to log_dir on shutdown.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import rclpy
+from geometry_msgs.msg import PoseStamped
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+
+from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.messages import PoseSample
+from fl_uav.ros import names
+from fl_uav.ros.conversions import pose_to_msg
+from fl_uav.ros.params import declare_config
+from fl_uav.sim.autopilot import AutopilotSim
+
+NODE_PARAMS = {'log_dir': '', 'ground_truth_rate_hz': 20.0}
+LOG_FILE = 'autopilot_log.json'
+
+
+class AutopilotSimNode(Node):
+    """Runs the simulator on its own thread; a timer publishes ground truth."""
+
+    def __init__(self) -> None:
+        super().__init__('autopilot_sim', automatically_declare_parameters_from_overrides=True)
+        self.config, self.own = declare_config(self, FleetConfig, NODE_PARAMS)
+        cfg: FleetConfig = self.config
+        sim_config = dataclasses.replace(cfg.autopilot, num_vehicles=cfg.num_drones,
+                                         remote_base_port=cfg.flight.port_base)
+        self.sim = AutopilotSim(sim_config)
+        self._handle = self.sim.run_in_thread()
+        self._pubs = [self.create_publisher(PoseStamped,
+                                            names.drone_topic(d, names.GROUND_TRUTH_POSE_TOPIC),
+                                            names.TELEMETRY_QOS)
+                      for d in range(cfg.num_drones)]
+        self.create_timer(1.0 / self.own['ground_truth_rate_hz'], self._publish_truth)
+        self.get_logger().info(f'autopilot sim: {cfg.num_drones} vehicles, MAVLink to ports '
+                               f'{cfg.flight.port_base}..{cfg.flight.port_base + cfg.num_drones - 1}'
+                               f', time factor {sim_config.time_factor}')
+
+    def _publish_truth(self) -> None:
+        now = self.get_clock().now().nanoseconds * 1e-9
+        for d, vehicle in enumerate(self.sim.vehicles):
+            east_m, north_m, up_m = vehicle.position_enu_m
+            self._pubs[d].publish(pose_to_msg(PoseSample(east_m, north_m, up_m,
+                                                         vehicle.yaw_rad, now),
+                                              names.MAP_FRAME))
+
+    def shutdown(self) -> None:
+        """Stop the simulator and write its event log."""
+        self._handle.stop()
+        if self.own['log_dir']:
+            Path(self.own['log_dir']).mkdir(parents=True, exist_ok=True)
+            self.sim.write_log(Path(self.own['log_dir']) / LOG_FILE)
+
+
+def main(args: list[str] | None = None) -> None:
+    """Spin until shutdown, then stop the simulator."""
+    rclpy.init(args=args)
+    node = AutopilotSimNode()
+    try:
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == '__main__':
+    main()

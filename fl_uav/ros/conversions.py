@@ -1,0 +1,145 @@
+"""Message conversions between ROS types and the fleet's plain types (ENU, metres)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from builtin_interfaces.msg import Time
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import PoseStamped
+from nav_msgs.msg import Path
+from sensor_msgs.msg import BatteryState, Image
+from std_msgs.msg import UInt8MultiArray
+
+from fl_uav.fleet.messages import PoseSample
+from fl_uav.planning.coverage import PlanWaypoint
+
+
+class ImageFormatError(ValueError):
+    """An Image message this pipeline cannot read."""
+
+
+def stamp_to_s(stamp: Time) -> float:
+    """builtin_interfaces/Time to seconds."""
+    return stamp.sec + stamp.nanosec * 1e-9
+
+
+def s_to_stamp(seconds: float) -> Time:
+    """Seconds to builtin_interfaces/Time."""
+    sec = math.floor(seconds)
+    return Time(sec=int(sec), nanosec=int((seconds - sec) * 1e9))
+
+
+def bytes_to_msg(data: bytes) -> UInt8MultiArray:
+    """Wrap a frame (assigning bytes is ~100× faster than a numpy array)."""
+    msg = UInt8MultiArray()
+    msg.data = data
+    return msg
+
+
+def msg_to_bytes(msg: UInt8MultiArray) -> bytes:
+    """The frame carried by a message."""
+    return bytes(msg.data)
+
+
+def yaw_to_quaternion(yaw_rad: float) -> tuple[float, float, float, float]:
+    """(x, y, z, w) of a rotation about the up axis."""
+    return 0.0, 0.0, math.sin(yaw_rad / 2.0), math.cos(yaw_rad / 2.0)
+
+
+def quaternion_to_yaw(x: float, y: float, z: float, w: float) -> float:
+    """Yaw (about up) of a quaternion."""
+    return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
+
+
+def pose_to_msg(pose: PoseSample, frame_id: str) -> PoseStamped:
+    """PoseSample (ENU) to geometry_msgs/PoseStamped."""
+    msg = PoseStamped()
+    msg.header.frame_id = frame_id
+    msg.header.stamp = s_to_stamp(pose.stamp_s)
+    msg.pose.position.x = float(pose.east_m)
+    msg.pose.position.y = float(pose.north_m)
+    msg.pose.position.z = float(pose.up_m)
+    qx, qy, qz, qw = yaw_to_quaternion(pose.yaw_rad)
+    msg.pose.orientation.x, msg.pose.orientation.y = qx, qy
+    msg.pose.orientation.z, msg.pose.orientation.w = qz, qw
+    return msg
+
+
+def msg_to_pose(msg: PoseStamped) -> PoseSample:
+    """geometry_msgs/PoseStamped (ENU) to PoseSample."""
+    q = msg.pose.orientation
+    return PoseSample(msg.pose.position.x, msg.pose.position.y, msg.pose.position.z,
+                      quaternion_to_yaw(q.x, q.y, q.z, q.w), stamp_to_s(msg.header.stamp))
+
+
+def plan_to_path(plan: Sequence[PlanWaypoint], frame_id: str, stamp_s: float) -> Path:
+    """Waypoints to nav_msgs/Path."""
+    path = Path()
+    path.header.frame_id = frame_id
+    path.header.stamp = s_to_stamp(stamp_s)
+    for wp in plan:
+        pose = PoseStamped()
+        pose.header = path.header
+        pose.pose.position.x = float(wp.east_m)
+        pose.pose.position.y = float(wp.north_m)
+        pose.pose.position.z = float(wp.up_m)
+        pose.pose.orientation.w = 1.0
+        path.poses.append(pose)
+    return path
+
+
+def path_to_plan(path: Path) -> list[PlanWaypoint]:
+    """nav_msgs/Path to waypoints."""
+    return [PlanWaypoint(p.pose.position.x, p.pose.position.y, p.pose.position.z)
+            for p in path.poses]
+
+
+def rgb_to_image(image: np.ndarray, frame_id: str, stamp_s: float) -> Image:
+    """uint8 H×W×3 RGB array to sensor_msgs/Image (rgb8)."""
+    msg = Image()
+    msg.header.frame_id = frame_id
+    msg.header.stamp = s_to_stamp(stamp_s)
+    msg.height, msg.width = int(image.shape[0]), int(image.shape[1])
+    msg.encoding = 'rgb8'
+    msg.step = msg.width * 3
+    msg.data = np.ascontiguousarray(image, np.uint8).tobytes()
+    return msg
+
+
+def image_to_rgb(msg: Image) -> np.ndarray:
+    """sensor_msgs/Image (rgb8 or bgr8) to a uint8 H×W×3 RGB array; raises on anything else."""
+    if msg.encoding not in ('rgb8', 'bgr8'):
+        raise ImageFormatError(f'unsupported image encoding {msg.encoding!r} (rgb8, bgr8)')
+    if msg.height == 0 or msg.width == 0 or msg.step < msg.width * 3:
+        raise ImageFormatError(f'bad image geometry {msg.width}x{msg.height} step {msg.step}')
+    data = np.frombuffer(bytes(msg.data), np.uint8)
+    if data.size != msg.step * msg.height:
+        raise ImageFormatError(f'image data has {data.size} bytes, expected '
+                               f'{msg.step * msg.height}')
+    rows = data.reshape(msg.height, msg.step)[:, :msg.width * 3]
+    image = rows.reshape(msg.height, msg.width, 3)
+    return image[:, :, ::-1].copy() if msg.encoding == 'bgr8' else image.copy()
+
+
+def battery_to_msg(remaining_fraction: float, voltage_v: float, stamp_s: float) -> BatteryState:
+    """Battery telemetry to sensor_msgs/BatteryState."""
+    msg = BatteryState()
+    msg.header.stamp = s_to_stamp(stamp_s)
+    msg.percentage = float(remaining_fraction)
+    msg.voltage = float(voltage_v)
+    msg.present = True
+    return msg
+
+
+def metrics_to_msg(name: str, values: Mapping[str, object], stamp_s: float) -> DiagnosticArray:
+    """A flat mapping of metrics to one DiagnosticStatus in a DiagnosticArray."""
+    msg = DiagnosticArray()
+    msg.header.stamp = s_to_stamp(stamp_s)
+    status = DiagnosticStatus(level=DiagnosticStatus.OK, name=name, hardware_id='fl_uav')
+    status.message = ' '.join(f'{k}={v}' for k, v in list(values.items())[:4])
+    status.values = [KeyValue(key=str(k), value=str(v)) for k, v in values.items()]
+    msg.status = [status]
+    return msg

@@ -1,0 +1,140 @@
+"""drone node (one per UAV, namespace /uav<i>): flies its plan, samples the camera, trains."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import rclpy
+from geometry_msgs.msg import PoseStamped
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from sensor_msgs.msg import BatteryState, Image
+from std_msgs.msg import UInt8MultiArray
+
+from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.drone_agent import DroneAgent, UpdateReport
+from fl_uav.fleet.drone_pilot import DronePilot
+from fl_uav.fleet.messages import FinishCommand, PoseSample, RoundTask
+from fl_uav.fleet.world_setup import map_labeler
+from fl_uav.ros import names
+from fl_uav.ros.conversions import (ImageFormatError, battery_to_msg, bytes_to_msg,
+                                    image_to_rgb, msg_to_bytes, pose_to_msg, stamp_to_s)
+from fl_uav.ros.params import declare_config
+from fl_uav.vehicle.mavsdk_vehicle import MavsdkVehicle
+from fl_uav.vehicle.runner import VehicleRunner
+from fl_uav.world.geo import GeoOrigin
+
+NODE_PARAMS = {'drone_id': 0, 'exit_on_finish': False}
+
+
+class DroneNode(Node):
+    """Thin wrapper: messages in → DroneAgent / DronePilot → messages out."""
+
+    def __init__(self) -> None:
+        super().__init__('drone', automatically_declare_parameters_from_overrides=True)
+        self.config, self.own = declare_config(self, FleetConfig, NODE_PARAMS)
+        cfg: FleetConfig = self.config
+        self.drone_id = int(self.own['drone_id'])
+        self.agent = DroneAgent(cfg, self.drone_id, map_labeler(cfg.world, cfg.camera))
+        origin = GeoOrigin(cfg.autopilot.origin_lat_deg, cfg.autopilot.origin_lon_deg,
+                           cfg.autopilot.origin_alt_amsl_m)
+        self.runner = VehicleRunner()
+        self._train_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix='train')
+        self.pilot = DronePilot(self.agent, MavsdkVehicle(cfg.flight.url_for(self.drone_id),
+                                                           origin),
+                                cfg.flight, self._train_pool)
+        self._last_round = 0
+        self._busy: Future | None = None
+        self.done = threading.Event()
+        self._pose_pub = self.create_publisher(PoseStamped, names.POSE_TOPIC,
+                                               names.TELEMETRY_QOS)
+        self._battery_pub = self.create_publisher(BatteryState, names.BATTERY_TOPIC,
+                                                  names.TELEMETRY_QOS)
+        self._update_pub = self.create_publisher(UInt8MultiArray, names.UPDATES_TOPIC,
+                                                 names.UPDATES_QOS)
+        self.create_subscription(Image, names.IMAGE_TOPIC, self._on_image, names.IMAGE_QOS)
+        self.create_subscription(UInt8MultiArray, names.GLOBAL_MODEL_TOPIC, self._on_global,
+                                 names.GLOBAL_MODEL_QOS)
+        self.runner.submit(self._telemetry())
+        self.get_logger().info(f'drone {self.drone_id}: autopilot at '
+                               f'{cfg.flight.url_for(self.drone_id)}')
+
+    async def _telemetry(self) -> None:
+        await self.pilot.ensure_connected()
+        batteries = asyncio.ensure_future(self._battery_stream())
+        try:
+            await self.pilot.stream_poses(self._publish_pose)
+        finally:
+            batteries.cancel()
+
+    async def _battery_stream(self) -> None:
+        async for battery in self.pilot.vehicle.batteries():
+            self._battery_pub.publish(battery_to_msg(battery.remaining_fraction,
+                                                     battery.voltage_v, self._now()))
+
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _publish_pose(self, pose: PoseSample) -> None:
+        self._pose_pub.publish(pose_to_msg(pose, names.MAP_FRAME))
+
+    def _on_image(self, msg: Image) -> None:
+        try:
+            self.agent.on_camera_frame(image_to_rgb(msg), stamp_to_s(msg.header.stamp))
+        except ImageFormatError as exc:
+            self.get_logger().warning(f'camera frame dropped: {exc}', throttle_duration_sec=5.0)
+
+    def _on_global(self, msg: UInt8MultiArray) -> None:
+        work = self.agent.accept_global_frame(msg_to_bytes(msg))
+        if work is None:
+            self.get_logger().warning('rejected a global model frame')
+        elif isinstance(work, FinishCommand):
+            self.get_logger().info('run finished: returning to launch')
+            self.runner.submit(self.pilot.finish()).add_done_callback(self._on_finished)
+        elif isinstance(work, RoundTask) and work.round_index > self._last_round:
+            self._last_round = work.round_index
+            self.get_logger().info(f'round {work.round_index}: flying '
+                                   f'{len(work.plan)} waypoints')
+            self.runner.submit(self.pilot.run_round(work)).add_done_callback(self._on_trained)
+
+    def _on_trained(self, future: Future) -> None:
+        if future.exception() is not None:
+            self.get_logger().error(f'round failed: {future.exception()!r}')
+            return
+        report: UpdateReport = future.result()
+        self._update_pub.publish(bytes_to_msg(report.frame))
+        self.get_logger().info(
+            f'round {report.round_index}: uploaded {len(report.frame)} bytes, '
+            f'{report.num_samples} samples, {report.steps} steps, loss {report.train_loss:.3f}')
+
+    def _on_finished(self, future: Future) -> None:
+        if future.exception() is not None:
+            self.get_logger().error(f'landing failed: {future.exception()!r}')
+        if self.own['exit_on_finish']:
+            self.done.set()
+
+    def shutdown(self) -> None:
+        """Stop the vehicle loop and the training thread."""
+        self.runner.stop()
+        self._train_pool.shutdown(wait=False, cancel_futures=True)
+
+
+def main(args: list[str] | None = None) -> None:
+    """Run the node until shutdown (or until the run is over with exit_on_finish)."""
+    rclpy.init(args=args)
+    node = DroneNode()
+    try:
+        while rclpy.ok() and not node.done.is_set():
+            rclpy.spin_once(node, timeout_sec=0.1)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == '__main__':
+    main()

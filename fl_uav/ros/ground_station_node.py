@@ -1,0 +1,152 @@
+"""ground_station node: publishes the global model and plans, collects updates, aggregates."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray
+from nav_msgs.msg import Path
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from std_msgs.msg import UInt8MultiArray
+
+from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.ground_station import GroundStation
+from fl_uav.fleet.run_log import RunLog
+from fl_uav.fleet.world_setup import world_map
+from fl_uav.ros import names
+from fl_uav.ros.conversions import bytes_to_msg, metrics_to_msg, msg_to_bytes, plan_to_path
+from fl_uav.ros.params import declare_config
+from fl_uav.world.dataset import heldout_set, to_model_input
+
+NODE_PARAMS = {'output_dir': '', 'exit_on_finish': False, 'tick_period_s': 0.1,
+               'finish_linger_s': 60.0}
+
+
+class GroundStationNode(Node):
+    """Thin wrapper around :class:`GroundStation`; time is the node's wall clock."""
+
+    def __init__(self) -> None:
+        super().__init__('ground_station',
+                         automatically_declare_parameters_from_overrides=True)
+        self.config, self.own = declare_config(self, FleetConfig, NODE_PARAMS)
+        cfg: FleetConfig = self.config
+        images, labels = heldout_set(world_map(cfg.world), cfg.camera,
+                                     n=cfg.rounds.eval_samples, seed=cfg.rounds.eval_seed)
+        self.station = GroundStation(cfg, to_model_input(images, cfg.learning.input_px), labels)
+        self.log = RunLog(self.own['output_dir'] or None)
+        self._lock = threading.Lock()
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix='aggregate')
+        self._closing = False
+        self._started_s = self._now()
+        self._finished_s: float | None = None
+        self.done = threading.Event()
+        self._model_pub = self.create_publisher(UInt8MultiArray, names.GLOBAL_MODEL_TOPIC,
+                                                names.GLOBAL_MODEL_QOS)
+        self._metrics_pub = self.create_publisher(DiagnosticArray, names.METRICS_TOPIC,
+                                                  names.METRICS_QOS)
+        self._plan_pubs = {d: self.create_publisher(Path, names.drone_topic(d, names.PLAN_TOPIC),
+                                                    names.PLAN_QOS)
+                           for d in self.station.drone_ids}
+        self.create_subscription(UInt8MultiArray, names.UPDATES_TOPIC, self._on_update,
+                                 names.UPDATES_QOS)
+        self.create_timer(self.own['tick_period_s'], self._tick)
+        self.get_logger().info(
+            f'ground station: {cfg.num_drones} drones, {cfg.rounds.num_rounds} rounds, '
+            f'initial accuracy {self.station.initial_accuracy:.3f}')
+
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _on_update(self, msg: UInt8MultiArray) -> None:
+        with self._lock:
+            verdict = self.station.receive_update(msg_to_bytes(msg))
+        if verdict.accepted:
+            self.get_logger().info(f'update from drone {verdict.sender} accepted')
+        else:
+            self.get_logger().warning(
+                f'rejected update frame (sender {verdict.sender}): {verdict.reason}')
+
+    def _tick(self) -> None:
+        now = self._now()
+        with self._lock:
+            if self._closing:
+                return
+            if self.station.finished:
+                self._linger(now)
+                return
+            if not self.station.round_open:
+                ready = (self._model_pub.get_subscription_count() >= self.config.num_drones
+                         or now - self._started_s >= self.config.rounds.start_timeout_s)
+                if ready:
+                    self._open_round(now)
+                return
+            if self.station.should_close(now):
+                self._closing = True
+                self._worker.submit(self._close_round, now)
+
+    def _open_round(self, now: float) -> None:
+        opening = self.station.open_round(now)
+        for drone, plan in opening.plans.items():
+            self._plan_pubs[drone].publish(plan_to_path(plan, names.MAP_FRAME, now))
+        self._model_pub.publish(bytes_to_msg(opening.frame))
+        self.get_logger().info(f'round {opening.round_index} open '
+                               f'({len(opening.frame)} bytes, deadline in '
+                               f'{opening.deadline_s - now:.0f} s)')
+
+    def _close_round(self, now: float) -> None:
+        with self._lock:
+            record = self.station.close_round(now)
+            self._closing = False
+        row = record.to_dict()
+        self.log.append_round(row)
+        self._metrics_pub.publish(metrics_to_msg('fl_uav/round', {
+            'round': record.round_index, 'accuracy': round(record.accuracy, 4),
+            'loss': round(record.loss, 4), 'participants': len(record.participants),
+            'bytes_up': sum(record.bytes_up.values()),
+            'bytes_down_per_drone': record.bytes_down_per_drone,
+            'rejected': sum(record.rejected.values()), 'late': len(record.late_or_missing)},
+            self._now()))
+        self.get_logger().info(f'round {record.round_index} closed: accuracy '
+                               f'{record.accuracy:.3f}, participants {record.participants}')
+        if self.station.finished:
+            self._finish()
+
+    def _finish(self) -> None:
+        self._model_pub.publish(bytes_to_msg(self.station.finish_frame()))
+        self._finished_s = self._now()
+        self.log.write_report({
+            'initial_accuracy': self.station.initial_accuracy,
+            'initial_loss': self.station.initial_loss,
+            'rounds': [r.to_dict() for r in self.station.records],
+            'rejected_total': dict(self.station.rejected_total),
+        })
+        self.get_logger().info('all rounds done; finish sent')
+
+    def _linger(self, now: float) -> None:
+        if not self.own['exit_on_finish'] or self._finished_s is None:
+            return
+        drones_gone = self._model_pub.get_subscription_count() == 0
+        if drones_gone or now - self._finished_s >= self.own['finish_linger_s']:
+            self.done.set()
+
+
+def main(args: list[str] | None = None) -> None:
+    """Run the node until shutdown (or until the run is over with exit_on_finish)."""
+    rclpy.init(args=args)
+    node = GroundStationNode()
+    try:
+        while rclpy.ok() and not node.done.is_set():
+            rclpy.spin_once(node, timeout_sec=0.1)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,43 @@
+"""Topic names and QoS profiles: the one place the fleet's ROS interface is defined."""
+
+from __future__ import annotations
+
+from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
+                       qos_profile_sensor_data)
+
+GLOBAL_MODEL_TOPIC = '/fl/global_model'
+UPDATES_TOPIC = '/fl/updates'
+METRICS_TOPIC = '/fl/metrics'
+MARKERS_TOPIC = '/fl/markers'
+# Relative names: resolved in the drone's namespace (/uav<i>/...).
+PLAN_TOPIC = 'plan'
+POSE_TOPIC = 'pose'
+BATTERY_TOPIC = 'battery'
+IMAGE_TOPIC = 'camera/image_raw'
+GROUND_TRUTH_POSE_TOPIC = 'ground_truth/pose'
+MAP_FRAME = 'map'
+
+
+def drone_namespace(drone_id: int) -> str:
+    """Namespace of drone i."""
+    return f'/uav{drone_id}'
+
+
+def drone_topic(drone_id: int, relative: str) -> str:
+    """Absolute name of a drone's topic, for nodes outside its namespace."""
+    return f'{drone_namespace(drone_id)}/{relative}'
+
+
+# Models: reliable (best effort drops every message above ~0.5 MB), latched for late joiners.
+GLOBAL_MODEL_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                              durability=DurabilityPolicy.TRANSIENT_LOCAL)
+# Updates: keep all, so concurrent uploads from many drones are not overwritten.
+UPDATES_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_ALL,
+                         reliability=ReliabilityPolicy.RELIABLE)
+METRICS_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+MARKERS_QOS = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+PLAN_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
+                      durability=DurabilityPolicy.TRANSIENT_LOCAL)
+TELEMETRY_QOS = qos_profile_sensor_data
+IMAGE_QOS = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)

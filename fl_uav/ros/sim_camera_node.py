@@ -1,0 +1,71 @@
+"""sim_camera node: renders each drone's downward camera at its ground-truth pose.
+
+Publishes sensor_msgs/Image on /uav<i>/camera/image_raw, the topic a Gazebo camera bridge or a
+camera driver would use, so the drone node cannot tell the embedded world from the others.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import rclpy
+from geometry_msgs.msg import PoseStamped
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from sensor_msgs.msg import Image
+
+from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.messages import PoseSample
+from fl_uav.fleet.world_setup import world_map
+from fl_uav.ros import names
+from fl_uav.ros.conversions import msg_to_pose, rgb_to_image
+from fl_uav.ros.params import declare_config
+from fl_uav.world.camera import AerialRenderer
+
+
+class SimCameraNode(Node):
+    """One timer renders every drone's frame from the latest ground-truth pose."""
+
+    def __init__(self) -> None:
+        super().__init__('sim_camera', automatically_declare_parameters_from_overrides=True)
+        self.config, _ = declare_config(self, FleetConfig, {})
+        cfg: FleetConfig = self.config
+        self.renderer = AerialRenderer(world_map(cfg.world), cfg.camera, seed=cfg.sim_camera.seed)
+        self._rng = np.random.default_rng(cfg.sim_camera.seed)
+        self._poses: dict[int, PoseSample] = {}
+        self._pubs = {}
+        for d in range(cfg.num_drones):
+            self._pubs[d] = self.create_publisher(
+                Image, names.drone_topic(d, names.IMAGE_TOPIC), names.IMAGE_QOS)
+            self.create_subscription(
+                PoseStamped, names.drone_topic(d, names.GROUND_TRUTH_POSE_TOPIC),
+                lambda msg, d=d: self._poses.__setitem__(d, msg_to_pose(msg)),
+                names.TELEMETRY_QOS)
+        self.frames_published = 0
+        self.create_timer(1.0 / cfg.sim_camera.rate_hz, self._render_all)
+
+    def _render_all(self) -> None:
+        now = self.get_clock().now().nanoseconds * 1e-9
+        for d, pose in list(self._poses.items()):
+            if pose.up_m < self.config.camera.min_altitude_m:
+                continue
+            image = self.renderer.render(pose.east_m, pose.north_m, pose.up_m, pose.yaw_rad,
+                                         self._rng)
+            self._pubs[d].publish(rgb_to_image(image, f'uav{d}/camera_optical', now))
+            self.frames_published += 1
+
+
+def main(args: list[str] | None = None) -> None:
+    """Spin until shutdown."""
+    rclpy.init(args=args)
+    node = SimCameraNode()
+    try:
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == '__main__':
+    main()

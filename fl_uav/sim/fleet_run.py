@@ -1,0 +1,180 @@
+"""``fl-uav sim``: run the embedded fleet end to end and write DIR/summary.json.
+
+Starts the node set of :func:`fl_uav.sim.launch_plan.fleet_plan` as processes on a private
+ROS_DOMAIN_ID with localhost-only discovery, prints a line per closed round, stops every
+process it started on exit or Ctrl-C, and writes the summary and the accuracy plot.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fl_uav.configschema import build_config
+from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
+from fl_uav.sim.launch_plan import fleet_plan, merged_parameters, write_params_file
+from fl_uav.sim.launcher import ProcessGroup, ros_environment
+
+AUTOPILOT_LOG_FILE = 'autopilot_log.json'
+SUMMARY_FILE = 'summary.json'
+PLOT_FILE = 'accuracy.png'
+
+
+@dataclass(frozen=True)
+class FleetRunOptions:
+    """How to run: config files, overrides, output directory, limits."""
+
+    config_files: Sequence[Path]
+    overrides: Mapping[str, Any]
+    out_dir: Path
+    timeout_s: float = 1800.0
+    domain_id: int | None = None
+
+
+def _format_round(row: Mapping[str, Any]) -> str:
+    up = sum(row.get('bytes_up', {}).values())
+    return (f'round {row["round_index"]:3d}  accuracy {row["accuracy"]:.3f}  '
+            f'loss {row["loss"]:.3f}  participants {len(row["participants"])}  '
+            f'up {up / 1e6:.2f} MB  down/drone {row["bytes_down_per_drone"] / 1e6:.2f} MB')
+
+
+def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run the fleet until the station finishes (or timeout / Ctrl-C); returns the summary."""
+    out = options.out_dir
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in (STATION_REPORT_FILE, 'progress.jsonl', SUMMARY_FILE, AUTOPILOT_LOG_FILE):
+        (out / stale).unlink(missing_ok=True)
+    flat = merged_parameters(options.config_files, options.overrides)
+    config: FleetConfig = build_config(FleetConfig, flat)
+    params_file = write_params_file(flat, out / 'params.yaml')
+    domain_id = options.domain_id if options.domain_id is not None else random.randint(1, 101)
+    env = ros_environment(domain_id, out / 'ros_logs')
+    group = ProcessGroup(env, out / 'logs')
+    specs = fleet_plan(config, out, exit_on_finish=True)
+    echo(f'fl-uav sim: {config.num_drones} drones, {config.rounds.num_rounds} rounds, '
+         f'ROS_DOMAIN_ID={domain_id}, output {out}')
+    start = time.monotonic()
+    status = 'running'
+    shown = 0
+    try:
+        group.start(specs, params_file)
+        while True:
+            rows = read_progress(out)
+            for row in rows[shown:]:
+                echo(_format_round(row))
+            shown = len(rows)
+            station_gone = group.exited('ground_station_node')
+            drones_gone = len(group.exited('drone_node')) == config.num_drones
+            if station_gone and drones_gone:
+                status = 'finished' if (out / STATION_REPORT_FILE).exists() else 'failed'
+                break
+            crashed = [n for n in group.exited() if n.process.returncode not in (0, None)
+                       or n.spec.executable in ('autopilot_sim_node', 'sim_camera_node')]
+            if crashed:
+                status = 'failed'
+                for node in crashed:
+                    echo(f'{node.label} exited with code {node.process.returncode}:\n'
+                         f'{group.tail(node)}')
+                break
+            if time.monotonic() - start > options.timeout_s:
+                status = 'timeout'
+                echo(f'timeout after {options.timeout_s:.0f} s')
+                break
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        status = 'interrupted'
+        echo('interrupted: stopping the fleet')
+    finally:
+        exit_codes = group.stop()
+    wall_s = time.monotonic() - start
+    for row in read_progress(out)[shown:]:
+        echo(_format_round(row))
+    summary = build_summary(out, config, status, wall_s, exit_codes, domain_id)
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+    plot_accuracy(summary, out / PLOT_FILE)
+    final = summary['final_accuracy']
+    echo(f'{status}: {len(summary["rounds"])} rounds in {wall_s:.0f} s, final accuracy '
+         f'{final if final is None else round(final, 3)}; wrote {out / SUMMARY_FILE}')
+    return summary
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
+                  exit_codes: Mapping[str, int | None], domain_id: int) -> dict[str, Any]:
+    """Per-round results from the station, per-drone flight facts from the autopilot log."""
+    report = _read_json(out / STATION_REPORT_FILE)
+    rounds = report.get('rounds') or read_progress(out)
+    autopilot = _read_json(out / AUTOPILOT_LOG_FILE)
+    events = autopilot.get('events', [])
+    drones: dict[str, dict[str, Any]] = {}
+    for d in range(config.num_drones):
+        mine = [e for e in events if e.get('vehicle') == d]
+        kinds = [e.get('event') for e in mine]
+        last = next((r for r in reversed(rounds) if str(d) in r.get('samples_collected', {})),
+                    None)
+        drones[str(d)] = {
+            'armed': 'armed' in kinds,
+            'took_off': 'takeoff' in kinds,
+            'landed': 'landed' in kinds,
+            'mission_items_reached': kinds.count('mission_item_reached'),
+            'missions_completed': kinds.count('mission_complete'),
+            'waypoints_reached': last['waypoints_reached'][str(d)] if last else 0,
+            'samples_collected': last['samples_collected'][str(d)] if last else 0,
+            'rounds_participated': sum(d in r.get('participants', []) for r in rounds),
+        }
+    accuracies = [r['accuracy'] for r in rounds]
+    return {
+        'status': status,
+        'num_drones': config.num_drones,
+        'num_rounds_configured': config.rounds.num_rounds,
+        'initial_accuracy': report.get('initial_accuracy'),
+        'final_accuracy': accuracies[-1] if accuracies else None,
+        'wall_time_s': wall_s,
+        'ros_domain_id': domain_id,
+        'rounds': [{
+            'round': r['round_index'], 'accuracy': r['accuracy'], 'loss': r['loss'],
+            'participants': r['participants'], 'late_or_missing': r['late_or_missing'],
+            'bytes_up': r['bytes_up'], 'bytes_up_total': sum(r['bytes_up'].values()),
+            'bytes_down_per_drone': r['bytes_down_per_drone'],
+            'bytes_down_total': r['bytes_down_per_drone'] * config.num_drones,
+            'rejected': r['rejected'], 'duration_s': r['closed_s'] - r['opened_s'],
+        } for r in rounds],
+        'drones': drones,
+        'rejected_total': report.get('rejected_total', {}),
+        'exit_codes': dict(exit_codes),
+    }
+
+
+def plot_accuracy(summary: Mapping[str, Any], path: Path) -> None:
+    """Accuracy per round (round 0 = the initial model)."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    rounds = [0] + [r['round'] for r in summary['rounds']]
+    initial = summary.get('initial_accuracy')
+    acc = [initial if initial is not None else math.nan] + [r['accuracy']
+                                                           for r in summary['rounds']]
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    ax.plot(rounds, acc, marker='o')
+    ax.set_xlabel('round')
+    ax.set_ylabel('held-out accuracy')
+    ax.set_ylim(0, 1)
+    ax.grid(True, alpha=0.3)
+    ax.set_title(f'fl_uav fleet: {summary["num_drones"]} drones, FedAvg')
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

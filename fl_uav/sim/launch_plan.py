@@ -1,0 +1,80 @@
+"""The fleet's node set, built once for both ``ros2 launch`` and the ``fl-uav sim`` launcher.
+
+launch/fleet_sim.launch.py turns these specs into launch_ros ``Node`` actions; the subprocess
+launcher (:mod:`fl_uav.sim.launcher`) starts the same specs as processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fl_uav.configschema import build_config, read_params_file
+from fl_uav.fleet.config import FleetConfig
+
+PACKAGE = 'fl_uav'
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node to start: executable (console script = module in fl_uav.ros), ROS name,
+    namespace, node-only parameters."""
+
+    executable: str
+    name: str
+    namespace: str = ''
+    parameters: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def module(self) -> str:
+        """Python module that runs the executable."""
+        return f'fl_uav.ros.{self.executable}'
+
+    def ros_args(self, params_file: str | Path) -> list[str]:
+        """Command-line ROS arguments equivalent to the launch action."""
+        args = ['--ros-args', '-r', f'__node:={self.name}']
+        if self.namespace:
+            args += ['-r', f'__ns:={self.namespace}']
+        args += ['--params-file', str(params_file)]
+        for key, value in self.parameters.items():
+            args += ['-p', f'{key}:={yaml.safe_dump(value, default_flow_style=True).strip()}']
+        return args
+
+
+def merged_parameters(config_files: Sequence[str | Path],
+                      overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Read config files in order, apply overrides, validate; returns dotted keys."""
+    flat: dict[str, Any] = {}
+    for path in config_files:
+        flat.update(read_params_file(path))
+    flat.update(overrides)
+    build_config(FleetConfig, flat)
+    return flat
+
+
+def write_params_file(flat: Mapping[str, Any], path: str | Path) -> Path:
+    """Write dotted keys as a ROS 2 parameter file (``/**: ros__parameters:``)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({'/**': {'ros__parameters': dict(flat)}}, sort_keys=True))
+    return path
+
+
+def fleet_plan(config: FleetConfig, output_dir: str | Path | None = None,
+               exit_on_finish: bool = True, with_simulators: bool = True) -> list[NodeSpec]:
+    """autopilot_sim + sim_camera + ground_station + one drone node per UAV."""
+    out = str(output_dir) if output_dir else ''
+    specs: list[NodeSpec] = []
+    if with_simulators:
+        specs += [NodeSpec('autopilot_sim_node', 'autopilot_sim', parameters={'log_dir': out}),
+                  NodeSpec('sim_camera_node', 'sim_camera')]
+    specs.append(NodeSpec('ground_station_node', 'ground_station',
+                          parameters={'output_dir': out, 'exit_on_finish': exit_on_finish}))
+    specs += [NodeSpec('drone_node', 'drone', namespace=f'/uav{d}',
+                       parameters={'drone_id': d, 'exit_on_finish': exit_on_finish})
+              for d in range(config.num_drones)]
+    return specs

@@ -1,0 +1,33 @@
+"""ros2 launch fl_uav drone.launch.py drone_id:=0 [config:=drone.yaml]
+
+One drone on a companion computer: the drone node in namespace /uav<drone_id>, talking to its
+PX4 autopilot over MAVLink (flight.url_template in the config) and reading its camera topic
+/uav<drone_id>/camera/image_raw (remap it to your camera driver's topic).
+"""
+
+from pathlib import Path
+
+from ament_index_python.packages import get_package_share_directory
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch_ros.actions import Node
+
+
+def _nodes(context):
+    share = Path(get_package_share_directory('fl_uav'))
+    config = context.launch_configurations.get('config') or str(share / 'config' / 'drone.yaml')
+    drone_id = int(context.launch_configurations['drone_id'])
+    camera_topic = context.launch_configurations.get('camera_topic', '')
+    remaps = [('camera/image_raw', camera_topic)] if camera_topic else []
+    return [Node(package='fl_uav', executable='drone_node', name='drone',
+                 namespace=f'/uav{drone_id}', output='screen', remappings=remaps,
+                 parameters=[config, {'drone_id': drone_id}])]
+
+
+def generate_launch_description():
+    return LaunchDescription([
+        DeclareLaunchArgument('drone_id', default_value='0'),
+        DeclareLaunchArgument('config', default_value=''),
+        DeclareLaunchArgument('camera_topic', default_value=''),
+        OpaqueFunction(function=_nodes),
+    ])

@@ -1,0 +1,83 @@
+import numpy as np
+import pytest
+import torch
+
+from fl_uav.learning.models import build_model
+from fl_uav.learning.training import NonFiniteLossError, TrainConfig, evaluate, train_local
+from fl_uav.learning.weights import (architecture_fingerprint, get_weights, set_weights,
+                                     subtract)
+
+
+def _separable(n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 2, n)
+    inputs = rng.normal(0, 0.3, (n, 3, 32, 32)).astype(np.float32)
+    inputs[:, 0] += np.where(labels == 1, 1.0, -1.0)[:, None, None]
+    return inputs, labels
+
+
+def test_training_learns_a_separable_task():
+    # Prepare
+    torch.set_num_threads(1)
+    model = build_model('tiny_cnn', num_classes=2, seed=0)
+    x, y = _separable(256, seed=1)
+    x_test, y_test = _separable(200, seed=2)
+    before, _ = evaluate(model, x_test, y_test)
+    # Execute
+    result = train_local(model, x, y, TrainConfig(local_epochs=3, lr=0.05), seed=0)
+    after, loss = evaluate(model, x_test, y_test)
+    # Assert
+    assert result.steps == 3 * 8
+    assert after > 0.95 > before or after > before + 0.3
+    assert np.isfinite(loss)
+
+
+def test_training_is_deterministic_for_a_seed():
+    x, y = _separable(64, seed=3)
+    runs = []
+    for _ in range(2):
+        model = build_model('tiny_cnn', 2, seed=5)
+        train_local(model, x, y, TrainConfig(local_epochs=1), seed=9)
+        runs.append(get_weights(model))
+    for name in runs[0]:
+        np.testing.assert_array_equal(runs[0][name], runs[1][name])
+
+
+def test_max_steps_caps_training():
+    x, y = _separable(256, seed=3)
+    model = build_model('tiny_cnn', 2)
+    result = train_local(model, x, y, TrainConfig(local_epochs=5, max_steps=3), seed=0)
+    assert result.steps == 3
+
+
+def test_nan_input_stops_with_a_clear_error():
+    x, y = _separable(32, seed=3)
+    x[0, 0, 0, 0] = np.nan
+    model = build_model('tiny_cnn', 2)
+    with pytest.raises(NonFiniteLossError, match='step'):
+        train_local(model, x, y, TrainConfig(batch_size=32), seed=0)
+
+
+def test_weights_round_trip_and_fingerprint():
+    model_a, model_b = build_model('small_cnn', 7, seed=1), build_model('small_cnn', 7, seed=2)
+    weights_a = get_weights(model_a)
+    assert architecture_fingerprint(weights_a) == architecture_fingerprint(get_weights(model_b))
+    assert architecture_fingerprint(weights_a) != architecture_fingerprint(
+        get_weights(build_model('tiny_cnn', 7)))
+    set_weights(model_b, weights_a)
+    delta = subtract(get_weights(model_b), weights_a)
+    assert all(np.all(d == 0) for d in delta.values())
+
+
+def test_set_weights_rejects_wrong_shape():
+    model = build_model('tiny_cnn', 3)
+    weights = get_weights(model)
+    name = next(iter(weights))
+    weights[name] = np.zeros((1, 1), np.float32)
+    with pytest.raises(ValueError, match=name):
+        set_weights(model, weights)
+
+
+def test_unknown_model_lists_choices():
+    with pytest.raises(ValueError, match='small_cnn'):
+        build_model('resnet', 3)
