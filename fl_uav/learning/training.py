@@ -95,8 +95,8 @@ def evaluate(model: nn.Module, inputs: np.ndarray, labels: np.ndarray,
     loss_fn = nn.CrossEntropyLoss(reduction='sum')
     correct, loss_sum = 0, 0.0
     for start in range(0, len(inputs), batch_size):
-        x = torch.from_numpy(np.ascontiguousarray(inputs[start:start + batch_size], np.float32))
-        y = torch.from_numpy(np.ascontiguousarray(labels[start:start + batch_size], np.int64))
+        x = torch.from_numpy(np.array(inputs[start:start + batch_size], np.float32))
+        y = torch.from_numpy(np.array(labels[start:start + batch_size], np.int64))
         logits = model(x)
         loss_sum += float(loss_fn(logits, y))
         correct += int((logits.argmax(dim=1) == y).sum())

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 import torch
 from torch import nn
+
+from fl_uav.compression.codec import fingerprint_of
 
 Weights = dict[str, np.ndarray]
 
@@ -40,10 +40,11 @@ def weight_shapes(weights: Weights) -> dict[str, tuple[int, ...]]:
 
 
 def architecture_fingerprint(weights: Weights) -> bytes:
-    """8 bytes identifying the architecture (names, shapes, dtypes), not the values."""
-    text = ';'.join(f'{n}:{"x".join(map(str, a.shape))}:{a.dtype.str}'
-                    for n, a in weights.items())
-    return hashlib.sha256(text.encode()).digest()[:8]
+    """8 bytes identifying the architecture (names, shapes, dtypes), not the values.
+
+    The wire format's fingerprint (docs/wire_format.md), so frames name the model they carry.
+    """
+    return fingerprint_of(weights)
 
 
 def subtract(a: Weights, b: Weights) -> Weights:

@@ -48,11 +48,10 @@ class AutopilotSimNode(Node):
 
     def _publish_truth(self) -> None:
         now = self.get_clock().now().nanoseconds * 1e-9
-        for d, vehicle in enumerate(self.sim.vehicles):
-            east_m, north_m, up_m = vehicle.position_enu_m
-            self._pubs[d].publish(pose_to_msg(PoseSample(east_m, north_m, up_m,
-                                                         vehicle.yaw_rad, now),
-                                              names.MAP_FRAME))
+        for snap in self.sim.snapshots():
+            east_m, north_m, up_m = snap.position_enu_m
+            self._pubs[snap.vehicle].publish(pose_to_msg(
+                PoseSample(east_m, north_m, up_m, snap.yaw_rad, now), names.MAP_FRAME))
 
     def shutdown(self) -> None:
         """Stop the simulator and write its event log."""

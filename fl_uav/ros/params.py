@@ -20,7 +20,8 @@ def declare_config(node: Node, config_cls: type, node_params: dict[str, Any]) ->
     """
     descriptor = ParameterDescriptor(dynamic_typing=True)
     for key, default in {**default_flat(config_cls), **node_params}.items():
-        if not node.has_parameter(key):
+        if not node.has_parameter(key) and default not in ((), []):
+            # Empty lists have no ROS type; such keys are settable from parameter files only.
             node.declare_parameter(key, _ros_default(default), descriptor)
     values = {name: p.value for name, p in node.get_parameters_by_prefix('').items()
               if name not in _ROS_BUILTIN}

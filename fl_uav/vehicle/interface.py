@@ -1,0 +1,96 @@
+"""The vehicle boundary: what the fleet needs from an autopilot, in ENU metres.
+
+Positions are ENU metres relative to a :class:`~fl_uav.world.geo.GeoOrigin` given to the
+implementation at construction; ``up_m`` is height above the origin's altitude. Yaw is ENU:
+radians counter-clockwise from east. Implementations convert to whatever the autopilot needs
+(geodetic, AMSL or relative-to-home altitudes, NED).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+
+class VehicleError(RuntimeError):
+    """A vehicle operation failed or timed out; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class PoseEnu:
+    """Vehicle position (ENU metres from the origin), yaw (ENU radians) and receive time."""
+
+    east_m: float
+    north_m: float
+    up_m: float
+    yaw_rad: float
+    stamp_s: float
+
+
+@dataclass(frozen=True)
+class BatteryStatus:
+    """Remaining charge as a fraction in [0, 1] and pack voltage."""
+
+    remaining_fraction: float
+    voltage_v: float
+
+
+@dataclass(frozen=True)
+class WaypointEnu:
+    """A position to fly to, ENU metres from the origin."""
+
+    east_m: float
+    north_m: float
+    up_m: float
+
+
+@dataclass(frozen=True)
+class MissionProgress:
+    """Mission progress: ``current`` items done out of ``total`` (finished when equal)."""
+
+    current: int
+    total: int
+
+
+ProgressCallback = Callable[[MissionProgress], None]
+
+
+@runtime_checkable
+class Vehicle(Protocol):
+    """An autopilot-controlled multirotor. Every method is a coroutine or async iterator.
+
+    Failures raise :class:`VehicleError`; operations that wait (take-off, go-to, missions,
+    landing) raise it on time-out as well.
+    """
+
+    async def connect(self, timeout_s: float) -> None:
+        """Connect and wait until the autopilot is healthy and has a home position."""
+
+    async def arm(self) -> None:
+        """Arm the motors; returns once the autopilot reports armed."""
+
+    async def takeoff(self, altitude_m: float) -> None:
+        """Take off to ``altitude_m`` (up, metres above the origin); returns at altitude."""
+
+    async def goto_enu(self, waypoint: WaypointEnu, speed_m_s: float) -> None:
+        """Fly straight to a position at a horizontal speed; returns on arrival."""
+
+    async def fly_waypoints(self, waypoints: Sequence[WaypointEnu], speed_m_s: float,
+                            on_progress: ProgressCallback | None = None) -> int:
+        """Fly the waypoints as one autopilot mission; returns the number reached."""
+
+    async def land(self) -> None:
+        """Land where the vehicle is; returns once landed and disarmed."""
+
+    async def return_to_launch(self) -> None:
+        """Fly home and land; returns once landed and disarmed."""
+
+    def poses(self) -> AsyncIterator[PoseEnu]:
+        """Stream of poses as telemetry arrives."""
+
+    def batteries(self) -> AsyncIterator[BatteryStatus]:
+        """Stream of battery states as telemetry arrives."""
+
+    async def close(self) -> None:
+        """Release the connection; the vehicle object cannot be used afterwards."""

@@ -1,0 +1,601 @@
+"""The Vehicle protocol on MAVSDK 4.x (native binding, ``mavsdk.asyncio``).
+
+One :class:`MavsdkVehicle` owns one ``Mavsdk`` instance and one autopilot. Telemetry streams run
+as background tasks for the vehicle's lifetime and fill a cache; every wait is a predicate on
+that cache with a time-out (MAVSDK getters only return the last cached value, and armed state and
+flight mode come from HEARTBEAT, so a single poll right after a command would be stale).
+
+All coroutines must run on one event loop (e.g. a :class:`~fl_uav.vehicle.runner.VehicleRunner`).
+MAVSDK's asyncio wrapper sends every blocking call through the loop's default executor; the
+first :meth:`MavsdkVehicle.connect` on a loop installs a larger one, because the default
+(min(32, cores + 4) workers) makes several vehicles queue behind each other's slow calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
+import mavsdk
+from mavsdk.asyncio import ComponentType, Configuration, Mavsdk, MavsdkError
+from mavsdk.asyncio.plugins.action import ActionAsync
+from mavsdk.asyncio.plugins.mission import MissionAsync, MissionItem, MissionPlan
+from mavsdk.asyncio.plugins.telemetry import TelemetryAsync
+
+from fl_uav.vehicle.interface import (
+    BatteryStatus,
+    MissionProgress,
+    PoseEnu,
+    ProgressCallback,
+    VehicleError,
+    WaypointEnu,
+)
+from fl_uav.vehicle.runner import ensure_executor
+from fl_uav.world.geo import GeoOrigin, enu_to_geodetic, geodetic_to_enu, yaw_ned_to_enu
+
+_log = logging.getLogger(__name__)
+_mavsdk_log = logging.getLogger('mavsdk')
+_mavsdk_log_forwarded = False
+
+# Conservative vehicle speeds used only to size default time-outs.
+_TIMEOUT_CLIMB_M_S = 1.0
+_TIMEOUT_DESCENT_M_S = 0.5
+_TIMEOUT_MARGIN_S = 30.0
+
+
+def forward_mavsdk_log() -> None:
+    """Send MAVSDK's own log lines (e.g. "sending again", "heartbeats timed out") to the
+    ``mavsdk`` Python logger instead of stdout. Process-wide; done once."""
+    global _mavsdk_log_forwarded
+    if _mavsdk_log_forwarded:
+        return
+    levels = {mavsdk.LogLevel.DEBUG: logging.DEBUG, mavsdk.LogLevel.INFO: logging.INFO,
+              mavsdk.LogLevel.WARN: logging.WARNING, mavsdk.LogLevel.ERROR: logging.ERROR}
+
+    def _forward(level, message: str, _file, _line) -> bool:
+        _mavsdk_log.log(levels.get(level, logging.INFO), '%s', message)
+        return True
+
+    mavsdk.log_subscribe(_forward)
+    _mavsdk_log_forwarded = True
+
+
+class _Telemetry:
+    """Latest telemetry of one vehicle plus a change signal for predicate waits."""
+
+    def __init__(self) -> None:
+        self.connected = False
+        self.health_ok = False
+        self.home_geodetic: tuple[float, float, float] | None = None
+        self.geodetic: tuple[float, float, float, float] | None = None
+        self.pose: PoseEnu | None = None
+        self.yaw_enu_rad = math.nan
+        self.armed: bool | None = None
+        self.in_air: bool | None = None
+        self.landed_state = ''
+        self.flight_mode = ''
+        self.battery: BatteryStatus | None = None
+        self.changed = asyncio.Event()
+
+    def notify(self) -> None:
+        """Wake every waiter (each waiter re-checks its predicate)."""
+        event, self.changed = self.changed, asyncio.Event()
+        event.set()
+
+
+class MavsdkVehicle:
+    """A PX4 multirotor reached through MAVSDK at ``url`` (e.g. ``udpin://127.0.0.1:14540``).
+
+    Positions are ENU metres relative to ``origin``. ``arrival_radius_m`` and
+    ``altitude_tolerance_m`` decide when a go-to or take-off has arrived. Waits without an
+    explicit ``timeout_s`` get one sized from the distance at conservative speeds.
+    ``forward_log`` routes MAVSDK's log to Python logging (see :func:`forward_mavsdk_log`).
+    """
+
+    def __init__(self, url: str, origin: GeoOrigin, *, ground_station: bool = False,
+                 arrival_radius_m: float = 1.0, altitude_tolerance_m: float = 0.5,
+                 command_timeout_s: float = 10.0, forward_log: bool = True) -> None:
+        if '://' not in url:
+            raise ValueError(f'url must look like udpin://127.0.0.1:14540, got {url!r}')
+        if arrival_radius_m <= 0.0 or altitude_tolerance_m <= 0.0:
+            raise ValueError('arrival_radius_m and altitude_tolerance_m must be > 0')
+        self.url = url
+        self.origin = origin
+        self.arrival_radius_m = arrival_radius_m
+        self.altitude_tolerance_m = altitude_tolerance_m
+        self.command_timeout_s = command_timeout_s
+        self.forward_log = forward_log
+        self._component_type = (ComponentType.GROUND_STATION if ground_station
+                                else ComponentType.COMPANION_COMPUTER)
+        self._mavsdk: Mavsdk | None = None
+        self._system = None
+        self._action: ActionAsync | None = None
+        self._telemetry: TelemetryAsync | None = None
+        self._mission: MissionAsync | None = None
+        self._t: _Telemetry | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._pose_queues: set[asyncio.Queue] = set()
+        self._battery_queues: set[asyncio.Queue] = set()
+        self._closed = False
+
+    # ----------------------------------------------------------------- connection
+
+    @property
+    def connected(self) -> bool:
+        """True once :meth:`connect` succeeded (and until :meth:`close`)."""
+        return self._t is not None and not self._closed
+
+    @property
+    def home_enu_m(self) -> tuple[float, float, float]:
+        """The autopilot's home position in the ENU frame."""
+        home = self._require().home_geodetic
+        if home is None:
+            raise VehicleError(f'{self.url}: home position unknown')
+        return geodetic_to_enu(self.origin, *home)
+
+    async def connect(self, timeout_s: float = 30.0) -> None:
+        """Connect, then wait for a healthy autopilot with a home position."""
+        if self._closed:
+            raise VehicleError(f'{self.url}: vehicle is closed')
+        if self._t is not None:
+            return
+        loop = asyncio.get_running_loop()
+        ensure_executor(loop)
+        if self.forward_log:
+            forward_mavsdk_log()
+        deadline_s = loop.time() + timeout_s
+        stage = 'opening the connection'
+        try:
+            self._mavsdk = Mavsdk(Configuration.create_with_component_type(self._component_type))
+            await asyncio.wait_for(self._mavsdk.add_any_connection(self.url), timeout_s)
+            stage = 'waiting for an autopilot heartbeat'
+            system = await self._mavsdk.first_autopilot(
+                timeout_s=max(0.1, deadline_s - loop.time()))
+            if system is None:
+                raise VehicleError(f'connect {self.url}: no autopilot heartbeat within '
+                                   f'{timeout_s:.1f} s')
+            self._system = system
+            self._action = ActionAsync(system)
+            self._telemetry = TelemetryAsync(system)
+            self._mission = MissionAsync(system)
+            self._t = _Telemetry()
+            self._start_streams()
+            stage = 'waiting for health checks and a home position'
+            seeder = asyncio.create_task(self._seed_from_getters())
+            try:
+                await self._wait_for(
+                    lambda t: t.health_ok and t.home_geodetic is not None and t.pose is not None,
+                    max(0.1, deadline_s - loop.time()), f'connect {self.url}')
+            finally:
+                seeder.cancel()
+        except VehicleError as exc:
+            detail = await self._health_detail() if stage.startswith('waiting for health') \
+                else ''
+            await self._teardown()
+            raise VehicleError(f'{exc}{detail}') from None
+        except (TimeoutError, MavsdkError, OSError) as exc:
+            await self._teardown()
+            raise VehicleError(f'connect {self.url}: failed while {stage}: '
+                               f'{exc or type(exc).__name__}') from exc
+        except BaseException:
+            await self._teardown()
+            raise
+        _log.info('%s: connected, home %s', self.url, self._t.home_geodetic)
+
+    async def _seed_from_getters(self, period_s: float = 0.1) -> None:
+        """Fill health and home from MAVSDK's cached getters.
+
+        Streams only report changes seen after subscribing: a home position or health state
+        that arrived during discovery would otherwise wait for the next periodic message.
+        """
+        t = self._t
+        while t.home_geodetic is None or not t.health_ok:
+            with contextlib.suppress(MavsdkError):
+                if not t.health_ok and await self._telemetry.health_all_ok():
+                    t.health_ok = True
+                    t.notify()
+                if t.home_geodetic is None:
+                    self._on_home(await self._telemetry.home())
+                    if t.home_geodetic is not None:
+                        t.notify()
+            await asyncio.sleep(period_s)
+
+    async def _health_detail(self) -> str:
+        if self._telemetry is None:
+            return ''
+        try:
+            health = await asyncio.wait_for(self._telemetry.health(), 2.0)
+        except (TimeoutError, MavsdkError):
+            return ''
+        failing = [name for name, value in vars(health).items() if value is False]
+        return f' (failing: {", ".join(failing)})' if failing else ''
+
+    def _require(self) -> _Telemetry:
+        if self._closed:
+            raise VehicleError(f'{self.url}: vehicle is closed')
+        if self._t is None:
+            raise VehicleError(f'{self.url}: not connected; call connect() first')
+        return self._t
+
+    # ----------------------------------------------------------------- telemetry streams
+
+    def _start_streams(self) -> None:
+        tel, system = self._telemetry, self._system
+        self._tasks = [
+            asyncio.create_task(self._consume(system.is_connected_state(), self._on_connected)),
+            asyncio.create_task(self._consume(tel.subscribe_health_all_ok(), self._on_health)),
+            asyncio.create_task(self._consume(tel.subscribe_home(), self._on_home)),
+            asyncio.create_task(self._consume(tel.subscribe_position(), self._on_position)),
+            asyncio.create_task(self._consume(tel.subscribe_attitude_euler(), self._on_attitude)),
+            asyncio.create_task(self._consume(tel.subscribe_armed(), self._on_armed)),
+            asyncio.create_task(self._consume(tel.subscribe_in_air(), self._on_in_air)),
+            asyncio.create_task(self._consume(tel.subscribe_landed_state(), self._on_landed)),
+            asyncio.create_task(self._consume(tel.subscribe_flight_mode(), self._on_mode)),
+            asyncio.create_task(self._consume(tel.subscribe_battery(), self._on_battery)),
+        ]
+
+    async def _consume(self, stream, handler: Callable[[object], None]) -> None:
+        async with contextlib.aclosing(stream):
+            async for value in stream:
+                try:
+                    handler(value)
+                except Exception:  # noqa: BLE001 - a bad sample must not end the stream
+                    _log.exception('%s: telemetry handler failed', self.url)
+                self._t.notify()
+
+    def _on_connected(self, connected: bool) -> None:
+        self._t.connected = bool(connected)
+        if not connected:
+            _log.warning('%s: autopilot link lost', self.url)
+
+    def _on_health(self, ok: bool) -> None:
+        self._t.health_ok = bool(ok)
+
+    def _on_home(self, home) -> None:
+        if math.isfinite(home.latitude_deg) and math.isfinite(home.longitude_deg):
+            self._t.home_geodetic = (home.latitude_deg, home.longitude_deg,
+                                     home.absolute_altitude_m)
+
+    def _on_position(self, pos) -> None:
+        if not (math.isfinite(pos.latitude_deg) and math.isfinite(pos.longitude_deg)):
+            return
+        t = self._t
+        t.geodetic = (pos.latitude_deg, pos.longitude_deg, pos.absolute_altitude_m,
+                      pos.relative_altitude_m)
+        east_m, north_m, up_m = geodetic_to_enu(self.origin, pos.latitude_deg,
+                                                pos.longitude_deg, pos.absolute_altitude_m)
+        yaw = t.yaw_enu_rad if math.isfinite(t.yaw_enu_rad) else 0.0
+        t.pose = PoseEnu(east_m, north_m, up_m, yaw, time.time())
+        _fan_out(self._pose_queues, t.pose)
+
+    def _on_attitude(self, euler) -> None:
+        if math.isfinite(euler.yaw_deg):
+            self._t.yaw_enu_rad = yaw_ned_to_enu(math.radians(euler.yaw_deg))
+
+    def _on_armed(self, armed: bool) -> None:
+        self._t.armed = bool(armed)
+
+    def _on_in_air(self, in_air: bool) -> None:
+        self._t.in_air = bool(in_air)
+
+    def _on_landed(self, state) -> None:
+        self._t.landed_state = state.name
+
+    def _on_mode(self, mode) -> None:
+        self._t.flight_mode = mode.name
+
+    def _on_battery(self, battery) -> None:
+        remaining = battery.remaining_percent / 100.0 if math.isfinite(
+            battery.remaining_percent) else math.nan
+        self._t.battery = BatteryStatus(remaining, battery.voltage_v)
+        _fan_out(self._battery_queues, self._t.battery)
+
+    async def _wait_for(self, predicate: Callable[[_Telemetry], bool], timeout_s: float,
+                        what: str) -> None:
+        """Return once ``predicate(telemetry)`` holds; VehicleError after ``timeout_s``."""
+        t = self._require()
+        loop = asyncio.get_running_loop()
+        deadline_s = loop.time() + timeout_s
+        while not predicate(t):
+            remaining_s = deadline_s - loop.time()
+            if remaining_s <= 0.0:
+                link = '' if t.connected else ' (autopilot link lost)'
+                raise VehicleError(f'{what}: timed out after {timeout_s:.1f} s{link}')
+            if self._closed:
+                raise VehicleError(f'{what}: vehicle closed while waiting')
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(t.changed.wait(), remaining_s)
+
+    # ----------------------------------------------------------------- geometry
+
+    def _pose(self) -> PoseEnu:
+        pose = self._require().pose
+        if pose is None:
+            raise VehicleError(f'{self.url}: no position telemetry yet')
+        return pose
+
+    def _home_up_m(self) -> float:
+        return self.home_enu_m[2]
+
+    def _at(self, waypoint: WaypointEnu) -> Callable[[_Telemetry], bool]:
+        def arrived(t: _Telemetry) -> bool:
+            pose = t.pose
+            return pose is not None and math.hypot(
+                pose.east_m - waypoint.east_m, pose.north_m - waypoint.north_m) <= (
+                self.arrival_radius_m) and abs(pose.up_m - waypoint.up_m) <= (
+                self.altitude_tolerance_m)
+        return arrived
+
+    @staticmethod
+    def _motion_timeout_s(horizontal_m: float, speed_m_s: float, climb_m: float = 0.0,
+                          descent_m: float = 0.0) -> float:
+        return (_TIMEOUT_MARGIN_S + 2.0 * horizontal_m / max(speed_m_s, 0.5)
+                + 2.0 * climb_m / _TIMEOUT_CLIMB_M_S + 2.0 * descent_m / _TIMEOUT_DESCENT_M_S)
+
+    # ----------------------------------------------------------------- actions
+
+    async def _call(self, what: str, make_call: Callable[[], Awaitable[object]],
+                    timeout_s: float | None = None) -> object:
+        """Await ``make_call()`` (a MAVSDK call), turning its errors into VehicleError."""
+        self._require()
+        timeout_s = timeout_s or self.command_timeout_s
+        try:
+            return await asyncio.wait_for(make_call(), timeout_s)
+        except MavsdkError as exc:
+            result = getattr(exc, 'result', None)
+            reason = result.name if result is not None else str(exc)
+            raise VehicleError(f'{self.url}: {what} refused by the autopilot: {reason}') from exc
+        except TimeoutError as exc:
+            raise VehicleError(f'{self.url}: {what}: no answer within '
+                               f'{timeout_s:.1f} s') from exc
+
+    async def arm(self) -> None:
+        """Arm; returns once HEARTBEAT reports armed."""
+        await self._call('arm', lambda: self._action.arm())
+        await self._wait_for(lambda t: t.armed is True, self.command_timeout_s,
+                             f'{self.url}: arm (waiting for the armed state)')
+
+    async def disarm(self) -> None:
+        """Disarm (on the ground); returns once HEARTBEAT reports disarmed."""
+        await self._call('disarm', lambda: self._action.disarm())
+        await self._wait_for(lambda t: t.armed is False, self.command_timeout_s,
+                             f'{self.url}: disarm (waiting for the disarmed state)')
+
+    async def takeoff(self, altitude_m: float, timeout_s: float | None = None) -> None:
+        """Take off to ``altitude_m`` above the origin; returns within tolerance of it."""
+        relative_m = altitude_m - self._home_up_m()
+        if not relative_m >= 1.0:
+            raise VehicleError(f'{self.url}: take-off altitude {altitude_m:.1f} m is less than '
+                               f'1 m above home ({self._home_up_m():.1f} m)')
+        await self._call('set take-off altitude',
+                         lambda: self._action.set_takeoff_altitude(relative_m))
+        await self._call('take-off', lambda: self._action.takeoff())
+        climb_m = max(0.0, altitude_m - self._pose().up_m)
+        timeout_s = timeout_s or self._motion_timeout_s(0.0, 1.0, climb_m=climb_m)
+        await self._wait_for(
+            lambda t: t.pose is not None and t.pose.up_m >= altitude_m - self.altitude_tolerance_m,
+            timeout_s, f'{self.url}: take-off to {altitude_m:.1f} m')
+
+    async def goto_enu(self, waypoint: WaypointEnu, speed_m_s: float,
+                       timeout_s: float | None = None) -> None:
+        """Fly to ``waypoint`` (Hold mode + DO_REPOSITION) at ``speed_m_s``; returns there."""
+        if not speed_m_s > 0.0:
+            raise VehicleError(f'{self.url}: speed must be > 0, got {speed_m_s}')
+        lat_deg, lon_deg, alt_amsl_m = enu_to_geodetic(self.origin, waypoint.east_m,
+                                                       waypoint.north_m, waypoint.up_m)
+        pose = self._pose()
+        await self._call('go-to', lambda: self._action.goto_location(
+            lat_deg, lon_deg, alt_amsl_m, math.nan))
+        # DO_CHANGE_SPEED after the reposition: PX4 applies it to the active set-point.
+        await self._call('set speed', lambda: self._action.set_current_speed(speed_m_s))
+        horizontal_m = math.hypot(waypoint.east_m - pose.east_m, waypoint.north_m - pose.north_m)
+        dz_m = waypoint.up_m - pose.up_m
+        timeout_s = timeout_s or self._motion_timeout_s(horizontal_m, speed_m_s,
+                                                        max(dz_m, 0.0), max(-dz_m, 0.0))
+        await self._wait_for(self._at(waypoint), timeout_s,
+                             f'{self.url}: go-to ({waypoint.east_m:.1f}, '
+                             f'{waypoint.north_m:.1f}, {waypoint.up_m:.1f})')
+
+    async def fly_waypoints(self, waypoints: Sequence[WaypointEnu], speed_m_s: float,
+                            on_progress: ProgressCallback | None = None,
+                            timeout_s: float | None = None) -> int:
+        """Upload the waypoints as a mission, run it and return the number of items reached.
+
+        Raises VehicleError if the upload is refused, the mission is interrupted (the
+        autopilot leaves Mission mode) or it does not finish within ``timeout_s``.
+        """
+        if not waypoints:
+            return 0
+        if not speed_m_s > 0.0:
+            raise VehicleError(f'{self.url}: speed must be > 0, got {speed_m_s}')
+        home_up_m = self._home_up_m()
+        items = []
+        for waypoint in waypoints:
+            lat_deg, lon_deg, _ = enu_to_geodetic(self.origin, waypoint.east_m,
+                                                  waypoint.north_m, waypoint.up_m)
+            items.append(MissionItem(
+                latitude_deg=lat_deg, longitude_deg=lon_deg,
+                relative_altitude_m=waypoint.up_m - home_up_m, speed_m_s=speed_m_s,
+                is_fly_through=True, acceptance_radius_m=self.arrival_radius_m,
+                vehicle_action=MissionItem.VehicleAction.NONE))
+        total = len(items)
+        progress: list[MissionProgress] = []
+        state = {'fresh': False, 'mode_seen': False}
+
+        def on_mission_progress(value) -> None:
+            current = MissionProgress(int(value.current), int(value.total))
+            if current.total != total:
+                return
+            if current.current < current.total:
+                state['fresh'] = True
+            if not state['fresh'] or (progress and progress[-1] == current):
+                return
+            progress.append(current)
+            if on_progress is not None:
+                try:
+                    on_progress(current)
+                except Exception:  # noqa: BLE001 - the caller's callback must not abort
+                    _log.exception('%s: on_progress callback failed', self.url)
+
+        watcher = asyncio.create_task(self._consume(self._mission.subscribe_mission_progress(),
+                                                    on_mission_progress))
+        try:
+            await self._call('disable RTL after mission',
+                             lambda: self._mission.set_return_to_launch_after_mission(False))
+            await self._call(f'mission upload ({total} items)',
+                             lambda: self._mission.upload_mission(MissionPlan(items)),
+                             timeout_s=self.command_timeout_s + 0.5 * total)
+            await self._call('mission start', lambda: self._mission.start_mission())
+            path_m = _path_length_m(self._pose(), waypoints)
+            timeout_s = timeout_s or self._motion_timeout_s(path_m, speed_m_s,
+                                                            climb_m=_climb_m(waypoints))
+
+            def finished(t: _Telemetry) -> bool:
+                if t.flight_mode == 'MISSION':
+                    state['mode_seen'] = True
+                done = bool(progress) and progress[-1].current >= total
+                if not done and state['mode_seen'] and t.flight_mode not in ('MISSION', ''):
+                    reached = progress[-1].current if progress else 0
+                    raise VehicleError(f'{self.url}: mission interrupted after {reached} of '
+                                       f'{total} items (mode {t.flight_mode})')
+                return done
+
+            await self._wait_for(finished, timeout_s,
+                                 f'{self.url}: mission of {total} waypoints')
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+        # The autopilot reports the last item once inside its acceptance radius, then holds
+        # at the item itself: return when the vehicle is there.
+        last = waypoints[-1]
+        try:
+            await self._wait_for(self._at(last), self._motion_timeout_s(
+                self.arrival_radius_m + 5.0, 1.0), f'{self.url}: settling at the last waypoint')
+        except VehicleError as exc:
+            _log.warning('%s', exc)
+        return min(progress[-1].current, total)
+
+    async def land(self, timeout_s: float | None = None) -> None:
+        """Land here; returns once on the ground and disarmed."""
+        height_m = max(0.0, self._pose().up_m - self._home_up_m())
+        await self._call('land', lambda: self._action.land())
+        timeout_s = timeout_s or self._motion_timeout_s(0.0, 1.0, descent_m=height_m)
+        await self._wait_for(lambda t: t.armed is False and t.landed_state == 'ON_GROUND',
+                             timeout_s, f'{self.url}: landing')
+
+    async def return_to_launch(self, timeout_s: float | None = None) -> None:
+        """Fly home (RTL) and land; returns once on the ground and disarmed."""
+        pose = self._pose()
+        home_e, home_n, home_up = self.home_enu_m
+        distance_m = math.hypot(pose.east_m - home_e, pose.north_m - home_n)
+        height_m = max(0.0, pose.up_m - home_up)
+        await self._call('return to launch', lambda: self._action.return_to_launch())
+        # RTL may first climb to RTL_RETURN_ALT (often 60 m), then descend all of it.
+        timeout_s = timeout_s or self._motion_timeout_s(distance_m, 5.0, climb_m=60.0,
+                                                        descent_m=height_m + 60.0)
+        await self._wait_for(lambda t: t.armed is False and t.landed_state == 'ON_GROUND',
+                             timeout_s, f'{self.url}: return to launch')
+
+    # ----------------------------------------------------------------- streams for callers
+
+    async def poses(self) -> AsyncIterator[PoseEnu]:
+        """Yield every position update as a PoseEnu (ends when the vehicle is closed)."""
+        self._require()
+        async for pose in self._subscribe(self._pose_queues):
+            yield pose
+
+    async def batteries(self) -> AsyncIterator[BatteryStatus]:
+        """Yield every battery update (ends when the vehicle is closed)."""
+        self._require()
+        async for battery in self._subscribe(self._battery_queues):
+            yield battery
+
+    async def _subscribe(self, queues: set[asyncio.Queue]):
+        queue: asyncio.Queue = asyncio.Queue(maxsize=32)
+        queues.add(queue)
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                yield item
+        finally:
+            queues.discard(queue)
+
+    @property
+    def latest_pose(self) -> PoseEnu | None:
+        """The last pose received, or None."""
+        return self._t.pose if self._t is not None else None
+
+    @property
+    def latest_battery(self) -> BatteryStatus | None:
+        """The last battery state received, or None."""
+        return self._t.battery if self._t is not None else None
+
+    # ----------------------------------------------------------------- shutdown
+
+    async def close(self) -> None:
+        """Stop telemetry, end the pose/battery iterators and destroy the MAVSDK instance."""
+        if self._closed:
+            return
+        self._closed = True
+        await self._teardown()
+
+    async def _teardown(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        for queue in list(self._pose_queues) + list(self._battery_queues):
+            _put_latest(queue, None)
+        for plugin in (self._action, self._telemetry, self._mission):
+            if plugin is not None:
+                with contextlib.suppress(Exception):
+                    plugin.destroy()
+        self._action = self._telemetry = self._mission = None
+        self._system = None
+        if self._mavsdk is not None:
+            mavsdk_instance, self._mavsdk = self._mavsdk, None
+            await asyncio.get_running_loop().run_in_executor(None, mavsdk_instance.destroy)
+        if self._t is not None:
+            self._t.notify()
+        if not self._closed:
+            # A failed connect leaves the vehicle ready for another connect().
+            self._t = None
+
+
+def _fan_out(queues: set[asyncio.Queue], item: object) -> None:
+    for queue in list(queues):
+        _put_latest(queue, item)
+
+
+def _put_latest(queue: asyncio.Queue, item: object) -> None:
+    """Put without blocking; a slow consumer loses its oldest items, not the newest."""
+    while True:
+        try:
+            queue.put_nowait(item)
+            return
+        except asyncio.QueueFull:
+            with contextlib.suppress(asyncio.QueueEmpty):
+                queue.get_nowait()
+
+
+def _path_length_m(start: PoseEnu, waypoints: Sequence[WaypointEnu]) -> float:
+    length_m = 0.0
+    east_m, north_m = start.east_m, start.north_m
+    for waypoint in waypoints:
+        length_m += math.hypot(waypoint.east_m - east_m, waypoint.north_m - north_m)
+        east_m, north_m = waypoint.east_m, waypoint.north_m
+    return length_m
+
+
+def _climb_m(waypoints: Sequence[WaypointEnu]) -> float:
+    ups = [w.up_m for w in waypoints]
+    return max(ups) - min(ups) if ups else 0.0

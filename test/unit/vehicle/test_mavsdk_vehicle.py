@@ -1,0 +1,188 @@
+"""MavsdkVehicle driving the embedded PX4 simulator through the unmodified MAVSDK 4.x client."""
+
+import asyncio
+import math
+
+import pytest
+
+from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig, AutopilotSimThread
+from fl_uav.vehicle.interface import MissionProgress, Vehicle, VehicleError, WaypointEnu
+from fl_uav.vehicle.mavsdk_vehicle import MavsdkVehicle
+from fl_uav.world.geo import GeoOrigin
+
+TIME_FACTOR = 10.0
+
+
+@pytest.fixture
+def sim_factory(port_base):
+    """Start a simulator in a thread on free ports; stopped after the test."""
+    handles = []
+
+    def _start(**overrides) -> tuple[AutopilotSim, AutopilotSimThread]:
+        settings = {'num_vehicles': 1, 'remote_base_port': port_base,
+                    'bind_base_port': port_base + 1000, 'time_factor': TIME_FACTOR,
+                    'rtl_return_alt_m': 15.0, 'heartbeat_rate_hz': 2.0, **overrides}
+        sim = AutopilotSim(AutopilotSimConfig(**settings))
+        handles.append(sim.run_in_thread())
+        return sim, handles[-1]
+
+    yield _start
+    for handle in handles:
+        handle.stop()
+
+
+def _url(sim: AutopilotSim, index: int) -> str:
+    return f'udpin://127.0.0.1:{sim.config.remote_base_port + index}'
+
+
+async def _first(stream, predicate=lambda _: True, timeout_s: float = 5.0):
+    async def _take():
+        async for item in stream:
+            if predicate(item):
+                return item
+    try:
+        return await asyncio.wait_for(_take(), timeout_s)
+    finally:
+        await stream.aclose()
+
+
+async def _until(predicate, poll_s: float = 0.02) -> None:
+    while not predicate():
+        await asyncio.sleep(poll_s)
+
+
+@pytest.mark.timeout(60)
+def test_full_flight_connect_to_landing(sim_factory):
+    # Prepare
+    sim, _ = sim_factory()
+    truth = sim.vehicles[0]
+    waypoints = [WaypointEnu(40.0, 30.0, 10.0), WaypointEnu(40.0, -10.0, 15.0),
+                 WaypointEnu(-10.0, -20.0, 12.0)]
+    progress: list[MissionProgress] = []
+
+    async def scenario():
+        vehicle = MavsdkVehicle(_url(sim, 0), sim.config.origin)
+        assert isinstance(vehicle, Vehicle)
+        try:
+            await vehicle.connect(timeout_s=15.0)
+            home = vehicle.home_enu_m
+            await vehicle.arm()
+            await vehicle.takeoff(10.0)
+            at_altitude = truth.position_enu_m
+            await vehicle.goto_enu(WaypointEnu(20.0, 30.0, 12.0), speed_m_s=8.0)
+            after_goto = truth.position_enu_m
+            pose = await _first(vehicle.poses())
+            battery = await _first(vehicle.batteries())
+            reached = await vehicle.fly_waypoints(waypoints, speed_m_s=10.0,
+                                                  on_progress=progress.append)
+            after_mission = truth.position_enu_m
+            await vehicle.return_to_launch()
+            return home, at_altitude, after_goto, pose, battery, reached, after_mission
+        finally:
+            await vehicle.close()
+
+    # Execute
+    home, at_altitude, after_goto, pose, battery, reached, after_mission = asyncio.run(scenario())
+    # Assert
+    assert home == pytest.approx((0.0, 0.0, 0.0), abs=0.01)
+    assert at_altitude[2] == pytest.approx(10.0, abs=0.5)
+    assert math.dist(after_goto, (20.0, 30.0, 12.0)) < 1.0
+    assert math.dist((pose.east_m, pose.north_m, pose.up_m), (20.0, 30.0, 12.0)) < 1.0
+    assert -math.pi <= pose.yaw_rad <= math.pi
+    assert 0.9 < battery.remaining_fraction <= 1.0 and battery.voltage_v > 14.0
+    assert reached == 3
+    assert progress[-1] == MissionProgress(3, 3)
+    assert [p.current for p in progress] == sorted(p.current for p in progress)
+    assert math.dist(after_mission, (-10.0, -20.0, 12.0)) < 1.0
+    # 3 waypoints are 6 MAVLink items (NAV_WAYPOINT + DO_CHANGE_SPEED each).
+    assert len(truth.mission_items_reached) == 6
+    assert not truth.armed and truth.position_enu_m == pytest.approx((0.0, 0.0, 0.0), abs=0.01)
+    events = [e['event'] for e in sim.events_of(0)]
+    for earlier, later in [('armed', 'takeoff'), ('takeoff', 'mission_uploaded'),
+                           ('mission_uploaded', 'mission_complete'), ('mission_complete', 'rtl'),
+                           ('rtl', 'landed'), ('landed', 'disarmed')]:
+        assert events.index(earlier) < events.index(later), (earlier, later)
+
+
+@pytest.mark.timeout(60)
+def test_three_vehicles_fly_missions_at_once(sim_factory):
+    # Prepare
+    sim, _ = sim_factory(num_vehicles=3)
+
+    async def fly(index: int) -> tuple[int, tuple[float, float, float]]:
+        vehicle = MavsdkVehicle(_url(sim, index), sim.config.origin)
+        try:
+            await vehicle.connect(timeout_s=15.0)
+            home_e, home_n, _ = vehicle.home_enu_m
+            await vehicle.arm()
+            await vehicle.takeoff(8.0)
+            reached = await vehicle.fly_waypoints(
+                [WaypointEnu(home_e, home_n + 30.0, 8.0), WaypointEnu(home_e + 5.0, home_n, 8.0)],
+                speed_m_s=10.0)
+            await vehicle.land()
+            return reached, sim.vehicles[index].position_enu_m
+        finally:
+            await vehicle.close()
+
+    async def fly_all():
+        return await asyncio.gather(*(fly(i) for i in range(3)))
+
+    # Execute
+    results = asyncio.run(fly_all())
+    # Assert
+    for index, (reached, position) in enumerate(results):
+        home_e, home_n = sim.config.home_enu_m(index)
+        assert reached == 2
+        assert position == pytest.approx((home_e + 5.0, home_n, 0.0), abs=0.5)
+        assert not sim.vehicles[index].armed
+
+
+@pytest.mark.timeout(30)
+def test_connect_times_out_with_a_clear_error(port_base):
+    async def connect():
+        vehicle = MavsdkVehicle(f'udpin://127.0.0.1:{port_base}', GeoOrigin())
+        try:
+            await vehicle.connect(timeout_s=1.0)
+        finally:
+            await vehicle.close()
+
+    with pytest.raises(VehicleError, match='no autopilot heartbeat within 1.0 s'):
+        asyncio.run(connect())
+
+
+@pytest.mark.timeout(30)
+def test_refusals_and_interruptions_raise_vehicle_errors(sim_factory):
+    # Prepare: vehicle 0 has a low battery; vehicle 1 is fine.
+    sim, handle = sim_factory(num_vehicles=2)
+    handle.call(lambda: setattr(sim.vehicles[0].battery, 'energy_wh',
+                                0.1 * sim.config.battery_capacity_wh))
+
+    async def scenario():
+        low = MavsdkVehicle(_url(sim, 0), sim.config.origin)
+        good = MavsdkVehicle(_url(sim, 1), sim.config.origin)
+        try:
+            await asyncio.gather(low.connect(15.0), good.connect(15.0))
+            with pytest.raises(VehicleError, match='arm refused.*COMMAND_DENIED'):
+                await low.arm()
+            await good.arm()
+            await good.takeoff(5.0)
+            mission = asyncio.ensure_future(good.fly_waypoints(
+                [WaypointEnu(10.0, 300.0, 5.0)], speed_m_s=5.0))
+            await asyncio.wait_for(_until(lambda: sim.vehicles[1].mode.value == 'mission'),
+                                   10.0)
+            handle.call(sim.vehicles[1].return_to_launch)
+            with pytest.raises(VehicleError, match='mission interrupted'):
+                await mission
+        finally:
+            await asyncio.gather(low.close(), good.close())
+
+    # Execute / Assert
+    asyncio.run(scenario())
+
+
+def test_operations_before_connect_raise():
+    vehicle = MavsdkVehicle('udpin://127.0.0.1:14999', GeoOrigin())
+    with pytest.raises(VehicleError, match='not connected'):
+        asyncio.run(vehicle.arm())
+    with pytest.raises(ValueError, match='url'):
+        MavsdkVehicle('127.0.0.1:14540', GeoOrigin())
