@@ -7,13 +7,13 @@ set comes from fl_uav.sim.launch_plan.fleet_plan, the same function `fl-uav sim`
 from pathlib import Path
 
 from ament_index_python.packages import get_package_share_directory
-from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch_ros.actions import Node
 
 from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.sim.launch_plan import PACKAGE, fleet_plan, merged_parameters, write_params_file
+from launch import LaunchDescription
 
 
 def _nodes(context):

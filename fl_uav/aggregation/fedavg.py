@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fl_uav.aggregation.strategy import (AggregateResult, ClientUpdate, Strategy, Weights,
-                                         weighted_mean_delta)
+from fl_uav.aggregation.strategy import (
+    AggregateResult,
+    ClientUpdate,
+    Strategy,
+    Weights,
+    weighted_mean_delta,
+)
 
 
 class FedAvg(Strategy):

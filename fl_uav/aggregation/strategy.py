@@ -54,7 +54,7 @@ class Strategy(ABC):
         """Checkpointable strategy state (stateless by default)."""
         return {}
 
-    def load_state_dict(self, state: Mapping) -> None:
+    def load_state_dict(self, state: Mapping) -> None:  # noqa: B027 (optional hook)
         """Restore :meth:`state_dict`."""
 
 

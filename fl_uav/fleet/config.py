@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from fl_uav.aggregation import STRATEGY_NAMES
 from fl_uav.learning.buffer import BufferConfig
 from fl_uav.learning.models import MODEL_NAMES
+from fl_uav.learning.training import OPTIMIZERS
 from fl_uav.planning.coverage import CoverageConfig
 from fl_uav.sim.autopilot import AutopilotSimConfig
 from fl_uav.world.camera import CameraConfig
@@ -23,8 +24,9 @@ class LearningConfig:
 
     model: architecture name; input_px: side of the model input (camera frames are resized);
     init_seed: seed of the initial global model; local_epochs, batch_size, lr, momentum,
-    weight_decay, max_steps: local SGD; min_samples_to_train: a drone with fewer buffered
-    samples uploads an empty update instead of training.
+    weight_decay, max_steps, optimizer ('sgd' | 'adam'): local training; lr_decay: the local
+    learning rate in round r is lr · lr_decay^(r-1); min_samples_to_train: a drone with fewer
+    buffered samples uploads an empty update instead of training.
     """
 
     model: str = 'small_cnn'
@@ -38,14 +40,21 @@ class LearningConfig:
     max_steps: int = 0
     min_samples_to_train: int = 16
     torch_threads: int = 1
+    optimizer: str = 'sgd'
+    lr_decay: float = 1.0
 
     def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f'optimizer {self.optimizer!r} unknown; choices: '
+                             f'{", ".join(OPTIMIZERS)}')
         if self.model not in MODEL_NAMES:
             raise ValueError(f'model {self.model!r} unknown; choices: {", ".join(MODEL_NAMES)}')
         if self.input_px not in (16, 32, 64):
             raise ValueError(f'input_px must be one of 16, 32, 64, got {self.input_px}')
         if self.min_samples_to_train < 1:
             raise ValueError(f'min_samples_to_train must be >= 1, got {self.min_samples_to_train}')
+        if not (0.0 < self.lr_decay <= 1.0):
+            raise ValueError(f'lr_decay must be in (0, 1], got {self.lr_decay}')
         if self.torch_threads < 1:
             raise ValueError(f'torch_threads must be >= 1, got {self.torch_threads}')
 
@@ -83,7 +92,8 @@ class RoundConfig:
         if self.num_rounds < 1:
             raise ValueError(f'num_rounds must be >= 1, got {self.num_rounds}')
         if self.deadline_s <= 0 or self.first_round_extra_s < 0 or self.start_timeout_s <= 0:
-            raise ValueError('deadline_s and start_timeout_s must be > 0, first_round_extra_s >= 0')
+            raise ValueError('deadline_s and start_timeout_s must be > 0, '
+                             'first_round_extra_s >= 0')
         if self.eval_samples < 10:
             raise ValueError(f'eval_samples must be >= 10, got {self.eval_samples}')
 

@@ -8,6 +8,7 @@ encodes the update. The ROS node feeds it messages and flies the plan through th
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import threading
 import time
 from collections import deque
@@ -17,15 +18,26 @@ import cv2
 import numpy as np
 import torch
 
-from fl_uav.compression.codec import (GROUND_STATION_ID, DecodeLimits, FrameError, FrameKind,
-                                      decode_frame, encode_frame)
+from fl_uav.compression.codec import (
+    GROUND_STATION_ID,
+    DecodeLimits,
+    FrameError,
+    FrameKind,
+    decode_frame,
+    encode_frame,
+)
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.messages import FinishCommand, PoseSample, RoundTask
 from fl_uav.learning.buffer import OnboardBuffer
 from fl_uav.learning.models import build_model
 from fl_uav.learning.training import TrainConfig, train_local
-from fl_uav.learning.weights import (architecture_fingerprint, get_weights, set_weights,
-                                     subtract, weight_shapes)
+from fl_uav.learning.weights import (
+    architecture_fingerprint,
+    get_weights,
+    set_weights,
+    subtract,
+    weight_shapes,
+)
 from fl_uav.planning.coverage import PlanWaypoint
 from fl_uav.world.dataset import to_model_input
 from fl_uav.world.labeler import MapLabeler
@@ -69,7 +81,8 @@ class DroneAgent:
         self._train_config = TrainConfig(
             local_epochs=config.learning.local_epochs, batch_size=config.learning.batch_size,
             lr=config.learning.lr, momentum=config.learning.momentum,
-            weight_decay=config.learning.weight_decay, max_steps=config.learning.max_steps)
+            weight_decay=config.learning.weight_decay, max_steps=config.learning.max_steps,
+            optimizer=config.learning.optimizer)
 
     # --- sensing -------------------------------------------------------------------------
     def on_pose(self, pose: PoseSample) -> None:
@@ -160,7 +173,9 @@ class DroneAgent:
         delta = {name: np.zeros_like(w) for name, w in task.weights.items()}
         if len(images) >= self.config.learning.min_samples_to_train:
             inputs = to_model_input(images, self.config.learning.input_px)
-            result = train_local(self._model, inputs, labels, self._train_config,
+            lr = self.config.learning.lr * self.config.learning.lr_decay ** (task.round_index - 1)
+            result = train_local(self._model, inputs, labels,
+                                 dataclasses.replace(self._train_config, lr=lr),
                                  seed=hash((self.drone_id, task.round_index)) & 0xFFFFFFFF)
             delta = subtract(get_weights(self._model), task.weights)
             steps, loss, num_samples = result.steps, result.mean_loss, len(images)

@@ -79,7 +79,7 @@ class DronePilot:
         try:
             reached = await self.fly_plan(task)
             self.agent.waypoints_reached += reached
-        except (VehicleError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, VehicleError) as exc:
             self.state.last_error = f'round {task.round_index}: {exc}'
             _log.warning('flight failed in round %d: %s', task.round_index, exc)
         loop = asyncio.get_running_loop()

@@ -18,13 +18,24 @@ import numpy as np
 import torch
 
 from fl_uav.aggregation import ClientUpdate, build_strategy
-from fl_uav.compression.codec import (GROUND_STATION_ID, DecodeLimits, FrameError, FrameKind,
-                                      decode_frame, encode_frame)
+from fl_uav.compression.codec import (
+    GROUND_STATION_ID,
+    DecodeLimits,
+    FrameError,
+    FrameKind,
+    decode_frame,
+    encode_frame,
+)
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.learning.models import build_model
 from fl_uav.learning.training import evaluate
-from fl_uav.learning.weights import (Weights, architecture_fingerprint, get_weights,
-                                     set_weights, weight_shapes)
+from fl_uav.learning.weights import (
+    Weights,
+    architecture_fingerprint,
+    get_weights,
+    set_weights,
+    weight_shapes,
+)
 from fl_uav.planning.coverage import PlanWaypoint, coverage_plan
 from fl_uav.world.landcover import CLASS_NAMES
 
@@ -54,6 +65,7 @@ class RoundRecord:
     samples: dict[int, int]
     samples_collected: dict[int, int]
     waypoints_reached: dict[int, int]
+    waypoints_planned: dict[int, int]
     rejected: dict[str, int]
     opened_s: float
     closed_s: float
@@ -64,7 +76,7 @@ class RoundRecord:
         """JSON-ready dict (keys of per-drone maps as strings)."""
         out = asdict(self)
         for key in ('bytes_up', 'train_loss', 'samples', 'samples_collected',
-                    'waypoints_reached'):
+                    'waypoints_reached', 'waypoints_planned'):
             out[key] = {str(k): v for k, v in out[key].items()}
         return out
 
@@ -74,6 +86,7 @@ class _OpenRound:
     index: int
     opened_s: float
     deadline_s: float
+    plan_lengths: dict[int, int] = field(default_factory=dict)
     updates: dict[int, ClientUpdate] = field(default_factory=dict)
     bytes_up: dict[int, int] = field(default_factory=dict)
     bytes_down: int = 0
@@ -155,7 +168,8 @@ class GroundStation:
                              {'deadline_s': duration, 'num_rounds':
                               self.config.rounds.num_rounds,
                               'knobs': {str(d): k for d, k in knobs.items()}})
-        self._round = _OpenRound(index, now_s, now_s + duration, bytes_down=len(frame))
+        self._round = _OpenRound(index, now_s, now_s + duration, bytes_down=len(frame),
+                                 plan_lengths={d: len(p) for d, p in plans.items()})
         return RoundOpening(index, frame, plans, now_s + duration)
 
     def receive_update(self, data: bytes) -> UpdateVerdict:
@@ -222,6 +236,7 @@ class GroundStation:
                                for u in updates},
             waypoints_reached={u.sender: int(u.metrics.get('waypoints_reached', 0))
                                for u in updates},
+            waypoints_planned=dict(r.plan_lengths),
             rejected=dict(r.rejected), opened_s=r.opened_s, closed_s=now_s,
             aggregate_seconds=time.perf_counter() - start, empty=result.empty)
         self.records.append(record)

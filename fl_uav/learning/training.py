@@ -14,12 +14,16 @@ class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or infinite loss."""
 
 
+OPTIMIZERS = ('sgd', 'adam')
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     """Local training hyper-parameters.
 
     local_epochs: passes over the onboard buffer per round.
     max_steps: cap on SGD steps per round (0 = no cap).
+    optimizer: 'sgd' (with momentum) or 'adam' (state reset every round).
     """
 
     local_epochs: int = 2
@@ -28,8 +32,12 @@ class TrainConfig:
     momentum: float = 0.9
     weight_decay: float = 0.0
     max_steps: int = 0
+    optimizer: str = 'sgd'
 
     def __post_init__(self) -> None:
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f'optimizer {self.optimizer!r} unknown; choices: '
+                             f'{", ".join(OPTIMIZERS)}')
         if self.local_epochs < 1:
             raise ValueError(f'local_epochs must be >= 1, got {self.local_epochs}')
         if self.batch_size < 1:
@@ -60,8 +68,12 @@ def train_local(model: nn.Module, inputs: np.ndarray, labels: np.ndarray, config
         return TrainResult(steps=0, samples_seen=0, mean_loss=float('nan'))
     x_all = torch.from_numpy(np.ascontiguousarray(inputs, dtype=np.float32))
     y_all = torch.from_numpy(np.ascontiguousarray(labels, dtype=np.int64))
-    optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
-                                weight_decay=config.weight_decay)
+    if config.optimizer == 'adam':
+        optimizer = torch.optim.Adam(model.parameters(), lr=config.lr,
+                                     weight_decay=config.weight_decay)
+    else:
+        optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
+                                    weight_decay=config.weight_decay)
     loss_fn = nn.CrossEntropyLoss()
     rng = np.random.default_rng(seed)
     model.train()

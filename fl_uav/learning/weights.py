@@ -29,7 +29,8 @@ def set_weights(model: nn.Module, weights: Weights) -> None:
     for name, tensor in state.items():
         array = np.asarray(weights[name])
         if tuple(array.shape) != tuple(tensor.shape):
-            raise ValueError(f'weight {name!r}: shape {array.shape} != model {tuple(tensor.shape)}')
+            raise ValueError(f'weight {name!r}: shape {array.shape} != model '
+                             f'{tuple(tensor.shape)}')
         new_state[name] = torch.from_numpy(np.array(array, dtype=np.float32)).to(tensor.dtype)
     model.load_state_dict(new_state)
 

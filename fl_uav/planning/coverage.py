@@ -34,14 +34,20 @@ class CoverageConfig:
     leg_spacing_m: distance between lawnmower legs (about one camera footprint).
     altitude_m: flight altitude above the origin.
     margin_m: keep-out distance from the world edge (the geofence is the world less this margin).
+    assignment: 'fixed' (drone i always sweeps sector i) or 'rotating' (sector (i + round) mod N,
+        so over rounds every drone surveys every sector).
     """
 
     box_m: float = 160.0
     leg_spacing_m: float = 40.0
     altitude_m: float = 30.0
     margin_m: float = 10.0
+    assignment: str = 'rotating'
 
     def __post_init__(self) -> None:
+        if self.assignment not in SECTOR_ASSIGNMENTS:
+            raise ValueError(f'assignment {self.assignment!r} unknown; choices: '
+                             f'{", ".join(SECTOR_ASSIGNMENTS)}')
         if self.box_m <= 0:
             raise ValueError(f'box_m must be > 0, got {self.box_m}')
         if not (0 < self.leg_spacing_m <= self.box_m):
@@ -52,6 +58,7 @@ class CoverageConfig:
             raise ValueError(f'margin_m must be >= 0, got {self.margin_m}')
 
 
+SECTOR_ASSIGNMENTS = ('fixed', 'rotating')
 Box = tuple[float, float, float, float]  # east_min, north_min, east_max, north_max
 
 
@@ -77,14 +84,18 @@ def lawnmower(box: Box, leg_spacing_m: float, altitude_m: float) -> list[PlanWay
     for leg in range(legs):
         east = min(east_min + leg * leg_spacing_m, east_max)
         ends = (north_min, north_max) if leg % 2 == 0 else (north_max, north_min)
-        points += [PlanWaypoint(east, ends[0], altitude_m), PlanWaypoint(east, ends[1], altitude_m)]
+        points += [PlanWaypoint(east, ends[0], altitude_m),
+                   PlanWaypoint(east, ends[1], altitude_m)]
     return points
 
 
 def coverage_plan(drone_id: int, num_drones: int, round_index: int, world_size_m: float,
                   config: CoverageConfig, seed: int) -> list[PlanWaypoint]:
     """The round's sweep for one drone: a box drawn at random inside its sector."""
-    sector = sector_of(drone_id, num_drones, world_size_m, config.margin_m)
+    sector_id = drone_id
+    if config.assignment == 'rotating':
+        sector_id = (drone_id + round_index - 1) % num_drones
+    sector = sector_of(sector_id, num_drones, world_size_m, config.margin_m)
     east_min, north_min, east_max, north_max = sector
     side_e = min(config.box_m, east_max - east_min)
     side_n = min(config.box_m, north_max - north_min)

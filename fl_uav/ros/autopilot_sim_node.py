@@ -42,9 +42,10 @@ class AutopilotSimNode(Node):
                                             names.TELEMETRY_QOS)
                       for d in range(cfg.num_drones)]
         self.create_timer(1.0 / self.own['ground_truth_rate_hz'], self._publish_truth)
+        last_port = cfg.flight.port_base + cfg.num_drones - 1
         self.get_logger().info(f'autopilot sim: {cfg.num_drones} vehicles, MAVLink to ports '
-                               f'{cfg.flight.port_base}..{cfg.flight.port_base + cfg.num_drones - 1}'
-                               f', time factor {sim_config.time_factor}')
+                               f'{cfg.flight.port_base}..{last_port}, '
+                               f'time factor {sim_config.time_factor}')
 
     def _publish_truth(self) -> None:
         now = self.get_clock().now().nanoseconds * 1e-9

@@ -19,8 +19,15 @@ from fl_uav.fleet.drone_pilot import DronePilot
 from fl_uav.fleet.messages import FinishCommand, PoseSample, RoundTask
 from fl_uav.fleet.world_setup import map_labeler
 from fl_uav.ros import names
-from fl_uav.ros.conversions import (ImageFormatError, battery_to_msg, bytes_to_msg,
-                                    image_to_rgb, msg_to_bytes, pose_to_msg, stamp_to_s)
+from fl_uav.ros.conversions import (
+    ImageFormatError,
+    battery_to_msg,
+    bytes_to_msg,
+    image_to_rgb,
+    msg_to_bytes,
+    pose_to_msg,
+    stamp_to_s,
+)
 from fl_uav.ros.params import declare_config
 from fl_uav.vehicle.mavsdk_vehicle import MavsdkVehicle
 from fl_uav.vehicle.runner import VehicleRunner

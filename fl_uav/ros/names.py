@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from rclpy.qos import (DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy,
-                       qos_profile_sensor_data)
+from rclpy.qos import (
+    DurabilityPolicy,
+    HistoryPolicy,
+    QoSProfile,
+    ReliabilityPolicy,
+    qos_profile_sensor_data,
+)
 
 GLOBAL_MODEL_TOPIC = '/fl/global_model'
 UPDATES_TOPIC = '/fl/updates'

@@ -132,6 +132,8 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
             'mission_items_reached': kinds.count('mission_item_reached'),
             'missions_completed': kinds.count('mission_complete'),
             'waypoints_reached': last['waypoints_reached'][str(d)] if last else 0,
+            'waypoints_planned': sum(r.get('waypoints_planned', {}).get(str(d), 0)
+                                     for r in rounds),
             'samples_collected': last['samples_collected'][str(d)] if last else 0,
             'rounds_participated': sum(d in r.get('participants', []) for r in rounds),
         }

@@ -6,6 +6,7 @@ launcher (:mod:`fl_uav.sim.launcher`) starts the same specs as processes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,8 +42,15 @@ class NodeSpec:
             args += ['-r', f'__ns:={self.namespace}']
         args += ['--params-file', str(params_file)]
         for key, value in self.parameters.items():
-            args += ['-p', f'{key}:={yaml.safe_dump(value, default_flow_style=True).strip()}']
+            args += ['-p', f'{key}:={_param_text(value)}']
         return args
+
+
+def _param_text(value: Any) -> str:
+    """A value as ROS parses ``-p key:=value`` (YAML): JSON scalars, plain strings."""
+    if isinstance(value, str):
+        return value if value else "''"
+    return json.dumps(value)
 
 
 def merged_parameters(config_files: Sequence[str | Path],

@@ -20,6 +20,15 @@ from fl_uav.world.texture import synthesize_texture
 BORDER_RGB = (28, 28, 30)
 """Colour of the ground outside the world (a dark, neutral border)."""
 
+COLOUR_CAST_SPAN = 0.16
+"""Per-channel white-balance gain is uniform in 1 ± COLOUR_CAST_SPAN / 2."""
+
+SATURATION_RANGE = (0.75, 1.15)
+"""Range of the random colour saturation factor (1 = unchanged)."""
+
+CLOUD_SHADOW_PROBABILITY = 0.3
+"""Share of frames crossed by a cloud-shadow edge (darkening 20-55 % on one side)."""
+
 
 @dataclass(frozen=True)
 class CameraConfig:
@@ -89,8 +98,9 @@ class AerialRenderer:
 
     The ground texture is precomputed once per world (see :func:`world_texture`); a frame is one
     ``cv2.warpAffine`` of the footprint (rotation by yaw, scale from altitude) followed by the
-    nuisances: brightness gain and colour cast, an optional cloud-shadow gradient, blur and
-    sensor noise. ``seed`` seeds the renderer's own nuisance stream, used when
+    nuisances: brightness gain (``illumination_min..max``), colour cast and saturation, a
+    cloud-shadow edge on some frames, Gaussian blur (sigma up to ``blur_max_px``) and Gaussian
+    sensor noise (``noise_std``). ``seed`` seeds the renderer's own nuisance stream, used when
     :meth:`render` gets no generator.
     """
 
@@ -134,12 +144,13 @@ class AerialRenderer:
         size = cam.image_px
         draws = rng.random(8)
         gain = cam.illumination_min + (cam.illumination_max - cam.illumination_min) * draws[0]
-        cast = 1.0 + 0.16 * (rng.random(3) - 0.5)
+        cast = 1.0 + COLOUR_CAST_SPAN * (rng.random(3) - 0.5)
         image *= (gain * cast).astype(np.float32)
-        saturation = 0.75 + 0.4 * draws[6]
+        low_sat, high_sat = SATURATION_RANGE
+        saturation = low_sat + (high_sat - low_sat) * draws[6]
         grey = image.mean(axis=2, keepdims=True)
         image = grey + np.float32(saturation) * (image - grey)
-        if draws[1] < 0.3:  # cloud shadow: darkening ramp across the frame
+        if draws[1] < CLOUD_SHADOW_PROBABILITY:  # a soft shadow edge across the frame
             angle = 2 * math.pi * draws[2]
             ramp = (np.arange(size, dtype=np.float32) - size / 2) / size
             along = math.cos(angle) * ramp[None, :] + math.sin(angle) * ramp[:, None]

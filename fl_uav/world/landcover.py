@@ -57,8 +57,9 @@ class MapFileError(ValueError):
 class WorldConfig:
     """Parameters of a procedurally generated world.
 
-    seed: generator seed (same seed, same world); size_m: side of the square world in metres;
-    resolution_m: side of one map cell in metres; num_regions: number of class regions;
+    seed: generator seed (same seed, same world); size_m: side of the square world in metres
+    (rounded to a whole number of cells); resolution_m: side of one map cell in metres;
+    num_regions: number of class regions (lakes, woods, dune fields, villages, paved lots...);
     region_radius_min_m / region_radius_max_m: range of a region's larger semi-axis in metres.
     """
 
@@ -272,7 +273,7 @@ def _compose(config: WorldConfig, rng: np.random.Generator) -> tuple[np.ndarray,
 
     grid = _background(shape, res, rng)
     regions = _draw_regions(config, rng)
-    region_index, region_dist = _assign_regions(regions, shape, res, size_m, rng)
+    region_index, region_dist = _assign_regions(regions, shape, res, rng)
 
     inside = region_index >= 0
     region_class = np.array([r.class_id for r in regions], np.uint8)
@@ -334,16 +335,16 @@ def _draw_regions(config: WorldConfig, rng: np.random.Generator) -> tuple[ClassR
 
 
 def _assign_regions(regions: tuple[ClassRegion, ...], shape: tuple[int, int], res: float,
-                    size_m: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Nearest region by normalised (anisotropic) distance over domain-warped coordinates.
 
     Returns (region index or -1 for background, normalised distance to that region), where a
     cell belongs to a region if its normalised distance is below a noisy threshold near 1.
     """
-    warp_e = 22.0 * value_noise(shape, 150.0 / res, rng) + 6.0 * value_noise(shape, 30.0 / res,
-                                                                              rng)
-    warp_n = 22.0 * value_noise(shape, 150.0 / res, rng) + 6.0 * value_noise(shape, 30.0 / res,
-                                                                              rng)
+    warp_e = 22.0 * value_noise(shape, 150.0 / res, rng)
+    warp_e += 6.0 * value_noise(shape, 30.0 / res, rng)
+    warp_n = 22.0 * value_noise(shape, 150.0 / res, rng)
+    warp_n += 6.0 * value_noise(shape, 30.0 / res, rng)
     threshold = 1.0 + 0.12 * value_noise(shape, 40.0 / res, rng)
     np.clip(threshold, 0.75, 1.3, out=threshold)
 

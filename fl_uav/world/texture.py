@@ -14,6 +14,7 @@ The texture uses the raster convention of :mod:`fl_uav.world.landcover` (row 0 =
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import cv2
 import numpy as np
@@ -49,8 +50,11 @@ VEHICLE_PALETTE = np.array([[200, 200, 204], [30, 30, 34], [150, 30, 28], [40, 6
 _SUN_EN = np.array([-math.sqrt(0.5), -math.sqrt(0.5)], np.float32)
 
 
-def synthesize_texture(world: LandCoverMap, seed: int) -> np.ndarray:
-    """Paint the world: uint8 array (cells, cells, 3), RGB, same raster layout as the map."""
+def synthesize_texture(world: LandCoverMap, seed: int | Sequence[int]) -> np.ndarray:
+    """Paint the world: uint8 array (cells, cells, 3), RGB, same raster layout as the map.
+
+    Deterministic for (map, seed); ``seed`` is anything ``np.random.default_rng`` accepts.
+    """
     grid = world.class_grid
     res = world.resolution_m
     shape = grid.shape

@@ -2,8 +2,14 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from fl_uav.configschema import (ConfigError, build_config, default_flat, parse_override,
-                                 read_params_file, to_flat)
+from fl_uav.configschema import (
+    ConfigError,
+    build_config,
+    default_flat,
+    parse_override,
+    read_params_file,
+    to_flat,
+)
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,7 @@ import torch
 
 from fl_uav.learning.models import build_model
 from fl_uav.learning.training import NonFiniteLossError, TrainConfig, evaluate, train_local
-from fl_uav.learning.weights import (architecture_fingerprint, get_weights, set_weights,
-                                     subtract)
+from fl_uav.learning.weights import architecture_fingerprint, get_weights, set_weights, subtract
 
 
 def _separable(n: int, seed: int):

@@ -1,8 +1,16 @@
 import pytest
 
-from fl_uav.planning.coverage import (CoverageConfig, PlanError, PlanWaypoint, check_geofence,
-                                      coverage_plan, geofence_box, lawnmower, path_length_m,
-                                      sector_of)
+from fl_uav.planning.coverage import (
+    CoverageConfig,
+    PlanError,
+    PlanWaypoint,
+    check_geofence,
+    coverage_plan,
+    geofence_box,
+    lawnmower,
+    path_length_m,
+    sector_of,
+)
 
 
 def test_sectors_tile_the_world_without_overlap():

@@ -1,0 +1,112 @@
+"""drone node over real rclpy/DDS and real MAVLink (the embedded autopilot simulator)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import rclpy
+from geometry_msgs.msg import PoseStamped
+from rclpy.executors import SingleThreadedExecutor
+from sensor_msgs.msg import Image
+from std_msgs.msg import UInt8MultiArray
+
+from fl_uav.compression.codec import GROUND_STATION_ID, FrameKind, decode_frame, encode_frame
+from fl_uav.learning.models import build_model
+from fl_uav.learning.weights import architecture_fingerprint, get_weights
+from fl_uav.ros import names
+from fl_uav.ros.conversions import rgb_to_image
+from fl_uav.ros.drone_node import DroneNode
+from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig
+from fl_uav.sim.launch_plan import write_params_file
+from fl_uav.world.landcover import CLASS_NAMES
+from test.conftest import tiny_fleet_overrides
+from test.ros.rosutil import spin_until
+
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
+HOME = (585.0, 600.0)
+
+
+@pytest.fixture
+def drone(tmp_path, port_base):
+    sim = AutopilotSim(AutopilotSimConfig(
+        num_vehicles=1, remote_base_port=port_base, bind_base_port=port_base + 1000,
+        time_factor=10.0, home_east_m=HOME[0], home_north_m=HOME[1], heartbeat_rate_hz=2.0,
+        cruise_speed_m_s=12.0, rtl_return_alt_m=20.0))
+    handle = sim.run_in_thread()
+    overrides = {**tiny_fleet_overrides(1, port_base), 'flight.takeoff_altitude_m': 20.0,
+                 'learning.min_samples_to_train': 4}
+    params = write_params_file(overrides, tmp_path / 'params.yaml')
+    rclpy.init(args=['--ros-args', '-r', '__ns:=/uav0', '--params-file', str(params),
+                     '-p', 'drone_id:=0',
+                     '-p', 'exit_on_finish:=true'])
+    node = DroneNode()
+    probe = rclpy.create_node('probe')
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    executor.add_node(probe)
+    yield sim, node, probe, executor
+    executor.shutdown()
+    node.shutdown()
+    probe.destroy_node()
+    node.destroy_node()
+    rclpy.try_shutdown()
+    handle.stop()
+
+
+def _frame_msg(data: bytes) -> UInt8MultiArray:
+    msg = UInt8MultiArray()
+    msg.data = data
+    return msg
+
+
+def test_drone_flies_samples_trains_uploads_and_lands(drone):
+    # Prepare
+    sim, node, probe, executor = drone
+    weights = get_weights(build_model('tiny_cnn', len(CLASS_NAMES)))
+    fingerprint = architecture_fingerprint(weights)
+    plan = [[HOME[0] + 40.0, HOME[1], 20.0], [HOME[0] + 40.0, HOME[1] + 40.0, 20.0]]
+    model_frame = encode_frame(FrameKind.GLOBAL_MODEL, 1, GROUND_STATION_ID, fingerprint, weights,
+                               {'deadline_s': 60.0, 'knobs': {'0': {'plan': plan}}})
+    updates, poses = [], []
+    probe.create_subscription(UInt8MultiArray, names.UPDATES_TOPIC,
+                              lambda m: updates.append(decode_frame(bytes(m.data))),
+                              names.UPDATES_QOS)
+    probe.create_subscription(PoseStamped, names.drone_topic(0, names.POSE_TOPIC), poses.append,
+                              names.TELEMETRY_QOS)
+    model_pub = probe.create_publisher(UInt8MultiArray, names.GLOBAL_MODEL_TOPIC,
+                                       names.GLOBAL_MODEL_QOS)
+    camera = probe.create_publisher(Image, names.drone_topic(0, names.IMAGE_TOPIC),
+                                    names.IMAGE_QOS)
+    rng = np.random.default_rng(0)
+
+    def fly_and_film() -> bool:
+        image = rng.integers(0, 255, (64, 64, 3), np.uint8)
+        camera.publish(rgb_to_image(image, 'uav0/camera_optical', time.time()))
+        return bool(updates)
+
+    # Execute: a malformed frame first (must be ignored), then the round
+    model_pub.publish(_frame_msg(b'not a frame'))
+    assert spin_until(executor, lambda: node.agent.rejected_frames == 1, 15.0)
+    model_pub.publish(_frame_msg(model_frame))
+    uploaded = spin_until(executor, fly_and_film, 120.0)
+    # Assert: the update
+    assert uploaded, f'no update uploaded; pilot state {node.pilot.state}'
+    update = updates[0]
+    assert update.kind == FrameKind.UPDATE and update.round_index == 1 and update.sender == 0
+    assert update.metadata['num_samples'] > 0 and update.metadata['steps'] > 0
+    assert update.metadata['waypoints_reached'] == len(plan)
+    assert any(np.any(t != 0) for t in update.tensors.values())
+    # Assert: what the autopilot saw (ground truth), and the telemetry the node published
+    kinds = [e['event'] for e in sim.events_of(0)]
+    assert 'armed' in kinds and 'takeoff' in kinds and 'mission_complete' in kinds
+    east_m, north_m, _ = sim.snapshots()[0].position_enu_m
+    assert abs(east_m - plan[-1][0]) < 3.0 and abs(north_m - plan[-1][1]) < 3.0
+    assert poses, 'no /uav0/pose published'
+    # Execute + Assert: finish -> return to launch, land, node done
+    finish = encode_frame(FrameKind.CONTROL, 1, GROUND_STATION_ID, fingerprint, {},
+                          {'command': 'finish'})
+    model_pub.publish(_frame_msg(finish))
+    assert spin_until(executor, node.done.is_set, 90.0)
+    assert 'landed' in [e['event'] for e in sim.events_of(0)]

@@ -1,0 +1,163 @@
+"""The two roles as plain Python: DroneAgent and GroundStation talking through codec frames."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fl_uav.compression.codec import GROUND_STATION_ID, FrameKind, decode_frame, encode_frame
+from fl_uav.configschema import build_config
+from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.drone_agent import DroneAgent
+from fl_uav.fleet.ground_station import GroundStation
+from fl_uav.fleet.messages import FinishCommand, PoseSample, RoundTask
+from fl_uav.fleet.world_setup import map_labeler
+from fl_uav.world.landcover import CLASS_NAMES
+
+CONFIG: FleetConfig = build_config(FleetConfig, {
+    'num_drones': 2, 'learning.model': 'tiny_cnn', 'learning.min_samples_to_train': 4,
+    'rounds.num_rounds': 2, 'rounds.deadline_s': 10.0, 'rounds.first_round_extra_s': 0.0,
+    'learning.optimizer': 'adam', 'learning.lr': 0.01})
+
+
+def _eval_set(n: int = 40):
+    rng = np.random.default_rng(0)
+    return rng.normal(0, 1, (n, 3, 32, 32)).astype(np.float32), rng.integers(0, 7, n)
+
+
+@pytest.fixture
+def station() -> GroundStation:
+    return GroundStation(CONFIG, *_eval_set())
+
+
+@pytest.fixture
+def agent() -> DroneAgent:
+    return DroneAgent(CONFIG, 1, map_labeler(CONFIG.world, CONFIG.camera))
+
+
+def _update(station: GroundStation, sender: int, round_index: int, value: float,
+            num_samples: int = 10) -> bytes:
+    delta = {n: np.full_like(w, value) for n, w in station.weights.items()}
+    return encode_frame(FrameKind.UPDATE, round_index, sender, station._fingerprint, delta,
+                        {'num_samples': num_samples})
+
+
+def test_round_aggregates_the_sample_weighted_mean(station):
+    # Prepare
+    opening = station.open_round(now_s=0.0)
+    before = {n: w.copy() for n, w in station.weights.items()}
+    # Execute
+    first = station.receive_update(_update(station, 0, 1, 1.0, num_samples=10))
+    second = station.receive_update(_update(station, 1, 1, 4.0, num_samples=30))
+    record = station.close_round(now_s=1.0)
+    # Assert
+    assert opening.round_index == 1 and set(opening.plans) == {0, 1}
+    assert first.accepted and second.accepted
+    for name, weight in station.weights.items():
+        np.testing.assert_allclose(weight, before[name] + 3.25, rtol=1e-6)
+    assert record.participants == [0, 1] and record.late_or_missing == []
+    assert record.waypoints_planned == {d: len(p) for d, p in opening.plans.items()}
+
+
+def test_bad_updates_are_counted_by_reason_and_never_raise(station):
+    # Prepare
+    station.open_round(now_s=0.0)
+    good = _update(station, 0, 1, 0.5)
+    wrong_fingerprint = encode_frame(FrameKind.UPDATE, 1, 0, b'\x00' * 8,
+                                     {'w': np.zeros(3, np.float32)}, {'num_samples': 3})
+    # Execute
+    verdicts = [station.receive_update(data) for data in (
+        b'', b'\x00' * 100, good[:-1], wrong_fingerprint, _update(station, 5, 1, 0.1),
+        _update(station, 0, 2, 0.1), _update(station, 0, 1, 0.1, num_samples=-3), good, good)]
+    # Assert
+    reasons = [v.reason for v in verdicts]
+    assert reasons[:7] == ['truncated', 'bad_magic', 'truncated', 'fingerprint',
+                           'unknown_sender', 'wrong_round', 'metadata']
+    assert reasons[7:] == ['accepted', 'duplicate']
+    assert sum(station.rejected_total.values()) == 8
+
+
+def test_wrong_shape_and_oversized_updates_are_rejected(station):
+    station.open_round(now_s=0.0)
+    shapes = {n: (w.reshape(-1)[:1] if w.size > 1 else w) for n, w in station.weights.items()}
+    wrong_shape = encode_frame(FrameKind.UPDATE, 1, 0, station._fingerprint, shapes,
+                               {'num_samples': 3})
+    small = GroundStation(build_config(FleetConfig, {
+        'num_drones': 2, 'learning.model': 'tiny_cnn', 'codec.max_frame_bytes': 4096}),
+        *_eval_set())
+    small.open_round(now_s=0.0)
+    assert station.receive_update(wrong_shape).reason == 'shape'
+    assert small.receive_update(_update(small, 0, 1, 0.1)).reason == 'oversized'
+
+
+def test_round_closes_at_the_deadline_and_an_empty_round_keeps_the_model(station):
+    opening = station.open_round(now_s=0.0)
+    before = {n: w.copy() for n, w in station.weights.items()}
+    assert not station.should_close(opening.deadline_s - 0.1)
+    assert station.should_close(opening.deadline_s)
+    record = station.close_round(opening.deadline_s)
+    assert record.empty and record.late_or_missing == [0, 1]
+    for name, weight in station.weights.items():
+        np.testing.assert_array_equal(weight, before[name])
+
+
+def test_station_finishes_after_the_configured_rounds(station):
+    for r in range(CONFIG.rounds.num_rounds):
+        station.open_round(float(r))
+        station.close_round(float(r) + 1)
+    assert station.finished
+    with pytest.raises(RuntimeError, match='done'):
+        station.open_round(10.0)
+    assert decode_frame(station.finish_frame()).metadata == {'command': 'finish'}
+
+
+def test_agent_labels_frames_at_its_pose_and_skips_what_it_cannot_place(agent):
+    image = np.full((64, 64, 3), 100, np.uint8)
+    assert not agent.on_camera_frame(image, stamp_s=1.0)            # no pose yet
+    agent.on_pose(PoseSample(300.0, 300.0, 2.0, 0.0, stamp_s=1.0))
+    assert not agent.on_camera_frame(image, stamp_s=1.0)            # below min altitude
+    agent.on_pose(PoseSample(300.0, 300.0, 30.0, 0.0, stamp_s=2.0))
+    assert agent.on_camera_frame(image, stamp_s=2.0)
+    assert agent.buffered_samples == 1 and agent.frames_skipped == 2
+    expected = map_labeler(CONFIG.world, CONFIG.camera).label(300.0, 300.0, 30.0, 0.0)
+    assert agent.class_counts()[expected] == 1
+
+
+def test_agent_rejects_bad_global_frames(agent, station):
+    opening = station.open_round(0.0)
+    not_station = encode_frame(FrameKind.GLOBAL_MODEL, 1, 0, station._fingerprint,
+                               station.weights, {})
+    assert agent.accept_global_frame(b'junk') is None
+    assert agent.accept_global_frame(not_station) is None
+    assert agent.rejected_frames == 2
+    task = agent.accept_global_frame(opening.frame)
+    assert isinstance(task, RoundTask) and task.plan == tuple(opening.plans[1])
+    assert isinstance(agent.accept_global_frame(station.finish_frame()), FinishCommand)
+
+
+def test_agent_trains_and_encodes_an_update_the_station_accepts(agent, station):
+    # Prepare
+    opening = station.open_round(0.0)
+    task = agent.accept_global_frame(opening.frame)
+    rng = np.random.default_rng(1)
+    for k in range(12):
+        agent.on_pose(PoseSample(200.0 + 10 * k, 400.0, 30.0, 0.0, stamp_s=float(k)))
+        agent.on_camera_frame(rng.integers(0, 255, (64, 64, 3), np.uint8), stamp_s=float(k))
+    # Execute
+    report = agent.train_round(task)
+    verdict = station.receive_update(report.frame)
+    # Assert
+    assert report.num_samples == 12 and report.steps > 0 and np.isfinite(report.train_loss)
+    assert verdict.accepted
+    frame = decode_frame(report.frame)
+    assert frame.sender == 1 and frame.metadata['samples_collected'] == 12
+    assert any(np.any(t != 0) for t in frame.tensors.values())
+    assert len(frame.metadata['class_counts']) == len(CLASS_NAMES)
+
+
+def test_agent_with_too_few_samples_sends_an_empty_update(agent, station):
+    task = agent.accept_global_frame(station.open_round(0.0).frame)
+    report = agent.train_round(task)
+    assert report.num_samples == 0 and report.steps == 0
+    assert all(np.all(t == 0) for t in decode_frame(report.frame).tensors.values())
+    assert GROUND_STATION_ID == 0xFFFF

@@ -1,0 +1,57 @@
+"""The node set shared by launch files and `fl-uav sim`, and the launch files themselves."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fl_uav.configschema import ConfigError, build_config
+from fl_uav.fleet.config import FleetConfig
+from fl_uav.sim.launch_plan import fleet_plan, merged_parameters, write_params_file
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_fleet_plan_has_simulators_station_and_one_drone_per_uav():
+    config = build_config(FleetConfig, {'num_drones': 3})
+    specs = fleet_plan(config, '/tmp/out')
+    assert [s.executable for s in specs] == ['autopilot_sim_node', 'sim_camera_node',
+                                             'ground_station_node'] + ['drone_node'] * 3
+    drones = [s for s in specs if s.executable == 'drone_node']
+    assert [s.namespace for s in drones] == ['/uav0', '/uav1', '/uav2']
+    assert [s.parameters['drone_id'] for s in drones] == [0, 1, 2]
+    assert [s.executable for s in fleet_plan(config, with_simulators=False)][0] == \
+        'ground_station_node'
+
+
+def test_ros_args_match_a_launch_action(tmp_path):
+    spec = fleet_plan(build_config(FleetConfig, {'num_drones': 1}), tmp_path)[-1]
+    args = spec.ros_args(tmp_path / 'p.yaml')
+    assert args[:1] == ['--ros-args'] and '__ns:=/uav0' in args and '__node:=drone' in args
+    assert 'drone_id:=0' in args and str(tmp_path / 'p.yaml') in args
+
+
+def test_merged_parameters_validate_and_round_trip(tmp_path):
+    flat = merged_parameters([REPO / 'config' / 'fleet.yaml'], {'num_drones': 2})
+    path = write_params_file(flat, tmp_path / 'params.yaml')
+    doc = yaml.safe_load(path.read_text())
+    assert doc['/**']['ros__parameters']['num_drones'] == 2
+    with pytest.raises(ConfigError, match='learning.lrr'):
+        merged_parameters([REPO / 'config' / 'fleet.yaml'], {'learning.lrr': 0.1})
+
+
+@pytest.mark.parametrize('name', ['fleet.yaml', 'drone.yaml', 'ground_station.yaml'])
+def test_shipped_configs_are_valid(name):
+    flat = merged_parameters([REPO / 'config' / name], {})
+    assert build_config(FleetConfig, flat).num_drones >= 1
+
+
+@pytest.mark.parametrize('path', sorted((REPO / 'launch').glob('*.launch.py')),
+                         ids=lambda p: p.name)
+def test_launch_files_define_a_launch_description(path):
+    tree = ast.parse(path.read_text(), str(path))
+    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert 'generate_launch_description' in functions
