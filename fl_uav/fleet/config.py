@@ -101,7 +101,9 @@ class RoundConfig:
 @dataclass(frozen=True)
 class FlightConfig:
     """How drones fly: connection URL template (``{port}`` = port_base + drone id), speed,
-    take-off altitude and timeouts."""
+    take-off altitude and timeouts. A round's flight is cut short train_reserve_s before the
+    round's deadline (but allowed at least min_flight_budget_s) so the drone can still train
+    and upload in time."""
 
     url_template: str = 'udpin://127.0.0.1:{port}'
     port_base: int = 14540
@@ -109,6 +111,8 @@ class FlightConfig:
     takeoff_altitude_m: float = 30.0
     connect_timeout_s: float = 60.0
     land_on_finish: bool = True
+    train_reserve_s: float = 20.0
+    min_flight_budget_s: float = 5.0
 
     def __post_init__(self) -> None:
         if '{port}' not in self.url_template and '{' in self.url_template:
@@ -117,6 +121,8 @@ class FlightConfig:
             raise ValueError(f'port_base must be in [1, 65000], got {self.port_base}')
         if not (0.5 <= self.speed_m_s <= 25.0):
             raise ValueError(f'speed_m_s must be in [0.5, 25], got {self.speed_m_s}')
+        if self.train_reserve_s < 0 or self.min_flight_budget_s <= 0:
+            raise ValueError('train_reserve_s must be >= 0 and min_flight_budget_s > 0')
         if not (2.0 <= self.takeoff_altitude_m <= 120.0):
             raise ValueError(f'takeoff_altitude_m must be in [2, 120], got '
                              f'{self.takeoff_altitude_m}')

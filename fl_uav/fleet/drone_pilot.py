@@ -74,14 +74,23 @@ class DronePilot:
         waypoints = [WaypointEnu(w.east_m, w.north_m, w.up_m) for w in task.plan]
         return await self.vehicle.fly_waypoints(waypoints, self.flight.speed_m_s)
 
+    def flight_budget_s(self, task: RoundTask) -> float:
+        """Time the flight may take so that training and upload still meet the deadline."""
+        return max(self.flight.min_flight_budget_s,
+                   task.deadline_s - self.flight.train_reserve_s)
+
     async def run_round(self, task: RoundTask) -> UpdateReport:
-        """Fly, then train; a flight failure is recorded and the drone still reports."""
+        """Fly (bounded by the round's deadline), then train; a failed or cut-short flight is
+        recorded and the drone still reports what it learned."""
         try:
-            reached = await self.fly_plan(task)
+            reached = await asyncio.wait_for(self.fly_plan(task), self.flight_budget_s(task))
             self.agent.waypoints_reached += reached
-        except (TimeoutError, VehicleError) as exc:
-            self.state.last_error = f'round {task.round_index}: {exc}'
-            _log.warning('flight failed in round %d: %s', task.round_index, exc)
+        except (VehicleError, TimeoutError) as exc:
+            reason = str(exc) or f'flight budget of {self.flight_budget_s(task):.0f} s exceeded'
+            self.state.last_error = f'round {task.round_index}: {reason}'
+            # The autopilot may have landed (failsafe); arm and take off again next round.
+            self.state.airborne = not isinstance(exc, VehicleError)
+            _log.warning('flight failed in round %d: %s', task.round_index, reason)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._train_executor, self.agent.train_round, task)
 

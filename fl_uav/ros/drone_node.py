@@ -123,7 +123,12 @@ class DroneNode(Node):
             self.done.set()
 
     def shutdown(self) -> None:
-        """Stop the vehicle loop and the training thread."""
+        """Close the MAVLink connection, then stop the vehicle loop and the training thread."""
+        closing = self.runner.submit(self.pilot.vehicle.close())
+        try:
+            closing.result(timeout=self.config.flight.connect_timeout_s)
+        except Exception as exc:  # noqa: BLE001 - shutting down whatever happened
+            self.get_logger().warning(f'vehicle close failed: {exc!r}')
         self.runner.stop()
         self._train_pool.shutdown(wait=False, cancel_futures=True)
 

@@ -27,7 +27,7 @@ def test_lawnmower_sweeps_the_box():
 
 
 def test_coverage_plan_stays_in_sector_and_changes_per_round():
-    config = CoverageConfig(box_m=100.0, leg_spacing_m=25.0)
+    config = CoverageConfig(box_m=100.0, leg_spacing_m=25.0, assignment='fixed')
     sector = sector_of(3, 4, 1200.0, config.margin_m)
     plans = [coverage_plan(3, 4, r, 1200.0, config, seed=1) for r in (1, 2)]
     for plan in plans:
@@ -47,3 +47,20 @@ def test_geofence_violation_is_reported():
 def test_sector_narrower_than_a_leg_is_infeasible():
     with pytest.raises(PlanError, match='narrower'):
         coverage_plan(0, 100, 1, 200.0, CoverageConfig(box_m=100, leg_spacing_m=50), seed=0)
+
+
+def test_rotating_assignment_visits_every_sector():
+    config = CoverageConfig(box_m=100.0, leg_spacing_m=25.0, assignment='rotating')
+    visited = set()
+    for round_index in range(1, 5):
+        plan = coverage_plan(0, 4, round_index, 1200.0, config, seed=1)
+        for sector_id in range(4):
+            e0, n0, e1, n1 = sector_of(sector_id, 4, 1200.0, config.margin_m)
+            if all(e0 <= w.east_m <= e1 and n0 <= w.north_m <= n1 for w in plan):
+                visited.add(sector_id)
+    assert visited == {0, 1, 2, 3}
+
+
+def test_unknown_assignment_lists_choices():
+    with pytest.raises(ValueError, match='rotating'):
+        CoverageConfig(assignment='random')

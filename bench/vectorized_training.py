@@ -1,0 +1,300 @@
+"""Speed of the vectorized multi-client trainer against a plain sequential PyTorch loop.
+
+Workload: the Flower yardstick of docs/reference/flower_baseline.md §2. sklearn digits (8×8,
+stratified 150/class train, 297 test, seed 0), label-shard non-IID split with 2 classes per
+client, the CNN Conv2d(1,16,3,p=1)-ReLU-Conv2d(16,32,3,p=1)-ReLU-MaxPool2d(2)-Flatten-
+Linear(512,64)-ReLU-Linear(64,10) initialised with torch.manual_seed(0); every round each of N
+clients does 1 local epoch, batch 16, SGD lr 0.05 without momentum, shuffled by torch.randperm
+with a per-(round, client) seed; FedAvg weighted by samples (float32 numpy, accumulated in
+client order); the global model is evaluated on the test set after every round.
+
+Engines, each run in its own fresh process (wall time = the whole process, as in the
+reference, so interpreter start, imports and data loading are included):
+
+    plain       the reference's sequential loop: one nn.Module, torch.optim.SGD per client
+    vectorized  fl_uav.learning.vectorized.VectorizedTrainer (vmap over the clients)
+
+Both use 1 torch thread. Usage:
+
+    .venv/bin/python bench/vectorized_training.py                 # 3 reps, both sizes
+    .venv/bin/python bench/vectorized_training.py --reps 5 --sizes 100x10
+    .venv/bin/python bench/vectorized_training.py --worker --engine vectorized --clients 10 \
+        --rounds 30                                               # one run, prints RESULT json
+
+Needs scikit-learn (for the digits data set).
+"""
+
+from __future__ import annotations
+
+import time
+
+T_START = time.perf_counter()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import resource  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SEED = 0
+TRAIN_PER_CLASS = 150
+BATCH_SIZE = 16
+LR = 0.05
+# Flower-baseline figures (flower_baseline.md §3, quiet machine, min wall of 3 runs, flower_c1).
+FLOWER_WALL_S = {10: 26.6, 100: 29.9}
+REFERENCE_PLAIN_WALL_S = {10: 9.6, 100: 6.4}
+
+
+# ------------------------------------------------------------------ worker: workload ----
+def load_split():
+    """Stratified digits split: 150 per class for training (1500, class-sorted), 297 test."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    images = (digits.images.astype(np.float32) / 16.0)[:, None, :, :]
+    labels = digits.target.astype(np.int64)
+    rng = np.random.default_rng(SEED)
+    train, test = [], []
+    for cls in range(10):
+        members = rng.permutation(np.flatnonzero(labels == cls))
+        train.append(members[:TRAIN_PER_CLASS])
+        test.append(members[TRAIN_PER_CLASS:])
+    train_idx = np.concatenate(train)
+    test_idx = np.sort(np.concatenate(test))
+    return images[train_idx], labels[train_idx], images[test_idx], labels[test_idx]
+
+
+def label_shards(train_labels, num_clients: int):
+    """2N single-class shards, 2 per client, seeded swaps until each client has 2 classes."""
+    import numpy as np
+
+    if num_clients % 5:
+        raise ValueError('the number of clients must be divisible by 5')
+    shards, shard_class = [], []
+    for cls in range(10):
+        block = np.flatnonzero(train_labels == cls)
+        for shard in np.array_split(block, 2 * num_clients // 10):
+            shards.append(shard)
+            shard_class.append(cls)
+    shard_class = np.array(shard_class)
+    rng = np.random.default_rng(SEED + 1)
+    pairs = rng.permutation(len(shards)).reshape(num_clients, 2)
+    for _ in range(100_000):
+        clashing = np.flatnonzero(shard_class[pairs[:, 0]] == shard_class[pairs[:, 1]])
+        if len(clashing) == 0:
+            break
+        a = clashing[0]
+        b = int(rng.integers(num_clients))
+        j = int(rng.integers(2))
+        if a == b:
+            continue
+        if (shard_class[pairs[b, j]] != shard_class[pairs[a, 0]]
+                and shard_class[pairs[a, 1]] != shard_class[pairs[b, 1 - j]]):
+            pairs[a, 1], pairs[b, j] = pairs[b, j], pairs[a, 1]
+    else:
+        raise RuntimeError('shard repair did not converge')
+    parts = [np.concatenate([shards[p] for p in pair]) for pair in pairs]
+    assert all(len(np.unique(train_labels[p])) == 2 for p in parts)
+    return parts
+
+
+def make_model():
+    """The yardstick CNN with the reference's initial weights."""
+    import torch
+    from torch import nn
+
+    class DigitsCnn(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = nn.Sequential(
+                nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
+                nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
+                nn.MaxPool2d(2), nn.Flatten(),
+                nn.Linear(32 * 4 * 4, 64), nn.ReLU(),
+                nn.Linear(64, 10))
+
+        def forward(self, x):
+            return self.net(x)
+
+    torch.manual_seed(SEED)
+    return DigitsCnn()
+
+
+def shuffle_seed(server_round: int, client: int) -> int:
+    """The reference's per-(round, client) shuffle seed."""
+    return SEED * 1_000_003 + server_round * 10_007 + client
+
+
+def fedavg(weighted: list[tuple[dict, int]]) -> dict:
+    """Sample-weighted mean of float32 numpy dicts, accumulated in client order."""
+    total = float(sum(n for _, n in weighted))
+    merged: dict = {}
+    for weights, n in weighted:
+        share = n / total
+        for name, value in weights.items():
+            if name in merged:
+                merged[name] += value * share
+            else:
+                merged[name] = value * share
+    return merged
+
+
+def run_worker(engine: str, num_clients: int, rounds: int, chunk: int) -> dict:
+    """One full federated run in this process; returns timings and accuracy."""
+    import numpy as np
+    import torch
+    from torch import nn
+
+    if engine == 'vectorized':  # the plain loop imports nothing of fl_uav
+        from fl_uav.learning.training import TrainConfig
+        from fl_uav.learning.vectorized import VectorizedTrainer, torch_epoch_orders
+    torch.set_num_threads(1)
+    t_imported = time.perf_counter()
+    x_train, y_train, x_test, y_test = load_split()
+    parts = label_shards(y_train, num_clients)
+    clients_np = [(x_train[p], y_train[p]) for p in parts]
+    clients_t = [(torch.from_numpy(x), torch.from_numpy(y)) for x, y in clients_np]
+    test_x, test_y = torch.from_numpy(x_test), torch.from_numpy(y_test)
+    model = make_model()
+    global_weights = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    evaluator = make_model()
+
+    @torch.no_grad()
+    def evaluate(weights: dict) -> float:
+        evaluator.load_state_dict({k: torch.from_numpy(v) for k, v in weights.items()})
+        evaluator.eval()
+        return float((evaluator(test_x).argmax(1) == test_y).float().mean())
+
+    def plain_round(server_round: int, weights: dict) -> list[tuple[dict, int]]:
+        worker = model
+        state = {k: torch.from_numpy(v) for k, v in weights.items()}
+        results = []
+        for pid, (x, y) in enumerate(clients_t):
+            worker.load_state_dict(state)
+            worker.train()
+            optimizer = torch.optim.SGD(worker.parameters(), lr=LR)
+            loss_fn = nn.CrossEntropyLoss()
+            generator = torch.Generator().manual_seed(shuffle_seed(server_round, pid))
+            order = torch.randperm(len(y), generator=generator)
+            total = 0.0
+            for start in range(0, len(y), BATCH_SIZE):
+                batch = order[start:start + BATCH_SIZE]
+                optimizer.zero_grad()
+                loss = loss_fn(worker(x[batch]), y[batch])
+                loss.backward()
+                optimizer.step()
+                total += loss.item() * len(batch)
+            results.append(({k: v.detach().numpy().copy()
+                             for k, v in worker.state_dict().items()}, len(y)))
+        return results
+
+    if engine == 'vectorized':
+        config = TrainConfig(local_epochs=1, batch_size=BATCH_SIZE, lr=LR, momentum=0.0)
+        trainer = VectorizedTrainer(model, config, max_clients_per_chunk=chunk)
+
+    def vectorized_round(server_round: int, weights: dict) -> list[tuple[dict, int]]:
+        seeds = [shuffle_seed(server_round, pid) for pid in range(num_clients)]
+        updates = trainer.train(weights, clients_np, seeds, shuffle=torch_epoch_orders)
+        return [(u.weights, len(data[1])) for u, data in zip(updates, clients_np)]
+
+    train_round = plain_round if engine == 'plain' else vectorized_round
+    accuracies = [evaluate(global_weights)]
+    stamps = [time.perf_counter()]
+    for server_round in range(1, rounds + 1):
+        global_weights = fedavg(train_round(server_round, global_weights))
+        accuracies.append(evaluate(global_weights))
+        stamps.append(time.perf_counter())
+    round_times = [b - a for a, b in zip(stamps, stamps[1:])]
+    return {
+        'engine': engine, 'clients': num_clients, 'rounds': rounds, 'chunk': chunk,
+        'import_s': t_imported - T_START, 'setup_s': stamps[0] - t_imported,
+        'rounds_s': stamps[-1] - stamps[0], 'round1_s': round_times[0],
+        'steady_s_per_round': statistics.median(round_times[1:]) if rounds > 1 else None,
+        'final_acc': accuracies[-1], 'acc_curve': [round(a, 4) for a in accuracies],
+        'samples_per_client': [int(len(p)) for p in parts][:5],
+        'maxrss_mib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
+# ------------------------------------------------------------------ driver ----
+def run_child(engine: str, num_clients: int, rounds: int, chunk: int) -> dict:
+    """Run one worker process; wall time and peak RSS are measured from outside."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), '--worker', '--engine', engine,
+           '--clients', str(num_clients), '--rounds', str(rounds), '--chunk', str(chunk)]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    t0 = time.perf_counter()
+    child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
+    out, _ = child.communicate()
+    wall = time.perf_counter() - t0
+    if child.returncode:
+        raise RuntimeError(f'{cmd} failed with {child.returncode}')
+    line = next(line for line in out.splitlines() if line.startswith('RESULT '))
+    result = json.loads(line[len('RESULT '):])
+    result['wall_s'] = wall
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--worker', action='store_true', help='run one engine in-process')
+    parser.add_argument('--engine', choices=('plain', 'vectorized'), default='vectorized')
+    parser.add_argument('--clients', type=int, default=10)
+    parser.add_argument('--rounds', type=int, default=30)
+    parser.add_argument('--chunk', type=int, default=128, help='max_clients_per_chunk')
+    parser.add_argument('--reps', type=int, default=3)
+    parser.add_argument('--sizes', default='10x30,100x10', help='CLIENTSxROUNDS,...')
+    args = parser.parse_args()
+    if args.worker:
+        print('RESULT ' + json.dumps(run_worker(args.engine, args.clients, args.rounds,
+                                                 args.chunk)), flush=True)
+        return
+
+    sizes = [tuple(int(v) for v in s.split('x')) for s in args.sizes.split(',')]
+    runs: dict[tuple[str, int], list[dict]] = {}
+    for rep in range(args.reps):
+        for num_clients, rounds in sizes:
+            for engine in ('plain', 'vectorized'):  # interleaved so load spreads evenly
+                result = run_child(engine, num_clients, rounds, args.chunk)
+                runs.setdefault((engine, num_clients), []).append(result)
+                print(f'rep {rep} {engine:10s} N={num_clients:<4d} wall {result["wall_s"]:.2f} s '
+                      f'rounds {result["rounds_s"]:.2f} s acc {result["final_acc"]:.4f}',
+                      flush=True)
+    print(f'\nload average at the end: {os.getloadavg()}; min / median over {args.reps} runs\n')
+    header = ('| engine | N x rounds | wall s | import s | setup s | round 1 s | steady s/round '
+              '| all rounds s | peak RSS MiB | final acc |')
+    print(header)
+    print('|' + '---|' * 10)
+
+    def mm(values, fmt='{:.2f}'):
+        return f'{fmt.format(min(values))} / {fmt.format(statistics.median(values))}'
+
+    for (engine, num_clients), results in runs.items():
+        accuracies = ', '.join(sorted({f'{r["final_acc"]:.4f}' for r in results}))
+        print(f'| {engine} | {num_clients} x {results[0]["rounds"]} | '
+              f'{mm([r["wall_s"] for r in results])} | {mm([r["import_s"] for r in results])} | '
+              f'{mm([r["setup_s"] for r in results])} | {mm([r["round1_s"] for r in results])} | '
+              f'{mm([r["steady_s_per_round"] for r in results], "{:.4f}")} | '
+              f'{mm([r["rounds_s"] for r in results])} | '
+              f'{max(r["maxrss_mib"] for r in results):.0f} | '
+              f'{accuracies} |')
+    print('\n| N | plain / vectorized wall (min/min) | plain / vectorized all rounds | '
+          'Flower (doc, 26.6 s / 29.9 s) / vectorized wall | same accuracy curve |')
+    print('|---|---|---|---|---|')
+    for num_clients, _ in sizes:
+        plain, vec = runs[('plain', num_clients)], runs[('vectorized', num_clients)]
+        wall_p, wall_v = min(r['wall_s'] for r in plain), min(r['wall_s'] for r in vec)
+        loop_p, loop_v = min(r['rounds_s'] for r in plain), min(r['rounds_s'] for r in vec)
+        same = all(p['acc_curve'] == v['acc_curve'] for p, v in zip(plain, vec))
+        flower = FLOWER_WALL_S.get(num_clients)
+        flower_ratio = f'{flower / wall_v:.1f}x' if flower else 'n/a'
+        print(f'| {num_clients} | {wall_p / wall_v:.2f}x | {loop_p / loop_v:.2f}x | '
+              f'{flower_ratio} | {same} |')
+
+
+if __name__ == '__main__':
+    main()
