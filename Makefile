@@ -9,7 +9,12 @@ DEMO_OUT ?= runs/demo
 
 .PHONY: demo test lint install clean-venv
 
+FMNIST_DIR := /usr/share/datasets/fashion-mnist
+
 $(STAMP): requirements.txt setup.py package.xml
+	@test -d $(FMNIST_DIR) || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	  apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist >/dev/null; } || \
+	  echo "note: Debian package dataset-fashion-mnist not installed (FMNIST tests will skip)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -U pip
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt

@@ -99,11 +99,12 @@ def label_shards(labels: np.ndarray, k: int, shards_per_client: int,
     swaps so that every client holds exactly ``shards_per_client`` distinct classes.
 
     Shards are cut inside classes, so each holds one class: every class gets at least one
-    shard, and the rest go one at a time to the class whose shards are currently largest.
-    For balanced classes whose size is a multiple of the shard size this is exactly the
-    sort-and-cut recipe. Exactly distinct classes per client are guaranteed whenever no
-    class needs more than k shards (always so for balanced data and
-    ``shards_per_client`` ≤ the number of classes).
+    shard, and the rest go one at a time to the class whose shards are currently largest,
+    with at most k shards per class. For balanced classes whose size is a multiple of the
+    shard size this is exactly the sort-and-cut recipe. Every client holds exactly
+    ``shards_per_client`` distinct classes whenever that is possible, i.e. when
+    ``sum_c min(n_c, k) >= k · shards_per_client``; otherwise (one class dominating the
+    data) some clients hold a class twice.
 
     When ``k · shards_per_client`` is smaller than the number of classes, single-class shards
     cannot cover the data; the label-sorted order is then cut into equal contiguous shards
@@ -125,7 +126,7 @@ def label_shards(labels: np.ndarray, k: int, shards_per_client: int,
         shards = np.array_split(by_label, num_shards)
         order = rng.permutation(num_shards)
         return _finish([np.concatenate([shards[s] for s in order[c::k]]) for c in range(k)])
-    shards_per_class = _shards_per_class(counts, num_shards)
+    shards_per_class = _shards_per_class(counts, num_shards, k)
     shards: list[np.ndarray] = []
     shard_class: list[int] = []
     starts = np.concatenate([[0], np.cumsum(counts)])
@@ -137,16 +138,25 @@ def label_shards(labels: np.ndarray, k: int, shards_per_client: int,
     return _finish([np.concatenate([shards[s] for s in owner]) for owner in owners])
 
 
-def _shards_per_class(counts: np.ndarray, num_shards: int) -> np.ndarray:
-    """One shard per class, the rest one by one to the class with the largest shards."""
-    per_class = np.ones(len(counts), np.int64)
-    heap = [(-counts[c] / 1.0, c) for c in range(len(counts))]
-    heapq.heapify(heap)
-    for _ in range(num_shards - len(counts)):
-        _, c = heapq.heappop(heap)
-        per_class[c] += 1
-        heapq.heappush(heap, (-counts[c] / per_class[c], c))
-    return per_class
+def _shards_per_class(counts: np.ndarray, num_shards: int, k: int) -> np.ndarray:
+    """One shard per class, the rest one by one to the class with the largest shards.
+
+    A class takes at most k shards (more would force a client to hold two shards of it)
+    unless the classes cannot absorb num_shards that way; then the cap is dropped.
+    """
+    for cap in (np.minimum(counts, k), counts):
+        if int(cap.sum()) < num_shards:
+            continue
+        per_class = np.ones(len(counts), np.int64)
+        heap = [(-float(counts[c]), c) for c in range(len(counts)) if cap[c] > 1]
+        heapq.heapify(heap)
+        for _ in range(num_shards - len(counts)):
+            _, c = heapq.heappop(heap)
+            per_class[c] += 1
+            if per_class[c] < cap[c]:
+                heapq.heappush(heap, (-counts[c] / per_class[c], c))
+        return per_class
+    raise AssertionError('unreachable: the caller ensures num_shards <= len(labels)')
 
 
 def _assign_shards(shard_class: np.ndarray, k: int, per_client: int,
@@ -272,8 +282,8 @@ def _kmeans_regions(positions: np.ndarray, k: int, rng: np.random.Generator,
         if np.array_equal(new_assignment, assignment):
             break
         assignment = new_assignment
-        for c in range(k):
-            centres[c] = positions[assignment == c].mean(axis=0)
+        centres[:, 0] = np.bincount(assignment, positions[:, 0], k) / counts
+        centres[:, 1] = np.bincount(assignment, positions[:, 1], k) / counts
     return [np.flatnonzero(assignment == c) for c in range(k)]
 
 
@@ -329,8 +339,8 @@ class PartitionStats:
         """Scalar figures for logs."""
         return {
             'clients': float(len(self.samples_per_client)),
-            'samples_min': float(self.samples_per_client.min(initial=0)),
-            'samples_max': float(self.samples_per_client.max(initial=0)),
+            'samples_min': float(self.samples_per_client.min()) if len(self.emd) else 0.0,
+            'samples_max': float(self.samples_per_client.max()) if len(self.emd) else 0.0,
             'classes_mean': float(self.classes_per_client.mean()) if len(self.emd) else 0.0,
             'emd_mean': self.mean_emd,
             'kl_mean': self.mean_kl,

@@ -11,13 +11,20 @@ from nav_msgs.msg import Path
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from std_msgs.msg import UInt8MultiArray
+from visualization_msgs.msg import MarkerArray
 
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.ground_station import GroundStation
 from fl_uav.fleet.run_log import RunLog
 from fl_uav.fleet.world_setup import world_map
 from fl_uav.ros import names
-from fl_uav.ros.conversions import bytes_to_msg, metrics_to_msg, msg_to_bytes, plan_to_path
+from fl_uav.ros.conversions import (
+    bytes_to_msg,
+    metrics_to_msg,
+    msg_to_bytes,
+    plan_to_path,
+    plans_and_regions_to_markers,
+)
 from fl_uav.ros.params import declare_config
 from fl_uav.world.dataset import heldout_set, to_model_input
 
@@ -47,6 +54,9 @@ class GroundStationNode(Node):
                                                 names.GLOBAL_MODEL_QOS)
         self._metrics_pub = self.create_publisher(DiagnosticArray, names.METRICS_TOPIC,
                                                   names.METRICS_QOS)
+        self._markers_pub = self.create_publisher(MarkerArray, names.MARKERS_TOPIC,
+                                                  names.MARKERS_QOS)
+        self._regions = world_map(cfg.world).regions
         self._plan_pubs = {d: self.create_publisher(Path, names.drone_topic(d, names.PLAN_TOPIC),
                                                     names.PLAN_QOS)
                            for d in self.station.drone_ids}
@@ -92,6 +102,8 @@ class GroundStationNode(Node):
         for drone, plan in opening.plans.items():
             self._plan_pubs[drone].publish(plan_to_path(plan, names.MAP_FRAME, now))
         self._model_pub.publish(bytes_to_msg(opening.frame))
+        self._markers_pub.publish(plans_and_regions_to_markers(opening.plans, self._regions,
+                                                               names.MAP_FRAME, now))
         self.get_logger().info(f'round {opening.round_index} open '
                                f'({len(opening.frame)} bytes, deadline in '
                                f'{opening.deadline_s - now:.0f} s)')

@@ -8,6 +8,7 @@ import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from rclpy.executors import SingleThreadedExecutor
 from std_msgs.msg import UInt8MultiArray
+from visualization_msgs.msg import MarkerArray
 
 from fl_uav.compression.codec import FrameKind, decode_frame, encode_frame
 from fl_uav.fleet.run_log import read_progress
@@ -43,7 +44,9 @@ def station(tmp_path):
 def test_round_survives_bad_frames_and_closes_at_deadline(station, tmp_path):
     # Prepare
     node, probe, executor = station
-    models, metrics = [], []
+    models, metrics, markers = [], [], []
+    probe.create_subscription(MarkerArray, names.MARKERS_TOPIC, markers.append,
+                              names.MARKERS_QOS)
     probe.create_subscription(UInt8MultiArray, names.GLOBAL_MODEL_TOPIC,
                               lambda m: models.append(decode_frame(bytes(m.data))),
                               names.GLOBAL_MODEL_QOS)
@@ -81,5 +84,8 @@ def test_round_survives_bad_frames_and_closes_at_deadline(station, tmp_path):
     assert {'bad_magic', 'truncated', 'nonfinite', 'unknown_sender', 'wrong_round'} <= set(
         rejected), rejected
     assert finished
+    assert markers, 'no rviz markers'
+    namespaces = [m.ns for m in markers[0].markers]
+    assert namespaces.count('plans') == 2 and namespaces.count('class_regions') > 0
     rows = read_progress(tmp_path)
     assert rows[0]['participants'] == [0] and rows[0]['late_or_missing'] == [1]
