@@ -146,7 +146,6 @@ def fedavg(weighted: list[tuple[dict, int]]) -> dict:
 
 def run_worker(engine: str, num_clients: int, rounds: int, chunk: int) -> dict:
     """One full federated run in this process; returns timings and accuracy."""
-    import numpy as np
     import torch
     from torch import nn
 
@@ -245,7 +244,7 @@ def main() -> None:
     parser.add_argument('--engine', choices=('plain', 'vectorized'), default='vectorized')
     parser.add_argument('--clients', type=int, default=10)
     parser.add_argument('--rounds', type=int, default=30)
-    parser.add_argument('--chunk', type=int, default=128, help='max_clients_per_chunk')
+    parser.add_argument('--chunk', type=int, default=32, help='max_clients_per_chunk')
     parser.add_argument('--reps', type=int, default=3)
     parser.add_argument('--sizes', default='10x30,100x10', help='CLIENTSxROUNDS,...')
     args = parser.parse_args()

@@ -39,6 +39,39 @@ def _sim(args: argparse.Namespace) -> int:
     return 0 if summary['status'] == 'finished' else 1
 
 
+def _experiment(args: argparse.Namespace) -> int:
+    from fl_uav.configschema import build_config, read_params_file
+    from fl_uav.sim.experiment import ExperimentError, run_experiment
+    from fl_uav.sim.experiment_config import ExperimentConfig
+
+    out = Path(args.out or args.resume or '')
+    if not str(out):
+        raise ConfigError('give --out DIR (or --resume DIR)')
+    flat = read_params_file(args.config)
+    flat.update(dict(parse_override(text) for text in args.set))
+    config = build_config(ExperimentConfig, flat)
+    try:
+        summary = run_experiment(config, out, resume=args.resume is not None)
+    except ExperimentError as exc:
+        print(f'fl-uav: {exc}', file=sys.stderr)
+        return 1
+    print(f'{summary["status"]}: {summary["rounds_completed"]} rounds, final accuracy '
+          f'{summary["final_accuracy"]}, simulated {summary["sim_time_s"]:.1f} s, '
+          f'wall {summary["wall_s"]:.1f} s; results in {out}')
+    return 0 if summary['status'] == 'finished' else 1
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from fl_uav.sim.experiment import ExperimentError, compare_runs
+
+    try:
+        print(compare_runs([Path(d) for d in args.dirs], Path(args.out)))
+    except ExperimentError as exc:
+        print(f'fl-uav: {exc}', file=sys.stderr)
+        return 1
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of ``fl-uav``."""
     parser = argparse.ArgumentParser(prog='fl-uav', description='Federated learning on UAV '
@@ -58,6 +91,18 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument('--domain-id', type=int, help='ROS_DOMAIN_ID (default: random 1..101)')
     sim.add_argument('--timeout', type=float, default=1800.0, help='give up after seconds')
     sim.set_defaults(func=_sim)
+    exp = sub.add_parser('experiment', help='run an in-process experiment on a simulated clock')
+    exp.add_argument('config', type=Path, help='config/experiments/<name>.yaml')
+    exp.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
+                     help='override one config key, e.g. --set num_drones=100')
+    exp.add_argument('--out', help='output directory')
+    exp.add_argument('--resume', metavar='DIR', help='continue the run in DIR from its '
+                     'last checkpoint')
+    exp.set_defaults(func=_experiment)
+    cmp_ = sub.add_parser('compare', help='overlay experiment runs in one plot and one table')
+    cmp_.add_argument('dirs', nargs='+', help='experiment output directories')
+    cmp_.add_argument('--out', default='comparison', help='where to write the plots')
+    cmp_.set_defaults(func=_compare)
     return parser
 
 

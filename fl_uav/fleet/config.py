@@ -53,6 +53,12 @@ class LearningConfig:
             raise ValueError(f'input_px must be one of 16, 32, 64, got {self.input_px}')
         if self.min_samples_to_train < 1:
             raise ValueError(f'min_samples_to_train must be >= 1, got {self.min_samples_to_train}')
+        if not (0.0 < self.lr <= 10.0):
+            raise ValueError(f'lr must be in (0, 10], got {self.lr}')
+        if not (0.0 <= self.momentum < 1.0):
+            raise ValueError(f'momentum must be in [0, 1), got {self.momentum}')
+        if self.local_epochs < 1 or self.batch_size < 1 or self.max_steps < 0:
+            raise ValueError('local_epochs and batch_size must be >= 1, max_steps >= 0')
         if not (0.0 < self.lr_decay <= 1.0):
             raise ValueError(f'lr_decay must be in (0, 1], got {self.lr_decay}')
         if self.torch_threads < 1:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-MODEL_NAMES = ('small_cnn', 'tiny_cnn')
+MODEL_NAMES = ('small_cnn', 'tiny_cnn', 'digits_cnn')
 
 
 class SmallCnn(nn.Module):
@@ -41,15 +41,34 @@ class TinyCnn(nn.Module):
         return self.classifier(self.features(x))
 
 
-def build_model(name: str, num_classes: int, input_px: int = 32, seed: int = 0) -> nn.Module:
+class DigitsCnn(nn.Module):
+    """The CNN of the Flower yardstick (two 3×3 convs, one max-pool, two linear layers)."""
+
+    def __init__(self, num_classes: int, in_channels: int = 1, input_px: int = 8) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, 16, 3, padding=1), nn.ReLU(),
+            nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2))
+        self.classifier = nn.Sequential(
+            nn.Flatten(), nn.Linear(32 * (input_px // 2) ** 2, 64), nn.ReLU(),
+            nn.Linear(64, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+def build_model(name: str, num_classes: int, input_px: int = 32, seed: int = 0,
+                in_channels: int = 3) -> nn.Module:
     """Build a model by name with deterministic initial weights."""
     generator_state = torch.random.get_rng_state()
     torch.manual_seed(seed)
     try:
         if name == 'small_cnn':
-            model = SmallCnn(num_classes, input_px=input_px)
+            model = SmallCnn(num_classes, in_channels, input_px=input_px)
         elif name == 'tiny_cnn':
-            model = TinyCnn(num_classes, input_px=input_px)
+            model = TinyCnn(num_classes, in_channels, input_px=input_px)
+        elif name == 'digits_cnn':
+            model = DigitsCnn(num_classes, in_channels, input_px=input_px)
         else:
             raise ValueError(f'unknown model {name!r}; choices: {", ".join(MODEL_NAMES)}')
     finally:

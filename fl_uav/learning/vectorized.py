@@ -1,17 +1,31 @@
-"""Local training of many clients at once on one CPU: stacked parameters, vmap over clients.
+"""Local training of many clients at once on one CPU: stacked parameters, one pass per step.
 
 The experiment engine trains the local models of a whole simulated fleet every round. Running
-K tiny models one after another spends most of its time in per-operator overhead (Python,
-dispatch, autograd, optimizer bookkeeping), not in arithmetic. Here the K parameter sets are
-stacked along a leading client dimension and one step of every client is a single batched
-forward and backward pass (``torch.func.vmap`` over ``grad_and_value`` of a
-``functional_call``), followed by one optimizer update on a flat (K, P) parameter matrix.
+K small models one after another spends much of its time in per-operator overhead (Python,
+dispatch, autograd, optimizer bookkeeping) rather than arithmetic. Here the K parameter sets
+are stacked along a leading client dimension, one step of every client is a single batched
+forward and backward pass, and the optimizer update is one set of tensor operations.
 
-What the result equals: for each client exactly what ``train_local`` computes (same batches,
-same mean-over-the-actual-batch loss, same SGD/momentum/weight-decay or Adam arithmetic), up to
-float rounding (reductions are ordered differently, about 1e-6 relative after a round).
+Two backends compute that batched step:
 
-How unequal clients are handled:
+- 'stacked' (used when the model allows it): the model is traced with ``torch.fx`` and
+  replayed on k·B samples, with Linear as ``baddbmm`` and Conv2d as a grouped convolution
+  (or, for convolutions with at most 16 values per output position such as a 1-channel
+  input layer, an im2col ``baddbmm``, which oneDNN's grouped kernel is slow at); plain
+  autograd gives every client's gradient at once because the clients' losses are summed.
+  Supported: Linear and Conv2d (groups 1, zero padding) as the only layers with parameters,
+  any parameter-free per-sample layers and functions (ReLU, pooling, Flatten, view, add...).
+  The first call checks the replay against the model itself and falls back to 'vmap' if
+  they differ.
+- 'vmap': ``torch.func.vmap`` over ``grad_and_value`` of ``functional_call``; works for any
+  model without buffers, but its batching rule for convolutions is slow on CPU, and its first
+  use imports ``torch._dynamo`` (about 1.5 s).
+
+What the result equals: for each client what ``train_local`` computes (same batches, same
+mean-over-the-actual-batch loss, same SGD/momentum/weight-decay or Adam arithmetic), up to float
+rounding (reductions are ordered differently: about 1e-6 relative after a few epochs).
+
+Unequal clients:
 
 - Clients run in order of decreasing step count, so at step t the clients still training are a
   prefix of the stack; finished clients are sliced off (never updated, never computed).
@@ -19,7 +33,7 @@ How unequal clients are handled:
   its real samples divided by the real count, so a short last batch of an epoch is a plain mean.
 - Clients are processed in chunks of at most ``max_clients_per_chunk`` to bound memory.
 
-Batches come from one shared function (``client_batches``) so a sequential reference
+Batches come from one shared function (``client_batches``), so the sequential reference
 (``train_clients_sequential``) uses identical batches; with the default shuffle
 (``numpy_epoch_orders``) both reproduce ``train_local``'s own order.
 """
@@ -33,8 +47,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.fx
 from torch import nn
-from torch.func import functional_call, grad_and_value, vmap
 from torch.nn import functional
 
 from fl_uav.learning.training import NonFiniteLossError, TrainConfig, TrainResult
@@ -42,9 +56,14 @@ from fl_uav.learning.weights import Weights, get_weights, set_weights
 
 ClientData = tuple[np.ndarray, np.ndarray]
 ShuffleFn = Callable[[int, int, int], list[np.ndarray]]
+BACKENDS = ('auto', 'stacked', 'vmap')
 
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
+# Convolutions with at most this many input values per output position (C_in·kh·kw) use im2col.
+IM2COL_MAX_PATCH = 16
+# Largest |stacked - model| output difference accepted by the first-use check.
+REPLAY_TOLERANCE = 1e-4
 
 
 @dataclass(frozen=True)
@@ -55,6 +74,7 @@ class LocalUpdate:
     result: TrainResult
 
 
+# ----------------------------------------------------------------------- batches ----
 def numpy_epoch_orders(num_samples: int, epochs: int, seed: int) -> list[np.ndarray]:
     """Visiting order of each epoch, drawn exactly as ``train_local`` draws it."""
     rng = np.random.default_rng(seed)
@@ -99,6 +119,7 @@ def _check_inputs(client_data: Sequence[ClientData], seeds: Sequence[int]) -> No
             raise ValueError(f'client {i}: {len(inputs)} inputs but {len(labels)} labels')
 
 
+# --------------------------------------------------------------------- reference ----
 def _train_on_batches(model: nn.Module, x_all: torch.Tensor, y_all: torch.Tensor,
                       batches: list[np.ndarray], config: TrainConfig) -> TrainResult:
     """The plain loop of ``train_local``, over batches given in advance."""
@@ -147,25 +168,153 @@ def train_clients_sequential(model: nn.Module, global_weights: Weights,
     return updates
 
 
+# ----------------------------------------------------------------- stacked replay ----
+def _stacked_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                    k: int) -> torch.Tensor:
+    """Linear layer of k clients on (k·B, ..., in) samples with weights (k, out, in)."""
+    lead = x.shape[:-1]
+    rows = x.reshape(k, -1, x.shape[-1])
+    if bias is None:
+        out = torch.bmm(rows, weight.transpose(1, 2))
+    else:
+        out = torch.baddbmm(bias.unsqueeze(1), rows, weight.transpose(1, 2))
+    return out.reshape(*lead, weight.shape[1])
+
+
+def _conv_geometry(size: int, kernel: int, stride: int, padding: int, dilation: int) -> int:
+    return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
+
+
+def _stacked_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                    k: int, conv: nn.Conv2d) -> torch.Tensor:
+    """Conv2d of k clients on (k·B, C, H, W) samples with weights (k, C_out, C, kh, kw).
+
+    The result is logically (k·B, C_out, H', W') and stored channels-last.
+    """
+    n, channels, height, width = x.shape
+    out_channels, _, kh, kw = weight.shape[1:]
+    if channels * kh * kw > IM2COL_MAX_PATCH:
+        # One grouped convolution (group c = client c) on channels-last data: oneDNN's
+        # channels-last kernels, and the pooling after them, are several times faster here.
+        per_client = n // k
+        grouped = (x.permute(0, 2, 3, 1).reshape(k, per_client, height, width, channels)
+                   .permute(1, 2, 3, 0, 4).reshape(per_client, height, width, k * channels)
+                   .permute(0, 3, 1, 2))
+        out = functional.conv2d(
+            grouped, weight.reshape(k * out_channels, channels, kh, kw),
+            None if bias is None else bias.reshape(-1),
+            conv.stride, conv.padding, conv.dilation, groups=k)
+        out_h, out_w = out.shape[-2:]
+        return (out.permute(0, 2, 3, 1).reshape(per_client, out_h, out_w, k, out_channels)
+                .permute(3, 0, 1, 2, 4).reshape(n, out_h, out_w, out_channels)
+                .permute(0, 3, 1, 2))
+    (sh, sw), (ph, pw), (dh, dw) = conv.stride, conv.padding, conv.dilation
+    out_h = _conv_geometry(height, kh, sh, ph, dh)
+    out_w = _conv_geometry(width, kw, sw, pw, dw)
+    padded = functional.pad(x.permute(0, 2, 3, 1), (0, 0, pw, pw, ph, ph))
+    columns = torch.cat([
+        padded[:, i * dh:i * dh + (out_h - 1) * sh + 1:sh, j * dw:j * dw + (out_w - 1) * sw + 1:sw]
+        for i in range(kh) for j in range(kw)], dim=3)
+    patch = kh * kw * channels
+    kernel = weight.permute(0, 3, 4, 2, 1).reshape(k, patch, out_channels)
+    rows = columns.reshape(k, -1, patch)
+    if bias is None:
+        out = torch.bmm(rows, kernel)
+    else:
+        out = torch.baddbmm(bias.unsqueeze(1), rows, kernel)
+    # Channels-last memory, logical NCHW: what the model's following layers expect.
+    return out.reshape(n, out_h, out_w, out_channels).permute(0, 3, 1, 2)
+
+
+class _StackedProgram:
+    """Replays a traced model on the samples of k clients, each with its own parameters."""
+
+    def __init__(self, graph: torch.fx.Graph, modules: dict[str, nn.Module]) -> None:
+        self._nodes = list(graph.nodes)
+        self._modules = modules
+
+    @classmethod
+    def build(cls, model: nn.Module) -> _StackedProgram | None:
+        """The program for ``model``, or None when the model has an unsupported part."""
+        try:
+            traced = torch.fx.symbolic_trace(model)
+        except Exception:  # any tracing failure means: use vmap
+            return None
+        modules = dict(traced.named_modules())
+        placeholders = 0
+        for node in traced.graph.nodes:
+            if node.op == 'get_attr':
+                return None
+            if node.op == 'placeholder':
+                placeholders += 1
+            if node.op != 'call_module':
+                continue
+            module = modules[node.target]
+            if not any(True for _ in module.parameters()):
+                continue
+            if isinstance(module, nn.Linear):
+                continue
+            if (isinstance(module, nn.Conv2d) and module.groups == 1
+                    and module.padding_mode == 'zeros' and not isinstance(module.padding, str)):
+                continue
+            return None
+        return cls(traced.graph, modules) if placeholders == 1 else None
+
+    def __call__(self, params: dict[str, torch.Tensor], x: torch.Tensor, k: int) -> torch.Tensor:
+        """Outputs for x of shape (k·B, ...) with params of shape (k, ...)."""
+        env: dict[torch.fx.Node, object] = {}
+
+        def value(arg):
+            return torch.fx.node.map_arg(arg, lambda n: env[n])
+
+        for node in self._nodes:
+            if node.op == 'placeholder':
+                env[node] = x
+            elif node.op == 'output':
+                return value(node.args[0])
+            elif node.op == 'call_module':
+                module = self._modules[node.target]
+                (inp,) = value(node.args)
+                if isinstance(module, nn.Linear):
+                    env[node] = _stacked_linear(inp, params[f'{node.target}.weight'],
+                                                params.get(f'{node.target}.bias'), k)
+                elif isinstance(module, nn.Conv2d):
+                    env[node] = _stacked_conv2d(inp, params[f'{node.target}.weight'],
+                                                params.get(f'{node.target}.bias'), k, module)
+                else:
+                    env[node] = module(inp, **value(node.kwargs))
+            elif node.op == 'call_function':
+                env[node] = node.target(*value(node.args), **value(node.kwargs))
+            elif node.op == 'call_method':
+                self_arg, *args = value(node.args)
+                env[node] = getattr(self_arg, node.target)(*args, **value(node.kwargs))
+        raise RuntimeError('traced graph has no output')
+
+
+# ------------------------------------------------------------------------ trainer ----
 class VectorizedTrainer:
     """Trains many clients of one architecture at once (see the module docstring).
 
     model: template whose architecture is used (copied; its weights are ignored). It must
         have no buffers (no batch norm): every state entry is a trained parameter.
     config: local training hyper-parameters, as for ``train_local``.
-    max_clients_per_chunk: at most this many clients are stacked at a time. Memory per chunk
-        is about (3 to 4) x clients x parameters x 4 bytes plus the activations of
-        clients x batch_size samples.
+    max_clients_per_chunk: at most this many clients are stacked at a time (the clients are
+        split into equal chunks). Memory per chunk is about (2 to 4) x clients x parameters x
+        4 bytes plus the activations of clients x batch_size samples. Small chunks also keep
+        the activations in cache: 16 to 32 was fastest for the 8x8 digits CNN (bench/).
     num_threads: torch intra-op threads while training (restored afterwards); None leaves
         the current setting.
+    backend: 'auto' (stacked when the model allows it, else vmap), 'stacked' or 'vmap'.
     """
 
-    def __init__(self, model: nn.Module, config: TrainConfig, max_clients_per_chunk: int = 128,
-                 num_threads: int | None = 1) -> None:
+    def __init__(self, model: nn.Module, config: TrainConfig, max_clients_per_chunk: int = 32,
+                 num_threads: int | None = 1, backend: str = 'auto') -> None:
         if max_clients_per_chunk < 1:
             raise ValueError(f'max_clients_per_chunk must be >= 1, got {max_clients_per_chunk}')
         if num_threads is not None and num_threads < 1:
             raise ValueError(f'num_threads must be >= 1 or None, got {num_threads}')
+        if backend not in BACKENDS:
+            raise ValueError(f'backend {backend!r} unknown; choices: {", ".join(BACKENDS)}')
         buffers = [name for name, _ in model.named_buffers()]
         if buffers:
             raise ValueError(f'models with buffers are not supported: {buffers}')
@@ -173,41 +322,98 @@ class VectorizedTrainer:
         for parameter in self._model.parameters():
             parameter.requires_grad_(False)
         self._names = [name for name, _ in self._model.named_parameters()]
-        self._shapes = [tuple(p.shape) for _, p in self._model.named_parameters()]
-        self._sizes = [math.prod(shape) for shape in self._shapes]
-        self._offsets = np.cumsum([0, *self._sizes]).tolist()
+        self._shapes = {name: tuple(p.shape) for name, p in self._model.named_parameters()}
         self.config = config
         self.max_clients_per_chunk = max_clients_per_chunk
         self.num_threads = num_threads
-        self._step = vmap(grad_and_value(self._client_loss))
+        self._program = _StackedProgram.build(self._model) if backend != 'vmap' else None
+        if backend == 'stacked' and self._program is None:
+            raise ValueError('this model cannot use the stacked backend (see the module doc)')
+        self._backend = 'stacked' if self._program is not None else 'vmap'
+        self._checked_shapes: set[tuple[int, ...]] = set()
+        self._forced = backend == 'stacked'
+        self._vmap_step = None
 
     @property
-    def num_parameters(self) -> int:
-        """Trainable values per client."""
-        return self._offsets[-1]
+    def backend(self) -> str:
+        """'stacked' or 'vmap': how the batched step is computed."""
+        return self._backend
+
+    # -- one batched step: per-client gradients (k, ...) and losses (k,) --
+    @staticmethod
+    def _masked_loss(logits: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor,
+                     count: torch.Tensor) -> torch.Tensor:
+        """Mean cross-entropy over the real samples; labels and mask are (..., B)."""
+        per_sample = functional.cross_entropy(logits, labels.reshape(-1), reduction='none')
+        return (per_sample.reshape(labels.shape) * mask).sum(-1) / count
+
+    def _stacked_step(self, params: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
+                      mask: torch.Tensor, count: torch.Tensor):
+        k, batch = y.shape
+        leaves = {name: p.detach().requires_grad_(True) for name, p in params.items()}
+        with torch.enable_grad():
+            logits = self._program(leaves, x.reshape(k * batch, *x.shape[2:]), k)
+            losses = self._masked_loss(logits, y, mask, count)
+            grads = torch.autograd.grad(losses.sum(), list(leaves.values()))
+        return dict(zip(leaves, grads)), losses.detach()
 
     def _client_loss(self, params: dict[str, torch.Tensor], inputs: torch.Tensor,
                      labels: torch.Tensor, mask: torch.Tensor,
                      count: torch.Tensor) -> torch.Tensor:
-        """Mean cross-entropy over the real samples of one client's padded batch."""
-        logits = functional_call(self._model, params, (inputs,))
-        per_sample = functional.cross_entropy(logits, labels, reduction='none')
-        return (per_sample * mask).sum() / count
+        from torch.func import functional_call
 
+        logits = functional_call(self._model, params, (inputs,))
+        return self._masked_loss(logits, labels, mask, count)
+
+    def _step(self, params, x, y, mask, count):
+        if self._backend == 'stacked':
+            return self._stacked_step(params, x, y, mask, count)
+        if self._vmap_step is None:
+            from torch.func import grad_and_value, vmap
+
+            self._vmap_step = vmap(grad_and_value(self._client_loss))
+        return self._vmap_step(params, x, y, mask, count)
+
+    def _check_replay(self, sample_shape: tuple[int, ...], global_params: dict) -> None:
+        """First use for a sample shape: the stacked replay must reproduce the model."""
+        if self._backend != 'stacked' or sample_shape in self._checked_shapes:
+            return
+        generator = torch.Generator().manual_seed(0)
+        x = torch.rand((2, 3, *sample_shape), generator=generator)
+        params = {name: torch.stack([p, 0.5 * p]) for name, p in global_params.items()}
+        with torch.no_grad():
+            stacked = self._program(params, x.reshape(6, *sample_shape), 2).reshape(2, 3, -1)
+            expected = []
+            for c in range(2):
+                one = {name: p[c] for name, p in params.items()}
+                expected.append(torch.func.functional_call(self._model, one, (x[c],)))
+            error = float((stacked - torch.stack(expected).reshape(2, 3, -1)).abs().max())
+        if not error <= REPLAY_TOLERANCE:
+            if self._forced:
+                raise ValueError(f'stacked replay differs from the model by {error}')
+            self._backend = 'vmap'
+        self._checked_shapes.add(sample_shape)
+
+    # -- training --
     def train(self, global_weights: Weights, client_data: Sequence[ClientData],
               seeds: Sequence[int], shuffle: ShuffleFn = numpy_epoch_orders) -> list[LocalUpdate]:
-        """Train every client from ``global_weights``; results are in the input order."""
+        """Train every client from ``global_weights``; results are in the input order.
+
+        The returned weights are numpy views into one buffer per chunk (no copies).
+        """
         _check_inputs(client_data, seeds)
         missing = set(self._names) - set(global_weights)
         extra = set(global_weights) - set(self._names)
         if missing or extra:
             raise ValueError(f'weights do not match the model: missing {sorted(missing)}, '
                              f'unexpected {sorted(extra)}')
-        flat_global = torch.cat([
-            torch.from_numpy(np.asarray(global_weights[name], dtype=np.float32)).reshape(-1)
-            for name in self._names])
-        if flat_global.numel() != self.num_parameters:
-            raise ValueError('weights do not match the model shapes')
+        global_params = {}
+        for name in self._names:
+            array = np.asarray(global_weights[name], dtype=np.float32)
+            if array.shape != self._shapes[name]:
+                raise ValueError(f'weight {name!r}: shape {array.shape} != model '
+                                 f'{self._shapes[name]}')
+            global_params[name] = torch.from_numpy(array)
         batches = [client_batches(len(data[0]), self.config, seed, shuffle)
                    for data, seed in zip(client_data, seeds)]
         # Longest first: at any step the clients still training are a prefix of the chunk.
@@ -217,10 +423,12 @@ class VectorizedTrainer:
         if self.num_threads is not None and self.num_threads != previous_threads:
             torch.set_num_threads(self.num_threads)
         try:
-            for start in range(0, len(order), self.max_clients_per_chunk):
-                chunk = order[start:start + self.max_clients_per_chunk]
+            num_chunks = -(-len(order) // self.max_clients_per_chunk)
+            bounds = [len(order) * i // num_chunks for i in range(num_chunks + 1)]
+            for lo, hi in zip(bounds, bounds[1:]):  # equal-sized chunks
+                chunk = order[lo:hi]
                 chunk_updates = self._train_chunk(
-                    flat_global, [client_data[i] for i in chunk], [batches[i] for i in chunk])
+                    global_params, [client_data[i] for i in chunk], [batches[i] for i in chunk])
                 for i, update in zip(chunk, chunk_updates):
                     updates[i] = update
         finally:
@@ -228,31 +436,25 @@ class VectorizedTrainer:
                 torch.set_num_threads(previous_threads)
         return updates  # type: ignore[return-value]
 
-    def _views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Per-parameter (k, *shape) views into a (k, P) matrix."""
-        k = flat.shape[0]
-        return {name: flat[:, lo:hi].view(k, *shape) for name, shape, lo, hi in
-                zip(self._names, self._shapes, self._offsets, self._offsets[1:])}
-
-    def _train_chunk(self, flat_global: torch.Tensor, client_data: list[ClientData],
+    def _train_chunk(self, global_params: dict[str, torch.Tensor],
+                     client_data: list[ClientData],
                      batches: list[list[np.ndarray]]) -> list[LocalUpdate]:
         config = self.config
         num_clients, bs = len(client_data), config.batch_size
         steps = [len(b) for b in batches]
         max_steps = steps[0] if steps else 0
-        # All samples of the chunk in one tensor, plus a zero pad row at the end.
+        params = {name: p.unsqueeze(0).repeat(num_clients, *([1] * p.dim()))
+                  for name, p in global_params.items()}
+        if max_steps == 0:
+            return self._updates(params, batches, steps, torch.zeros((0, num_clients)))
         tensors = [_as_tensors(data) for data in client_data]
-        sizes = [len(x) for x, _ in tensors]
-        sample_shape = next((tuple(x.shape[1:]) for x, _ in tensors if len(x)), None)
-        flat = flat_global.unsqueeze(0).repeat(num_clients, 1)
-        if max_steps == 0 or sample_shape is None:
-            return [LocalUpdate(self._to_weights(flat[i]), TrainResult(0, 0, float('nan')))
-                    for i in range(num_clients)]
+        sample_shape = next(tuple(x.shape[1:]) for x, _ in tensors if len(x))
+        self._check_replay(sample_shape, global_params)
+        # All samples of the chunk in one tensor, plus a zero pad row at the end.
         x_all = torch.cat([x for x, _ in tensors] + [torch.zeros((1, *sample_shape))])
         y_all = torch.cat([y for _, y in tensors] + [torch.zeros(1, dtype=torch.int64)])
-        pad = len(x_all) - 1
-        offsets = np.cumsum([0, *sizes])
-        index = np.full((max_steps, num_clients, bs), pad, dtype=np.int64)
+        offsets = np.cumsum([0] + [len(x) for x, _ in tensors])
+        index = np.full((max_steps, num_clients, bs), len(x_all) - 1, dtype=np.int64)
         mask = np.zeros((max_steps, num_clients, bs), dtype=np.float32)
         counts = np.ones((max_steps, num_clients), dtype=np.float32)
         for c, client_batches_ in enumerate(batches):
@@ -268,62 +470,66 @@ class VectorizedTrainer:
         lr, wd = config.lr, config.weight_decay
         adam = config.optimizer == 'adam'
         momentum = 0.0 if adam else config.momentum
-        buffer = torch.zeros_like(flat) if momentum > 0.0 else None
+        buffers = {n: torch.zeros_like(p) for n, p in params.items()} if momentum > 0 else None
         if adam:
-            exp_avg, exp_avg_sq = torch.zeros_like(flat), torch.zeros_like(flat)
+            exp_avg = {n: torch.zeros_like(p) for n, p in params.items()}
+            exp_avg_sq = {n: torch.zeros_like(p) for n, p in params.items()}
         for t in range(max_steps):
             k = active[t]
-            params = flat[:k]
+            current = {name: p[:k] for name, p in params.items()}
             idx = index_t[t, :k]
-            grads, loss = self._step(self._views(params), x_all[idx], y_all[idx],
-                                     mask_t[t, :k], counts_t[t, :k])
+            grads, loss = self._step(current, x_all[idx], y_all[idx], mask_t[t, :k],
+                                     counts_t[t, :k])
             losses[t, :k] = loss
-            grad = torch.cat([grads[name].reshape(k, -1) for name in self._names], dim=1)
-            if wd:
-                grad = grad.add(params, alpha=wd)
-            if adam:
-                step = t + 1
-                exp_avg[:k].lerp_(grad, 1.0 - ADAM_BETAS[0])
-                exp_avg_sq[:k].mul_(ADAM_BETAS[1]).addcmul_(grad, grad, value=1.0 - ADAM_BETAS[1])
-                bias1 = 1.0 - ADAM_BETAS[0] ** step
-                bias2_sqrt = math.sqrt(1.0 - ADAM_BETAS[1] ** step)
-                denom = (exp_avg_sq[:k].sqrt() / bias2_sqrt).add_(ADAM_EPS)
-                params.addcdiv_(exp_avg[:k], denom, value=-lr / bias1)
-            elif buffer is not None:
-                buffer[:k].mul_(momentum).add_(grad)
-                params.add_(buffer[:k], alpha=-lr)
-            else:
-                params.add_(grad, alpha=-lr)
+            with torch.no_grad():
+                for name, p in current.items():
+                    grad = grads[name]
+                    if wd:
+                        grad = grad.add(p, alpha=wd)
+                    if adam:
+                        self._adam_update(p, grad, exp_avg[name][:k], exp_avg_sq[name][:k],
+                                          t + 1)
+                    elif buffers is not None:
+                        buffer = buffers[name][:k]
+                        buffer.mul_(momentum).add_(grad)
+                        p.add_(buffer, alpha=-lr)
+                    else:
+                        p.add_(grad, alpha=-lr)
+        return self._updates(params, batches, steps, losses)
 
-        self._raise_if_not_finite(losses, steps)
+    def _adam_update(self, p: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor,
+                     exp_avg_sq: torch.Tensor, step: int) -> None:
+        """``torch.optim.Adam`` (L2 weight decay already in grad), all active clients at once."""
+        beta1, beta2 = ADAM_BETAS
+        exp_avg.lerp_(grad, 1.0 - beta1)
+        exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+        bias1 = 1.0 - beta1 ** step
+        bias2_sqrt = math.sqrt(1.0 - beta2 ** step)
+        denom = (exp_avg_sq.sqrt() / bias2_sqrt).add_(ADAM_EPS)
+        p.addcdiv_(exp_avg, denom, value=-self.config.lr / bias1)
+
+    def _updates(self, params: dict[str, torch.Tensor], batches: list[list[np.ndarray]],
+                 steps: list[int], losses: torch.Tensor) -> list[LocalUpdate]:
+        bad = ~torch.isfinite(losses)
+        if bool(bad.any()):
+            for t, c in bad.nonzero().tolist():
+                if t < steps[c]:
+                    raise NonFiniteLossError(f'loss became {float(losses[t, c])} at local step '
+                                             f'{t} (client {c} of its chunk)')
         loss_sums = losses.sum(dim=0).tolist()
+        arrays = {name: p.numpy() for name, p in params.items()}
         updates = []
-        for c in range(num_clients):
-            seen = int(sum(len(b) for b in batches[c]))
+        for c, client_batches_ in enumerate(batches):
+            seen = sum(len(b) for b in client_batches_)
             mean_loss = loss_sums[c] / steps[c] if steps[c] else float('nan')
-            updates.append(LocalUpdate(self._to_weights(flat[c]),
+            updates.append(LocalUpdate({name: a[c] for name, a in arrays.items()},
                                        TrainResult(steps[c], seen, mean_loss)))
         return updates
-
-    @staticmethod
-    def _raise_if_not_finite(losses: torch.Tensor, steps: list[int]) -> None:
-        bad = ~torch.isfinite(losses)
-        if not bool(bad.any()):
-            return
-        for t, c in bad.nonzero().tolist():
-            if t < steps[c]:
-                raise NonFiniteLossError(
-                    f'loss became {float(losses[t, c])} at local step {t} (client {c} of chunk)')
-
-    def _to_weights(self, flat_row: torch.Tensor) -> Weights:
-        row = flat_row.numpy()
-        return {name: row[lo:hi].reshape(shape).copy() for name, shape, lo, hi in
-                zip(self._names, self._shapes, self._offsets, self._offsets[1:])}
 
 
 def train_clients_vectorized(model: nn.Module, global_weights: Weights,
                              client_data: Sequence[ClientData], config: TrainConfig,
-                             seeds: Sequence[int], max_clients_per_chunk: int = 128,
+                             seeds: Sequence[int], max_clients_per_chunk: int = 32,
                              num_threads: int | None = 1,
                              shuffle: ShuffleFn = numpy_epoch_orders) -> list[Weights]:
     """Train every client from ``global_weights`` at once; one weights dict per client."""

@@ -1,0 +1,432 @@
+"""The experiment engine: the fleet's learning at research scale, in process, on a simulated clock.
+
+It runs the same algorithm code as the ROS nodes (models, local training, the Strategy classes,
+the wire codec's frame sizes) over many simulated drones. Every round: data arrives (online
+mode) → every drone trains from the global model (all at once, vectorised over drones, or one
+after another as the reference) → the simulated clock advances by each drone's compute time
+(FedDPQ eqs. (35)-(36)) and upload airtime over a Rayleigh-faded link (eqs. (14)-(15)) → late
+drones are dropped at the deadline → the Strategy aggregates → the global model is evaluated.
+
+Results go to DIR/rounds.csv (one row per round, appended as it happens), DIR/summary.json and
+plots; DIR/checkpoint.npz after every ``checkpoint_every`` rounds makes ``--resume`` possible.
+All randomness is derived from (seed, round, drone), so a resumed run equals an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fl_uav.aggregation import ClientUpdate, build_strategy
+from fl_uav.compression.codec import encoded_size
+from fl_uav.configschema import to_flat
+from fl_uav.learning import partition
+from fl_uav.learning.datasets import (
+    Dataset,
+    load_digits,
+    load_fashion_mnist,
+    load_image_folder,
+    train_test_split_stratified,
+)
+from fl_uav.learning.models import build_model
+from fl_uav.learning.training import NonFiniteLossError, TrainConfig, evaluate
+from fl_uav.learning.vectorized import VectorizedTrainer, train_clients_sequential
+from fl_uav.learning.weights import Weights, get_weights, set_weights
+from fl_uav.netmodel.compute import CpuDevice
+from fl_uav.netmodel.radio import RadioLink
+from fl_uav.sim.experiment_config import ExperimentConfig
+
+ROUNDS_FILE = 'rounds.csv'
+SUMMARY_FILE = 'summary.json'
+CHECKPOINT_FILE = 'checkpoint.npz'
+CONFIG_FILE = 'config.json'
+ROUND_COLUMNS = ('round', 'accuracy', 'loss', 'participants', 'late', 'uplink_bytes',
+                 'downlink_bytes', 'sim_round_s', 'sim_time_s', 'energy_mean_j',
+                 'energy_max_j', 'train_loss_mean', 'wall_s')
+
+
+class ExperimentError(RuntimeError):
+    """The run cannot go on (e.g. a non-finite loss); partial results are on disk."""
+
+
+@dataclass(frozen=True)
+class TrainTestData:
+    """Float32 N×C×H×W inputs in [0, 1] and int64 labels, split into train and test."""
+
+    train_x: np.ndarray
+    train_y: np.ndarray
+    test_x: np.ndarray
+    test_y: np.ndarray
+    num_classes: int
+    train_positions_m: np.ndarray | None = None
+
+
+def _as_inputs(dataset: Dataset) -> np.ndarray:
+    return np.ascontiguousarray(dataset.as_float32(), np.float32)
+
+
+def load_experiment_data(config: ExperimentConfig) -> TrainTestData:
+    """Load and split the configured dataset (no downloads: packages and files only)."""
+    data = config.data
+    if data.dataset == 'fashion_mnist':
+        kwargs = {'root': data.path} if data.path else {}
+        train, test = (load_fashion_mnist(split='train', **kwargs),
+                       load_fashion_mnist(split='test', **kwargs))
+    elif data.dataset == 'world':
+        return _world_data(config)
+    else:
+        full = load_digits() if data.dataset == 'digits' else load_image_folder(data.path)
+        train, test = train_test_split_stratified(full, data.test_fraction, config.seed)
+    test_x, test_y = _as_inputs(test), test.labels
+    if data.max_test_samples and len(test_y) > data.max_test_samples:
+        keep = np.random.default_rng(config.seed).permutation(len(test_y))
+        keep = np.sort(keep[:data.max_test_samples])
+        test_x, test_y = test_x[keep], test_y[keep]
+    return TrainTestData(_as_inputs(train), train.labels, test_x, test_y, train.num_classes)
+
+
+def _world_data(config: ExperimentConfig) -> TrainTestData:
+    from fl_uav.fleet.config import FleetConfig
+    from fl_uav.fleet.world_setup import map_labeler, world_map
+    from fl_uav.world.camera import AerialRenderer
+    from fl_uav.world.dataset import heldout_set, render_dataset, sample_poses, to_model_input
+    from fl_uav.world.landcover import CLASS_NAMES
+
+    fleet = FleetConfig()
+    world = world_map(fleet.world)
+    rng = np.random.default_rng(config.seed)
+    poses = sample_poses(world, config.data.world_samples, rng)
+    renderer = AerialRenderer(world, fleet.camera, seed=config.seed)
+    images, labels = render_dataset(world, renderer, map_labeler(fleet.world, fleet.camera),
+                                    poses, rng)
+    test_images, test_labels = heldout_set(world, fleet.camera)
+    px = config.learning.input_px
+    return TrainTestData(to_model_input(images, px), labels, to_model_input(test_images, px),
+                         np.asarray(test_labels), len(CLASS_NAMES), poses[:, :2])
+
+
+def partition_data(config: ExperimentConfig, data: TrainTestData) -> list[np.ndarray]:
+    """Indices of each drone's share of the training set."""
+    k, seed, d = config.num_drones, config.seed, config.data
+    if d.partition == 'iid':
+        return partition.iid(data.train_y, k, seed)
+    if d.partition == 'dirichlet':
+        return partition.dirichlet(data.train_y, k, d.dirichlet_alpha, seed,
+                                   min_size=min(10, len(data.train_y) // k))
+    if d.partition == 'shards':
+        return partition.label_shards(data.train_y, k, d.shards_per_client, seed)
+    return partition.by_location(data.train_positions_m, k, seed)
+
+
+def _round_seed(seed: int, round_index: int, drone: int = 0) -> int:
+    return int(np.random.SeedSequence([seed, round_index, drone]).generate_state(1)[0])
+
+
+class ExperimentEngine:
+    """Runs an :class:`ExperimentConfig` and writes its results into ``out_dir``."""
+
+    def __init__(self, config: ExperimentConfig, out_dir: Path,
+                 data: TrainTestData | None = None) -> None:
+        self.config = config
+        self.out_dir = Path(out_dir)
+        self.data = data if data is not None else load_experiment_data(config)
+        self.parts = partition_data(config, self.data)
+        sample_shape = self.data.train_x.shape[1:]
+        self.model = build_model(config.learning.model, self.data.num_classes,
+                                 input_px=sample_shape[-1], seed=config.learning.init_seed,
+                                 in_channels=sample_shape[0])
+        self.strategy = build_strategy(config.aggregation.strategy,
+                                       server_lr=config.aggregation.server_lr)
+        self.train_config = TrainConfig(
+            local_epochs=config.learning.local_epochs, batch_size=config.learning.batch_size,
+            lr=config.learning.lr, momentum=config.learning.momentum,
+            weight_decay=config.learning.weight_decay, max_steps=config.learning.max_steps,
+            optimizer=config.learning.optimizer)
+        self.link = RadioLink(bandwidth_hz=config.system.bandwidth_hz,
+                              tx_power_w=config.system.tx_power_w,
+                              interference_w=config.system.interference_w)
+        self.cpu = CpuDevice(cpu_freq_hz=config.system.cpu_freq_hz,
+                             train_cycles_per_sample=config.system.train_cycles_per_sample)
+        rng = np.random.default_rng(_round_seed(config.seed, 0, 1))
+        self.distance_m = rng.uniform(config.system.distance_min_m,
+                                      config.system.distance_max_m, config.num_drones)
+        self.weights: Weights = get_weights(self.model)
+        self.round_index = 0
+        self.sim_time_s = 0.0
+        self.buffers: list[np.ndarray] = [np.zeros(0, np.int64) for _ in self.parts]
+        self.consumed = np.zeros(config.num_drones, np.int64)
+        self._trainer = (VectorizedTrainer(self.model, self.train_config,
+                                           config.engine.max_clients_per_chunk,
+                                           config.engine.torch_threads)
+                         if config.engine.vectorized else None)
+
+    # --- data ----------------------------------------------------------------------------
+    def _client_indices(self, round_index: int) -> list[np.ndarray]:
+        """What each drone trains on this round (whole partition, or its online buffer)."""
+        d = self.config.data
+        if not d.online:
+            return self.parts
+        rng = np.random.default_rng(_round_seed(self.config.seed, round_index, 2))
+        capacity = self.config.buffer.capacity_samples
+        for k, part in enumerate(self.parts):
+            new = rng.binomial(d.arrivals_e, d.arrivals_p)
+            if round_index == 1:
+                new += d.initial_samples
+            start = int(self.consumed[k])
+            fresh = part[start:start + new]
+            self.consumed[k] += len(fresh)
+            merged = np.concatenate([self.buffers[k], fresh])
+            if len(merged) > capacity:
+                merged = (merged[-capacity:] if self.config.buffer.policy == 'fifo'
+                          else merged[:capacity])
+            self.buffers[k] = merged
+        return self.buffers
+
+    # --- one round -----------------------------------------------------------------------
+    def run_round(self) -> dict[str, Any]:
+        """Train, time, aggregate and evaluate one round; returns its rounds.csv row."""
+        start = time.perf_counter()
+        r = self.round_index + 1
+        indices = self._client_indices(r)
+        active = [k for k, idx in enumerate(indices)
+                  if len(idx) >= self.config.learning.min_samples_to_train]
+        client_data = [(self.data.train_x[indices[k]], self.data.train_y[indices[k]])
+                       for k in active]
+        seeds = [_round_seed(self.config.seed, r, 10 + k) for k in active]
+        lr = self.config.learning.lr * self.config.learning.lr_decay ** (r - 1)
+        config = dataclasses.replace(self.train_config, lr=lr)
+        try:
+            if self._trainer is not None:
+                self._trainer.config = config
+                results = self._trainer.train(self.weights, client_data, seeds)
+            else:
+                results = train_clients_sequential(self.model, self.weights, client_data,
+                                                   config, seeds)
+        except NonFiniteLossError as exc:
+            drone = self._first_diverging_drone(active, client_data, seeds, config)
+            raise ExperimentError(f'round {r}, drone {drone}: non-finite training loss ({exc});'
+                                  f' partial results are in {self.out_dir}') from exc
+        updates, times, energies, losses, uplink = [], [], [], [], 0
+        rng = np.random.default_rng(_round_seed(self.config.seed, r, 3))
+        down_bits = 8 * encoded_size(self.weights, {'round': r})
+        down_s = down_bits / self.config.system.downlink_rate_bit_s
+        late = []
+        for k, result in zip(active, results):
+            loss = float(result.result.mean_loss)
+            delta = {n: result.weights[n] - self.weights[n] for n in self.weights}
+            if not math.isfinite(loss) or not all(np.all(np.isfinite(v))
+                                                  for v in delta.values()):
+                raise ExperimentError(f'round {r}, drone {k}: non-finite training loss '
+                                      f'({loss}); partial results are in {self.out_dir}')
+            up_bits = 8 * encoded_size(delta, {'num_samples': len(indices[k])})
+            rate = float(self.link.sample_rate_bit_s(self.distance_m[k], rng))
+            up_s = up_bits / max(rate, 1e-9)
+            steps = result.result.steps
+            comp_s = steps * float(self.cpu.train_time_s(self.config.learning.batch_size))
+            energy = (steps * float(self.cpu.train_energy_j(self.config.learning.batch_size))
+                      + self.config.system.tx_power_w * up_s)
+            total_s = down_s + comp_s + up_s
+            energies.append(energy)
+            deadline = self.config.system.deadline_s
+            if deadline and total_s > deadline:
+                late.append(k)
+                times.append(deadline)
+                continue
+            times.append(total_s)
+            losses.append(loss)
+            uplink += up_bits // 8
+            updates.append(ClientUpdate(sender=k, round_index=r, delta=delta,
+                                        num_samples=len(indices[k])))
+        aggregated = self.strategy.aggregate(r, self.weights, updates)
+        self.weights = aggregated.weights
+        set_weights(self.model, self.weights)
+        accuracy, test_loss = evaluate(self.model, self.data.test_x, self.data.test_y)
+        round_s = max(times) if times else down_s
+        self.sim_time_s += round_s
+        self.round_index = r
+        return {
+            'round': r, 'accuracy': accuracy, 'loss': test_loss,
+            'participants': len(updates), 'late': len(late), 'uplink_bytes': uplink,
+            'downlink_bytes': (down_bits // 8) * len(active), 'sim_round_s': round_s,
+            'sim_time_s': self.sim_time_s,
+            'energy_mean_j': float(np.mean(energies)) if energies else 0.0,
+            'energy_max_j': float(np.max(energies)) if energies else 0.0,
+            'train_loss_mean': float(np.mean(losses)) if losses else math.nan,
+            'wall_s': time.perf_counter() - start,
+        }
+
+    def _first_diverging_drone(self, active, client_data, seeds, config) -> int | str:
+        """Replay the round one drone at a time to name the drone whose loss diverged."""
+        for k, data, seed in zip(active, client_data, seeds):
+            try:
+                train_clients_sequential(self.model, self.weights, [data], config, [seed])
+            except NonFiniteLossError:
+                return k
+        return 'unknown'
+
+    # --- checkpoints ---------------------------------------------------------------------
+    def save_checkpoint(self) -> None:
+        """Global weights, strategy state, clock and buffers, written atomically."""
+        meta = {'round_index': self.round_index, 'sim_time_s': self.sim_time_s,
+                'consumed': self.consumed.tolist(), 'strategy': self.strategy.state_dict()}
+        arrays = {f'w/{n}': v for n, v in self.weights.items()}
+        arrays.update({f'buffer/{k}': b for k, b in enumerate(self.buffers)})
+        tmp = self.out_dir / (CHECKPOINT_FILE + '.tmp.npz')
+        np.savez(tmp, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8), **arrays)
+        tmp.replace(self.out_dir / CHECKPOINT_FILE)
+
+    def load_checkpoint(self) -> None:
+        """Continue from DIR/checkpoint.npz."""
+        path = self.out_dir / CHECKPOINT_FILE
+        if not path.is_file():
+            raise ExperimentError(f'cannot resume: {path} does not exist')
+        with np.load(path) as archive:
+            meta = json.loads(bytes(archive['meta']).decode())
+            self.weights = {n[2:]: archive[n].astype(np.float32) for n in archive.files
+                            if n.startswith('w/')}
+            self.buffers = [archive[f'buffer/{k}'] for k in range(self.config.num_drones)]
+        self.round_index = int(meta['round_index'])
+        self.sim_time_s = float(meta['sim_time_s'])
+        self.consumed = np.asarray(meta['consumed'], np.int64)
+        self.strategy.load_state_dict(meta['strategy'])
+        set_weights(self.model, self.weights)
+
+
+def _read_rows(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    with open(path, newline='') as f:
+        return [{k: float(v) if k not in ('round', 'participants', 'late') else int(v)
+                 for k, v in row.items()} for row in csv.DictReader(f)]
+
+
+def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False,
+                   echo: Callable[[str], None] = print) -> dict[str, Any]:
+    """Run (or resume) an experiment; Ctrl-C and errors leave consistent partial results."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(config.engine.torch_threads)
+    wall_start = time.perf_counter()
+    engine = ExperimentEngine(config, out_dir)
+    rows_path = out_dir / ROUNDS_FILE
+    if resume:
+        engine.load_checkpoint()
+        rows = [r for r in _read_rows(rows_path) if r['round'] <= engine.round_index]
+    else:
+        rows = []
+    with open(rows_path, 'w', newline='') as f:
+        writer = csv.DictWriter(f, ROUND_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    (out_dir / CONFIG_FILE).write_text(json.dumps(to_flat(config), indent=2))
+    status, error = 'finished', ''
+    try:
+        while engine.round_index < config.num_rounds:
+            row = engine.run_round()
+            rows.append(row)
+            with open(rows_path, 'a', newline='') as f:
+                csv.DictWriter(f, ROUND_COLUMNS).writerow(row)
+            if (engine.round_index % config.engine.checkpoint_every == 0
+                    or engine.round_index == config.num_rounds):
+                engine.save_checkpoint()
+            echo(_progress_line(row, config.num_rounds))
+    except KeyboardInterrupt:
+        status = 'interrupted'
+        echo(f'interrupted after round {engine.round_index}; resume with --resume {out_dir}')
+    except ExperimentError as exc:
+        status, error = 'failed', str(exc)
+        echo(f'error: {exc}')
+    summary = write_summary(config, out_dir, rows, status, error,
+                            time.perf_counter() - wall_start)
+    return summary
+
+
+def _progress_line(row: dict[str, Any], num_rounds: int, width: int = 20) -> str:
+    done = int(width * row['round'] / num_rounds)
+    return (f'[{"#" * done}{"." * (width - done)}] round {row["round"]}/{num_rounds}  '
+            f'acc {row["accuracy"]:.3f}  sim {row["sim_time_s"]:.1f} s  '
+            f'up {row["uplink_bytes"] / 1e6:.2f} MB  wall {row["wall_s"]:.2f} s')
+
+
+def write_summary(config: ExperimentConfig, out_dir: Path, rows: list[dict[str, Any]],
+                  status: str, error: str, wall_s: float) -> dict[str, Any]:
+    """DIR/summary.json and the three plots."""
+    summary = {
+        'name': config.name, 'status': status, 'error': error,
+        'rounds_completed': len(rows), 'num_rounds': config.num_rounds,
+        'num_drones': config.num_drones, 'dataset': config.data.dataset,
+        'partition': config.data.partition, 'strategy': config.aggregation.strategy,
+        'final_accuracy': rows[-1]['accuracy'] if rows else None,
+        'best_accuracy': max((r['accuracy'] for r in rows), default=None),
+        'sim_time_s': rows[-1]['sim_time_s'] if rows else 0.0,
+        'uplink_bytes_total': sum(r['uplink_bytes'] for r in rows),
+        'engine_wall_s': sum(r['wall_s'] for r in rows),
+        'wall_s': wall_s,
+    }
+    (out_dir / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+    if rows:
+        plot_runs([(config.name, rows)], out_dir)
+    return summary
+
+
+def plot_runs(runs: list[tuple[str, list[dict[str, Any]]]], out_dir: Path) -> None:
+    """Accuracy vs round, vs simulated time and vs cumulative uplink bytes, one line per run."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    axes_spec = (('round', 'round', 'accuracy_vs_round.png'),
+                 ('sim_time_s', 'simulated time (s)', 'accuracy_vs_sim_time.png'),
+                 ('uplink_cum', 'cumulative uplink (MB)', 'accuracy_vs_uplink.png'))
+    for key, label, name in axes_spec:
+        fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+        for run_name, rows in runs:
+            if key == 'uplink_cum':
+                xs = np.cumsum([r['uplink_bytes'] for r in rows]) / 1e6
+            else:
+                xs = [r[key] for r in rows]
+            ax.plot(xs, [r['accuracy'] for r in rows], marker='.', label=run_name)
+        ax.set_xlabel(label)
+        ax.set_ylabel('test accuracy')
+        ax.grid(True, alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out_dir / name)
+        plt.close(fig)
+
+
+def compare_runs(run_dirs: list[Path], out_dir: Path) -> str:
+    """Overlay runs in one set of plots and return a table of their figures."""
+    runs, lines = [], []
+    header = (f'{"run":<28} {"rounds":>6} {"final acc":>9} {"best acc":>9} '
+              f'{"uplink MB":>10} {"sim s":>9} {"wall s":>8}')
+    lines.append(header)
+    for run_dir in run_dirs:
+        summary_path = Path(run_dir) / SUMMARY_FILE
+        if not summary_path.is_file():
+            raise ExperimentError(f'{summary_path} does not exist (not an experiment directory)')
+        summary = json.loads(summary_path.read_text())
+        rows = _read_rows(Path(run_dir) / ROUNDS_FILE)
+        label = f'{summary["name"]} ({Path(run_dir).name})'
+        runs.append((label, rows))
+        lines.append(f'{label[:28]:<28} {len(rows):>6} '
+                     f'{(rows[-1]["accuracy"] if rows else math.nan):>9.4f} '
+                     f'{max((r["accuracy"] for r in rows), default=math.nan):>9.4f} '
+                     f'{sum(r["uplink_bytes"] for r in rows) / 1e6:>10.2f} '
+                     f'{(rows[-1]["sim_time_s"] if rows else 0.0):>9.1f} '
+                     f'{summary.get("wall_s", 0.0):>8.1f}')
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    plot_runs(runs, Path(out_dir))
+    table = '\n'.join(lines)
+    (Path(out_dir) / 'comparison.txt').write_text(table + '\n')
+    return table

@@ -1,0 +1,201 @@
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fl_uav.learning.models import build_model
+from fl_uav.learning.training import NonFiniteLossError, TrainConfig, train_local
+from fl_uav.learning.vectorized import (
+    VectorizedTrainer,
+    client_batches,
+    torch_epoch_orders,
+    train_clients_sequential,
+    train_clients_vectorized,
+)
+from fl_uav.learning.weights import get_weights, set_weights
+
+# Unequal sizes: not multiples of the batch, one client with a single partial batch, one empty.
+SIZES = (37, 5, 24, 0, 16, 29)
+
+
+def _clients(sizes, channels=3, px=8, classes=3, seed=0):
+    rng = np.random.default_rng(seed)
+    return [(rng.normal(0, 1, (n, channels, px, px)).astype(np.float32),
+             rng.integers(0, classes, n)) for n in sizes]
+
+
+def _one_channel_net() -> nn.Module:
+    """Exercises both convolution paths (im2col for 1 channel, grouped), stride and dilation."""
+    torch.manual_seed(3)
+    return nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=2, dilation=2), nn.ReLU(),
+        nn.Conv2d(4, 8, 3, padding=1, stride=2), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Flatten(), nn.Linear(8 * 2 * 2, 16), nn.ReLU(), nn.Linear(16, 3))
+
+
+def _max_difference(a, b):
+    return max(float(np.abs(a[name] - b[name]).max()) for name in a)
+
+
+def test_sequential_reference_is_train_local():
+    # Prepare
+    model = build_model('tiny_cnn', 3, input_px=8, seed=1)
+    weights = get_weights(model)
+    data = _clients(SIZES)
+    config = TrainConfig(local_epochs=2, batch_size=8, momentum=0.9)
+    seeds = [11, 12, 13, 14, 15, 16]
+    # Execute
+    updates = train_clients_sequential(model, weights, data, config, seeds)
+    # Assert: identical batches, identical arithmetic
+    for (x, y), seed, update in zip(data, seeds, updates):
+        alone = build_model('tiny_cnn', 3, input_px=8)
+        set_weights(alone, weights)
+        result = train_local(alone, x, y, config, seed)
+        assert update.result == result or (result.steps == 0 and update.result.steps == 0)
+        for name, value in get_weights(alone).items():
+            np.testing.assert_array_equal(update.weights[name], value)
+
+
+@pytest.mark.parametrize('config', [
+    TrainConfig(local_epochs=3, batch_size=8, momentum=0.0),
+    TrainConfig(local_epochs=3, batch_size=8, momentum=0.9, weight_decay=1e-3),
+    TrainConfig(local_epochs=2, batch_size=8, optimizer='adam', lr=1e-3, weight_decay=1e-4),
+    TrainConfig(local_epochs=3, batch_size=8, max_steps=4),
+], ids=['sgd', 'momentum-wd', 'adam', 'max-steps'])
+@pytest.mark.parametrize('model_name', ['tiny_cnn', 'one_channel'])
+def test_vectorized_matches_sequential(config, model_name):
+    # Prepare
+    if model_name == 'one_channel':
+        model, data = _one_channel_net(), _clients(SIZES, channels=1)
+    else:
+        model, data = build_model('tiny_cnn', 3, input_px=8, seed=2), _clients(SIZES)
+    weights = get_weights(model)
+    seeds = list(range(20, 20 + len(SIZES)))
+    trainer = VectorizedTrainer(model, config, max_clients_per_chunk=4)
+    # Execute
+    expected = train_clients_sequential(model, weights, data, config, seeds)
+    actual = trainer.train(weights, data, seeds)
+    # Assert
+    assert trainer.backend == 'stacked'
+    for want, got in zip(expected, actual):
+        assert _max_difference(want.weights, got.weights) < 1e-5
+        assert (got.result.steps, got.result.samples_seen) == (want.result.steps,
+                                                               want.result.samples_seen)
+        if want.result.steps:
+            assert got.result.mean_loss == pytest.approx(want.result.mean_loss, rel=1e-5)
+
+
+def test_vmap_backend_matches_sequential():
+    model = build_model('tiny_cnn', 3, input_px=8, seed=2)
+    weights = get_weights(model)
+    data = _clients(SIZES)
+    config = TrainConfig(local_epochs=2, batch_size=8, momentum=0.9)
+    seeds = list(range(len(SIZES)))
+    trainer = VectorizedTrainer(model, config, backend='vmap')
+    expected = train_clients_sequential(model, weights, data, config, seeds)
+    actual = trainer.train(weights, data, seeds)
+    assert trainer.backend == 'vmap'
+    for want, got in zip(expected, actual):
+        assert _max_difference(want.weights, got.weights) < 1e-5
+
+
+def test_finished_and_empty_clients_are_masked():
+    # Prepare: a 3-sample client trained next to a 40-sample one (10 times more steps)
+    model = build_model('tiny_cnn', 3, input_px=8, seed=4)
+    weights = get_weights(model)
+    small, big, empty = _clients((3, 40, 0), seed=5)
+    config = TrainConfig(local_epochs=2, batch_size=4, momentum=0.9)
+    trainer = VectorizedTrainer(model, config)
+    # Execute
+    alone = trainer.train(weights, [small], [7])[0]
+    together = trainer.train(weights, [big, small, empty], [8, 7, 9])
+    # Assert
+    assert together[1].result.steps == 2 and together[0].result.steps == 20
+    assert _max_difference(alone.weights, together[1].weights) < 1e-6
+    assert together[2].result.steps == 0
+    for name, value in weights.items():
+        np.testing.assert_array_equal(together[2].weights[name], value)
+
+
+def test_chunking_does_not_change_results():
+    model = build_model('tiny_cnn', 3, input_px=8)
+    weights = get_weights(model)
+    data = _clients((9, 17, 4, 30, 12, 1, 22), seed=6)
+    config = TrainConfig(local_epochs=2, batch_size=8)
+    seeds = list(range(7))
+    whole = train_clients_vectorized(model, weights, data, config, seeds, max_clients_per_chunk=64)
+    chunked = train_clients_vectorized(model, weights, data, config, seeds,
+                                       max_clients_per_chunk=2)
+    for a, b in zip(whole, chunked):
+        assert _max_difference(a, b) < 1e-6
+
+
+def test_same_seeds_give_identical_weights_and_other_seeds_differ():
+    model = build_model('tiny_cnn', 3, input_px=8)
+    weights = get_weights(model)
+    data = _clients((20, 13), seed=7)
+    config = TrainConfig(local_epochs=2, batch_size=8)
+    first = train_clients_vectorized(model, weights, data, config, [1, 2])
+    second = train_clients_vectorized(model, weights, data, config, [1, 2])
+    other = train_clients_vectorized(model, weights, data, config, [3, 2])
+    for a, b in zip(first, second):
+        for name in a:
+            np.testing.assert_array_equal(a[name], b[name])
+    assert _max_difference(first[0], other[0]) > 0
+
+
+def test_client_batches_follow_the_shuffle_and_cap():
+    config = TrainConfig(local_epochs=2, batch_size=4, max_steps=5)
+    batches = client_batches(10, config, seed=3, shuffle=torch_epoch_orders)
+    generator = torch.Generator().manual_seed(3)
+    first = torch.randperm(10, generator=generator).numpy()
+    second = torch.randperm(10, generator=generator).numpy()
+    assert [len(b) for b in batches] == [4, 4, 2, 4, 4]
+    np.testing.assert_array_equal(np.concatenate(batches[:3]), first)
+    np.testing.assert_array_equal(np.concatenate(batches[3:]), second[:8])
+
+
+def test_unsupported_layers_fall_back_to_vmap():
+    # LayerNorm has parameters the stacked replay does not know; the second model mixes
+    # samples across the batch, which the first-use check catches.
+    class MixesSamples(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(12, 3)
+
+        def forward(self, x):
+            flat = x.flatten(1)
+            return self.fc(flat - flat.mean(0, keepdim=True))
+
+    torch.manual_seed(0)
+    layer_norm = nn.Sequential(nn.Flatten(), nn.LayerNorm(12), nn.Linear(12, 3))
+    data = _clients((6, 9), channels=3, px=2, seed=8)
+    config = TrainConfig(local_epochs=1, batch_size=4)
+    for model in (layer_norm, MixesSamples()):
+        trainer = VectorizedTrainer(model, config)
+        trainer.train(get_weights(model), data, [0, 1])
+        assert trainer.backend == 'vmap'
+    with pytest.raises(ValueError, match='stacked'):
+        VectorizedTrainer(layer_norm, config, backend='stacked')
+
+
+def test_rejects_models_with_buffers_and_bad_arguments():
+    with_buffers = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    with pytest.raises(ValueError, match='buffers'):
+        VectorizedTrainer(with_buffers, TrainConfig())
+    model = build_model('tiny_cnn', 3, input_px=8)
+    with pytest.raises(ValueError, match='max_clients_per_chunk'):
+        VectorizedTrainer(model, TrainConfig(), max_clients_per_chunk=0)
+    with pytest.raises(ValueError, match='seeds'):
+        VectorizedTrainer(model, TrainConfig()).train(get_weights(model), _clients((4,)), [])
+
+
+def test_nan_input_stops_with_a_clear_error_and_threads_are_restored():
+    model = build_model('tiny_cnn', 3, input_px=8)
+    x, y = _clients((12,))[0]
+    x[5, 0, 0, 0] = np.nan
+    before = torch.get_num_threads()
+    with pytest.raises(NonFiniteLossError, match='step'):
+        train_clients_vectorized(model, get_weights(model), [(x, y)], TrainConfig(batch_size=4),
+                                 [0], num_threads=1)
+    assert torch.get_num_threads() == before

@@ -1,0 +1,113 @@
+"""The experiment engine: determinism, vectorised = sequential, resume, deadlines, bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from fl_uav.cli import main as cli_main
+from fl_uav.configschema import build_config, read_params_file
+from fl_uav.sim.experiment import compare_runs, run_experiment
+from fl_uav.sim.experiment_config import ExperimentConfig
+
+REPO = Path(__file__).resolve().parents[3]
+QUICK = REPO / 'config' / 'experiments' / 'quick_digits.yaml'
+
+
+def _config(**overrides) -> ExperimentConfig:
+    flat = read_params_file(QUICK)
+    flat.update({'num_drones': 5, 'num_rounds': 3, **overrides})
+    return build_config(ExperimentConfig, flat)
+
+
+def _rows(out: Path) -> list[dict]:
+    with open(out / 'rounds.csv', newline='') as f:
+        return list(csv.DictReader(f))
+
+
+def test_run_writes_rows_summary_plots_and_learns(tmp_path):
+    # Execute
+    summary = run_experiment(_config(**{'num_rounds': 6, 'data.partition': 'iid'}), tmp_path,
+                             echo=lambda _: None)
+    rows = _rows(tmp_path)
+    # Assert
+    assert summary['status'] == 'finished' and summary['rounds_completed'] == 6
+    assert [int(r['round']) for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert float(rows[-1]['accuracy']) > float(rows[0]['accuracy']) + 0.1
+    assert all(float(r['sim_time_s']) > 0 and int(r['uplink_bytes']) > 0 for r in rows)
+    assert all(float(r['energy_mean_j']) > 0 for r in rows)
+    for name in ('accuracy_vs_round.png', 'accuracy_vs_sim_time.png', 'accuracy_vs_uplink.png'):
+        assert (tmp_path / name).stat().st_size > 1000
+
+
+def test_vectorized_equals_sequential_reference(tmp_path):
+    fast = run_experiment(_config(), tmp_path / 'v', echo=lambda _: None)
+    slow = run_experiment(_config(**{'engine.vectorized': False}), tmp_path / 's',
+                          echo=lambda _: None)
+    assert fast['final_accuracy'] == pytest.approx(slow['final_accuracy'], abs=0.005)
+    assert [r['loss'] for r in _rows(tmp_path / 'v')] == pytest.approx(
+        [r['loss'] for r in _rows(tmp_path / 's')], rel=1e-3)
+
+
+def test_resume_continues_exactly_where_it_stopped(tmp_path):
+    whole = run_experiment(_config(**{'num_rounds': 4}), tmp_path / 'whole', echo=lambda _: None)
+    run_experiment(_config(**{'num_rounds': 2}), tmp_path / 'part', echo=lambda _: None)
+    resumed = run_experiment(_config(**{'num_rounds': 4}), tmp_path / 'part', resume=True,
+                             echo=lambda _: None)
+    assert resumed['rounds_completed'] == 4
+    assert [float(r['accuracy']) for r in _rows(tmp_path / 'part')] == pytest.approx(
+        [float(r['accuracy']) for r in _rows(tmp_path / 'whole')])
+    assert resumed['final_accuracy'] == pytest.approx(whole['final_accuracy'])
+
+
+def test_a_deadline_nobody_meets_keeps_the_model(tmp_path):
+    run_experiment(_config(**{'system.deadline_s': 1e-6}), tmp_path, echo=lambda _: None)
+    rows = _rows(tmp_path)
+    assert all(int(r['participants']) == 0 and int(r['late']) == 5 for r in rows)
+    assert len({r['accuracy'] for r in rows}) == 1
+
+
+def test_online_arrivals_fill_capped_buffers(tmp_path):
+    config = _config(**{'data.online': True, 'data.arrivals_e': 10, 'data.arrivals_p': 1.0,
+                        'buffer.capacity_samples': 25, 'num_rounds': 4})
+    from fl_uav.sim.experiment import ExperimentEngine
+    engine = ExperimentEngine(config, tmp_path)
+    sizes = []
+    for _ in range(4):
+        engine.run_round()
+        sizes.append([len(b) for b in engine.buffers])
+    assert sizes[0] == [10] * 5 and sizes[1] == [20] * 5 and sizes[3] == [25] * 5
+
+
+def test_non_finite_loss_stops_with_round_and_drone(tmp_path):
+    summary = run_experiment(_config(**{'learning.lr': 10.0, 'learning.momentum': 0.9,
+                                           'num_rounds': 5}), tmp_path,
+                             echo=lambda _: None)
+    assert summary['status'] == 'failed'
+    assert 'round' in summary['error'] and 'drone' in summary['error']
+    assert json.loads((tmp_path / 'summary.json').read_text())['status'] == 'failed'
+
+
+def test_bad_config_key_fails_before_any_work(tmp_path, capsys):
+    code = cli_main(['experiment', str(QUICK), '--out', str(tmp_path / 'x'),
+                     '--set', 'learning.learning_rate=0.1'])
+    assert code == 2
+    assert 'learning.learning_rate' in capsys.readouterr().err
+    assert not (tmp_path / 'x').exists()
+
+
+def test_bad_value_names_the_allowed_choices(tmp_path, capsys):
+    code = cli_main(['experiment', str(QUICK), '--out', str(tmp_path / 'x'),
+                     '--set', 'data.partition=zigzag'])
+    assert code == 2 and 'dirichlet' in capsys.readouterr().err
+
+
+def test_compare_overlays_runs(tmp_path):
+    run_experiment(_config(), tmp_path / 'a', echo=lambda _: None)
+    run_experiment(_config(**{'data.partition': 'iid'}), tmp_path / 'b', echo=lambda _: None)
+    table = compare_runs([tmp_path / 'a', tmp_path / 'b'], tmp_path / 'cmp')
+    assert table.count('quick_digits') == 2
+    assert (tmp_path / 'cmp' / 'accuracy_vs_round.png').exists()
