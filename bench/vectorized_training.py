@@ -12,12 +12,14 @@ Engines, each run in its own fresh process (wall time = the whole process, as in
 reference, so interpreter start, imports and data loading are included):
 
     plain       the reference's sequential loop: one nn.Module, torch.optim.SGD per client
-    vectorized  fl_uav.learning.vectorized.VectorizedTrainer (vmap over the clients)
+    vectorized  fl_uav.learning.vectorized.VectorizedTrainer (its default 'stacked' backend)
+    vmap        the same trainer forced to its torch.func.vmap backend (--engines to add it)
 
 Both use 1 torch thread. Usage:
 
     .venv/bin/python bench/vectorized_training.py                 # 3 reps, both sizes
     .venv/bin/python bench/vectorized_training.py --reps 5 --sizes 100x10
+    .venv/bin/python bench/vectorized_training.py --engines plain,vectorized,vmap --reps 2
     .venv/bin/python bench/vectorized_training.py --worker --engine vectorized --clients 10 \
         --rounds 30                                               # one run, prints RESULT json
 
@@ -46,7 +48,7 @@ BATCH_SIZE = 16
 LR = 0.05
 # Flower-baseline figures (flower_baseline.md §3, quiet machine, min wall of 3 runs, flower_c1).
 FLOWER_WALL_S = {10: 26.6, 100: 29.9}
-REFERENCE_PLAIN_WALL_S = {10: 9.6, 100: 6.4}
+ENGINES = ('plain', 'vectorized', 'vmap')
 
 
 # ------------------------------------------------------------------ worker: workload ----
@@ -149,7 +151,7 @@ def run_worker(engine: str, num_clients: int, rounds: int, chunk: int) -> dict:
     import torch
     from torch import nn
 
-    if engine == 'vectorized':  # the plain loop imports nothing of fl_uav
+    if engine != 'plain':  # the plain loop imports nothing of fl_uav
         from fl_uav.learning.training import TrainConfig
         from fl_uav.learning.vectorized import VectorizedTrainer, torch_epoch_orders
     torch.set_num_threads(1)
@@ -192,9 +194,10 @@ def run_worker(engine: str, num_clients: int, rounds: int, chunk: int) -> dict:
                              for k, v in worker.state_dict().items()}, len(y)))
         return results
 
-    if engine == 'vectorized':
+    if engine != 'plain':
         config = TrainConfig(local_epochs=1, batch_size=BATCH_SIZE, lr=LR, momentum=0.0)
-        trainer = VectorizedTrainer(model, config, max_clients_per_chunk=chunk)
+        backend = 'vmap' if engine == 'vmap' else 'auto'
+        trainer = VectorizedTrainer(model, config, max_clients_per_chunk=chunk, backend=backend)
 
     def vectorized_round(server_round: int, weights: dict) -> list[tuple[dict, int]]:
         seeds = [shuffle_seed(server_round, pid) for pid in range(num_clients)]
@@ -204,17 +207,24 @@ def run_worker(engine: str, num_clients: int, rounds: int, chunk: int) -> dict:
     train_round = plain_round if engine == 'plain' else vectorized_round
     accuracies = [evaluate(global_weights)]
     stamps = [time.perf_counter()]
+    phases = {'train_s': 0.0, 'aggregate_s': 0.0, 'evaluate_s': 0.0}
     for server_round in range(1, rounds + 1):
-        global_weights = fedavg(train_round(server_round, global_weights))
+        t0 = time.perf_counter()
+        updates = train_round(server_round, global_weights)
+        t1 = time.perf_counter()
+        global_weights = fedavg(updates)
+        t2 = time.perf_counter()
         accuracies.append(evaluate(global_weights))
         stamps.append(time.perf_counter())
+        for name, seconds in zip(phases, (t1 - t0, t2 - t1, stamps[-1] - t2)):
+            phases[name] += seconds
     round_times = [b - a for a, b in zip(stamps, stamps[1:])]
     return {
         'engine': engine, 'clients': num_clients, 'rounds': rounds, 'chunk': chunk,
         'import_s': t_imported - T_START, 'setup_s': stamps[0] - t_imported,
         'rounds_s': stamps[-1] - stamps[0], 'round1_s': round_times[0],
         'steady_s_per_round': statistics.median(round_times[1:]) if rounds > 1 else None,
-        'final_acc': accuracies[-1], 'acc_curve': [round(a, 4) for a in accuracies],
+        **phases, 'final_acc': accuracies[-1], 'acc_curve': [round(a, 4) for a in accuracies],
         'samples_per_client': [int(len(p)) for p in parts][:5],
         'maxrss_mib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
     }
@@ -241,7 +251,8 @@ def run_child(engine: str, num_clients: int, rounds: int, chunk: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--worker', action='store_true', help='run one engine in-process')
-    parser.add_argument('--engine', choices=('plain', 'vectorized'), default='vectorized')
+    parser.add_argument('--engine', choices=ENGINES, default='vectorized')
+    parser.add_argument('--engines', default='plain,vectorized', help='engines to compare')
     parser.add_argument('--clients', type=int, default=10)
     parser.add_argument('--rounds', type=int, default=30)
     parser.add_argument('--chunk', type=int, default=32, help='max_clients_per_chunk')
@@ -254,10 +265,13 @@ def main() -> None:
         return
 
     sizes = [tuple(int(v) for v in s.split('x')) for s in args.sizes.split(',')]
+    engines = args.engines.split(',')
+    if 'plain' not in engines or not set(engines) <= set(ENGINES):
+        parser.error(f'--engines must include plain and name only {", ".join(ENGINES)}')
     runs: dict[tuple[str, int], list[dict]] = {}
     for rep in range(args.reps):
         for num_clients, rounds in sizes:
-            for engine in ('plain', 'vectorized'):  # interleaved so load spreads evenly
+            for engine in engines:  # interleaved so load spreads evenly
                 result = run_child(engine, num_clients, rounds, args.chunk)
                 runs.setdefault((engine, num_clients), []).append(result)
                 print(f'rep {rep} {engine:10s} N={num_clients:<4d} wall {result["wall_s"]:.2f} s '
@@ -281,19 +295,20 @@ def main() -> None:
               f'{mm([r["rounds_s"] for r in results])} | '
               f'{max(r["maxrss_mib"] for r in results):.0f} | '
               f'{accuracies} |')
-    print('\n| N | plain / vectorized wall (min/min) | plain / vectorized all rounds | '
-          'Flower (doc, 26.6 s / 29.9 s) / vectorized wall | same accuracy curve |')
-    print('|---|---|---|---|---|')
-    for num_clients, _ in sizes:
-        plain, vec = runs[('plain', num_clients)], runs[('vectorized', num_clients)]
-        wall_p, wall_v = min(r['wall_s'] for r in plain), min(r['wall_s'] for r in vec)
-        loop_p, loop_v = min(r['rounds_s'] for r in plain), min(r['rounds_s'] for r in vec)
-        same = all(p['acc_curve'] == v['acc_curve'] for p, v in zip(plain, vec))
-        flower = FLOWER_WALL_S.get(num_clients)
-        flower_ratio = f'{flower / wall_v:.1f}x' if flower else 'n/a'
-        print(f'| {num_clients} | {wall_p / wall_v:.2f}x | {loop_p / loop_v:.2f}x | '
-              f'{flower_ratio} | {same} |')
-
+    print('\n| engine | N | plain / engine wall (min/min) | plain / engine all rounds '
+          '(min/min) | Flower wall (doc: 26.6 s, 29.9 s) / engine wall | same accuracy curve '
+          'as plain |')
+    print('|---|---|---|---|---|---|')
+    for engine in [e for e in engines if e != 'plain']:
+        for num_clients, _ in sizes:
+            plain, other = runs[('plain', num_clients)], runs[(engine, num_clients)]
+            wall_p, wall_o = min(r['wall_s'] for r in plain), min(r['wall_s'] for r in other)
+            loop_p, loop_o = min(r['rounds_s'] for r in plain), min(r['rounds_s'] for r in other)
+            same = all(p['acc_curve'] == o['acc_curve'] for p, o in zip(plain, other))
+            flower = FLOWER_WALL_S.get(num_clients)
+            flower_ratio = f'{flower / wall_o:.1f}x' if flower else 'n/a'
+            print(f'| {engine} | {num_clients} | {wall_p / wall_o:.2f}x | '
+                  f'{loop_p / loop_o:.2f}x | {flower_ratio} | {same} |')
 
 if __name__ == '__main__':
     main()

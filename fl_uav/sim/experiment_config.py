@@ -104,7 +104,7 @@ class EngineConfig:
     checkpoint_every: rounds between checkpoints (for --resume)."""
 
     vectorized: bool = True
-    max_clients_per_chunk: int = 128
+    max_clients_per_chunk: int = 32
     torch_threads: int = 1
     checkpoint_every: int = 1
 
