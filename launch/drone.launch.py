@@ -8,10 +8,9 @@ PX4 autopilot over MAVLink (flight.url_template in the config) and reading its c
 from pathlib import Path
 
 from ament_index_python.packages import get_package_share_directory
+from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch_ros.actions import Node
-
-from launch import LaunchDescription
 
 
 def _nodes(context):

@@ -1,42 +1,27 @@
 """ros2 launch fl_uav px4_sitl_fleet.launch.py [num_drones:=4] [config:=...] [output_dir:=...]
 
 Against PX4 SITL instances (UDP 14540+i) and Gazebo cameras bridged to /uav<i>/camera/image_raw:
-the ground station and one drone per UAV, no embedded simulators (see sim/README.md). The node
-set comes from fl_uav.sim.launch_plan.fleet_plan, the same function `fl-uav sim` uses.
+fleet_sim.launch.py without the embedded simulators (see sim/README.md).
 """
 
 from pathlib import Path
 
 from ament_index_python.packages import get_package_share_directory
-from launch.actions import DeclareLaunchArgument, OpaqueFunction
-from launch_ros.actions import Node
-
-from fl_uav.configschema import build_config
-from fl_uav.fleet.config import FleetConfig
-from fl_uav.sim.launch_plan import PACKAGE, fleet_plan, merged_parameters, write_params_file
 from launch import LaunchDescription
-
-
-def _nodes(context):
-    share = Path(get_package_share_directory(PACKAGE))
-    config_file = context.launch_configurations.get('config') or str(share / 'config' /
-                                                                      'fleet.yaml')
-    num_drones = int(context.launch_configurations['num_drones'])
-    output_dir = context.launch_configurations.get('output_dir', '')
-    flat = merged_parameters([config_file], {'num_drones': num_drones})
-    config = build_config(FleetConfig, flat)
-    params_file = write_params_file(flat, Path(output_dir or '/tmp') / 'fl_uav_params.yaml')
-    return [Node(package=PACKAGE, executable=spec.executable, name=spec.name,
-                 namespace=spec.namespace or None, output='screen',
-                 parameters=[str(params_file), dict(spec.parameters)])
-            for spec in fleet_plan(config, output_dir or None, exit_on_finish=False,
-                                  with_simulators=False)]
+from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription
+from launch.launch_description_sources import PythonLaunchDescriptionSource
+from launch.substitutions import LaunchConfiguration
 
 
 def generate_launch_description():
+    fleet = Path(get_package_share_directory('fl_uav')) / 'launch' / 'fleet_sim.launch.py'
+    args = ('num_drones', 'config', 'output_dir')
     return LaunchDescription([
         DeclareLaunchArgument('num_drones', default_value='4'),
         DeclareLaunchArgument('config', default_value=''),
         DeclareLaunchArgument('output_dir', default_value=''),
-        OpaqueFunction(function=_nodes),
+        IncludeLaunchDescription(
+            PythonLaunchDescriptionSource(str(fleet)),
+            launch_arguments={**{a: LaunchConfiguration(a) for a in args},
+                              'with_simulators': 'false'}.items()),
     ])

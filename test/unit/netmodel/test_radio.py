@@ -147,8 +147,8 @@ def test_rayleigh_packet_error_matches_bessel_closed_form(a):
                                            (0.2, 7.861e-2)])
 def test_inverse_packet_error_matches_digest_table(q, a_star):
     # FedDPQ digest Sec. 1.6: a*(q) values for Rayleigh fading
-    assert 1.0 / snr_for_packet_error(q, waterfall_threshold=1.0) == pytest.approx(a_star,
-                                                                                   rel=1e-3)
+    a = 1.0 / snr_for_packet_error(q, waterfall_threshold=1.0)
+    assert a == pytest.approx(a_star, rel=1e-3)
 
 
 def test_fixed_channel_inverse_is_minus_log():
