@@ -64,7 +64,7 @@ class DroneNode(Node):
         self.create_subscription(Image, names.IMAGE_TOPIC, self._on_image, names.IMAGE_QOS)
         self.create_subscription(UInt8MultiArray, names.GLOBAL_MODEL_TOPIC, self._on_global,
                                  names.GLOBAL_MODEL_QOS)
-        self.runner.submit(self._telemetry())
+        self.runner.submit(self._telemetry()).add_done_callback(self._on_telemetry_end)
         self.get_logger().info(f'drone {self.drone_id}: autopilot at '
                                f'{cfg.flight.url_for(self.drone_id)}')
 
@@ -80,6 +80,10 @@ class DroneNode(Node):
         async for battery in self.pilot.vehicle.batteries():
             self._battery_pub.publish(battery_to_msg(battery.remaining_fraction,
                                                      battery.voltage_v, self._now()))
+
+    def _on_telemetry_end(self, future: Future) -> None:
+        if not future.cancelled() and future.exception() is not None:
+            self.get_logger().error(f'telemetry stopped: {future.exception()!r}')
 
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9

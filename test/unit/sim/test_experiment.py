@@ -111,3 +111,18 @@ def test_compare_overlays_runs(tmp_path):
     table = compare_runs([tmp_path / 'a', tmp_path / 'b'], tmp_path / 'cmp')
     assert table.count('quick_digits') == 2
     assert (tmp_path / 'cmp' / 'accuracy_vs_round.png').exists()
+
+
+def test_world_dataset_split_by_location(tmp_path):
+    flat = read_params_file(REPO / 'config' / 'experiments' / 'world_location.yaml')
+    flat.update({'num_drones': 4, 'num_rounds': 1, 'data.world_samples': 400,
+                 'learning.local_epochs': 1})
+    config = build_config(ExperimentConfig, flat)
+    from fl_uav.sim.experiment import ExperimentEngine
+    engine = ExperimentEngine(config, tmp_path)
+    positions = engine.data.train_positions_m
+    spreads = [positions[idx].std(axis=0).mean() for idx in engine.parts]
+    row = engine.run_round()
+    assert sum(len(idx) for idx in engine.parts) == 400
+    assert max(spreads) < positions.std(axis=0).mean()   # each drone owns a compact region
+    assert row['participants'] == 4 and 0.0 <= row['accuracy'] <= 1.0
