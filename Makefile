@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fl_uav-installed
 DEMO_OUT ?= runs/demo
 
-.PHONY: demo test lint install clean-venv
+.PHONY: demo test lint install bench clean-venv
 
 FMNIST_DIR := /usr/share/datasets/fashion-mnist
 
@@ -29,6 +29,19 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check fl_uav test bench launch
 	$(PY) -m pytest -q -p no:cacheprovider test
+
+# Yardstick (not part of the tests): the experiment engine's trainer vs a plain PyTorch loop vs
+# Flower 1.41 (own venv, telemetry off, num_cpus=1), same workload; see docs/benchmarks.md.
+FLOWER_VENV := bench/.venv-flower
+$(FLOWER_VENV)/.installed:
+	@test -x $(FLOWER_VENV)/bin/python || $(PYTHON) -m venv $(FLOWER_VENV)
+	$(FLOWER_VENV)/bin/python -m pip install -q --disable-pip-version-check torch==2.13.0 \
+	  'flwr[simulation]==1.41.0' scikit-learn==1.9.1
+	@touch $@
+
+bench: $(STAMP) $(FLOWER_VENV)/.installed
+	FLWR_TELEMETRY_ENABLED=0 $(PY) bench/vectorized_training.py \
+	  --engines plain,vectorized,flower --reps 3
 
 lint: $(STAMP)
 	$(PY) -m ruff check fl_uav test bench launch

@@ -48,7 +48,8 @@ BATCH_SIZE = 16
 LR = 0.05
 # Flower-baseline figures (flower_baseline.md §3, quiet machine, min wall of 3 runs, flower_c1).
 FLOWER_WALL_S = {10: 26.6, 100: 29.9}
-ENGINES = ('plain', 'vectorized', 'vmap')
+ENGINES = ('plain', 'vectorized', 'vmap', 'flower')
+FLOWER_PYTHON = Path(__file__).resolve().parent / '.venv-flower' / 'bin' / 'python'
 
 
 # ------------------------------------------------------------------ worker: workload ----
@@ -146,8 +147,36 @@ def fedavg(weighted: list[tuple[dict, int]]) -> dict:
     return merged
 
 
+def run_flower_worker(num_clients: int, rounds: int) -> dict:
+    """Flower 1.41's simulation of the same workload (run inside bench/.venv-flower)."""
+    import flower_app
+    from flwr.simulation import run_simulation
+
+    t_imported = time.perf_counter()
+    flower_app.SETTINGS.update(clients=num_clients, rounds=rounds)
+    run_simulation(server_app=flower_app.server_app, client_app=flower_app.client_app,
+                   num_supernodes=num_clients,
+                   backend_config={'client_resources': {'num_cpus': 1, 'num_gpus': 0.0}})
+    log = flower_app.ROUND_LOG
+    stamps = [t for _, t, _ in log]
+    round_times = [b - a for a, b in zip(stamps, stamps[1:])]
+    return {
+        'engine': 'flower', 'clients': num_clients, 'rounds': rounds, 'chunk': 0,
+        'import_s': t_imported - T_START, 'setup_s': stamps[0] - t_imported,
+        'rounds_s': stamps[-1] - stamps[0], 'round1_s': round_times[0],
+        'steady_s_per_round': statistics.median(round_times[1:]) if rounds > 1 else None,
+        'train_s': 0.0, 'aggregate_s': 0.0, 'evaluate_s': 0.0,
+        'final_acc': log[-1][2], 'acc_curve': [round(a, 4) for _, _, a in log],
+        'samples_per_client': [],
+        # The driver only: Ray's own processes are not counted (the reference's monitor did).
+        'maxrss_mib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
 def run_worker(engine: str, num_clients: int, rounds: int, chunk: int) -> dict:
     """One full federated run in this process; returns timings and accuracy."""
+    if engine == 'flower':
+        return run_flower_worker(num_clients, rounds)
     import torch
     from torch import nn
 
@@ -233,9 +262,14 @@ def run_worker(engine: str, num_clients: int, rounds: int, chunk: int) -> dict:
 # ------------------------------------------------------------------ driver ----
 def run_child(engine: str, num_clients: int, rounds: int, chunk: int) -> dict:
     """Run one worker process; wall time and peak RSS are measured from outside."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), '--worker', '--engine', engine,
+    python = str(FLOWER_PYTHON) if engine == 'flower' else sys.executable
+    if engine == 'flower' and not FLOWER_PYTHON.exists():
+        raise RuntimeError(f'{FLOWER_PYTHON} not found: `make bench` creates the Flower venv')
+    cmd = [python, str(Path(__file__).resolve()), '--worker', '--engine', engine,
            '--clients', str(num_clients), '--rounds', str(rounds), '--chunk', str(chunk)]
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=f'{REPO}{os.pathsep}{REPO / "bench"}',
+               FLWR_TELEMETRY_ENABLED='0')
+    env.pop('_ROS_WHEELS_BOOTSTRAP_COMPLETE', None)   # another venv: let it bootstrap itself
     t0 = time.perf_counter()
     child = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
     out, _ = child.communicate()
@@ -296,7 +330,7 @@ def main() -> None:
               f'{max(r["maxrss_mib"] for r in results):.0f} | '
               f'{accuracies} |')
     print('\n| engine | N | plain / engine wall (min/min) | plain / engine all rounds '
-          '(min/min) | Flower wall (doc: 26.6 s, 29.9 s) / engine wall | same accuracy curve '
+          '(min/min) | Flower wall (this run, else doc) / engine wall | same accuracy curve '
           'as plain |')
     print('|---|---|---|---|---|---|')
     for engine in [e for e in engines if e != 'plain']:
@@ -305,7 +339,10 @@ def main() -> None:
             wall_p, wall_o = min(r['wall_s'] for r in plain), min(r['wall_s'] for r in other)
             loop_p, loop_o = min(r['rounds_s'] for r in plain), min(r['rounds_s'] for r in other)
             same = all(p['acc_curve'] == o['acc_curve'] for p, o in zip(plain, other))
-            flower = FLOWER_WALL_S.get(num_clients)
+            if ('flower', num_clients) in runs:   # measured in this run
+                flower = min(r['wall_s'] for r in runs[('flower', num_clients)])
+            else:                                  # the reference document's figure
+                flower = FLOWER_WALL_S.get(num_clients)
             flower_ratio = f'{flower / wall_o:.1f}x' if flower else 'n/a'
             print(f'| {engine} | {num_clients} | {wall_p / wall_o:.2f}x | '
                   f'{loop_p / loop_o:.2f}x | {flower_ratio} | {same} |')

@@ -15,7 +15,7 @@ MEASURES = ('kl', 'l1', 'l2')
 class FedDisco(Strategy):
     """p_k = ReLU(n_k − a·δ_k + b) / Σ_j ReLU(n_j − a·δ_j + b);  w ← w + η_s Σ_k p_k Δ_k.
 
-    FedDisco eq. (7) as described in the OSAFL digest §6.5: n_k = |D_k| / Σ_j |D_j| over the
+    FedDisco weights as described in the OSAFL digest §6.5: n_k = |D_k| / Σ_j |D_j| over the
     updates that arrived, δ_k = dist(local label distribution, target distribution) from
     ``metrics[CLASS_COUNTS_KEY]`` (the drone's current buffer histogram). Defaults a = 0.5,
     b = 0.1 and ``measure='kl'`` as in the official code; in KL mode δ_k = KL(local ‖ target) and

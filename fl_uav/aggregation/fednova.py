@@ -11,7 +11,7 @@ from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy,
 class FedNova(Strategy):
     """w ← w + η_s · τ_eff · Σ_k p_k Δ_k / τ_k, with τ_eff = Σ_k p_k τ_k.
 
-    FedNova eq. (6)–(7) with vanilla SGD (OSAFL digest §6.3): d_k = Δ_k / τ_k is the
+    FedNova normalized averaging with vanilla SGD (OSAFL digest §6.3): d_k = Δ_k / τ_k is the
     per-step update (the drone's delta already includes −η), p_k = n_k / Σ n_j over the updates
     that arrived, and τ_eff rescales the step to the average amount of local work.
     Each update must report τ_k as ``metrics[STEPS_KEY]`` (positive int); updates without it,

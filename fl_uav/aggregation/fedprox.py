@@ -8,12 +8,12 @@ from fl_uav.aggregation.fedavg import FedAvg
 
 #: Knob sent to every drone: the proximal coefficient μ of the local objective
 #: f_k(w) + (μ/2)·||w − w^t||², i.e. the local step w ← w − η(g_k(w) + μ(w − w^t))
-#: (OSAFL digest §6.2; FedProx eq. (2)).
+#: (FedProx, Li et al. 2020, as in the OSAFL digest §6.2).
 PROXIMAL_MU_KNOB = 'proximal_mu'
 
 
 class FedProx(FedAvg):
-    """FedProx: the server rule is FedAvg's w ← w + η_s Σ n_k Δ_k / Σ n_k (FedProx Alg. 2).
+    """FedProx: the server rule is FedAvg's w ← w + η_s Σ n_k Δ_k / Σ n_k (OSAFL digest §6.2).
 
     Only :meth:`configure_round` differs: it sends ``{PROXIMAL_MU_KNOB: μ}`` to every drone.
     Stateless, so the checkpoint is ``{}``.

@@ -7,13 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from fl_uav.aggregation._common import (
-    apply_step,
-    flatten,
-    keep_model,
-    step_count,
-    weighted_sum,
-)
+from fl_uav.aggregation._common import apply_step, keep_model, step_count, weighted_sum
 from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy, Weights
 
 WEIGHTINGS = ('uniform', 'samples')
@@ -25,6 +19,21 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
     if na == 0.0 or nb == 0.0:
         return 0.0
     return float(np.clip(np.dot(a, b) / (na * nb), -1.0, 1.0))
+
+
+def _delta_cosine(mean: Mapping[str, np.ndarray], delta: Mapping[str, np.ndarray], tau: int,
+                  names: Sequence[str]) -> float:
+    """cos(d^t, Δ_u/κ_u) over the whole model, tensor by tensor (eq. (11))."""
+    dot = norm_a = norm_b = 0.0
+    for n in names:
+        a = mean[n].ravel()
+        b = np.asarray(delta[n], np.float64).ravel() / tau
+        dot += float(np.dot(a, b))
+        norm_a += float(np.dot(a, a))
+        norm_b += float(np.dot(b, b))
+    if norm_a == 0.0 or norm_b == 0.0:
+        return 0.0
+    return float(np.clip(dot / math.sqrt(norm_a * norm_b), -1.0, 1.0))
 
 
 class OnlineScore:
@@ -110,11 +119,11 @@ class OSAFL(Strategy):
         if not usable:
             return keep_model(global_weights, skipped=skipped)
         names = list(global_weights)
-        normalized = [{n: np.asarray(u.delta[n], np.float64) / tau for n in names}
-                      for u, tau in usable]
-        vectors = [flatten(d, names) for d in normalized]
-        mean = np.mean(vectors, axis=0)
-        cosines = {u.sender: cosine(mean, v) for (u, _), v in zip(usable, vectors)}
+        m = len(usable)
+        # d^t (eq. (10)) as a running sum, then per-drone cosines, without stacking m vectors
+        mean = weighted_sum([u.delta for u, _ in usable], [1.0 / (m * tau) for _, tau in usable],
+                            names)
+        cosines = {u.sender: _delta_cosine(mean, u.delta, tau, names) for u, tau in usable}
         scores = self.scores.step(cosines)
         if self.weighting == 'uniform':
             alpha = [1.0 / len(usable)] * len(usable)
@@ -122,7 +131,8 @@ class OSAFL(Strategy):
             total = float(sum(u.num_samples for u, _ in usable))
             alpha = [u.num_samples / total for u, _ in usable]
         coeffs = [a * scores[u.sender] for a, (u, _) in zip(alpha, usable)]
-        step = weighted_sum(normalized, coeffs, names)
+        step = weighted_sum([u.delta for u, _ in usable],
+                            [c / tau for c, (_, tau) in zip(coeffs, usable)], names)
         new = apply_step(global_weights, step, self.server_lr)
         return AggregateResult(weights=new, empty=False,
                                metrics={'participants': len(usable), 'skipped': skipped,

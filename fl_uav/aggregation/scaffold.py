@@ -10,17 +10,35 @@ from fl_uav.aggregation._common import apply_step, keep_model, weighted_sum, wei
 from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy, Weights
 
 #: Metric key of a drone's control-variate change Δc_k = c_k⁺ − c_k: a mapping from tensor name
-#: to an array (or nested list) of that tensor's shape (SCAFFOLD Alg. 1 line 13).
+#: to an array (or nested list) of that tensor's shape (SCAFFOLD option II, OSAFL digest §6.6).
 DELTA_C_KEY = 'scaffold_delta_c'
 #: Knob sent to every drone: the server learning rate η_g (informative; the drones need c,
 #: which is model-sized and is exposed by :meth:`Scaffold.server_control` for the transport).
 SERVER_LR_KNOB = 'scaffold_server_lr'
+#: Suggested frame tensor-name prefixes when c and Δc travel as extra tensors (model-sized
+#: arrays do not fit the 64 KiB JSON metadata): ``'scaffold_c/<name>'`` down, ``'scaffold_dc/'``
+#: up. :func:`with_prefix` and :func:`split_prefixed` convert.
+CONTROL_TENSOR_PREFIX = 'scaffold_c/'
+DELTA_C_TENSOR_PREFIX = 'scaffold_dc/'
+
+
+def with_prefix(weights: Mapping[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
+    """{prefix + name: array}."""
+    return {prefix + name: value for name, value in weights.items()}
+
+
+def split_prefixed(tensors: Mapping[str, np.ndarray],
+                   prefix: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """(tensors without the prefix, {name: array} of the prefixed ones with it stripped)."""
+    plain = {n: v for n, v in tensors.items() if not n.startswith(prefix)}
+    extra = {n[len(prefix):]: v for n, v in tensors.items() if n.startswith(prefix)}
+    return plain, extra
 
 
 class Scaffold(Strategy):
     """w ← w + η_g · (1/|S|) Σ_{k∈S} Δy_k ;  c ← c + (1/N) Σ_{k∈S} Δc_k.
 
-    SCAFFOLD Alg. 1 lines 16–17 (OSAFL digest §6.6). ``num_clients`` is N, the whole fleet.
+    SCAFFOLD server update, Alg. 1 (OSAFL digest §6.6). ``num_clients`` is N, the whole fleet.
     Drones run y ← y − η(g_k(y) − c_k + c) and report ``metrics[DELTA_C_KEY]`` (option II:
     c_k⁺ = c_k − c + (w^t − y)/(τ_k η)). An update without Δc, or with ``num_samples == 0``, is
     skipped (``metrics['skipped']``). c starts at 0 (created from the first model seen).

@@ -250,6 +250,8 @@ def qsgd_quantize(update: np.ndarray, s: int, rng: np.random.Generator, *,
     ids = _bucket_ids(sizes)
     magnitude = np.abs(vector.astype(np.float64))
     norms64 = np.sqrt(np.bincount(ids, weights=magnitude**2, minlength=len(sizes)))
+    if np.any(norms64 > np.finfo(np.float32).max):
+        raise ValueError('update norm overflows float32 (the norm is sent as float32)')
     norms = norms64.astype(np.float32)
     per_entry = norms.astype(np.float64)[ids]
     with np.errstate(divide='ignore', invalid='ignore'):

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fl_uav.aggregation import ClientUpdate, build_strategy
+from fl_uav.aggregation import ClientUpdate
 from fl_uav.compression.codec import (
     GROUND_STATION_ID,
     DecodeLimits,
@@ -114,8 +114,7 @@ class GroundStation:
         self.weights: Weights = get_weights(self._model)
         self._shapes = weight_shapes(self.weights)
         self._fingerprint = architecture_fingerprint(self.weights)
-        self._strategy = build_strategy(config.aggregation.strategy,
-                                        server_lr=config.aggregation.server_lr)
+        self._strategy = config.aggregation.build(config.num_drones, seed=config.world.seed)
         self._limits = DecodeLimits(max_frame_bytes=config.codec.max_frame_bytes)
         self._eval = (eval_inputs, eval_labels)
         self._round: _OpenRound | None = None

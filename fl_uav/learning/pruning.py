@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterable
+from numbers import Integral
 
 import numpy as np
 import torch
@@ -217,10 +218,11 @@ def two_ceoafl_local_update(model: nn.Module, global_weights: Weights,
     zero updates); steps = ρ + κ SGD steps taken. The model is left holding w̄^κ.
     With ρ = 0 and δ = 0 this is plain local SGD from w^t (κ steps of train_local).
     """
-    if isinstance(rho_steps, bool) or not isinstance(rho_steps, int) or rho_steps < 0:
+    if isinstance(rho_steps, bool) or not isinstance(rho_steps, Integral) or rho_steps < 0:
         raise ValueError(f'rho_steps must be an int >= 0, got {rho_steps!r}')
-    if isinstance(kappa_steps, bool) or not isinstance(kappa_steps, int) or kappa_steps < 1:
+    if isinstance(kappa_steps, bool) or not isinstance(kappa_steps, Integral) or kappa_steps < 1:
         raise ValueError(f'kappa_steps must be an int >= 1, got {kappa_steps!r}')
+    rho_steps, kappa_steps = int(rho_steps), int(kappa_steps)
     delta = _check_fraction(delta, 'delta')
     if train_config.optimizer != 'sgd':
         raise ValueError(f'train_config.optimizer must be sgd for 2CEOAFL, got '
@@ -240,6 +242,8 @@ def two_ceoafl_local_update(model: nn.Module, global_weights: Weights,
             _loss_and_grad(model, loss_fn, x, y, first_step + k)
             with torch.no_grad():
                 for name, p in named.items():
+                    if not p.requires_grad:
+                        continue
                     g = p.grad if p.grad is not None else torch.zeros_like(p)
                     if masks is not None:
                         g = g * masks[name]
@@ -335,7 +339,8 @@ def feddpq_local_gradient(model: nn.Module, global_weights: Weights,
 
 
 # ------------------------------------------------------------------ structured pruning ----
-_PASSIVE = (nn.ReLU, nn.MaxPool2d, nn.AvgPool2d, nn.Flatten, nn.Dropout, nn.Identity)
+_PASSIVE = (nn.ReLU, nn.MaxPool2d, nn.AvgPool2d, nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d,
+            nn.Flatten, nn.Dropout, nn.Identity)
 
 
 def _layers(model: nn.Module) -> list[tuple[str, nn.Module]]:
@@ -373,7 +378,8 @@ def _ranked_keep(scores: np.ndarray, keep: int) -> np.ndarray:
 
 
 def _keep_count(total: int, keep_fraction: float) -> int:
-    return max(1, min(total, round(keep_fraction * total)))
+    """keep_fraction·total rounded half up, at least 1."""
+    return max(1, min(total, math.floor(keep_fraction * total + 0.5)))
 
 
 def structured_index_map(model: nn.Module, keep_fraction: float, importance: str = 'l1',
@@ -430,14 +436,16 @@ def shrink_model(model: nn.Module, keep_fraction: float, importance: str = 'l1',
                  prune_hidden: bool = False) -> tuple[nn.Module, IndexMap]:
     """Filter pruning that physically shrinks a Sequential CNN; returns (small_model, index_map).
 
-    Every Conv2d keeps its round(keep_fraction·C_out) (at least 1) output filters of largest
+    Every Conv2d keeps its ⌊keep_fraction·C_out + ½⌋ (at least 1) output filters of largest
     importance (the L1 or L2 norm of the filter's weights, ties to the lower index; cf. the
     "filters" option of FedDPQ's magnitude importance, digest 001 §1.4, eq. (9)), and the next
     conv keeps the matching input channels. The first Linear after Flatten keeps the matching
     input features (channel-major: channel c owns features c·S … c·S + S − 1). With
     ``prune_hidden`` the hidden Linear layers' output units are pruned the same way (and the
-    next Linear's inputs); the output layer is never pruned. A conv that feeds the classifier
-    through Flatten keeps the spatial size unchanged.
+    next Linear's inputs); the output layer is never pruned. Only channels and units are
+    removed; kernel sizes and spatial sizes are unchanged. Supported: an nn.Sequential or a
+    model with ``features`` and ``classifier`` Sequentials holding Conv2d (groups = 1), Linear,
+    ReLU, pooling, Flatten, Dropout; anything else (e.g. BatchNorm) raises ValueError.
 
     ``index_map`` maps every parameter name (the same in both models) to one index array per
     dimension: small[name] = dense[name][np.ix_(*index_map[name])]. Compute the update of the

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fl_uav.aggregation import ClientUpdate, build_strategy
+from fl_uav.aggregation import ClientUpdate
 from fl_uav.compression.codec import encoded_size
 from fl_uav.configschema import to_flat
 from fl_uav.learning import partition
@@ -145,8 +145,7 @@ class ExperimentEngine:
         self.model = build_model(config.learning.model, self.data.num_classes,
                                  input_px=sample_shape[-1], seed=config.learning.init_seed,
                                  in_channels=sample_shape[0])
-        self.strategy = build_strategy(config.aggregation.strategy,
-                                       server_lr=config.aggregation.server_lr)
+        self.strategy = config.aggregation.build(config.num_drones, seed=config.seed)
         self.train_config = TrainConfig(
             local_epochs=config.learning.local_epochs, batch_size=config.learning.batch_size,
             lr=config.learning.lr, momentum=config.learning.momentum,
@@ -245,8 +244,11 @@ class ExperimentEngine:
             times.append(total_s)
             losses.append(loss)
             uplink += up_bits // 8
+            counts = np.bincount(self.data.train_y[indices[k]], minlength=self.data.num_classes)
             updates.append(ClientUpdate(sender=k, round_index=r, delta=delta,
-                                        num_samples=len(indices[k])))
+                                        num_samples=len(indices[k]),
+                                        metrics={'steps': steps, 'local_lr': lr,
+                                                 'class_counts': counts.tolist()}))
         aggregated = self.strategy.aggregate(r, self.weights, updates)
         self.weights = aggregated.weights
         set_weights(self.model, self.weights)

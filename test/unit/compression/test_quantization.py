@@ -173,6 +173,19 @@ def test_qsgd_variance_within_min_d_over_s2_sqrt_d_over_s(d, s):
     assert np.mean(errors) == pytest.approx(exact, rel=0.25)
 
 
+def test_qsgd_bucketed_variance_within_bound_of_the_largest_bucket():
+    # Arrange: per-layer buckets (5, 20, 40); each bucket obeys its own min(d_b/s², √d_b/s)
+    rng = np.random.default_rng(8)
+    v = rng.normal(size=65).astype(np.float32)
+    sizes, s = (5, 20, 40), 2
+    bound = qsgd_variance_bound(max(sizes), s) * float(np.sum(v.astype(np.float64) ** 2))
+    # Act
+    errors = [np.sum((qsgd_dequantize(qsgd_quantize(v, s, rng, buckets=sizes)) - v)
+                     .astype(np.float64) ** 2) for _ in range(300)]
+    # Assert
+    assert np.mean(errors) <= bound
+
+
 def test_qsgd_variance_bound_values():
     assert qsgd_variance_bound(4, 2) == pytest.approx(1.0)  # min(4/4, 2/2)
     assert qsgd_variance_bound(100, 1) == pytest.approx(10.0)  # min(100, 10)
@@ -219,6 +232,8 @@ def test_qsgd_bad_inputs_raise_value_error_naming_the_parameter():
         qsgd_quantize(np.array([1.0, np.inf]), 2, rng)
     with pytest.raises(ValueError, match='update'):
         qsgd_quantize(np.ones((2, 2), np.float32), 2, rng)
+    with pytest.raises(ValueError, match='update norm'):
+        qsgd_quantize(np.array([3e38, 3e38], np.float32), 2, rng)
     for bad_s in (0, -3, 1.5, True):
         with pytest.raises(ValueError, match='s must'):
             qsgd_quantize(v, bad_s, rng)
@@ -347,7 +362,7 @@ def test_ceoafl_upload_bad_inputs():
         ceoafl_upload(v, 0, 0.5, rng)
 
 
-# --------------------------------------------------------------------------- FedDPQ range quantizer
+# ------------------------------------------------------------------- FedDPQ range quantizer
 
 
 def test_range_quantizer_hand_computed_known_range():

@@ -1,3 +1,4 @@
+import copy
 import math
 
 import numpy as np
@@ -372,3 +373,22 @@ def test_expand_update_rejects_a_mismatched_shape():
     with pytest.raises(ValueError, match='small_update'):
         expand_update({'features.0.weight': np.zeros((8, 3, 3, 3), np.float32)}, index_map,
                       shapes)
+
+
+def test_shrink_supports_a_plain_sequential_cnn():
+    # Arrange
+    torch.manual_seed(0)
+    dense = nn.Sequential(nn.Conv2d(2, 6, 3, padding=1), nn.ReLU(), nn.Conv2d(6, 5, 3),
+                          nn.ReLU(), nn.AdaptiveAvgPool2d(2), nn.Flatten(), nn.Linear(20, 7),
+                          nn.ReLU(), nn.Linear(7, 3))
+    x = torch.randn(4, 2, 6, 6)
+    # Act
+    small, index_map = shrink_model(dense, 0.5, importance='l2', prune_hidden=True)
+    shapes = weight_shapes(get_weights(dense))
+    zeroed = apply_mask(get_weights(dense), structured_mask(index_map, shapes))
+    reference = copy.deepcopy(dense)
+    set_weights(reference, zeroed)
+    # Assert: 6 → 3 and 5 → 3 filters (half rounded up), 7 → 4 hidden units, 3 outputs kept
+    assert [len(index_map[f'{i}.weight'][0]) for i in (0, 2, 6, 8)] == [3, 3, 4, 3]
+    with torch.no_grad():
+        torch.testing.assert_close(small(x), reference(x), rtol=1e-5, atol=1e-5)
