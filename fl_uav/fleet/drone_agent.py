@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import math
 import threading
 import time
 from collections import deque
@@ -156,11 +157,19 @@ class DroneAgent:
         if {n: tuple(t.shape) for n, t in frame.tensors.items()} != self._shapes:
             self.rejected_frames += 1
             return None
-        knobs = frame.metadata.get('knobs', {}).get(str(self.drone_id), {})
-        plan = tuple(PlanWaypoint(float(e), float(n), float(u))
-                     for e, n, u in knobs.get('plan', []))
+        try:
+            knobs = dict(frame.metadata.get('knobs', {}).get(str(self.drone_id), {}))
+            plan = tuple(PlanWaypoint(float(e), float(n), float(u))
+                         for e, n, u in knobs.get('plan', []))
+            deadline_s = float(frame.metadata.get('deadline_s', 0.0))
+        except (AttributeError, TypeError, ValueError):
+            self.rejected_frames += 1           # malformed knobs or plan: not this round's task
+            return None
+        if not all(math.isfinite(v) for w in plan for v in (w.east_m, w.north_m, w.up_m)):
+            self.rejected_frames += 1
+            return None
         return RoundTask(round_index=frame.round_index, weights=dict(frame.tensors), plan=plan,
-                         knobs=knobs, deadline_s=float(frame.metadata.get('deadline_s', 0.0)))
+                         knobs=knobs, deadline_s=deadline_s)
 
     def train_round(self, task: RoundTask) -> UpdateReport:
         """Train from the global weights on the buffer and encode the update frame."""

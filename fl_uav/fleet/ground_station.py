@@ -39,6 +39,9 @@ from fl_uav.learning.weights import (
 from fl_uav.planning.coverage import PlanWaypoint, coverage_plan
 from fl_uav.world.landcover import CLASS_NAMES
 
+# Non-negative integer counts a drone reports with its update (anything else is rejected).
+_COUNT_METRICS = ('num_samples', 'steps', 'samples_collected', 'waypoints_reached')
+
 
 @dataclass(frozen=True)
 class RoundOpening:
@@ -196,10 +199,14 @@ class GroundStation:
             return UpdateVerdict(False, 'duplicate', frame.sender)
         if set(frame.tensors) != set(self._shapes):
             return UpdateVerdict(False, 'shape', frame.sender)
-        num_samples = frame.metadata.get('num_samples', 0)
-        if (not isinstance(num_samples, int) or isinstance(num_samples, bool)
-                or num_samples < 0):
+        counts = {key: frame.metadata.get(key, 0) for key in _COUNT_METRICS}
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+                   for v in counts.values()):
             return UpdateVerdict(False, 'metadata', frame.sender)
+        loss = frame.metadata.get('train_loss')
+        if loss is not None and (isinstance(loss, bool) or not isinstance(loss, int | float)):
+            return UpdateVerdict(False, 'metadata', frame.sender)
+        num_samples = counts['num_samples']
         self._round.updates[frame.sender] = ClientUpdate(
             sender=frame.sender, round_index=frame.round_index,
             delta={n: np.asarray(t, np.float32) for n, t in frame.tensors.items()},

@@ -161,3 +161,24 @@ def test_agent_with_too_few_samples_sends_an_empty_update(agent, station):
     assert report.num_samples == 0 and report.steps == 0
     assert all(np.all(t == 0) for t in decode_frame(report.frame).tensors.values())
     assert GROUND_STATION_ID == 0xFFFF
+
+
+def test_malformed_metadata_is_rejected_not_fatal(station, agent):
+    # Prepare
+    opening = station.open_round(now_s=0.0)
+    delta = {n: np.zeros_like(w) for n, w in station.weights.items()}
+    bad_counts = encode_frame(FrameKind.UPDATE, 1, 0, station._fingerprint, delta,
+                              {'num_samples': 5, 'samples_collected': 'many'})
+    bad_loss = encode_frame(FrameKind.UPDATE, 1, 0, station._fingerprint, delta,
+                            {'num_samples': 5, 'train_loss': [1.0]})
+    bad_plan = encode_frame(FrameKind.GLOBAL_MODEL, 1, GROUND_STATION_ID, station._fingerprint,
+                            station.weights, {'knobs': {'1': {'plan': 'north'}}})
+    nan_plan = encode_frame(FrameKind.GLOBAL_MODEL, 1, GROUND_STATION_ID, station._fingerprint,
+                            station.weights, {'knobs': {'1': {'plan': [[1.0, 'nan', 3.0]]}}})
+    # Execute + Assert
+    assert station.receive_update(bad_counts).reason == 'metadata'
+    assert station.receive_update(bad_loss).reason == 'metadata'
+    assert agent.accept_global_frame(bad_plan) is None
+    assert agent.accept_global_frame(nan_plan) is None
+    assert agent.rejected_frames == 2
+    assert station.close_round(opening.deadline_s).empty
