@@ -110,8 +110,13 @@ class GroundStationNode(Node):
 
     def _close_round(self, now: float) -> None:
         with self._lock:
-            record = self.station.close_round(now)
-            self._closing = False
+            try:
+                record = self.station.close_round(now)
+            except Exception as exc:  # noqa: BLE001 - the station must keep serving
+                self.get_logger().error(f'closing the round failed: {exc!r}')
+                return
+            finally:
+                self._closing = False
         row = record.to_dict()
         self.log.append_round(row)
         self._metrics_pub.publish(metrics_to_msg('fl_uav/round', {
