@@ -19,6 +19,7 @@ import cv2
 import numpy as np
 import torch
 
+from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.compression.codec import (
     GROUND_STATION_ID,
     DecodeLimits,
@@ -183,8 +184,9 @@ class DroneAgent:
         if len(images) >= self.config.learning.min_samples_to_train:
             inputs = to_model_input(images, self.config.learning.input_px)
             lr = self.config.learning.lr * self.config.learning.lr_decay ** (task.round_index - 1)
+            mu = float(task.knobs.get(PROXIMAL_MU_KNOB, 0.0))
             result = train_local(self._model, inputs, labels,
-                                 dataclasses.replace(self._train_config, lr=lr),
+                                 dataclasses.replace(self._train_config, lr=lr, proximal_mu=mu),
                                  seed=hash((self.drone_id, task.round_index)) & 0xFFFFFFFF)
             delta = subtract(get_weights(self._model), task.weights)
             steps, loss, num_samples = result.steps, result.mean_loss, len(images)

@@ -24,6 +24,7 @@ class TrainConfig:
     local_epochs: passes over the onboard buffer per round.
     max_steps: cap on SGD steps per round (0 = no cap).
     optimizer: 'sgd' (with momentum) or 'adam' (state reset every round).
+    proximal_mu: FedProx's μ: the local objective gains μ/2·‖w − w_received‖² (0 = off).
     """
 
     local_epochs: int = 2
@@ -33,6 +34,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     max_steps: int = 0
     optimizer: str = 'sgd'
+    proximal_mu: float = 0.0
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -50,6 +52,26 @@ class TrainConfig:
             raise ValueError(f'weight_decay must be >= 0, got {self.weight_decay}')
         if self.max_steps < 0:
             raise ValueError(f'max_steps must be >= 0, got {self.max_steps}')
+        if self.proximal_mu < 0:
+            raise ValueError(f'proximal_mu must be >= 0, got {self.proximal_mu}')
+
+
+def proximal_anchor(model: nn.Module, config: TrainConfig) -> list[torch.Tensor] | None:
+    """Copies of the received parameters when FedProx's proximal term is on, else None."""
+    if not config.proximal_mu:
+        return None
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def add_proximal_gradient(model: nn.Module, anchor: list[torch.Tensor] | None,
+                          mu: float) -> None:
+    """FedProx: ∇(μ/2·‖w − w0‖²) = μ(w − w0), added to each parameter's gradient."""
+    if anchor is None:
+        return
+    with torch.no_grad():
+        for p, p0 in zip(model.parameters(), anchor):
+            if p.grad is not None:
+                p.grad.add_(p - p0, alpha=mu)
 
 
 @dataclass(frozen=True)
@@ -76,6 +98,7 @@ def train_local(model: nn.Module, inputs: np.ndarray, labels: np.ndarray, config
                                     weight_decay=config.weight_decay)
     loss_fn = nn.CrossEntropyLoss()
     rng = np.random.default_rng(seed)
+    anchor = proximal_anchor(model, config)
     model.train()
     steps, seen, loss_sum = 0, 0, 0.0
     for _ in range(config.local_epochs):
@@ -88,6 +111,7 @@ def train_local(model: nn.Module, inputs: np.ndarray, labels: np.ndarray, config
             if not math.isfinite(value):
                 raise NonFiniteLossError(f'loss became {value} at local step {steps}')
             loss.backward()
+            add_proximal_gradient(model, anchor, config.proximal_mu)
             optimizer.step()
             steps += 1
             seen += len(idx)

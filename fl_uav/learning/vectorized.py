@@ -51,7 +51,13 @@ import torch.fx
 from torch import nn
 from torch.nn import functional
 
-from fl_uav.learning.training import NonFiniteLossError, TrainConfig, TrainResult
+from fl_uav.learning.training import (
+    NonFiniteLossError,
+    TrainConfig,
+    TrainResult,
+    add_proximal_gradient,
+    proximal_anchor,
+)
 from fl_uav.learning.weights import Weights, get_weights, set_weights
 
 ClientData = tuple[np.ndarray, np.ndarray]
@@ -133,6 +139,7 @@ def _train_on_batches(model: nn.Module, x_all: torch.Tensor, y_all: torch.Tensor
         optimizer = torch.optim.SGD(model.parameters(), lr=config.lr, momentum=config.momentum,
                                     weight_decay=config.weight_decay)
     loss_fn = nn.CrossEntropyLoss()
+    anchor = proximal_anchor(model, config)
     model.train()
     seen, loss_sum = 0, 0.0
     for step, batch in enumerate(batches):
@@ -143,6 +150,7 @@ def _train_on_batches(model: nn.Module, x_all: torch.Tensor, y_all: torch.Tensor
         if not math.isfinite(value):
             raise NonFiniteLossError(f'loss became {value} at local step {step}')
         loss.backward()
+        add_proximal_gradient(model, anchor, config.proximal_mu)
         optimizer.step()
         seen += len(batch)
         loss_sum += value
@@ -487,6 +495,8 @@ class VectorizedTrainer:
             with torch.no_grad():
                 for name, p in current.items():
                     grad = grads[name]
+                    if config.proximal_mu:   # FedProx: + μ(w − w_received)
+                        grad = grad.add(p - global_params[name], alpha=config.proximal_mu)
                     if wd:
                         grad = grad.add(p, alpha=wd)
                     if adam:

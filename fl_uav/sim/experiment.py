@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from fl_uav.aggregation import ClientUpdate
+from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.compression.codec import encoded_size
 from fl_uav.configschema import to_flat
 from fl_uav.learning import partition
@@ -203,7 +204,9 @@ class ExperimentEngine:
                        for k in active]
         seeds = [_round_seed(self.config.seed, r, 10 + k) for k in active]
         lr = self.config.learning.lr * self.config.learning.lr_decay ** (r - 1)
-        config = dataclasses.replace(self.train_config, lr=lr)
+        knobs = self.strategy.configure_round(r, active)
+        mu = max((float(k.get(PROXIMAL_MU_KNOB, 0.0)) for k in knobs.values()), default=0.0)
+        config = dataclasses.replace(self.train_config, lr=lr, proximal_mu=mu)
         try:
             if self._trainer is not None:
                 self._trainer.config = config

@@ -199,3 +199,33 @@ def test_nan_input_stops_with_a_clear_error_and_threads_are_restored():
         train_clients_vectorized(model, get_weights(model), [(x, y)], TrainConfig(batch_size=4),
                                  [0], num_threads=1)
     assert torch.get_num_threads() == before
+
+
+def test_fedprox_proximal_term_matches_between_paths_and_pulls_towards_the_anchor():
+    # Prepare
+    import numpy as np
+
+    from fl_uav.learning.models import build_model
+    from fl_uav.learning.training import TrainConfig
+    from fl_uav.learning.vectorized import VectorizedTrainer, train_clients_sequential
+    from fl_uav.learning.weights import get_weights
+
+    rng = np.random.default_rng(0)
+    model = build_model('tiny_cnn', 3, input_px=8, in_channels=1)
+    weights = get_weights(model)
+    data = [(rng.normal(size=(n, 1, 8, 8)).astype(np.float32), rng.integers(0, 3, n))
+            for n in (20, 9)]
+    plain = TrainConfig(local_epochs=2, batch_size=4, lr=0.1, momentum=0.0)
+    prox = TrainConfig(local_epochs=2, batch_size=4, lr=0.1, momentum=0.0, proximal_mu=5.0)
+    # Execute
+    sequential = train_clients_sequential(model, weights, data, prox, [1, 2])
+    vectorized = VectorizedTrainer(model, prox).train(weights, data, [1, 2])
+    free = train_clients_sequential(model, weights, data, plain, [1, 2])
+    # Assert
+    for seq, vec, unconstrained in zip(sequential, vectorized, free):
+        for name in weights:
+            np.testing.assert_allclose(seq.weights[name], vec.weights[name], atol=1e-5)
+        drift = sum(float(np.sum((seq.weights[n] - weights[n]) ** 2)) for n in weights)
+        drift_free = sum(float(np.sum((unconstrained.weights[n] - weights[n]) ** 2))
+                         for n in weights)
+        assert drift < drift_free
