@@ -19,6 +19,7 @@ import cv2
 import numpy as np
 import torch
 
+from fl_uav.aggregation.feddpq import DRAWS_KNOB
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.compression.codec import (
     GROUND_STATION_ID,
@@ -181,7 +182,8 @@ class DroneAgent:
         set_weights(self._model, task.weights)
         steps, loss, num_samples = 0, float('nan'), 0
         delta = {name: np.zeros_like(w) for name, w in task.weights.items()}
-        if len(images) >= self.config.learning.min_samples_to_train:
+        selected = int(task.knobs.get(DRAWS_KNOB, 1)) > 0     # FedDPQ: drawn this round?
+        if selected and len(images) >= self.config.learning.min_samples_to_train:
             inputs = to_model_input(images, self.config.learning.input_px)
             lr = self.config.learning.lr * self.config.learning.lr_decay ** (task.round_index - 1)
             mu = float(task.knobs.get(PROXIMAL_MU_KNOB, 0.0))

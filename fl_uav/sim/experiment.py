@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from fl_uav.aggregation import ClientUpdate
+from fl_uav.aggregation.feddpq import DRAWS_KNOB
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.compression.codec import encoded_size
 from fl_uav.configschema import to_flat
@@ -200,12 +201,14 @@ class ExperimentEngine:
         indices = self._client_indices(r)
         active = [k for k, idx in enumerate(indices)
                   if len(idx) >= self.config.learning.min_samples_to_train]
-        client_data = [(self.data.train_x[indices[k]], self.data.train_y[indices[k]])
-                       for k in active]
-        seeds = [_round_seed(self.config.seed, r, 10 + k) for k in active]
         lr = self.config.learning.lr * self.config.learning.lr_decay ** (r - 1)
         knobs = self.strategy.configure_round(r, active)
         mu = max((float(k.get(PROXIMAL_MU_KNOB, 0.0)) for k in knobs.values()), default=0.0)
+        # Strategies that select drones (FedDPQ's draws) leave the others idle this round.
+        active = [k for k in active if knobs.get(k, {}).get(DRAWS_KNOB, 1) > 0]
+        client_data = [(self.data.train_x[indices[k]], self.data.train_y[indices[k]])
+                       for k in active]
+        seeds = [_round_seed(self.config.seed, r, 10 + k) for k in active]
         config = dataclasses.replace(self.train_config, lr=lr, proximal_mu=mu)
         try:
             if self._trainer is not None:

@@ -126,3 +126,18 @@ def test_world_dataset_split_by_location(tmp_path):
     assert sum(len(idx) for idx in engine.parts) == 400
     assert max(spreads) < positions.std(axis=0).mean()   # each drone owns a compact region
     assert row['participants'] == 4 and 0.0 <= row['accuracy'] <= 1.0
+
+
+def test_feddpq_trains_only_the_drawn_drones(tmp_path):
+    run_experiment(_config(**{'aggregation.strategy': 'feddpq',
+                              'aggregation.num_selected': 2}), tmp_path, echo=lambda _: None)
+    rows = _rows(tmp_path)
+    assert all(1 <= int(r['participants']) <= 2 for r in rows)
+
+
+@pytest.mark.parametrize('strategy', ['fedprox', 'fednova', 'osafl', 'median', 'trimmed_mean',
+                                      'afacd', 'feddisco', '2ceoafl', 'lgc', 'fedex_sync'])
+def test_every_strategy_is_selectable_by_config(tmp_path, strategy):
+    summary = run_experiment(_config(**{'aggregation.strategy': strategy, 'num_rounds': 2}),
+                             tmp_path, echo=lambda _: None)
+    assert summary['status'] == 'finished' and summary['strategy'] == strategy
