@@ -26,7 +26,10 @@ class LearningConfig:
     init_seed: seed of the initial global model; local_epochs, batch_size, lr, momentum,
     weight_decay, max_steps, optimizer ('sgd' | 'adam'): local training; lr_decay: the local
     learning rate in round r is lr · lr_decay^(r-1); min_samples_to_train: a drone with fewer
-    buffered samples uploads an empty update instead of training.
+    buffered samples uploads an empty update instead of training. structured_keep < 1: each
+    round the drone trains a physically smaller model keeping that fraction of each conv's
+    filters (largest L1 norm in the received model; structured pruning with δ = 1 − keep) and
+    uploads the update expanded back to the dense shape (zeros where pruned).
     """
 
     model: str = 'small_cnn'
@@ -42,6 +45,7 @@ class LearningConfig:
     torch_threads: int = 1
     optimizer: str = 'sgd'
     lr_decay: float = 1.0
+    structured_keep: float = 1.0
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -59,6 +63,8 @@ class LearningConfig:
             raise ValueError(f'momentum must be in [0, 1), got {self.momentum}')
         if self.local_epochs < 1 or self.batch_size < 1 or self.max_steps < 0:
             raise ValueError('local_epochs and batch_size must be >= 1, max_steps >= 0')
+        if not (0.0 < self.structured_keep <= 1.0):
+            raise ValueError(f'structured_keep must be in (0, 1], got {self.structured_keep}')
         if not (0.0 < self.lr_decay <= 1.0):
             raise ValueError(f'lr_decay must be in (0, 1], got {self.lr_decay}')
         if self.torch_threads < 1:

@@ -33,6 +33,7 @@ from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.messages import FinishCommand, PoseSample, RoundTask
 from fl_uav.learning.buffer import OnboardBuffer
 from fl_uav.learning.models import build_model
+from fl_uav.learning.pruning import expand_update, pruned_training_model
 from fl_uav.learning.training import TrainConfig, train_local
 from fl_uav.learning.weights import (
     architecture_fingerprint,
@@ -187,10 +188,17 @@ class DroneAgent:
             inputs = to_model_input(images, self.config.learning.input_px)
             lr = self.config.learning.lr * self.config.learning.lr_decay ** (task.round_index - 1)
             mu = float(task.knobs.get(PROXIMAL_MU_KNOB, 0.0))
-            result = train_local(self._model, inputs, labels,
+            keep = self.config.learning.structured_keep
+            model, received = self._model, task.weights
+            if keep < 1.0:       # structured pruning: a physically smaller model this round
+                model, received, index_map = pruned_training_model(self._model, task.weights,
+                                                                   keep)
+            result = train_local(model, inputs, labels,
                                  dataclasses.replace(self._train_config, lr=lr, proximal_mu=mu),
                                  seed=hash((self.drone_id, task.round_index)) & 0xFFFFFFFF)
-            delta = subtract(get_weights(self._model), task.weights)
+            delta = subtract(get_weights(model), received)
+            if keep < 1.0:
+                delta = expand_update(delta, index_map, self._shapes)
             steps, loss, num_samples = result.steps, result.mean_loss, len(images)
             self.rounds_trained += 1
         metadata = {

@@ -527,3 +527,13 @@ def structured_mask(index_map: IndexMap, dense_shapes: dict[str, tuple[int, ...]
     expanded = expand_update(ones, index_map, dense_shapes)
     return {name: (expanded[name] != 0) if name in index_map else np.ones(shape, bool)
             for name, shape in ((n, tuple(s)) for n, s in dense_shapes.items())}
+
+
+def pruned_training_model(model: nn.Module, global_weights: Weights, keep_fraction: float
+                          ) -> tuple[nn.Module, Weights, IndexMap]:
+    """This round's small model (filters chosen on the received weights) and its weights."""
+    set_weights(model, global_weights)
+    small, index_map = shrink_model(model, keep_fraction)
+    small_weights = extract_weights(global_weights, index_map)
+    set_weights(small, small_weights)
+    return small, small_weights, index_map

@@ -41,6 +41,7 @@ from fl_uav.learning.datasets import (
     train_test_split_stratified,
 )
 from fl_uav.learning.models import build_model
+from fl_uav.learning.pruning import expand_update, pruned_training_model
 from fl_uav.learning.training import NonFiniteLossError, TrainConfig, evaluate
 from fl_uav.learning.vectorized import VectorizedTrainer, train_clients_sequential
 from fl_uav.learning.weights import Weights, get_weights, set_weights
@@ -162,6 +163,7 @@ class ExperimentEngine:
         self.distance_m = rng.uniform(config.system.distance_min_m,
                                       config.system.distance_max_m, config.num_drones)
         self.weights: Weights = get_weights(self.model)
+        self.shapes = {n: w.shape for n, w in self.weights.items()}
         self.round_index = 0
         self.sim_time_s = 0.0
         self.buffers: list[np.ndarray] = [np.zeros(0, np.int64) for _ in self.parts]
@@ -196,7 +198,7 @@ class ExperimentEngine:
     # --- one round -----------------------------------------------------------------------
     def run_round(self) -> dict[str, Any]:
         """Train, time, aggregate and evaluate one round; returns its rounds.csv row."""
-        start = time.perf_counter()
+        wall_start = time.perf_counter()
         r = self.round_index + 1
         indices = self._client_indices(r)
         active = [k for k, idx in enumerate(indices)
@@ -210,13 +212,19 @@ class ExperimentEngine:
                        for k in active]
         seeds = [_round_seed(self.config.seed, r, 10 + k) for k in active]
         config = dataclasses.replace(self.train_config, lr=lr, proximal_mu=mu)
+        model, start, index_map = self.model, self.weights, None
+        keep = self.config.learning.structured_keep
+        if keep < 1.0:   # structured pruning: every drone trains this round's smaller model
+            model, start, index_map = pruned_training_model(self.model, self.weights, keep)
         try:
-            if self._trainer is not None:
-                self._trainer.config = config
-                results = self._trainer.train(self.weights, client_data, seeds)
+            if self.config.engine.vectorized:
+                trainer = self._trainer if index_map is None else VectorizedTrainer(
+                    model, config, self.config.engine.max_clients_per_chunk,
+                    self.config.engine.torch_threads)
+                trainer.config = config
+                results = trainer.train(start, client_data, seeds)
             else:
-                results = train_clients_sequential(self.model, self.weights, client_data,
-                                                   config, seeds)
+                results = train_clients_sequential(model, start, client_data, config, seeds)
         except NonFiniteLossError as exc:
             drone = self._first_diverging_drone(active, client_data, seeds, config)
             raise ExperimentError(f'round {r}, drone {drone}: non-finite training loss ({exc});'
@@ -228,7 +236,9 @@ class ExperimentEngine:
         late = []
         for k, result in zip(active, results):
             loss = float(result.result.mean_loss)
-            delta = {n: result.weights[n] - self.weights[n] for n in self.weights}
+            delta = {n: result.weights[n] - start[n] for n in start}
+            if index_map is not None:
+                delta = expand_update(delta, index_map, self.shapes)
             if not math.isfinite(loss) or not all(np.all(np.isfinite(v))
                                                   for v in delta.values()):
                 raise ExperimentError(f'round {r}, drone {k}: non-finite training loss '
@@ -237,8 +247,9 @@ class ExperimentEngine:
             rate = float(self.link.sample_rate_bit_s(self.distance_m[k], rng))
             up_s = up_bits / max(rate, 1e-9)
             steps = result.result.steps
-            comp_s = steps * float(self.cpu.train_time_s(self.config.learning.batch_size))
-            energy = (steps * float(self.cpu.train_energy_j(self.config.learning.batch_size))
+            batch, pruned = self.config.learning.batch_size, 1.0 - keep   # FedDPQ eqs. (35)-(36)
+            comp_s = steps * float(self.cpu.train_time_s(batch, pruned))
+            energy = (steps * float(self.cpu.train_energy_j(batch, pruned))
                       + self.config.system.tx_power_w * up_s)
             total_s = down_s + comp_s + up_s
             energies.append(energy)
@@ -270,7 +281,7 @@ class ExperimentEngine:
             'energy_mean_j': float(np.mean(energies)) if energies else 0.0,
             'energy_max_j': float(np.max(energies)) if energies else 0.0,
             'train_loss_mean': float(np.mean(losses)) if losses else math.nan,
-            'wall_s': time.perf_counter() - start,
+            'wall_s': time.perf_counter() - wall_start,
         }
 
     def _first_diverging_drone(self, active, client_data, seeds, config) -> int | str:

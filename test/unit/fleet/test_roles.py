@@ -182,3 +182,26 @@ def test_malformed_metadata_is_rejected_not_fatal(station, agent):
     assert agent.accept_global_frame(nan_plan) is None
     assert agent.rejected_frames == 2
     assert station.close_round(opening.deadline_s).empty
+
+
+def test_agent_with_structured_pruning_uploads_a_dense_update_with_pruned_zeros(station):
+    # Prepare
+    config = build_config(FleetConfig, {'num_drones': 2, 'learning.model': 'small_cnn',
+                                        'learning.min_samples_to_train': 4,
+                                        'learning.structured_keep': 0.5})
+    agent = DroneAgent(config, 1, map_labeler(config.world, config.camera))
+    small_station = GroundStation(config, *_eval_set())
+    task = agent.accept_global_frame(small_station.open_round(0.0).frame)
+    rng = np.random.default_rng(2)
+    for k in range(8):
+        agent.on_pose(PoseSample(200.0 + 10 * k, 400.0, 30.0, 0.0, stamp_s=float(k)))
+        agent.on_camera_frame(rng.integers(0, 255, (64, 64, 3), np.uint8), stamp_s=float(k))
+    # Execute
+    report = agent.train_round(task)
+    frame = decode_frame(report.frame)
+    # Assert: full shapes, half of the first conv's filters untouched
+    first = frame.tensors['features.0.weight']
+    touched = np.any(first.reshape(first.shape[0], -1) != 0, axis=1)
+    assert first.shape == small_station.weights['features.0.weight'].shape
+    assert touched.sum() == first.shape[0] // 2
+    assert small_station.receive_update(report.frame).accepted

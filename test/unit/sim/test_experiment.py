@@ -141,3 +141,15 @@ def test_every_strategy_is_selectable_by_config(tmp_path, strategy):
     summary = run_experiment(_config(**{'aggregation.strategy': strategy, 'num_rounds': 2}),
                              tmp_path, echo=lambda _: None)
     assert summary['status'] == 'finished' and summary['strategy'] == strategy
+
+
+def test_structured_pruning_trains_a_smaller_model_and_saves_modelled_time(tmp_path):
+    dense = run_experiment(_config(), tmp_path / 'dense', echo=lambda _: None)
+    fast = run_experiment(_config(**{'learning.structured_keep': 0.5}), tmp_path / 'v',
+                          echo=lambda _: None)
+    slow = run_experiment(_config(**{'learning.structured_keep': 0.5,
+                                     'engine.vectorized': False}), tmp_path / 's',
+                          echo=lambda _: None)
+    assert fast['final_accuracy'] == pytest.approx(slow['final_accuracy'], abs=0.005)
+    assert fast['sim_time_s'] < dense['sim_time_s']
+    assert fast['status'] == 'finished'
