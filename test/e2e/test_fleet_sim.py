@@ -41,7 +41,7 @@ def test_two_drones_two_rounds_end_to_end(tmp_path):
     port_base = free_udp_port_block(2)
     overrides = ['learning.model=tiny_cnn', 'learning.lr=0.005', 'learning.local_epochs=3',
                  'rounds.eval_samples=300', 'coverage.box_m=80.0', 'rounds.deadline_s=90.0',
-                 'autopilot.time_factor=10.0']
+                 'autopilot.time_factor=10.0', 'learning.structured_keep=0.5']
     cmd = [sys.executable, '-m', 'fl_uav.cli', 'sim', '--drones', '2', '--rounds', '2',
            '--out', str(out), '--port-base', str(port_base), '--timeout', '300',
            '--domain-id', os.environ['ROS_DOMAIN_ID']]
