@@ -31,6 +31,7 @@ from fl_uav.aggregation import ClientUpdate
 from fl_uav.aggregation.feddpq import DRAWS_KNOB
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.compression.codec import encoded_size
+from fl_uav.compression.compressor import build_compressor
 from fl_uav.configschema import to_flat
 from fl_uav.learning import partition
 from fl_uav.learning.datasets import (
@@ -44,7 +45,7 @@ from fl_uav.learning.models import build_model
 from fl_uav.learning.pruning import expand_update, pruned_training_model
 from fl_uav.learning.training import NonFiniteLossError, TrainConfig, evaluate
 from fl_uav.learning.vectorized import VectorizedTrainer, train_clients_sequential
-from fl_uav.learning.weights import Weights, get_weights, set_weights
+from fl_uav.learning.weights import Weights, architecture_fingerprint, get_weights, set_weights
 from fl_uav.netmodel.compute import CpuDevice
 from fl_uav.netmodel.radio import RadioLink
 from fl_uav.sim.experiment_config import ExperimentConfig
@@ -164,6 +165,9 @@ class ExperimentEngine:
                                       config.system.distance_max_m, config.num_drones)
         self.weights: Weights = get_weights(self.model)
         self.shapes = {n: w.shape for n, w in self.weights.items()}
+        self.fingerprint = architecture_fingerprint(self.weights)
+        c = config.compression
+        self.compressor = build_compressor(c.method, c.qsgd_levels, c.range_bits, c.per_layer)
         self.round_index = 0
         self.sim_time_s = 0.0
         self.buffers: list[np.ndarray] = [np.zeros(0, np.int64) for _ in self.parts]
@@ -243,7 +247,10 @@ class ExperimentEngine:
                                                   for v in delta.values()):
                 raise ExperimentError(f'round {r}, drone {k}: non-finite training loss '
                                       f'({loss}); partial results are in {self.out_dir}')
-            up_bits = 8 * encoded_size(delta, {'num_samples': len(indices[k])})
+            frame, delta = self.compressor.compress(
+                delta, np.random.default_rng(_round_seed(self.config.seed, r, 20 + k)),
+                round_index=r, sender=k, fingerprint=self.fingerprint)
+            up_bits = 8 * len(frame)
             rate = float(self.link.sample_rate_bit_s(self.distance_m[k], rng))
             up_s = up_bits / max(rate, 1e-9)
             steps = result.result.steps

@@ -153,3 +153,12 @@ def test_structured_pruning_trains_a_smaller_model_and_saves_modelled_time(tmp_p
     assert fast['final_accuracy'] == pytest.approx(slow['final_accuracy'], abs=0.005)
     assert fast['sim_time_s'] < dense['sim_time_s']
     assert fast['status'] == 'finished'
+
+
+@pytest.mark.parametrize('method', ['qsgd', 'range'])
+def test_compression_cuts_uplink_bytes(tmp_path, method):
+    dense = run_experiment(_config(), tmp_path / 'dense', echo=lambda _: None)
+    small = run_experiment(_config(**{'compression.method': method}), tmp_path / method,
+                           echo=lambda _: None)
+    assert small['status'] == 'finished'
+    assert small['uplink_bytes_total'] < dense['uplink_bytes_total'] / 5
