@@ -1,0 +1,126 @@
+import math
+
+import numpy as np
+import pytest
+
+from fl_uav.planning.coverage import PlanError, PlanWaypoint, check_geofence
+from fl_uav.planning.trajectory import (
+    GaussianRegion,
+    TrajectoryConstraints,
+    class_balance,
+    class_priorities,
+    expected_class_samples,
+    fit_class_regions,
+    lawnmower_baseline,
+    plan_trajectory,
+    plan_trajectory_detailed,
+    random_baseline,
+    total_path_m,
+    two_ceoafl_objective,
+)
+
+FENCE = (0.0, 0.0, 300.0, 300.0)
+START = (150.0, 150.0)
+
+
+def _region(cls: int, east: float, north: float, std: float) -> GaussianRegion:
+    return GaussianRegion(cls, (east, north), ((std ** 2, 0.0), (0.0, std ** 2)), 1.0)
+
+
+def _regions() -> list[GaussianRegion]:
+    return [_region(0, 60.0, 60.0, 20.0), _region(1, 240.0, 80.0, 20.0),
+            _region(2, 150.0, 250.0, 25.0)]
+
+
+def _constraints(**kwargs) -> TrajectoryConstraints:
+    base = dict(fence=FENCE, max_speed_m_s=5.0, round_time_s=20.0, budget_m=900.0,
+                time_limit_s=20.0)
+    base.update(kwargs)
+    return TrajectoryConstraints(**base)
+
+
+def test_objective_hand_checked():
+    regions = [_region(0, 0.0, 0.0, 10.0), _region(1, 100.0, 0.0, 10.0)]
+    psi = np.array([[0.7, 0.3], [0.2, 0.8], [0.5, 0.5]])
+    waypoints = [PlanWaypoint(5.0, 0.0, 30.0), PlanWaypoint(100.0, 9.0, 30.0),
+                 PlanWaypoint(50.0, 0.0, 30.0)]
+    # Round 0 in class 0 (5 m < 10 m), round 1 in class 1 (9 m), round 2 nowhere.
+    samples = expected_class_samples(waypoints, regions, psi)
+    assert samples == pytest.approx([0.7, 0.8])
+    expected = math.log(0.7 + 1e-3) + math.log(0.8 + 1e-3)
+    assert two_ceoafl_objective(waypoints, regions, psi) == pytest.approx(expected)
+    balance = class_balance(samples)
+    assert balance['classes_visited'] == 2
+    assert balance['min_over_max'] == pytest.approx(0.7 / 0.8)
+
+
+def _check_plan(plan: list[PlanWaypoint], c: TrajectoryConstraints) -> None:
+    check_geofence(plan, c.fence, c.max_altitude_m)
+    points = np.array([START] + [(w.east_m, w.north_m) for w in plan])
+    steps = np.linalg.norm(np.diff(points, axis=0), axis=1)
+    assert steps.max() <= c.step_m + 1e-6
+    assert total_path_m(START, plan) <= c.budget_m + 1e-6
+    assert all(c.min_altitude_m <= w.up_m <= c.max_altitude_m for w in plan)
+
+
+@pytest.mark.parametrize('seed', [0, 1])
+def test_sca_beats_baselines_and_respects_constraints(seed):
+    T = 8
+    psi = class_priorities(T, 3, seed)
+    regions = _regions()
+    c = _constraints()
+    result = plan_trajectory_detailed(regions, psi, START, c, seed=seed)
+    _check_plan(result.waypoints, c)
+    length = total_path_m(START, result.waypoints)
+    lawn = lawnmower_baseline(c.fence, START, T, max(length, c.step_m), c.altitude_m, c.step_m)
+    rand = random_baseline(c, START, T, seed)
+    _check_plan(rand, c)
+    ours = two_ceoafl_objective(result.waypoints, regions, psi)
+    assert ours == pytest.approx(result.objective)
+    assert ours >= two_ceoafl_objective(lawn, regions, psi) - 1e-9
+    assert ours >= two_ceoafl_objective(rand, regions, psi) - 1e-9
+    assert sum(cl >= 0 for cl in result.classes) >= 3  # it visits every class at least once
+
+
+def test_tight_budget_is_respected():
+    c = _constraints(budget_m=250.0)
+    plan = plan_trajectory(_regions(), class_priorities(6, 3, 2), START, c, seed=0)
+    _check_plan(plan, c)
+
+
+def test_deterministic_for_a_seed():
+    psi = class_priorities(6, 3, 3)
+    a = plan_trajectory(_regions(), psi, START, _constraints(), seed=4)
+    b = plan_trajectory(_regions(), psi, START, _constraints(), seed=4)
+    assert a == b
+
+
+@pytest.mark.parametrize('kwargs, regions, reason', [
+    (dict(fence=(0.0, 0.0, 50.0, 300.0)), None, 'smaller than one step'),
+    (dict(budget_m=50.0), None, 'below one step'),
+    (dict(altitude_m=150.0), None, 'outside the band'),
+    ({}, [], 'no class regions'),
+])
+def test_infeasible_requests_raise_with_reason(kwargs, regions, reason):
+    with pytest.raises(PlanError, match=reason):
+        plan_trajectory(_regions() if regions is None else regions,
+                        class_priorities(4, 3, 0), START, _constraints(**kwargs))
+
+
+def test_gmm_recovers_two_separated_clusters():
+    rng = np.random.default_rng(0)
+    a = rng.normal([100.0, 100.0], 10.0, (300, 2))
+    b = rng.normal([500.0, 300.0], 20.0, (300, 2))
+    positions = np.vstack([a, b, rng.normal([300.0, 700.0], 5.0, (50, 2))])
+    labels = np.array([0] * 600 + [1] * 50)
+    regions = fit_class_regions(positions, labels, num_classes=3, components_per_class=2,
+                                seed=1)
+    class0 = sorted((r for r in regions if r.class_id == 0), key=lambda r: r.center_enu_m)
+    assert len(class0) == 2 and not any(r.class_id == 2 for r in regions)
+    assert np.allclose(class0[0].center_enu_m, [100, 100], atol=3.0)
+    assert np.allclose(class0[1].center_enu_m, [500, 300], atol=5.0)
+    assert class0[0].radius_m == pytest.approx(10.0, rel=0.15)
+    assert class0[1].radius_m == pytest.approx(20.0, rel=0.15)
+    assert sum(r.weight for r in regions) == pytest.approx(1.0)
+    again = fit_class_regions(positions, labels, 3, 2, seed=1)
+    assert again == regions
