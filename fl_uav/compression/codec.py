@@ -423,29 +423,31 @@ def _immutable_view(data: Any, limits: DecodeLimits) -> memoryview:
     return memoryview(view.tobytes())
 
 
-def _check_prologue(view: memoryview, limits: DecodeLimits) -> tuple:
-    """Check magic, version and declared sizes against the buffer; return the header fields."""
-    size = len(view)
-    prefix = bytes(view[: len(MAGIC)])
+def check_magic_and_version(buf: bytes | memoryview, version: int, header_size: int) -> None:
+    """Magic, version byte and minimum size of a frame of any codec version."""
+    size = len(buf)
+    prefix = bytes(buf[: len(MAGIC)])
     if prefix != MAGIC[: len(prefix)]:
         raise BadMagic(f'magic is {prefix!r}, expected {MAGIC!r}', field='magic')
-    if size > len(MAGIC) and view[len(MAGIC)] != VERSION:
+    if size > len(MAGIC) and buf[len(MAGIC)] != version:
         raise UnsupportedVersion(
-            f'version is {view[len(MAGIC)]}, this decoder reads version {VERSION}',
+            f'version is {buf[len(MAGIC)]}, this decoder reads version {version}',
             field='version',
         )
-    if size < HEADER_SIZE + CRC_SIZE:
+    if size < header_size + CRC_SIZE:
         raise TruncatedFrame(
-            f'frame is {size} bytes, shorter than the {HEADER_SIZE + CRC_SIZE}-byte minimum',
+            f'frame is {size} bytes, shorter than the {header_size + CRC_SIZE}-byte minimum',
             field='header',
         )
-    fields = _HEADER.unpack_from(view, 0)
-    table_len, meta_len, body_len = fields[8], fields[9], fields[10]
-    declared = HEADER_SIZE + table_len + meta_len + body_len + CRC_SIZE
+
+
+def check_length_and_crc(buf: bytes | memoryview, declared: int, limits: DecodeLimits,
+                         detail: str = '') -> None:
+    """The declared frame size against the limit and the buffer, then the trailing CRC32."""
+    size = len(buf)
     if declared > limits.max_frame_bytes:
         raise OversizedFrame(
-            f'declared frame size {declared} (table_len={table_len}, metadata_len={meta_len}, '
-            f'body_len={body_len}) exceeds limit {limits.max_frame_bytes}',
+            f'declared frame size {declared}{detail} exceeds limit {limits.max_frame_bytes}',
             field='body_len',
         )
     if declared > size:
@@ -457,12 +459,22 @@ def _check_prologue(view: memoryview, limits: DecodeLimits) -> tuple:
             f'frame is {size} bytes but its header declares {declared} (trailing bytes)',
             field='body_len',
         )
-    stored = _CRC.unpack_from(view, size - CRC_SIZE)[0]
-    computed = zlib.crc32(view[: size - CRC_SIZE])
+    stored = _CRC.unpack_from(buf, size - CRC_SIZE)[0]
+    computed = zlib.crc32(buf[: size - CRC_SIZE])
     if stored != computed:
         raise CorruptFrame(
             f'crc32 is {stored:#010x}, contents give {computed:#010x}', field='crc32'
         )
+
+
+def _check_prologue(view: memoryview, limits: DecodeLimits) -> tuple:
+    """Check magic, version and declared sizes against the buffer; return the header fields."""
+    check_magic_and_version(view, VERSION, HEADER_SIZE)
+    fields = _HEADER.unpack_from(view, 0)
+    table_len, meta_len, body_len = fields[8], fields[9], fields[10]
+    declared = HEADER_SIZE + table_len + meta_len + body_len + CRC_SIZE
+    check_length_and_crc(view, declared, limits, f' (table_len={table_len}, '
+                         f'metadata_len={meta_len}, body_len={body_len})')
     return fields
 
 

@@ -39,20 +39,22 @@ from typing import Any
 import numpy as np
 
 from fl_uav.compression import bitpack
-from fl_uav.compression.codec import CRC_SIZE, FINGERPRINT_SIZE, MAGIC, DecodeLimits
+from fl_uav.compression.codec import (
+    CRC_SIZE,
+    FINGERPRINT_SIZE,
+    MAGIC,
+    DecodeLimits,
+    check_length_and_crc,
+    check_magic_and_version,
+)
 from fl_uav.compression.errors import (
     ALL_REASONS,
-    BadMagic,
-    CorruptFrame,
     FingerprintMismatch,
     FrameError,
-    LengthMismatch,
     MalformedHeader,
     NonFiniteValues,
     OversizedFrame,
-    TruncatedFrame,
     UnknownKind,
-    UnsupportedVersion,
 )
 from fl_uav.compression.lgc import Layer
 from fl_uav.compression.quantization import (
@@ -453,38 +455,9 @@ def _view(data: Any, limits: DecodeLimits) -> bytes:
 
 
 def _check_prologue(buf: bytes, limits: DecodeLimits) -> tuple:
-    size = len(buf)
-    prefix = buf[: len(MAGIC)]
-    if prefix != MAGIC[: len(prefix)]:
-        raise BadMagic(f'magic is {prefix!r}, expected {MAGIC!r}', field='magic')
-    if size > len(MAGIC) and buf[len(MAGIC)] != VERSION_V2:
-        raise UnsupportedVersion(
-            f'version is {buf[len(MAGIC)]}, this decoder reads version {VERSION_V2}',
-            field='version',
-        )
-    if size < HEADER_V2_SIZE + CRC_SIZE:
-        raise TruncatedFrame(
-            f'frame is {size} bytes, shorter than the {HEADER_V2_SIZE + CRC_SIZE}-byte minimum',
-            field='header',
-        )
+    check_magic_and_version(buf, VERSION_V2, HEADER_V2_SIZE)
     fields = _HEADER.unpack_from(buf, 0)
-    declared = HEADER_V2_SIZE + fields[7] + CRC_SIZE
-    if declared > limits.max_frame_bytes:
-        raise OversizedFrame(
-            f'declared frame size {declared} exceeds limit {limits.max_frame_bytes}',
-            field='body_len',
-        )
-    if declared > size:
-        raise TruncatedFrame(f'frame is {size} bytes, header declares {declared}',
-                             field='body_len')
-    if declared < size:
-        raise LengthMismatch(f'frame is {size} bytes, header declares {declared}',
-                             field='body_len')
-    stored = _CRC.unpack_from(buf, size - CRC_SIZE)[0]
-    computed = zlib.crc32(buf[: size - CRC_SIZE])
-    if stored != computed:
-        raise CorruptFrame(f'crc32 is {stored:#010x}, contents give {computed:#010x}',
-                           field='crc32')
+    check_length_and_crc(buf, HEADER_V2_SIZE + fields[7] + CRC_SIZE, limits)
     return fields
 
 
