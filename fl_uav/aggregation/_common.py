@@ -52,6 +52,15 @@ def step_count(update: ClientUpdate) -> int | None:
     return int(value)
 
 
+def with_step_counts(updates: Sequence[ClientUpdate]
+                     ) -> tuple[list[tuple[ClientUpdate, int]], int]:
+    """The updates that carry samples and a step count τ_k, paired with τ_k, and how many
+    were skipped (the rules that normalise by local work: FedNova, AFA-CD, OSAFL)."""
+    usable = [(u, step_count(u)) for u in updates if u.num_samples > 0]
+    usable = [(u, tau) for u, tau in usable if tau is not None]
+    return usable, len(updates) - len(usable)
+
+
 def flatten(delta: Mapping[str, np.ndarray], names: Sequence[str]) -> np.ndarray:
     """The whole-model vector of a delta (float64, in the given tensor order)."""
     if not names:

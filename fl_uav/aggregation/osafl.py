@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from fl_uav.aggregation._common import apply_step, keep_model, step_count, weighted_sum
+from fl_uav.aggregation._common import apply_step, keep_model, weighted_sum, with_step_counts
 from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy, Weights
 
 WEIGHTINGS = ('uniform', 'samples')
@@ -113,9 +113,7 @@ class OSAFL(Strategy):
 
     def aggregate(self, round_index: int, global_weights: Weights,
                   updates: Sequence[ClientUpdate]) -> AggregateResult:
-        usable = [(u, step_count(u)) for u in updates if u.num_samples > 0]
-        usable = [(u, tau) for u, tau in usable if tau is not None]
-        skipped = len(updates) - len(usable)
+        usable, skipped = with_step_counts(updates)
         if not usable:
             return keep_model(global_weights, skipped=skipped)
         names = list(global_weights)
