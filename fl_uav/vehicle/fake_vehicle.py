@@ -8,7 +8,6 @@ time steps, records every call in ``calls`` and can be told to fail an operation
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import math
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -21,6 +20,7 @@ from fl_uav.vehicle.interface import (
     VehicleError,
     WaypointEnu,
 )
+from fl_uav.vehicle.streams import put_latest, subscribe
 
 
 class FakeVehicle:
@@ -74,10 +74,10 @@ class FakeVehicle:
 
     def _publish(self) -> None:
         for queue in list(self._pose_queues):
-            _put_latest(queue, self.pose())
+            put_latest(queue, self.pose())
         battery = BatteryStatus(self.battery_remaining, 12.6 + 4.2 * self.battery_remaining)
         for queue in list(self._battery_queues):
-            _put_latest(queue, battery)
+            put_latest(queue, battery)
 
     async def _step(self) -> None:
         self.t_sim_s += self.step_s
@@ -177,12 +177,12 @@ class FakeVehicle:
 
     async def poses(self) -> AsyncIterator[PoseEnu]:
         """Poses as the fake moves (ends on close)."""
-        async for pose in self._subscribe(self._pose_queues):
+        async for pose in subscribe(self._pose_queues, 64):
             yield pose
 
     async def batteries(self) -> AsyncIterator[BatteryStatus]:
         """Battery states as the fake moves (ends on close)."""
-        async for battery in self._subscribe(self._battery_queues):
+        async for battery in subscribe(self._battery_queues, 64):
             yield battery
 
     async def close(self) -> None:
@@ -190,30 +190,8 @@ class FakeVehicle:
         self.calls.append(('close',))
         self._closed = True
         for queue in list(self._pose_queues) + list(self._battery_queues):
-            _put_latest(queue, None)
+            put_latest(queue, None)
 
     def _require_air(self) -> None:
         if not (self.armed and self.in_air):
             raise VehicleError('fake: not flying; arm and take off first')
-
-    async def _subscribe(self, queues: set[asyncio.Queue]):
-        queue: asyncio.Queue = asyncio.Queue(maxsize=64)
-        queues.add(queue)
-        try:
-            while True:
-                item = await queue.get()
-                if item is None:
-                    return
-                yield item
-        finally:
-            queues.discard(queue)
-
-
-def _put_latest(queue: asyncio.Queue, item: object) -> None:
-    while True:
-        try:
-            queue.put_nowait(item)
-            return
-        except asyncio.QueueFull:
-            with contextlib.suppress(asyncio.QueueEmpty):
-                queue.get_nowait()

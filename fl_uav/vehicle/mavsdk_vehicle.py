@@ -35,6 +35,7 @@ from fl_uav.vehicle.interface import (
     WaypointEnu,
 )
 from fl_uav.vehicle.runner import ensure_executor
+from fl_uav.vehicle.streams import put_latest, subscribe
 from fl_uav.world.geo import GeoOrigin, enu_to_geodetic, geodetic_to_enu, yaw_ned_to_enu
 
 _log = logging.getLogger(__name__)
@@ -506,26 +507,14 @@ class MavsdkVehicle:
     async def poses(self) -> AsyncIterator[PoseEnu]:
         """Yield every position update as a PoseEnu (ends when the vehicle is closed)."""
         self._require()
-        async for pose in self._subscribe(self._pose_queues):
+        async for pose in subscribe(self._pose_queues, 32):
             yield pose
 
     async def batteries(self) -> AsyncIterator[BatteryStatus]:
         """Yield every battery update (ends when the vehicle is closed)."""
         self._require()
-        async for battery in self._subscribe(self._battery_queues):
+        async for battery in subscribe(self._battery_queues, 32):
             yield battery
-
-    async def _subscribe(self, queues: set[asyncio.Queue]):
-        queue: asyncio.Queue = asyncio.Queue(maxsize=32)
-        queues.add(queue)
-        try:
-            while True:
-                item = await queue.get()
-                if item is None:
-                    return
-                yield item
-        finally:
-            queues.discard(queue)
 
     @property
     def latest_pose(self) -> PoseEnu | None:
@@ -554,7 +543,7 @@ class MavsdkVehicle:
                 await task
         self._tasks = []
         for queue in list(self._pose_queues) + list(self._battery_queues):
-            _put_latest(queue, None)
+            put_latest(queue, None)
         for plugin in (self._action, self._telemetry, self._mission):
             if plugin is not None:
                 with contextlib.suppress(Exception):
@@ -573,18 +562,7 @@ class MavsdkVehicle:
 
 def _fan_out(queues: set[asyncio.Queue], item: object) -> None:
     for queue in list(queues):
-        _put_latest(queue, item)
-
-
-def _put_latest(queue: asyncio.Queue, item: object) -> None:
-    """Put without blocking; a slow consumer loses its oldest items, not the newest."""
-    while True:
-        try:
-            queue.put_nowait(item)
-            return
-        except asyncio.QueueFull:
-            with contextlib.suppress(asyncio.QueueEmpty):
-                queue.get_nowait()
+        put_latest(queue, item)
 
 
 def _path_length_m(start: PoseEnu, waypoints: Sequence[WaypointEnu]) -> float:
