@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -87,6 +88,30 @@ class RangeCompressor(Compressor):
         frame = encode_range(payload, round_index=round_index, sender=sender,
                              fingerprint=fingerprint)
         return frame, unflatten(decode_v2(frame).update.dense(), layout)
+
+
+@dataclass(frozen=True)
+class CompressionConfig:
+    """How drones compress their update (config section ``compression``, shared by the fleet
+    and the engine): method none | qsgd (2CEOAFL eq. (12), qsgd_levels levels) | range (FedDPQ
+    eqs. (11)-(13), range_bits bits); per_layer: one norm or range per tensor instead of one
+    for the whole update. Uplink bytes are the sent frame's length."""
+
+    method: str = 'none'
+    qsgd_levels: int = 3
+    range_bits: int = 4
+    per_layer: bool = False
+
+    def __post_init__(self) -> None:
+        if self.method not in COMPRESSION_METHODS:
+            raise ValueError(f'method {self.method!r} unknown; choices: '
+                             f'{", ".join(COMPRESSION_METHODS)}')
+        if self.qsgd_levels < 1 or not 1 <= self.range_bits <= 16:
+            raise ValueError('qsgd_levels must be >= 1 and range_bits in [1, 16]')
+
+    def build(self) -> Compressor:
+        """The configured compressor."""
+        return build_compressor(self.method, self.qsgd_levels, self.range_bits, self.per_layer)
 
 
 def build_compressor(method: str, qsgd_levels: int = 3, range_bits: int = 4,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fl_uav.aggregation import STRATEGY_NAMES, build_strategy
+from fl_uav.compression.compressor import CompressionConfig
 from fl_uav.learning.buffer import BufferConfig
 from fl_uav.learning.models import MODEL_NAMES
 from fl_uav.learning.training import OPTIMIZERS
@@ -203,6 +204,7 @@ class FleetConfig:
     flight: FlightConfig = field(default_factory=FlightConfig)
     autopilot: AutopilotSimConfig = field(default_factory=AutopilotSimConfig)
     codec: CodecConfig = field(default_factory=CodecConfig)
+    compression: CompressionConfig = field(default_factory=CompressionConfig)
 
     def __post_init__(self) -> None:
         if not (1 <= self.num_drones <= 250):

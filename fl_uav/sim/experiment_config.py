@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fl_uav.compression.compressor import COMPRESSION_METHODS
+from fl_uav.compression.compressor import CompressionConfig
 from fl_uav.fleet.config import AggregationConfig, LearningConfig
 from fl_uav.learning.buffer import BufferConfig
 
@@ -96,25 +96,6 @@ class SystemConfig:
             raise ValueError('distance_max_m must be >= distance_min_m')
         if self.interference_w < 0 or self.deadline_s < 0:
             raise ValueError('interference_w and deadline_s must be >= 0')
-
-
-@dataclass(frozen=True)
-class CompressionConfig:
-    """How drones compress their update: method none | qsgd (2CEOAFL eq. (12), qsgd_levels
-    levels) | range (FedDPQ eqs. (11)-(13), range_bits bits); per_layer: one norm or range per
-    tensor instead of one for the whole update. Uplink bytes are the codec v2 frame's length."""
-
-    method: str = 'none'
-    qsgd_levels: int = 3
-    range_bits: int = 4
-    per_layer: bool = False
-
-    def __post_init__(self) -> None:
-        if self.method not in COMPRESSION_METHODS:
-            raise ValueError(f'method {self.method!r} unknown; choices: '
-                             f'{", ".join(COMPRESSION_METHODS)}')
-        if self.qsgd_levels < 1 or not 1 <= self.range_bits <= 16:
-            raise ValueError('qsgd_levels must be >= 1 and range_bits in [1, 16]')
 
 
 @dataclass(frozen=True)
