@@ -80,9 +80,11 @@ __all__ = [
     'decode_frame',
     'dtype_code',
     'encode_frame',
+    'encode_metadata',
     'encoded_size',
     'fingerprint_of',
     'model_fingerprint',
+    'parse_metadata',
     'table_entry_size',
 ]
 
@@ -245,7 +247,7 @@ def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def _parse_metadata(blob: bytes | memoryview) -> dict[str, Any]:
+def parse_metadata(blob: bytes | memoryview) -> dict[str, Any]:
     """Parse a metadata block strictly; raise MalformedMetadata on any defect."""
     if len(blob) == 0:
         return {}
@@ -261,7 +263,9 @@ def _parse_metadata(blob: bytes | memoryview) -> dict[str, Any]:
     return obj
 
 
-def _encode_metadata(metadata: Mapping[str, Any] | None) -> bytes:
+def encode_metadata(metadata: Mapping[str, Any] | None) -> bytes:
+    """Compact UTF-8 JSON of a metadata object (empty bytes for none); the bytes are checked
+    to pass :func:`parse_metadata`, the strict parser every decoder uses."""
     if metadata is None or len(metadata) == 0:
         return b''
     if not isinstance(metadata, Mapping):
@@ -277,7 +281,7 @@ def _encode_metadata(metadata: Mapping[str, Any] | None) -> bytes:
     if len(blob) > _U32_MAX:
         raise ValueError(f'metadata is {len(blob)} bytes, more than the u32 length field allows')
     try:  # guarantee the receiver's strict parser accepts it (e.g. no non-str keys clashing)
-        _parse_metadata(blob)
+        parse_metadata(blob)
     except MalformedMetadata as exc:
         raise ValueError(f'metadata would be rejected by the decoder: {exc}') from None
     return blob
@@ -322,7 +326,7 @@ def _prepare_tensors(
 
 def encoded_size(tensors: Mapping[str, Any], metadata: Mapping[str, Any] | None = None) -> int:
     """Exact length of the frame :func:`encode_frame` would produce, without building it."""
-    meta = _encode_metadata(metadata)
+    meta = encode_metadata(metadata)
     total = HEADER_SIZE + len(meta) + CRC_SIZE
     for name, value in tensors.items():
         arr = np.asarray(value)
@@ -356,7 +360,7 @@ def encode_frame(
     if not isinstance(fingerprint, bytes | bytearray) or len(fingerprint) != FINGERPRINT_SIZE:
         raise ValueError(f'fingerprint must be {FINGERPRINT_SIZE} bytes')
     prepared = _prepare_tensors(tensors)
-    meta = _encode_metadata(metadata)
+    meta = encode_metadata(metadata)
 
     table_parts: list[bytes] = []
     offset = 0
@@ -650,7 +654,7 @@ def decode_frame(
 
     entries = _parse_table(view, HEADER_SIZE, table_len, count, body_len, limits)
     meta_start = HEADER_SIZE + table_len
-    metadata = _parse_metadata(view[meta_start : meta_start + meta_len])
+    metadata = parse_metadata(view[meta_start : meta_start + meta_len])
 
     if expected_fingerprint is not None and fingerprint != bytes(expected_fingerprint):
         raise FingerprintMismatch(

@@ -21,6 +21,11 @@ the bit formula of the scheme, rounded up to whole bytes:
 
 [mask] is 1 flag bit + min(p, RLE bits) (:func:`fl_uav.compression.bitpack.mask_bits`).
 
+Any v2 frame may carry a metadata section (flag bit ``FLAG_METADATA``): a u32 length and
+the same strict compact JSON object v1 frames carry, at the start of the body, so a drone's
+counts (samples, steps, loss) travel in the very frame whose CRC covers the update; it adds
+exactly :func:`metadata_section_bytes` to the formula sizes.
+
 Decoding (:func:`decode_v2`) validates every declared count against :class:`DecodeLimits` and
 against the bytes present before allocating, and raises the v1 typed errors
 (:mod:`fl_uav.compression.errors`) plus the v2 ones defined here (reasons ``body``, ``mask``,
@@ -32,8 +37,8 @@ from __future__ import annotations
 import enum
 import struct
 import zlib
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -46,12 +51,15 @@ from fl_uav.compression.codec import (
     DecodeLimits,
     check_length_and_crc,
     check_magic_and_version,
+    encode_metadata,
+    parse_metadata,
 )
 from fl_uav.compression.errors import (
     ALL_REASONS,
     FingerprintMismatch,
     FrameError,
     MalformedHeader,
+    MalformedMetadata,
     NonFiniteValues,
     OversizedFrame,
     UnknownKind,
@@ -67,6 +75,7 @@ from fl_uav.compression.quantization import (
 
 __all__ = [
     'ALL_REASONS_V2',
+    'FLAG_METADATA',
     'HEADER_V2_SIZE',
     'SUBHEADER_SIZE',
     'VERSION_V2',
@@ -87,6 +96,7 @@ __all__ = [
     'encode_range',
     'encode_raw',
     'lgc_frame_bytes',
+    'metadata_section_bytes',
     'qsgd_frame_bytes',
     'range_frame_bytes',
     'raw_frame_bytes',
@@ -101,6 +111,10 @@ _CRC = struct.Struct('<I')
 _U16_MAX = 0xFFFF
 _U32_MAX = 0xFFFF_FFFF
 _MAX_DIM = 2**31 - 1
+_META_LEN = struct.Struct('<I')
+
+FLAG_METADATA = 0x0001
+"""Header flag: the body starts with a metadata section (u32 length + JSON object)."""
 
 
 class FrameKindV2(enum.IntEnum):
@@ -223,6 +237,7 @@ class DecodedFrameV2:
     sender: int
     fingerprint: bytes
     update: QsgdUpdate | RangeUpdate | RawUpdate | LgcPart
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 def _scatter(dim: int, mask: np.ndarray | None, kept: np.ndarray) -> np.ndarray:
@@ -281,6 +296,12 @@ def lgc_frame_bytes(k: int) -> int:
     return HEADER_V2_SIZE + _SUB_LGC.size + 8 * k + CRC_SIZE
 
 
+def metadata_section_bytes(metadata: Mapping[str, Any] | None) -> int:
+    """Bytes a metadata object adds to any v2 frame: 0 if empty, else 4 + its compact JSON."""
+    blob = encode_metadata(metadata)
+    return _META_LEN.size + len(blob) if blob else 0
+
+
 # --------------------------------------------------------------------------------- encoding
 
 
@@ -293,17 +314,19 @@ def _check_uint(value: Any, maximum: int, what: str) -> int:
 
 
 def _frame(kind: FrameKindV2, round_index: int, sender: int, fingerprint: bytes,
-           sub: bytes, tail: bytes) -> bytes:
+           sub: bytes, tail: bytes, metadata: Mapping[str, Any] | None = None) -> bytes:
     round_index = _check_uint(round_index, _U32_MAX, 'round_index')
     sender = _check_uint(sender, _U16_MAX, 'sender')
     if not isinstance(fingerprint, bytes | bytearray) or len(fingerprint) != FINGERPRINT_SIZE:
         raise ValueError(f'fingerprint must be {FINGERPRINT_SIZE} bytes')
-    body_len = len(sub) + len(tail)
+    meta = encode_metadata(metadata)
+    section = _META_LEN.pack(len(meta)) + meta if meta else b''
+    body_len = len(section) + len(sub) + len(tail)
     if body_len > _U32_MAX:
         raise ValueError('body does not fit the u32 body_len field')
-    head = _HEADER.pack(MAGIC, VERSION_V2, int(kind), 0, round_index, sender,
-                        bytes(fingerprint), body_len)
-    blob = head + sub + tail
+    head = _HEADER.pack(MAGIC, VERSION_V2, int(kind), FLAG_METADATA if meta else 0,
+                        round_index, sender, bytes(fingerprint), body_len)
+    blob = head + section + sub + tail
     return blob + _CRC.pack(zlib.crc32(blob))
 
 
@@ -330,11 +353,12 @@ def _bucket_table(sizes: Sequence[int], kept: int) -> bytes:
 
 
 def encode_qsgd(payload: QsgdPayload, *, round_index: int, sender: int, fingerprint: bytes,
-                mask: np.ndarray | None = None) -> bytes:
+                mask: np.ndarray | None = None,
+                metadata: Mapping[str, Any] | None = None) -> bytes:
     """Serialise a QSGD payload (2CEOAFL eq. (12)) over the kept entries of ``mask``.
 
     Body bit stream: B float32 norms, [mask], k sign bits (1 = negative), k levels of
-    ⌈log2(s+1)⌉ bits.  Size: :func:`qsgd_frame_bytes`.
+    ⌈log2(s+1)⌉ bits.  Size: :func:`qsgd_frame_bytes` + :func:`metadata_section_bytes`.
     """
     kept = payload.dim
     dim, mask = _prepare_mask(mask, kept)
@@ -357,15 +381,16 @@ def encode_qsgd(payload: QsgdPayload, *, round_index: int, sender: int, fingerpr
     writer.write_uint(levels, width)
     sub = _SUB_QSGD.pack(dim, kept, s, len(norms), mask is not None)
     tail = _bucket_table(payload.bucket_sizes, kept) + writer.getvalue()
-    return _frame(FrameKindV2.QSGD, round_index, sender, fingerprint, sub, tail)
+    return _frame(FrameKindV2.QSGD, round_index, sender, fingerprint, sub, tail, metadata)
 
 
 def encode_range(payload: RangePayload, *, round_index: int, sender: int, fingerprint: bytes,
-                 mask: np.ndarray | None = None) -> bytes:
+                 mask: np.ndarray | None = None,
+                 metadata: Mapping[str, Any] | None = None) -> bytes:
     """Serialise a FedDPQ range payload (FedDPQ eqs. (11)-(13)).
 
     Body bit stream: B × (low, high) float32, [mask], k sign bits, k indices of δ bits.
-    Size: :func:`range_frame_bytes`.
+    Size: :func:`range_frame_bytes` + :func:`metadata_section_bytes`.
     """
     kept = payload.dim
     dim, mask = _prepare_mask(mask, kept)
@@ -386,14 +411,16 @@ def encode_range(payload: RangePayload, *, round_index: int, sender: int, finger
     writer.write_uint(np.asarray(payload.index), bits)
     sub = _SUB_RANGE.pack(dim, kept, bits, nb, mask is not None)
     tail = _bucket_table(payload.bucket_sizes, kept) + writer.getvalue()
-    return _frame(FrameKindV2.RANGE, round_index, sender, fingerprint, sub, tail)
+    return _frame(FrameKindV2.RANGE, round_index, sender, fingerprint, sub, tail, metadata)
 
 
 def encode_raw(values: np.ndarray, *, round_index: int, sender: int, fingerprint: bytes,
-               mask: np.ndarray | None = None) -> bytes:
+               mask: np.ndarray | None = None,
+               metadata: Mapping[str, Any] | None = None) -> bytes:
     """Serialise raw float32 kept entries (2CEOAFL eq. (11), raw branch).
 
-    Body bit stream: k float32 values, then [mask].  Size: :func:`raw_frame_bytes`.
+    Body bit stream: k float32 values, then [mask].  Size: :func:`raw_frame_bytes` +
+    :func:`metadata_section_bytes`.
     """
     vals = np.asarray(values, np.float32).reshape(-1)
     dim, mask = _prepare_mask(mask, vals.size)
@@ -403,7 +430,8 @@ def encode_raw(values: np.ndarray, *, round_index: int, sender: int, fingerprint
     if mask is not None:
         writer.write_mask(mask)
     sub = _SUB_RAW.pack(dim, vals.size, mask is not None)
-    return _frame(FrameKindV2.RAW, round_index, sender, fingerprint, sub, writer.getvalue())
+    return _frame(FrameKindV2.RAW, round_index, sender, fingerprint, sub, writer.getvalue(),
+                  metadata)
 
 
 def encode_lgc(layers: Iterable[Layer], dim: int, *, round_index: int, sender: int,
@@ -656,24 +684,46 @@ def decode_v2(data: bytes | bytearray | memoryview, limits: DecodeLimits = _DEFA
         kind = FrameKindV2(kind_code)
     except ValueError:
         raise UnknownKind(f'kind code {kind_code} is unknown in v2', field='kind') from None
-    if flags != 0:
-        raise MalformedHeader(f'reserved flags are {flags:#06x}, must be 0', field='flags')
-    if body_len < SUBHEADER_SIZE[kind]:
+    if flags & ~FLAG_METADATA:
+        raise MalformedHeader(f'reserved flags are {flags:#06x}, only {FLAG_METADATA:#06x} '
+                              'is assigned', field='flags')
+    body = buf[HEADER_V2_SIZE: HEADER_V2_SIZE + body_len]
+    metadata: dict[str, Any] = {}
+    if flags & FLAG_METADATA:
+        metadata, body = _read_metadata(body, limits)
+    if len(body) < SUBHEADER_SIZE[kind]:
         raise MalformedBody(
-            f'body_len {body_len} shorter than the {SUBHEADER_SIZE[kind]}-byte sub-header',
-            field='body_len',
+            f'body holds {len(body)} bytes after the metadata, shorter than the '
+            f'{SUBHEADER_SIZE[kind]}-byte sub-header', field='body_len',
         )
     if expected_fingerprint is not None and fingerprint != bytes(expected_fingerprint):
         raise FingerprintMismatch(
             f'fingerprint is {fingerprint.hex()}, expected {bytes(expected_fingerprint).hex()}',
             field='fingerprint',
         )
-    body = buf[HEADER_V2_SIZE: HEADER_V2_SIZE + body_len]
     try:
         update = _DECODERS[kind](body, limits)
     except bitpack.BitstreamError as exc:  # defensive: lengths are pre-checked
         raise MalformedBody(str(exc), field='body') from None
-    return DecodedFrameV2(kind, round_index, sender, fingerprint, update)
+    return DecodedFrameV2(kind, round_index, sender, fingerprint, update, metadata)
+
+
+def _read_metadata(body: bytes, limits: DecodeLimits) -> tuple[dict[str, Any], bytes]:
+    """Split the metadata section (u32 length + JSON object) off the front of the body."""
+    if len(body) < _META_LEN.size:
+        raise MalformedBody('body ends inside the metadata length', field='metadata_len')
+    (meta_len,) = _META_LEN.unpack_from(body, 0)
+    if meta_len > limits.max_metadata_bytes:
+        raise OversizedFrame(
+            f'metadata_len {meta_len} exceeds limit {limits.max_metadata_bytes}',
+            field='metadata_len',
+        )
+    end = _META_LEN.size + meta_len
+    if end > len(body):
+        raise MalformedBody(f'metadata_len {meta_len} runs past the body', field='metadata_len')
+    if meta_len == 0:
+        raise MalformedMetadata('metadata flag set but the section is empty', field='metadata')
+    return parse_metadata(body[_META_LEN.size:end]), body[end:]
 
 
 def decode_lgc_parts(parts: Iterable[bytes | bytearray | memoryview],

@@ -3,7 +3,10 @@
 One small class per method over :class:`Compressor`. ``compress`` turns a named delta into a
 codec v2 frame (bit-exact: its length is the digests' formula plus the documented header) and
 returns the delta the station reconstructs from that very frame, so a simulation charges the
-real frame size and aggregates exactly what a receiver would.
+real frame size and aggregates exactly what a receiver would. The fleet's drones and the
+experiment engine call the same ``compress``. An optional pruning ``mask`` (2CEOAFL eq. (11):
+only unpruned entries are sent, plus the mask) and ``metadata`` (the drone's counts, carried in
+the frame's metadata section, docs/wire_format.md) travel in the same frame.
 """
 
 from __future__ import annotations
@@ -11,10 +14,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from fl_uav.compression.codec import encode_frame
+from fl_uav.compression.codec import FrameKind, encode_frame
 from fl_uav.compression.codec_v2 import decode_v2, encode_qsgd, encode_range
 from fl_uav.compression.quantization import (
     flatten,
@@ -26,6 +30,7 @@ from fl_uav.compression.quantization import (
 
 COMPRESSION_METHODS = ('none', 'qsgd', 'range')
 Weights = dict[str, np.ndarray]
+Mask = Mapping[str, np.ndarray]
 
 
 class Compressor(ABC):
@@ -35,20 +40,52 @@ class Compressor(ABC):
 
     @abstractmethod
     def compress(self, delta: Mapping[str, np.ndarray], rng: np.random.Generator, *,
-                 round_index: int, sender: int, fingerprint: bytes) -> tuple[bytes, Weights]:
-        """Return (frame bytes, reconstructed delta)."""
+                 round_index: int, sender: int, fingerprint: bytes, mask: Mask | None = None,
+                 metadata: Mapping[str, Any] | None = None) -> tuple[bytes, Weights]:
+        """Return (frame bytes, reconstructed delta).
+
+        ``mask`` (same names and shapes as ``delta``, True = sent): entries outside it are
+        not sent and decode to zero. ``metadata``: a JSON object carried in the frame.
+        """
+
+
+def _flat_mask(delta: Mapping[str, np.ndarray], mask: Mask | None) -> np.ndarray | None:
+    """The mask flattened in ``delta``'s order; None when absent or when it keeps everything."""
+    if mask is None:
+        return None
+    if set(mask) != set(delta) or any(np.shape(mask[n]) != np.shape(v)
+                                      for n, v in delta.items()):
+        raise ValueError('mask must have the names and shapes of the delta')
+    if not delta:
+        return None
+    flat = np.concatenate([np.asarray(mask[n], bool).ravel() for n in delta])
+    return None if flat.all() else flat
+
+
+def _kept_buckets(sizes: tuple[int, ...], flat_mask: np.ndarray | None) -> tuple[int, ...]:
+    """Per-tensor bucket sizes over the kept entries (one norm / range per tensor)."""
+    if flat_mask is None:
+        return sizes
+    kept = np.concatenate([[0], np.cumsum(flat_mask)])
+    ends = np.cumsum(sizes)
+    return tuple(int(kept[end] - kept[end - size]) for end, size in zip(ends, sizes))
 
 
 class NoCompression(Compressor):
-    """Dense float32 delta in a codec v1 UPDATE frame."""
+    """Dense float32 delta in a codec v1 UPDATE frame (zeros where ``mask`` is False)."""
 
     name = 'none'
 
-    def compress(self, delta, rng, *, round_index, sender, fingerprint):
-        from fl_uav.compression.codec import FrameKind
-
-        frame = encode_frame(FrameKind.UPDATE, round_index, sender, fingerprint, delta, {})
-        return frame, {n: np.asarray(v, np.float32) for n, v in delta.items()}
+    def compress(self, delta, rng, *, round_index, sender, fingerprint, mask=None,
+                 metadata=None):
+        flat_mask = _flat_mask(delta, mask)
+        sent = {n: np.asarray(v, np.float32) for n, v in delta.items()}
+        if flat_mask is not None:
+            sent = {n: np.where(np.asarray(mask[n], bool), v, np.float32(0))
+                    for n, v in sent.items()}
+        frame = encode_frame(FrameKind.UPDATE, round_index, sender, fingerprint, sent,
+                             metadata or {})
+        return frame, sent
 
 
 class QsgdCompressor(Compressor):
@@ -62,12 +99,15 @@ class QsgdCompressor(Compressor):
             raise ValueError(f'qsgd levels must be >= 1, got {levels}')
         self.levels, self.per_layer = levels, per_layer
 
-    def compress(self, delta, rng, *, round_index, sender, fingerprint):
+    def compress(self, delta, rng, *, round_index, sender, fingerprint, mask=None,
+                 metadata=None):
         vector, layout = flatten(delta)
-        buckets = layer_buckets(layout) if self.per_layer else None
-        payload = qsgd_quantize(vector, self.levels, rng, buckets=buckets)
+        flat_mask = _flat_mask(delta, mask)
+        kept = vector if flat_mask is None else vector[flat_mask]
+        buckets = _kept_buckets(layer_buckets(layout), flat_mask) if self.per_layer else None
+        payload = qsgd_quantize(kept, self.levels, rng, buckets=buckets)
         frame = encode_qsgd(payload, round_index=round_index, sender=sender,
-                            fingerprint=fingerprint)
+                            fingerprint=fingerprint, mask=flat_mask, metadata=metadata)
         return frame, unflatten(decode_v2(frame).update.dense(), layout)
 
 
@@ -81,12 +121,15 @@ class RangeCompressor(Compressor):
             raise ValueError(f'range bits must be in [1, 16], got {bits}')
         self.bits, self.per_layer = bits, per_layer
 
-    def compress(self, delta, rng, *, round_index, sender, fingerprint):
+    def compress(self, delta, rng, *, round_index, sender, fingerprint, mask=None,
+                 metadata=None):
         vector, layout = flatten(delta)
-        buckets = layer_buckets(layout) if self.per_layer else None
-        payload = range_quantize(vector, self.bits, rng, buckets=buckets)
+        flat_mask = _flat_mask(delta, mask)
+        kept = vector if flat_mask is None else vector[flat_mask]
+        buckets = _kept_buckets(layer_buckets(layout), flat_mask) if self.per_layer else None
+        payload = range_quantize(kept, self.bits, rng, buckets=buckets)
         frame = encode_range(payload, round_index=round_index, sender=sender,
-                             fingerprint=fingerprint)
+                             fingerprint=fingerprint, mask=flat_mask, metadata=metadata)
         return frame, unflatten(decode_v2(frame).update.dense(), layout)
 
 

@@ -20,6 +20,7 @@ from fl_uav.compression import bitpack
 from fl_uav.compression.codec import DecodeLimits
 from fl_uav.compression.codec_v2 import (
     ALL_REASONS_V2,
+    FLAG_METADATA,
     HEADER_V2_SIZE,
     SUBHEADER_SIZE,
     FrameKindV2,
@@ -30,6 +31,7 @@ from fl_uav.compression.codec_v2 import (
     encode_range,
     encode_raw,
     lgc_frame_bytes,
+    metadata_section_bytes,
     qsgd_frame_bytes,
     range_frame_bytes,
     raw_frame_bytes,
@@ -346,6 +348,8 @@ def small_frames() -> dict[str, bytes]:
         'range': encode_range(range_quantize(vector[mask], 3, rng), mask=mask, **KW),
         'raw': encode_raw(vector[mask], mask=mask, **KW),
         'lgc': encode_lgc(layered_top_k(vector, [3, 2]), 24, **KW)[0],
+        'qsgd_metadata': encode_qsgd(qsgd_quantize(vector[mask], 3, rng), mask=mask,
+                                     metadata={'num_samples': 7, 'loss': 0.5}, **KW),
     }
 
 
@@ -389,7 +393,7 @@ def test_header_errors():
     assert reason_of(b'XLUV' + frame[4:]) == 'bad_magic'
     assert reason_of(frame[:4] + b'\x01' + frame[5:]) == 'version'
     assert reason_of(recrc(frame[:5] + b'\x09' + frame[6:])) == 'kind'
-    assert reason_of(recrc(frame[:6] + b'\x01' + frame[7:])) == 'header'
+    assert reason_of(recrc(frame[:6] + b'\x02' + frame[7:])) == 'header'   # bit 0 = metadata
     assert reason_of(frame, expected_fingerprint=bytes(8)) == 'fingerprint'
     assert reason_of(frame, limits=DecodeLimits(max_frame_bytes=len(frame) - 1)) == 'oversized'
     assert reason_of(frame, limits=DecodeLimits(max_elements=23)) == 'oversized'
@@ -515,3 +519,73 @@ def _bad_levels_payload():
 
     return QsgdPayload(s=2, bucket_sizes=(2,), norms=np.float32([1.0]),
                        negative=np.zeros(2, bool), levels=np.array([3, 0], np.uint8))
+
+
+# ------------------------------------------------------------------------------- metadata
+
+METADATA = {'num_samples': 12, 'steps': 4, 'train_loss': 1.25, 'class_counts': [3, 0, 9]}
+
+
+def _with_and_without_metadata(rng):
+    vector, mask = masked_vector(rng, 300, 0.4)
+    encoders = {
+        'qsgd': (lambda **kw: encode_qsgd(qsgd_quantize(vector[mask], 3,
+                                                        np.random.default_rng(1)),
+                                          mask=mask, **kw),
+                 qsgd_frame_bytes(int(mask.sum()), 3, mask=mask)),
+        'range': (lambda **kw: encode_range(range_quantize(vector, 4, np.random.default_rng(1)),
+                                            **kw),
+                  range_frame_bytes(vector.size, 4)),
+        'raw': (lambda **kw: encode_raw(vector[mask], mask=mask, **kw),
+                raw_frame_bytes(int(mask.sum()), mask=mask)),
+    }
+    return {name: (enc(**KW), enc(metadata=METADATA, **KW), size)
+            for name, (enc, size) in encoders.items()}
+
+
+@pytest.mark.parametrize('name', ['qsgd', 'range', 'raw'])
+def test_metadata_section_adds_exactly_its_bytes_and_round_trips(name):
+    # Prepare
+    plain, with_meta, formula = _with_and_without_metadata(np.random.default_rng(5))[name]
+    json_bytes = len(b'{"num_samples":12,"steps":4,"train_loss":1.25,"class_counts":[3,0,9]}')
+    # Execute
+    decoded_plain, decoded = decode_v2(plain), decode_v2(with_meta)
+    # Assert
+    assert len(plain) == formula and plain[6:8] == b'\x00\x00'
+    assert metadata_section_bytes(METADATA) == 4 + json_bytes
+    assert len(with_meta) == formula + 4 + json_bytes
+    assert struct.unpack_from('<H', with_meta, 6)[0] == FLAG_METADATA
+    assert decoded.metadata == METADATA and decoded_plain.metadata == {}
+    np.testing.assert_array_equal(decoded.update.dense(), decoded_plain.update.dense())
+
+
+def _set_metadata_section(frame: bytes, section: bytes) -> bytes:
+    """Replace a metadata-carrying frame's section (u32 length + JSON) and fix body_len."""
+    (meta_len,) = struct.unpack_from('<I', frame, HEADER_V2_SIZE)
+    rest = frame[HEADER_V2_SIZE + 4 + meta_len:-4]
+    head = bytearray(frame[:HEADER_V2_SIZE])
+    head[22:26] = struct.pack('<I', len(section) + len(rest))
+    return recrc(bytes(head) + section + rest + b'\x00' * 4)
+
+
+@pytest.mark.parametrize('section, reason', [
+    (struct.pack('<I', 0), 'metadata'),                       # flag set, empty section
+    (struct.pack('<I', 7) + b'{"a":1', 'metadata'),           # length runs into the sub-header
+    (struct.pack('<I', 5) + b'[1,2]', 'metadata'),            # not an object
+    (struct.pack('<I', 9) + b'{"a":NaN}', 'metadata'),        # non-finite number
+    (struct.pack('<I', 10**6) + b'{}', 'oversized'),          # beyond max_metadata_bytes
+    (struct.pack('<I', 60_000) + b'{}', 'body'),              # runs past the body
+])
+def test_malformed_metadata_sections_are_typed_errors(section, reason):
+    # Prepare
+    frame = small_frames()['qsgd_metadata']
+    # Execute
+    bad = _set_metadata_section(frame, section)
+    # Assert
+    assert reason_of(bad) == reason
+
+
+def test_a_body_too_short_for_the_metadata_length_is_a_body_error():
+    head = bytearray(small_frames()['qsgd_metadata'][:HEADER_V2_SIZE])
+    head[22:26] = struct.pack('<I', 2)
+    assert reason_of(recrc(bytes(head) + b'\x01\x00' + b'\x00' * 4)) == 'body'
