@@ -2,7 +2,9 @@
 
 It labels camera frames from the onboard land-cover raster at the drone's pose, keeps them in a
 capped buffer, receives the global model with the round's plan and knobs, trains locally and
-encodes the update. The ROS node feeds it messages and flies the plan through the Vehicle.
+encodes the update with the configured compressor (``compression.method``: a dense codec v1
+frame, or a codec v2 QSGD / range frame; with structured pruning only the kept coordinates are
+sent, under a mask). The ROS node feeds it messages and flies the plan through the Vehicle.
 """
 
 from __future__ import annotations
@@ -27,13 +29,12 @@ from fl_uav.compression.codec import (
     FrameError,
     FrameKind,
     decode_frame,
-    encode_frame,
 )
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.messages import FinishCommand, PoseSample, RoundTask
 from fl_uav.learning.buffer import OnboardBuffer
 from fl_uav.learning.models import build_model
-from fl_uav.learning.pruning import expand_update, pruned_training_model
+from fl_uav.learning.pruning import expand_update, pruned_training_model, structured_mask
 from fl_uav.learning.training import TrainConfig, train_local
 from fl_uav.learning.weights import (
     architecture_fingerprint,
@@ -74,6 +75,7 @@ class DroneAgent:
                                   seed=config.learning.init_seed)
         self._shapes = weight_shapes(get_weights(self._model))
         self._fingerprint = architecture_fingerprint(get_weights(self._model))
+        self._compressor = config.compression.build()
         self._lock = threading.Lock()
         self._poses: deque[PoseSample] = deque()
         self._pose_history_s = pose_history_s
@@ -183,6 +185,7 @@ class DroneAgent:
         set_weights(self._model, task.weights)
         steps, loss, num_samples = 0, float('nan'), 0
         delta = {name: np.zeros_like(w) for name, w in task.weights.items()}
+        mask = None
         selected = int(task.knobs.get(DRAWS_KNOB, 1)) > 0     # FedDPQ: drawn this round?
         if selected and len(images) >= self.config.learning.min_samples_to_train:
             inputs = to_model_input(images, self.config.learning.input_px)
@@ -199,6 +202,7 @@ class DroneAgent:
             delta = subtract(get_weights(model), received)
             if keep < 1.0:
                 delta = expand_update(delta, index_map, self._shapes)
+                mask = structured_mask(index_map, self._shapes)
             steps, loss, num_samples = result.steps, result.mean_loss, len(images)
             self.rounds_trained += 1
         metadata = {
@@ -208,7 +212,12 @@ class DroneAgent:
             'waypoints_reached': self.waypoints_reached,
             'class_counts': self.class_counts().tolist(),
         }
-        frame = encode_frame(FrameKind.UPDATE, task.round_index, self.drone_id,
-                             self._fingerprint, delta, metadata)
+        # Flattened in the global frame's tensor order (the station unflattens in that order).
+        delta = {name: delta[name] for name in task.weights}
+        rng = np.random.default_rng((self.config.world.seed, self.drone_id, task.round_index))
+        frame, _ = self._compressor.compress(delta, rng, round_index=task.round_index,
+                                             sender=self.drone_id,
+                                             fingerprint=self._fingerprint, mask=mask,
+                                             metadata=metadata)
         return UpdateReport(task.round_index, frame, num_samples, steps, loss,
                             time.perf_counter() - start)

@@ -1,7 +1,8 @@
 """GroundStation: the server role as plain Python (no ROS).
 
 Round state machine: open a round (global model + per-drone plan and knobs, deadline) →
-collect updates (each validated; bad ones counted by reason, never fatal) → close when every
+collect updates (codec v1 dense or codec v2 QSGD / range / raw frames, each validated; bad ones
+counted by reason, never fatal, and never shown to the strategy) → close when every
 drone answered or the deadline passed → aggregate with the configured Strategy → evaluate on
 the world's held-out set → next round. Time comes from the caller (wall or simulated clock).
 """
@@ -26,6 +27,8 @@ from fl_uav.compression.codec import (
     decode_frame,
     encode_frame,
 )
+from fl_uav.compression.codec_v2 import VERSION_V2, FrameKindV2, decode_v2
+from fl_uav.compression.quantization import flatten, unflatten
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.learning.models import build_model
 from fl_uav.learning.training import evaluate
@@ -41,6 +44,27 @@ from fl_uav.world.landcover import CLASS_NAMES
 
 # Non-negative integer counts a drone reports with its update (anything else is rejected).
 _COUNT_METRICS = ('num_samples', 'steps', 'samples_collected', 'waypoints_reached')
+# Codec v2 kinds that carry a whole update in one frame (LGC layers travel as several frames).
+_V2_UPDATE_KINDS = (FrameKindV2.QSGD, FrameKindV2.RANGE, FrameKindV2.RAW)
+_VERSION_OFFSET = 4
+
+
+@dataclass(frozen=True)
+class _ReceivedUpdate:
+    """What any update frame version yields once decoded: header fields, metadata, delta."""
+
+    sender: int
+    round_index: int
+    metadata: dict[str, Any]
+    delta: dict[str, np.ndarray]
+
+
+class _Rejected(Exception):
+    """An update frame that decoded but cannot be used (reason as in the rejected counters)."""
+
+    def __init__(self, reason: str, sender: int | None = None) -> None:
+        super().__init__(reason)
+        self.reason, self.sender = reason, sender
 
 
 @dataclass(frozen=True)
@@ -117,6 +141,7 @@ class GroundStation:
         self.weights: Weights = get_weights(self._model)
         self._shapes = weight_shapes(self.weights)
         self._fingerprint = architecture_fingerprint(self.weights)
+        self._layout = flatten(self.weights)[1]   # codec v2 order: the global frame's tensors
         self._strategy = config.aggregation.build(config.num_drones, seed=config.world.seed)
         self._limits = DecodeLimits(max_frame_bytes=config.codec.max_frame_bytes)
         self._eval = (eval_inputs, eval_labels)
@@ -183,21 +208,37 @@ class GroundStation:
                 self._round.rejected[verdict.reason] += 1
         return verdict
 
+    def _decode_update(self, data: bytes) -> _ReceivedUpdate:
+        """Decode a v1 UPDATE or a v2 QSGD / range / raw frame into a dense named delta."""
+        if len(data) > _VERSION_OFFSET and data[_VERSION_OFFSET] == VERSION_V2:
+            v2 = decode_v2(data, self._limits, expected_fingerprint=self._fingerprint)
+            if v2.kind not in _V2_UPDATE_KINDS:
+                raise _Rejected('wrong_kind', v2.sender)
+            if v2.update.dim != self._layout.dim:
+                raise _Rejected('shape', v2.sender)
+            return _ReceivedUpdate(v2.sender, v2.round_index, v2.metadata,
+                                   unflatten(v2.update.dense(), self._layout))
+        frame = decode_frame(data, self._limits, expected_fingerprint=self._fingerprint,
+                             expected_shapes=self._shapes)
+        if frame.kind != FrameKind.UPDATE:
+            raise _Rejected('wrong_kind', frame.sender)
+        return _ReceivedUpdate(frame.sender, frame.round_index, frame.metadata,
+                               {n: np.asarray(t, np.float32) for n, t in frame.tensors.items()})
+
     def _check_update(self, data: bytes) -> UpdateVerdict:
         try:
-            frame = decode_frame(data, self._limits, expected_fingerprint=self._fingerprint,
-                                 expected_shapes=self._shapes)
+            frame = self._decode_update(data)
         except FrameError as exc:
             return UpdateVerdict(False, exc.reason)
-        if frame.kind != FrameKind.UPDATE:
-            return UpdateVerdict(False, 'wrong_kind', frame.sender)
+        except _Rejected as exc:
+            return UpdateVerdict(False, exc.reason, exc.sender)
         if frame.sender not in self.drone_ids:
             return UpdateVerdict(False, 'unknown_sender', frame.sender)
         if self._round is None or frame.round_index != self._round.index:
             return UpdateVerdict(False, 'wrong_round', frame.sender)
         if frame.sender in self._round.updates:
             return UpdateVerdict(False, 'duplicate', frame.sender)
-        if set(frame.tensors) != set(self._shapes):
+        if set(frame.delta) != set(self._shapes):
             return UpdateVerdict(False, 'shape', frame.sender)
         counts = {key: frame.metadata.get(key, 0) for key in _COUNT_METRICS}
         if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
@@ -208,8 +249,7 @@ class GroundStation:
             return UpdateVerdict(False, 'metadata', frame.sender)
         num_samples = counts['num_samples']
         self._round.updates[frame.sender] = ClientUpdate(
-            sender=frame.sender, round_index=frame.round_index,
-            delta={n: np.asarray(t, np.float32) for n, t in frame.tensors.items()},
+            sender=frame.sender, round_index=frame.round_index, delta=frame.delta,
             num_samples=num_samples, metrics=dict(frame.metadata))
         self._round.bytes_up[frame.sender] = len(data)
         return UpdateVerdict(True, 'accepted', frame.sender)

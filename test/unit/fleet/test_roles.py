@@ -2,10 +2,24 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
+
 import numpy as np
 import pytest
 
 from fl_uav.compression.codec import GROUND_STATION_ID, FrameKind, decode_frame, encode_frame
+from fl_uav.compression.codec_v2 import (
+    VERSION_V2,
+    decode_v2,
+    encode_lgc,
+    encode_qsgd,
+    metadata_section_bytes,
+    qsgd_frame_bytes,
+    range_frame_bytes,
+)
+from fl_uav.compression.lgc import layered_top_k
+from fl_uav.compression.quantization import qsgd_quantize
 from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.drone_agent import DroneAgent
@@ -205,3 +219,120 @@ def test_agent_with_structured_pruning_uploads_a_dense_update_with_pruned_zeros(
     assert first.shape == small_station.weights['features.0.weight'].shape
     assert touched.sum() == first.shape[0] // 2
     assert small_station.receive_update(report.frame).accepted
+
+
+# --- compressed updates (codec v2) -----------------------------------------------------------
+
+def _compressed_pair(method: str) -> tuple[DroneAgent, GroundStation]:
+    config = build_config(FleetConfig, {
+        'num_drones': 2, 'learning.model': 'tiny_cnn', 'learning.min_samples_to_train': 4,
+        'learning.structured_keep': 0.5, 'compression.method': method,
+        'compression.qsgd_levels': 3, 'compression.range_bits': 4})
+    return (DroneAgent(config, 1, map_labeler(config.world, config.camera)),
+            GroundStation(config, *_eval_set()))
+
+
+def _fill(agent: DroneAgent, count: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    for k in range(count):
+        agent.on_pose(PoseSample(200.0 + 10 * k, 400.0, 30.0, 0.0, stamp_s=float(k)))
+        agent.on_camera_frame(rng.integers(0, 255, (64, 64, 3), np.uint8), stamp_s=float(k))
+
+
+@pytest.mark.parametrize('method', ['qsgd', 'range'])
+def test_compressed_pruned_update_round_trips_with_its_metadata(method):
+    # Prepare
+    agent, station = _compressed_pair(method)
+    task = agent.accept_global_frame(station.open_round(0.0).frame)
+    _fill(agent, 10, seed=3)
+    before = {n: w.copy() for n, w in station.weights.items()}
+    dense_bytes = len(encode_frame(FrameKind.UPDATE, 1, 1, station._fingerprint, before, {}))
+    # Execute
+    report = agent.train_round(task)
+    verdict = station.receive_update(report.frame)
+    record = station.close_round(now_s=1.0)
+    # Assert: a v2 frame of the formula size (masked entries only) plus the metadata section
+    frame = decode_v2(report.frame)
+    update = frame.update
+    kept = int(update.mask.sum())
+    formula = (qsgd_frame_bytes(kept, 3, mask=update.mask) if method == 'qsgd'
+               else range_frame_bytes(kept, 4, mask=update.mask))
+    assert verdict.accepted and report.frame[4] == VERSION_V2
+    assert len(report.frame) == formula + metadata_section_bytes(frame.metadata)
+    assert kept < update.dim and len(report.frame) < dense_bytes / 8
+    assert frame.metadata['num_samples'] == report.num_samples == 10
+    assert frame.metadata['steps'] == report.steps > 0
+    assert frame.metadata['samples_collected'] == 10
+    assert len(frame.metadata['class_counts']) == len(CLASS_NAMES)
+    # Assert: the station aggregated exactly the decoded delta (FedAvg, one participant)
+    assert record.samples == {1: 10} and record.bytes_up == {1: len(report.frame)}
+    flat_change = np.concatenate([(station.weights[n] - before[n]).ravel() for n in before])
+    np.testing.assert_allclose(flat_change, update.dense(), atol=1e-6)
+
+
+def _v2_frame(station: GroundStation, **changes) -> bytes:
+    """A valid QSGD (s = 3) frame of the station's dimension, optionally edited at byte offsets
+    (CRC recomputed so the checks behind it are reached)."""
+    dim = sum(w.size for w in station.weights.values()) + changes.pop('extra_dim', 0)
+    vector = np.random.default_rng(4).standard_normal(dim).astype(np.float32)
+    vector[1] = 1e4                                      # dominates the norm: level s
+    mask = np.arange(dim) % 3 != 0                       # irregular: sent as a bitmap
+    payload = qsgd_quantize(vector[mask], 3, np.random.default_rng(5))
+    frame = bytearray(encode_qsgd(payload, round_index=changes.pop('round_index', 1),
+                                  sender=changes.pop('sender', 0),
+                                  fingerprint=station._fingerprint, mask=mask,
+                                  metadata={'num_samples': 4}))
+    for offset, value in changes.get('patch', []):
+        frame[offset:offset + len(value)] = value
+    body = bytes(frame[:-4])
+    return body + struct.pack('<I', zlib.crc32(body))
+
+
+# QSGD byte offsets (docs/wire_format.md): fixed header 26, then the metadata section
+# (4 + len('{"num_samples":4}') = 21 bytes), then the 17-byte sub-header (dim, k, s, B, has_mask),
+# the 4-byte bucket table, and the stream (norm float32, mask flag bit, bitmap, signs, levels).
+_SUB = 26 + 4 + len(b'{"num_samples":4}')
+_STREAM = _SUB + 17 + 4
+
+
+def test_malformed_compressed_updates_are_rejected_by_reason_before_aggregation(station):
+    # Prepare
+    station.open_round(now_s=0.0)
+    before = {n: w.copy() for n, w in station.weights.items()}
+    dim = sum(w.size for w in station.weights.values())
+    bitmap_flip = bytearray(_v2_frame(station)[_STREAM + 4:_STREAM + 5])
+    bitmap_flip[0] ^= 0b0000_0010                        # mask entry 0 (stream bit 33)
+    lgc = encode_lgc(layered_top_k(np.ones(dim, np.float32), [5]), dim, round_index=1,
+                     sender=0, fingerprint=station._fingerprint)[0]
+    frames = {
+        'levels': _v2_frame(station, patch=[(_SUB + 8, struct.pack('<I', 2))]),   # s 3 -> 2
+        'mask': _v2_frame(station, patch=[(_STREAM + 4, bytes(bitmap_flip))]),
+        'nonfinite': _v2_frame(station, patch=[(_STREAM, struct.pack('<f', np.nan))]),
+        'body': _v2_frame(station, patch=[(_SUB + 4, struct.pack('<I', 7))]),     # k vs buckets
+        'shape': _v2_frame(station, extra_dim=3),                                 # other model
+        'crc': _v2_frame(station)[:-1] + b'\x00',
+        'truncated': _v2_frame(station)[:-9],
+        'wrong_kind': lgc,
+        'wrong_round': _v2_frame(station, round_index=2),
+        'unknown_sender': _v2_frame(station, sender=9),
+    }
+    # Execute
+    verdicts = {reason: station.receive_update(data) for reason, data in frames.items()}
+    record = station.close_round(now_s=1.0)
+    # Assert
+    assert {reason: v.reason for reason, v in verdicts.items()} == {r: r for r in frames}
+    assert record.empty and record.rejected == {r: 1 for r in frames}
+    for name, weight in station.weights.items():
+        np.testing.assert_array_equal(weight, before[name])
+
+
+def test_fleet_and_engine_read_the_same_compression_keys_and_refuse_unknown_methods():
+    from fl_uav.configschema import ConfigError
+    from fl_uav.sim.experiment_config import ExperimentConfig
+
+    keys = {'compression.method': 'range', 'compression.range_bits': 6,
+            'compression.qsgd_levels': 5, 'compression.per_layer': True}
+    assert build_config(FleetConfig, keys).compression == \
+        build_config(ExperimentConfig, keys).compression
+    with pytest.raises(ConfigError, match=r"compression.*'zip'.*none, qsgd, range"):
+        build_config(FleetConfig, {'compression.method': 'zip'})
