@@ -48,7 +48,8 @@ BATCH_SIZE = 16
 LR = 0.05
 # Flower-baseline figures (flower_baseline.md §3, quiet machine, min wall of 3 runs, flower_c1).
 FLOWER_WALL_S = {10: 26.6, 100: 29.9}
-ENGINES = ('plain', 'vectorized', 'vmap', 'flower')
+ENGINES = ('plain', 'vectorized', 'vmap', 'experiment', 'experiment_seq', 'flower')
+YARDSTICK_CONFIG = REPO / 'config' / 'experiments' / 'yardstick_digits.yaml'
 FLOWER_PYTHON = Path(__file__).resolve().parent / '.venv-flower' / 'bin' / 'python'
 
 
@@ -173,10 +174,50 @@ def run_flower_worker(num_clients: int, rounds: int) -> dict:
     }
 
 
+def run_experiment_worker(engine: str, num_clients: int, rounds: int, chunk: int) -> dict:
+    """The experiment engine through its own config path (what `fl-uav experiment
+    config/experiments/yardstick_digits.yaml --set num_drones=N --set num_rounds=R` runs):
+    its data loader and split, partition, Strategy, netmodel clock, rounds.csv, checkpoints,
+    summary and plots. 'experiment_seq' is the same with engine.vectorized=false, the engine's
+    sequential reference path."""
+    import csv
+    import tempfile
+
+    from fl_uav.configschema import build_config, read_params_file
+    from fl_uav.sim.experiment import ROUNDS_FILE, run_experiment
+    from fl_uav.sim.experiment_config import ExperimentConfig
+
+    t_imported = time.perf_counter()
+    flat = read_params_file(YARDSTICK_CONFIG)
+    flat.update({'num_drones': num_clients, 'num_rounds': rounds,
+                 'engine.vectorized': engine == 'experiment',
+                 'engine.max_clients_per_chunk': chunk})
+    config = build_config(ExperimentConfig, flat)
+    with tempfile.TemporaryDirectory() as out:
+        summary = run_experiment(config, Path(out), echo=lambda line: None)
+        with open(Path(out) / ROUNDS_FILE, newline='') as f:
+            rows = list(csv.DictReader(f))
+    round_times = [float(r['wall_s']) for r in rows]
+    rounds_s = sum(round_times)
+    return {
+        'engine': engine, 'clients': num_clients, 'rounds': rounds, 'chunk': chunk,
+        'import_s': t_imported - T_START, 'setup_s': summary['wall_s'] - rounds_s,
+        'rounds_s': rounds_s, 'round1_s': round_times[0],
+        'steady_s_per_round': statistics.median(round_times[1:]) if rounds > 1 else None,
+        'train_s': 0.0, 'aggregate_s': 0.0, 'evaluate_s': 0.0,
+        'final_acc': float(rows[-1]['accuracy']),
+        'acc_curve': [round(float(r['accuracy']), 4) for r in rows],
+        'samples_per_client': [],
+        'maxrss_mib': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
+
+
 def run_worker(engine: str, num_clients: int, rounds: int, chunk: int) -> dict:
     """One full federated run in this process; returns timings and accuracy."""
     if engine == 'flower':
         return run_flower_worker(num_clients, rounds)
+    if engine.startswith('experiment'):
+        return run_experiment_worker(engine, num_clients, rounds, chunk)
     import torch
     from torch import nn
 

@@ -15,6 +15,7 @@ Other sources (the synthetic aerial world) plug in through :func:`register_datas
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import math
 import zlib
 from collections.abc import Callable, Sequence
@@ -272,21 +273,46 @@ def load_fashion_mnist(root: str | Path = FASHION_MNIST_ROOT, split: str = 'trai
 
 # --- scikit-learn digits ---------------------------------------------------------------------
 
+DIGITS_CSV = 'digits.csv.gz'
+"""The file scikit-learn ships the digits in (under sklearn/datasets/data/)."""
+
+
+def _digits_csv_path() -> Path | None:
+    """scikit-learn's bundled ``datasets/data/digits.csv.gz``, located without importing
+    scikit-learn (importing it costs about a second of start-up)."""
+    spec = importlib.util.find_spec('sklearn')
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / 'datasets' / 'data' / DIGITS_CSV
+    return path if path.is_file() else None
+
+
 def load_digits() -> Dataset:
     """scikit-learn's 1797 handwritten digits: uint8 N×1×8×8, classes '0'..'9'.
 
-    The source pixels are integers 0–16; they are scaled to 0–255 as ``rint(v * 255 / 16)``
-    so that every loader returns the same uint8 range.
+    Read from the CSV file scikit-learn ships (65 columns: 64 pixels, then the label) — the
+    same file and row order as ``sklearn.datasets.load_digits`` — falling back to that
+    function when the file is not where scikit-learn keeps it. The source pixels are integers
+    0–16; they are scaled to 0–255 as ``rint(v * 255 / 16)`` so that every loader returns the
+    same uint8 range.
     """
-    try:
-        from sklearn.datasets import load_digits as sklearn_load_digits
-    except ImportError as error:
-        raise DatasetError('the digits dataset needs scikit-learn: '
-                           '`pip install scikit-learn==1.9.1`') from error
-    bunch = sklearn_load_digits()
-    pixels = np.asarray(bunch.images, np.float64)
+    path = _digits_csv_path()
+    if path is not None:
+        with gzip.open(path, 'rt') as f:
+            table = np.loadtxt(f, delimiter=',', dtype=np.float64)
+        if table.ndim != 2 or table.shape[1] != 65:
+            raise DatasetError(f'{path}: expected 65 comma-separated columns, got '
+                               f'{table.shape}')
+        pixels, labels = table[:, :64].reshape(-1, 8, 8), table[:, 64].astype(np.int64)
+    else:
+        try:
+            from sklearn.datasets import load_digits as sklearn_load_digits
+        except ImportError as error:
+            raise DatasetError('the digits dataset needs scikit-learn: '
+                               '`pip install scikit-learn==1.9.1`') from error
+        bunch = sklearn_load_digits()
+        pixels, labels = np.asarray(bunch.images, np.float64), np.asarray(bunch.target, np.int64)
     images = np.rint(pixels * (255.0 / 16.0)).clip(0, 255).astype(np.uint8)[:, None]
-    labels = np.asarray(bunch.target, np.int64)
     return Dataset(images, labels, tuple(str(d) for d in range(10)), 'digits')
 
 

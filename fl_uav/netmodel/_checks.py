@@ -6,16 +6,22 @@ is caught where it enters the model rather than as a NaN three calls later.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 FloatOrArray = float | NDArray[np.float64]
+_SCALARS = (float, int, np.float64, np.float32)   # exact types: bool is not numeric here
 
 
 def as_float_array(value: ArrayLike, name: str) -> NDArray[np.float64]:
     """``value`` as a float array; NaN or a non-numeric value raises ValueError."""
+    if type(value) in _SCALARS:          # fast path: the engine calls these per drone
+        if value != value:
+            raise ValueError(f'{name} must not be NaN, got {value!r}')
+        return np.float64(value)
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError) as exc:
@@ -35,6 +41,10 @@ def _describe(arr: NDArray[np.float64]) -> str:
 def check_positive(value: ArrayLike, name: str) -> NDArray[np.float64]:
     """Finite and > 0 (elementwise)."""
     arr = as_float_array(value, name)
+    if arr.ndim == 0:
+        if not (math.isfinite(arr) and arr > 0):
+            raise ValueError(f'{name} must be finite and > 0, got {_describe(arr)}')
+        return arr
     if not (np.all(np.isfinite(arr)) and np.all(arr > 0)):
         raise ValueError(f'{name} must be finite and > 0, got {_describe(arr)}')
     return arr
@@ -43,6 +53,10 @@ def check_positive(value: ArrayLike, name: str) -> NDArray[np.float64]:
 def check_non_negative(value: ArrayLike, name: str) -> NDArray[np.float64]:
     """Finite and >= 0 (elementwise)."""
     arr = as_float_array(value, name)
+    if arr.ndim == 0:
+        if not (math.isfinite(arr) and arr >= 0):
+            raise ValueError(f'{name} must be finite and >= 0, got {_describe(arr)}')
+        return arr
     if not (np.all(np.isfinite(arr)) and np.all(arr >= 0)):
         raise ValueError(f'{name} must be finite and >= 0, got {_describe(arr)}')
     return arr

@@ -182,6 +182,20 @@ def test_digits_scaled_to_uint8():
     assert set(np.unique(digits.images).tolist()) <= set(levels.tolist())
 
 
+def test_digits_from_packaged_csv_equal_sklearn_loader(monkeypatch):
+    """The fast path (the CSV scikit-learn ships, read without importing scikit-learn) and
+    the fallback (sklearn.datasets.load_digits) give the same images and labels."""
+    pytest.importorskip('sklearn', reason='scikit-learn not installed')
+    from fl_uav.learning import datasets
+
+    assert datasets._digits_csv_path() is not None
+    fast = load_digits()
+    monkeypatch.setattr(datasets, '_digits_csv_path', lambda: None)
+    fallback = load_digits()
+    np.testing.assert_array_equal(fast.images, fallback.images)
+    np.testing.assert_array_equal(fast.labels, fallback.labels)
+
+
 # --- image folder ----------------------------------------------------------------------------
 
 def write_png(path: Path, bgr: tuple[int, int, int], size=(10, 6)) -> None:
