@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import json
 import math
 import time
@@ -34,6 +35,7 @@ from fl_uav.compression.codec import encoded_size
 from fl_uav.compression.compressor import build_compressor
 from fl_uav.configschema import to_flat
 from fl_uav.learning import partition
+from fl_uav.learning.buffer import retained_positions
 from fl_uav.learning.datasets import (
     Dataset,
     load_digits,
@@ -43,6 +45,7 @@ from fl_uav.learning.datasets import (
 )
 from fl_uav.learning.models import build_model
 from fl_uav.learning.pruning import expand_update, pruned_training_model
+from fl_uav.learning.topup import build_generator, top_up
 from fl_uav.learning.training import NonFiniteLossError, TrainConfig, evaluate
 from fl_uav.learning.vectorized import VectorizedTrainer, train_clients_sequential
 from fl_uav.learning.weights import Weights, architecture_fingerprint, get_weights, set_weights
@@ -54,6 +57,7 @@ ROUNDS_FILE = 'rounds.csv'
 SUMMARY_FILE = 'summary.json'
 CHECKPOINT_FILE = 'checkpoint.npz'
 CONFIG_FILE = 'config.json'
+TOPUP_SEED_TAG = 0x746F7075   # 'topu': keeps the top-up's seeds apart from (seed, round, drone)
 ROUND_COLUMNS = ('round', 'accuracy', 'loss', 'participants', 'late', 'uplink_bytes',
                  'downlink_bytes', 'sim_round_s', 'sim_time_s', 'energy_mean_j',
                  'energy_max_j', 'train_loss_mean', 'wall_s')
@@ -159,7 +163,8 @@ class ExperimentEngine:
                               tx_power_w=config.system.tx_power_w,
                               interference_w=config.system.interference_w)
         self.cpu = CpuDevice(cpu_freq_hz=config.system.cpu_freq_hz,
-                             train_cycles_per_sample=config.system.train_cycles_per_sample)
+                             train_cycles_per_sample=config.system.train_cycles_per_sample,
+                             gen_cycles_per_sample=config.system.gen_cycles_per_sample)
         rng = np.random.default_rng(_round_seed(config.seed, 0, 1))
         self.distance_m = rng.uniform(config.system.distance_min_m,
                                       config.system.distance_max_m, config.num_drones)
@@ -172,6 +177,10 @@ class ExperimentEngine:
         self.sim_time_s = 0.0
         self.buffers: list[np.ndarray] = [np.zeros(0, np.int64) for _ in self.parts]
         self.consumed = np.zeros(config.num_drones, np.int64)
+        self.topup_generator = (build_generator(config.data.topup_generator, 'chw',
+                                                config.data.dataset)
+                                if config.data.topup else None)
+        self.topup_sources = [''] * config.num_drones   # what each drone last generated from
         self._trainer = (VectorizedTrainer(self.model, self.train_config,
                                            config.engine.max_clients_per_chunk,
                                            config.engine.torch_threads)
@@ -193,11 +202,31 @@ class ExperimentEngine:
             fresh = part[start:start + new]
             self.consumed[k] += len(fresh)
             merged = np.concatenate([self.buffers[k], fresh])
-            if len(merged) > capacity:
-                merged = (merged[-capacity:] if self.config.buffer.policy == 'fifo'
-                          else merged[:capacity])
-            self.buffers[k] = merged
+            labels = self.data.train_y
+            self.buffers[k] = merged[retained_positions(   # the onboard buffer's own rule
+                labels[self.buffers[k]], labels[fresh], capacity, self.config.buffer.policy)]
         return self.buffers
+
+    def _training_data(self, k: int, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """Drone k's (inputs, labels) this round, and how many samples to charge as generated.
+
+        With data.topup, FedDPQ eqs. (1)-(3) add synthetic samples to the drone's real ones.
+        They are made afresh each round from a per-drone seed, so they depend only on the real
+        data: unchanged data give the same synthetic set (FedDPQ's one-time generation), and a
+        resumed run the same set as an uninterrupted one. Generation is charged (FedDPQ eqs.
+        (33)-(34)) only when the real data differ from those the drone last generated from.
+        """
+        x, y = self.data.train_x[indices], self.data.train_y[indices]
+        if self.topup_generator is None:
+            return x, y, 0
+        rng = np.random.default_rng(np.random.SeedSequence([self.config.seed, TOPUP_SEED_TAG, k]))
+        made = top_up(x, y, self.data.num_classes, self.config.data.topup_factor,
+                      self.topup_generator, rng)
+        source = hashlib.blake2b(np.ascontiguousarray(indices, np.int64).tobytes(),
+                                 digest_size=8).hexdigest()
+        charged = made.generated_total if source != self.topup_sources[k] else 0
+        self.topup_sources[k] = source
+        return np.concatenate([x, made.images]), np.concatenate([y, made.labels]), charged
 
     # --- one round -----------------------------------------------------------------------
     def run_round(self) -> dict[str, Any]:
@@ -212,8 +241,8 @@ class ExperimentEngine:
         mu = max((float(k.get(PROXIMAL_MU_KNOB, 0.0)) for k in knobs.values()), default=0.0)
         # Strategies that select drones (FedDPQ's draws) leave the others idle this round.
         active = [k for k in active if knobs.get(k, {}).get(DRAWS_KNOB, 1) > 0]
-        client_data = [(self.data.train_x[indices[k]], self.data.train_y[indices[k]])
-                       for k in active]
+        mixed = {k: self._training_data(k, indices[k]) for k in active}   # (x, y, generated)
+        client_data = [mixed[k][:2] for k in active]
         seeds = [_round_seed(self.config.seed, r, 10 + k) for k in active]
         config = dataclasses.replace(self.train_config, lr=lr, proximal_mu=mu)
         model, start, index_map = self.model, self.weights, None
@@ -255,8 +284,10 @@ class ExperimentEngine:
             up_s = up_bits / max(rate, 1e-9)
             steps = result.result.steps
             batch, pruned = self.config.learning.batch_size, 1.0 - keep   # FedDPQ eqs. (35)-(36)
-            comp_s = steps * float(self.cpu.train_time_s(batch, pruned))
+            comp_s = (steps * float(self.cpu.train_time_s(batch, pruned))
+                      + float(self.cpu.gen_time_s(mixed[k][2])))   # FedDPQ eq. (34)
             energy = (steps * float(self.cpu.train_energy_j(batch, pruned))
+                      + float(self.cpu.gen_energy_j(mixed[k][2]))   # FedDPQ eq. (33)
                       + self.config.system.tx_power_w * up_s)
             total_s = down_s + comp_s + up_s
             energies.append(energy)
@@ -268,9 +299,9 @@ class ExperimentEngine:
             times.append(total_s)
             losses.append(loss)
             uplink += up_bits // 8
-            counts = np.bincount(self.data.train_y[indices[k]], minlength=self.data.num_classes)
+            counts = np.bincount(mixed[k][1], minlength=self.data.num_classes)
             updates.append(ClientUpdate(sender=k, round_index=r, delta=delta,
-                                        num_samples=len(indices[k]),
+                                        num_samples=len(mixed[k][1]),
                                         metrics={'steps': steps, 'local_lr': lr,
                                                  'class_counts': counts.tolist()}))
         aggregated = self.strategy.aggregate(r, self.weights, updates)
@@ -304,7 +335,8 @@ class ExperimentEngine:
     def save_checkpoint(self) -> None:
         """Global weights, strategy state, clock and buffers, written atomically."""
         meta = {'round_index': self.round_index, 'sim_time_s': self.sim_time_s,
-                'consumed': self.consumed.tolist(), 'strategy': self.strategy.state_dict()}
+                'consumed': self.consumed.tolist(), 'topup_sources': self.topup_sources,
+                'strategy': self.strategy.state_dict()}
         arrays = {f'w/{n}': v for n, v in self.weights.items()}
         arrays.update({f'buffer/{k}': b for k, b in enumerate(self.buffers)})
         tmp = self.out_dir / (CHECKPOINT_FILE + '.tmp.npz')
@@ -324,6 +356,7 @@ class ExperimentEngine:
         self.round_index = int(meta['round_index'])
         self.sim_time_s = float(meta['sim_time_s'])
         self.consumed = np.asarray(meta['consumed'], np.int64)
+        self.topup_sources = list(meta.get('topup_sources', self.topup_sources))
         self.strategy.load_state_dict(meta['strategy'])
         set_weights(self.model, self.weights)
 
