@@ -28,7 +28,7 @@ from fl_uav.compression.quantization import (
     unflatten,
 )
 
-COMPRESSION_METHODS = ('none', 'qsgd', 'range')
+COMPRESSION_METHODS = ('none', 'qsgd', 'range', 'ceoafl', 'lgc')
 Weights = dict[str, np.ndarray]
 Mask = Mapping[str, np.ndarray]
 
@@ -47,6 +47,16 @@ class Compressor(ABC):
         ``mask`` (same names and shapes as ``delta``, True = sent): entries outside it are
         not sent and decode to zero. ``metadata``: a JSON object carried in the frame.
         """
+
+    def upload_lost(self) -> None:  # noqa: B027 (optional hook)
+        """The last compressed upload never reached the server (stateful methods undo)."""
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Per-drone state as flat named arrays (stateless methods: none)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:  # noqa: B027
+        """Restore :meth:`state_dict`."""
 
 
 def _flat_mask(delta: Mapping[str, np.ndarray], mask: Mask | None) -> np.ndarray | None:
@@ -137,13 +147,20 @@ class RangeCompressor(Compressor):
 class CompressionConfig:
     """How drones compress their update (config section ``compression``, shared by the fleet
     and the engine): method none | qsgd (2CEOAFL eq. (12), qsgd_levels levels) | range (FedDPQ
-    eqs. (11)-(13), range_bits bits); per_layer: one norm or range per tensor instead of one
-    for the whole update. Uplink bytes are the sent frame's length."""
+    eqs. (11)-(13), range_bits bits) | ceoafl (2CEOAFL eq. (11): raw with probability
+    raw_probability, else QSGD with qsgd_levels; raw_probability -1 = the drone's pruning ratio
+    δ_u^t, the paper's q = δ) | lgc (LGC eqs. (1)-(2): layered top-k with error feedback,
+    lgc_channel_entries[c] entries on channel c, which drops its layer with probability
+    lgc_drop_probabilities[c] per round; empty = never); per_layer: one norm or range per
+    tensor instead of one for the whole update. Uplink bytes are the sent frames' length."""
 
     method: str = 'none'
     qsgd_levels: int = 3
     range_bits: int = 4
     per_layer: bool = False
+    raw_probability: float = -1.0
+    lgc_channel_entries: tuple[int, ...] = (1000, 4000, 15000)
+    lgc_drop_probabilities: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.method not in COMPRESSION_METHODS:
@@ -151,15 +168,37 @@ class CompressionConfig:
                              f'{", ".join(COMPRESSION_METHODS)}')
         if self.qsgd_levels < 1 or not 1 <= self.range_bits <= 16:
             raise ValueError('qsgd_levels must be >= 1 and range_bits in [1, 16]')
+        if self.raw_probability != -1.0 and not 0.0 <= self.raw_probability <= 1.0:
+            raise ValueError(f'raw_probability must be -1 (= the pruning ratio) or in [0, 1], '
+                             f'got {self.raw_probability}')
+        entries, drops = self.lgc_channel_entries, self.lgc_drop_probabilities
+        if not entries or any(k < 0 for k in entries) or sum(entries) < 1:
+            raise ValueError(f'lgc_channel_entries must be entry counts >= 0 with a positive '
+                             f'sum, got {list(entries)}')
+        if drops and (len(drops) != len(entries) or any(not 0 <= p <= 1 for p in drops)):
+            raise ValueError(f'lgc_drop_probabilities needs one probability in [0, 1] per '
+                             f'channel ({len(entries)}), got {list(drops)}')
 
     def build(self) -> Compressor:
-        """The configured compressor."""
-        return build_compressor(self.method, self.qsgd_levels, self.range_bits, self.per_layer)
+        """The configured compressor (a stateful one, lgc, needs one instance per drone)."""
+        return build_compressor(self.method, self.qsgd_levels, self.range_bits, self.per_layer,
+                                raw_probability=self.raw_probability,
+                                lgc_channel_entries=self.lgc_channel_entries,
+                                lgc_drop_probabilities=self.lgc_drop_probabilities)
 
 
 def build_compressor(method: str, qsgd_levels: int = 3, range_bits: int = 4,
-                     per_layer: bool = False) -> Compressor:
+                     per_layer: bool = False, *, raw_probability: float = -1.0,
+                     lgc_channel_entries: tuple[int, ...] = (1000, 4000, 15000),
+                     lgc_drop_probabilities: tuple[float, ...] = ()) -> Compressor:
     """The compressor a config names."""
+    if method in ('ceoafl', 'lgc'):   # the papers' own schemes (paper_compressors imports this)
+        from fl_uav.compression.paper_compressors import CeoaflCompressor, LgcCompressor
+
+        if method == 'ceoafl':
+            return CeoaflCompressor(qsgd_levels,
+                                    None if raw_probability == -1.0 else raw_probability)
+        return LgcCompressor(lgc_channel_entries, lgc_drop_probabilities)
     if method == 'none':
         return NoCompression()
     if method == 'qsgd':

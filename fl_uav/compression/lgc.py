@@ -243,3 +243,16 @@ class LgcEncoder:
         self._residual = np.zeros(self.dim, np.float32)
         self._pending_u = None
         self._pending_layers = None
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Checkpoint: ``{'residual': e}`` (only valid between rounds, nothing awaiting ack)."""
+        if self.awaiting_ack:
+            raise RuntimeError('cannot checkpoint while an encode awaits acknowledgement')
+        return {'residual': self.residual}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """Restore :meth:`state_dict` (any pending encode is discarded)."""
+        residual = _as_update(state['residual'], self.dim)
+        self._residual = residual.copy()
+        self._pending_u = None
+        self._pending_layers = None

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from fl_uav.aggregation import STRATEGY_NAMES, build_strategy
 from fl_uav.compression.compressor import CompressionConfig
 from fl_uav.learning.buffer import BufferConfig
+from fl_uav.learning.client_algorithms import CLIENT_ALGORITHMS, build_client_algorithm
 from fl_uav.learning.models import MODEL_NAMES
 from fl_uav.learning.training import OPTIMIZERS
 from fl_uav.planning.coverage import CoverageConfig
@@ -31,6 +32,16 @@ class LearningConfig:
     round the drone trains a physically smaller model keeping that fraction of each conv's
     filters (largest L1 norm in the received model; structured pruning with δ = 1 − keep) and
     uploads the update expanded back to the dense shape (zeros where pruned).
+
+    client_algorithm: the drone's round procedure (fl_uav.learning.client_algorithms): sgd
+    (the above) | 2ceoafl (2CEOAFL §2.2: rho_steps dense steps, a magnitude mask pruning
+    prune_fraction δ, rewind, kappa_steps masked steps) | feddpq (FedDPQ eqs. (5), (9), (10):
+    prune_fraction ρ_u magnitude pruning, kappa_steps gradient steps at the pruned point; the
+    paper takes 1) | osafl (OSAFL §2.1: a uniform random number of local steps in
+    [min_local_steps, max_local_steps] per drone and round) | scaffold (SCAFFOLD option II,
+    per-drone control variates). prune_fraction_max > prune_fraction: the pruning ratio is
+    drawn uniformly in [prune_fraction, prune_fraction_max] per drone and round (2CEOAFL's
+    δ ~ U[0.05, 0.7]); 0 = fixed.
     """
 
     model: str = 'small_cnn'
@@ -47,6 +58,13 @@ class LearningConfig:
     optimizer: str = 'sgd'
     lr_decay: float = 1.0
     structured_keep: float = 1.0
+    client_algorithm: str = 'sgd'
+    rho_steps: int = 1
+    kappa_steps: int = 5
+    prune_fraction: float = 0.2
+    prune_fraction_max: float = 0.0
+    min_local_steps: int = 1
+    max_local_steps: int = 15
 
     def __post_init__(self) -> None:
         if self.optimizer not in OPTIMIZERS:
@@ -70,6 +88,41 @@ class LearningConfig:
             raise ValueError(f'lr_decay must be in (0, 1], got {self.lr_decay}')
         if self.torch_threads < 1:
             raise ValueError(f'torch_threads must be >= 1, got {self.torch_threads}')
+        self._check_client_algorithm()
+
+    def _check_client_algorithm(self) -> None:
+        name = self.client_algorithm
+        if name not in CLIENT_ALGORITHMS:
+            raise ValueError(f'client_algorithm {name!r} unknown; choices: '
+                             f'{", ".join(CLIENT_ALGORITHMS)}')
+        if self.rho_steps < 0 or self.kappa_steps < 1:
+            raise ValueError(f'rho_steps must be >= 0 and kappa_steps >= 1, got '
+                             f'{self.rho_steps}, {self.kappa_steps}')
+        if not 0.0 <= self.prune_fraction < 1.0:
+            raise ValueError(f'prune_fraction must be in [0, 1), got {self.prune_fraction}')
+        if self.prune_fraction_max and not (
+                self.prune_fraction <= self.prune_fraction_max < 1.0):
+            raise ValueError(f'prune_fraction_max must be 0 (fixed) or in [prune_fraction, 1), '
+                             f'got {self.prune_fraction_max}')
+        if not 1 <= self.min_local_steps <= self.max_local_steps:
+            raise ValueError(f'need 1 <= min_local_steps <= max_local_steps, got '
+                             f'{self.min_local_steps}, {self.max_local_steps}')
+        if self.structured_keep < 1.0 and name != 'sgd':
+            raise ValueError(f'structured_keep < 1 needs client_algorithm sgd, got {name!r}')
+        if name in ('2ceoafl', 'feddpq') and self.optimizer != 'sgd':
+            raise ValueError(f'client_algorithm {name} needs optimizer sgd, got '
+                             f'{self.optimizer!r}')
+        if name == 'feddpq' and (self.momentum or self.weight_decay):
+            raise ValueError('client_algorithm feddpq runs plain SGD (FedDPQ eq. (5)): '
+                             'momentum and weight_decay must be 0')
+
+    def build_client(self):
+        """One drone's configured client algorithm (fl_uav.learning.client_algorithms)."""
+        return build_client_algorithm(
+            self.client_algorithm, structured_keep=self.structured_keep,
+            rho_steps=self.rho_steps, kappa_steps=self.kappa_steps,
+            prune_fraction=self.prune_fraction, prune_fraction_max=self.prune_fraction_max,
+            min_local_steps=self.min_local_steps, max_local_steps=self.max_local_steps)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ Three families, all on named float32 weights (fl_uav.learning.weights) or small 
     Resource-Constrained Aerial Vehicles" (digest 000 §2.2, eqs. (8) and (10)):
     ``two_ceoafl_local_update``.
   - FedDPQ, "Energy-efficient FL for real-time vision" (digest 001 §1.4, eqs. (8) to (10)):
-    ``feddpq_prune`` and ``feddpq_local_gradient``.
+    ``feddpq_prune``, ``feddpq_local_gradient`` and ``feddpq_local_update``.
 * Structured (filter / channel) pruning that physically shrinks the layers, so that local
   training really costs less wall time (the digests' pitfall: unstructured masks give no speed
   up in dense kernels, digest 000 §1.8 and digest 001 §1.4): ``shrink_model``,
@@ -178,7 +178,8 @@ def _unpack_data(data: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.nd
 
 
 def _loss_and_grad(model: nn.Module, loss_fn: nn.Module, x: torch.Tensor, y: torch.Tensor,
-                   step: int) -> None:
+                   step: int) -> float:
+    """Fill every parameter's .grad with ∇loss on (x, y); return the loss value."""
     for p in model.parameters():
         p.grad = None
     loss = loss_fn(model(x), y)
@@ -186,13 +187,15 @@ def _loss_and_grad(model: nn.Module, loss_fn: nn.Module, x: torch.Tensor, y: tor
     if not math.isfinite(value):
         raise NonFiniteLossError(f'loss became {value} at local step {step}')
     loss.backward()
+    return value
 
 
 # ------------------------------------------------------------------ 2CEOAFL ----
 def two_ceoafl_local_update(model: nn.Module, global_weights: Weights,
                             data: tuple[np.ndarray, np.ndarray], rho_steps: int,
                             kappa_steps: int, delta: float, train_config: TrainConfig,
-                            seed: int, include: Include = None) -> tuple[Weights, Mask, int]:
+                            seed: int, include: Include = None,
+                            losses: list[float] | None = None) -> tuple[Weights, Mask, int]:
     """One ACV's local round of 2CEOAFL (Pervej et al.; digest 000 §2.2 (b)-(c), eqs. (8), (10)).
 
     1. Load the received dense weights w^t (w_u^{t,0}).
@@ -217,6 +220,7 @@ def two_ceoafl_local_update(model: nn.Module, global_weights: Weights,
     Returns (d, m, steps): d is dense-shaped with zeros where m is False (buffers, if any, get
     zero updates); steps = ρ + κ SGD steps taken. The model is left holding w̄^κ.
     With ρ = 0 and δ = 0 this is plain local SGD from w^t (κ steps of train_local).
+    If ``losses`` is a list, the mini-batch loss of every step (ρ + κ values) is appended.
     """
     if isinstance(rho_steps, bool) or not isinstance(rho_steps, Integral) or rho_steps < 0:
         raise ValueError(f'rho_steps must be an int >= 0, got {rho_steps!r}')
@@ -239,7 +243,9 @@ def two_ceoafl_local_update(model: nn.Module, global_weights: Weights,
         buffers: dict[str, torch.Tensor] = {}
         for k in range(steps):
             x, y = stream.next()
-            _loss_and_grad(model, loss_fn, x, y, first_step + k)
+            value = _loss_and_grad(model, loss_fn, x, y, first_step + k)
+            if losses is not None:
+                losses.append(value)
             with torch.no_grad():
                 for name, p in named.items():
                     if not p.requires_grad:
@@ -336,6 +342,53 @@ def feddpq_local_gradient(model: nn.Module, global_weights: Weights,
         if p.grad is not None:
             gradient[name] = p.grad.detach().numpy().astype(np.float32)
     return gradient, mask
+
+
+def feddpq_local_update(model: nn.Module, global_weights: Weights,
+                        data: tuple[np.ndarray, np.ndarray], ratio: float, steps: int,
+                        lr: float, batch_size: int, seed: int, scope: str = 'global',
+                        include: Include = None) -> tuple[Weights, Mask, list[float]]:
+    """FedDPQ's local update over ``steps`` SGD steps at pruned points (digest 001 §1.4, §8.1).
+
+    The paper takes one step per round: Δ_u = −η g_u^t with g_u^t = ∇F_u(w̃_u^t, ξ_u^t) at the
+    magnitude-pruned w̃_u^t (eqs. (5), (9), (10), (18)); with ``steps`` = 1 this returns exactly
+    −lr · :func:`feddpq_local_gradient` (same seed, same mini-batch). For ``steps`` > 1 (our
+    extension, for a fair comparison with multi-step clients) every gradient is again taken at
+    a pruned point: w̃^{τ+1} = m ⊙ (w̃^τ − η g(w̃^τ)), so the model trained stays the pruned one
+    (FedDPQ eq. (36)'s (1 − ρ) compute), and Δ = −η Σ_τ g(w̃^τ) keeps the unmasked gradients
+    as eq. (18) does. Plain SGD (no momentum, no weight decay: eq. (5)). Mini-batches are drawn
+    as ``two_ceoafl_local_update`` draws them. Returns (Δ dense-shaped, mask, step losses).
+    """
+    if isinstance(steps, bool) or not isinstance(steps, Integral) or steps < 1:
+        raise ValueError(f'steps must be an int >= 1, got {steps!r}')
+    if not lr > 0.0:
+        raise ValueError(f'lr must be > 0, got {lr}')
+    if batch_size < 1:
+        raise ValueError(f'batch_size must be >= 1, got {batch_size}')
+    inputs, labels = _unpack_data(data)
+    pruned, mask = feddpq_prune(global_weights, ratio, scope, include)
+    set_weights(model, pruned)
+    model.train()
+    stream = _BatchStream(inputs, labels, batch_size, seed)
+    loss_fn = nn.CrossEntropyLoss()
+    named = dict(model.named_parameters())
+    masks = {name: torch.from_numpy(mask[name]).to(p.dtype) for name, p in named.items()}
+    accumulated = {name: torch.zeros_like(p) for name, p in named.items()}
+    losses = []
+    for step in range(int(steps)):
+        x, y = stream.next()
+        losses.append(_loss_and_grad(model, loss_fn, x, y, step))
+        with torch.no_grad():
+            for name, p in named.items():
+                if p.grad is None:
+                    continue
+                accumulated[name].add_(p.grad)
+                p.sub_(lr * p.grad).mul_(masks[name])
+    update = {name: np.zeros(np.shape(array), np.float32) for name, array in
+              global_weights.items()}
+    for name, acc in accumulated.items():
+        update[name] = (-lr * acc).numpy().astype(np.float32)
+    return update, mask, losses
 
 
 # ------------------------------------------------------------------ structured pruning ----

@@ -1,0 +1,136 @@
+"""The papers' own upload schemes as compressors: 2CEOAFL's raw-or-quantized choice and LGC.
+
+Both follow :class:`fl_uav.compression.compressor.Compressor` (frame bytes, reconstructed
+delta). :class:`CeoaflCompressor` is stateless; :class:`LgcCompressor` keeps error memory, so
+keep one instance per drone and checkpoint it with ``state_dict`` / ``load_state_dict``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from fl_uav.compression.codec_v2 import (
+    decode_lgc_parts,
+    decode_v2,
+    encode_lgc,
+    encode_qsgd,
+    encode_raw,
+)
+from fl_uav.compression.compressor import Compressor, _flat_mask
+from fl_uav.compression.lgc import LgcEncoder, decode
+from fl_uav.compression.quantization import ceoafl_upload, flatten, unflatten
+
+
+class CeoaflCompressor(Compressor):
+    """2CEOAFL eq. (11): Π = d with probability q, QSGD Q(d) (eq. (12), one norm) otherwise.
+
+    Only the kept entries of the drone's pruning ``mask`` are sent, plus the mask (digest 000
+    §2.5): a raw frame (32 bits per kept entry) or a QSGD frame (1 + ⌈log2(s+1)⌉ bits per kept
+    entry + one norm) of codec v2. q is the ``raw_probability`` passed per call (the paper's
+    simulation: q = δ_u^t, the drone's pruning ratio) or the fixed ``raw_probability`` given
+    here (0 = AFL-Quant, always quantize; 1 = AFL-Prune, always raw). The coin and the
+    quantizer draw from ``rng``; E[decoded] = delta either way.
+    """
+
+    name = 'ceoafl'
+
+    def __init__(self, levels: int, raw_probability: float | None = None) -> None:
+        if levels < 1:
+            raise ValueError(f'qsgd levels must be >= 1, got {levels}')
+        if raw_probability is not None and not 0.0 <= raw_probability <= 1.0:
+            raise ValueError(f'raw_probability must be in [0, 1], got {raw_probability}')
+        self.levels, self.raw_probability = levels, raw_probability
+        self.last_raw: bool | None = None
+
+    def compress(self, delta, rng, *, round_index, sender, fingerprint, mask=None,
+                 metadata=None, raw_probability: float | None = None):
+        vector, layout = flatten(delta)
+        flat_mask = _flat_mask(delta, mask)
+        q = self.raw_probability if raw_probability is None else raw_probability
+        upload = ceoafl_upload(vector, self.levels, 0.0 if q is None else q, rng,
+                               mask=flat_mask)
+        self.last_raw = upload.raw
+        common = {'round_index': round_index, 'sender': sender, 'fingerprint': fingerprint,
+                  'mask': flat_mask, 'metadata': metadata}
+        frame = (encode_raw(upload.values, **common) if upload.raw
+                 else encode_qsgd(upload.quantized, **common))
+        return frame, unflatten(decode_v2(frame).update.dense(), layout)
+
+
+class LgcCompressor(Compressor):
+    """LGC over radio channels (Du et al.; digest 002 §2.1–2.5, Algorithm 1 lines 8–11).
+
+    u = e + Δ is split into layers of ``channel_entries`` = (k_1..k_C) entries by magnitude rank
+    (eqs. (1)-(2)); layer c is one codec v2 LGC frame sent on channel c, which drops it with
+    probability ``drop_probabilities[c]`` this round. The residual is formed from what arrived
+    (e ← u − Σ received layers; ``LgcEncoder.acknowledge``, §2.5), so a dropped band is retried
+    at the next round and Σ(received) + e stays equal to the accumulated updates. The returned
+    bytes are the sent layer frames concatenated (each frame self-delimiting; all of them used
+    airtime), the reconstructed delta is the sum of the received layers (eq. (2)).
+    :meth:`upload_lost` (the whole upload missed the deadline) puts the received layers back
+    into the residual. The error memory is allocated on the first call (its size is the
+    model's).
+    """
+
+    name = 'lgc'
+
+    def __init__(self, channel_entries: Sequence[int],
+                 drop_probabilities: Sequence[float] = ()) -> None:
+        entries = tuple(int(k) for k in channel_entries)
+        drops = tuple(float(p) for p in drop_probabilities) or (0.0,) * len(entries)
+        if not entries or any(k < 0 for k in entries) or sum(entries) < 1:
+            raise ValueError(f'lgc_channel_entries must be non-negative counts with a positive '
+                             f'sum, got {list(entries)}')
+        if len(drops) != len(entries):
+            raise ValueError(f'lgc_drop_probabilities needs one value per channel '
+                             f'({len(entries)}), got {len(drops)}')
+        if any(not 0.0 <= p <= 1.0 for p in drops):
+            raise ValueError(f'lgc_drop_probabilities must lie in [0, 1], got {list(drops)}')
+        self.channel_entries, self.drop_probabilities = entries, np.asarray(drops)
+        self.encoder: LgcEncoder | None = None
+        self.last_received: list[int] = []
+        self._before_ack: np.ndarray | None = None
+
+    def compress(self, delta, rng, *, round_index, sender, fingerprint, mask=None,
+                 metadata=None):
+        """``mask`` is implied (only the top-ranked indices travel); LGC layer frames carry no
+        metadata section, so ``metadata`` must go with the round's other reports."""
+        vector, layout = flatten(delta)
+        if self.encoder is None:
+            if sum(self.channel_entries) > layout.dim:
+                raise ValueError(f'lgc_channel_entries sum to {sum(self.channel_entries)}, more '
+                                 f'than the model has entries ({layout.dim})')
+            self.encoder = LgcEncoder(layout.dim, self.channel_entries)
+        accumulated = self.encoder.residual + vector.astype(np.float32)
+        layers = self.encoder.encode(vector)
+        frames = encode_lgc(layers, layout.dim, round_index=round_index, sender=sender,
+                            fingerprint=fingerprint)
+        dropped = rng.random(len(layers)) < self.drop_probabilities
+        received = [layer.layer_id for layer, lost in zip(layers, dropped) if not lost]
+        self.encoder.acknowledge(received)
+        self._before_ack = accumulated
+        self.last_received = received
+        parts, bad = decode_lgc_parts([frames[c] for c in received])
+        if bad:
+            raise RuntimeError(f'LGC frames failed to decode: {bad}')
+        dense = decode([part.layer for part in parts], layout.dim)
+        return b''.join(frames), unflatten(dense, layout)
+
+    def upload_lost(self) -> None:
+        """Nothing of this round arrived: the residual is the whole u again."""
+        if self.encoder is not None and self._before_ack is not None:
+            self.encoder.load_state_dict({'residual': self._before_ack})
+            self._before_ack = None
+            self.last_received = []
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        return {} if self.encoder is None else self.encoder.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        if 'residual' in state:
+            residual = np.asarray(state['residual'], np.float32)
+            self.encoder = LgcEncoder(residual.size, self.channel_entries)
+            self.encoder.load_state_dict(state)
+

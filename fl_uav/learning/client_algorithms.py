@@ -1,0 +1,409 @@
+"""Client algorithms: what a drone does with the received global model in one round (ROS-free).
+
+One small class per paper's client procedure over :class:`ClientAlgorithm` (Flower-like): it
+takes the model (a template it may overwrite), the received global weights, the drone's data, a
+:class:`~fl_uav.learning.training.TrainConfig` (this round's learning rate included), a seed and
+the per-drone knobs the Strategy sent, and returns a :class:`ClientResult`: the dense-shaped
+model delta Δ = w_local − w_received (zeros where pruned), the steps taken, the mean mini-batch
+loss, the samples used, the compute spent in dense mini-batch SGD steps (what the netmodel's
+compute time and energy are multiplied by) and the metrics the server strategy reads.
+
+============  ==========================================================================
+name          procedure
+============  ==========================================================================
+sgd           local SGD/Adam (``train_local``), optional FedProx proximal term (knob) and
+              structured pruning (``structured_keep``)
+2ceoafl       2CEOAFL §2.2 (b)-(c), eqs. (8), (10): ρ dense steps, global magnitude mask
+              over δ, rewind, κ masked steps; Δ = −η̃ d (d the accumulated masked gradient)
+feddpq        FedDPQ eqs. (5), (9), (10), (18): magnitude pruning with ratio ρ_u, gradient
+              steps at the pruned point; Δ = −η Σ g(w̃)
+osafl         OSAFL Algorithm 1 lines 2–9, eqs. (5)–(7): κ_u^t ~ U{min..max} plain local
+              steps per drone per round; reports κ_u^t as ``steps``
+scaffold      SCAFFOLD (Karimireddy et al. 2020) option II: local steps corrected by
+              c − c_k; reports Δc_k (``scaffold_delta_c``); c_k is per-drone state
+============  ==========================================================================
+
+Keep one instance per drone: state (SCAFFOLD's c_k) lives in the instance and is
+checkpointable with :meth:`ClientAlgorithm.state_dict` (flat ``{key: np.ndarray}``).
+Every random choice derives from ``seed``, so (seed, round, drone) fixes the result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
+from fl_uav.aggregation.scaffold import DELTA_C_KEY
+from fl_uav.learning.pruning import (
+    Mask,
+    expand_update,
+    feddpq_local_update,
+    mask_density,
+    pruned_training_model,
+    two_ceoafl_compute_cost,
+    two_ceoafl_local_update,
+)
+from fl_uav.learning.training import NonFiniteLossError, TrainConfig, proximal_anchor
+from fl_uav.learning.vectorized import client_batches, train_clients_sequential
+from fl_uav.learning.weights import Weights, get_weights, set_weights
+
+CLIENT_ALGORITHMS = ('sgd', '2ceoafl', 'feddpq', 'osafl', 'scaffold')
+
+#: Knob carrying SCAFFOLD's server control variate c ({name: array}) to the drone. In process
+#: (the engine) it is the arrays themselves; on the wire it travels as prefixed tensors
+#: (fl_uav.aggregation.scaffold.CONTROL_TENSOR_PREFIX).
+SERVER_CONTROL_KNOB = 'scaffold_server_control'
+#: Metric: the pruning ratio δ_u^t (2CEOAFL) or ρ_u (FedDPQ) the drone used this round.
+PRUNE_FRACTION_KEY = 'prune_fraction'
+#: Metric: the fraction of weights the drone's pruned model kept (FedDPQ).
+PRUNE_MASK_DENSITY_KEY = 'mask_density'
+
+
+@dataclass(frozen=True)
+class ClientResult:
+    """One drone's round: the update and what it cost.
+
+    delta: Δ = w_local − w_received per weight name, dense-shaped, zeros where pruned.
+    compute_dense_steps: compute spent, in dense mini-batch SGD steps (a masked step with
+        density 1 − δ counts 1 − δ: 2CEOAFL §1.8, FedDPQ eq. (36)).
+    metrics: entries for the strategy (ClientUpdate.metrics), e.g. ``steps``.
+    mask: the unstructured pruning mask (True = kept) when ``delta`` is zero outside it, so
+        the upload may send the kept entries and the mask (2CEOAFL eq. (11)); else None.
+    """
+
+    delta: Weights
+    steps: int
+    mean_loss: float
+    num_samples: int
+    compute_dense_steps: float
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    mask: Mask | None = None
+
+
+class ClientAlgorithm(ABC):
+    """Base class of every client procedure (one instance per drone)."""
+
+    name = 'client'
+    #: True when :meth:`train` computes what the engine's vectorised trainer computes, so the
+    #: engine may train all drones at once instead.
+    vectorizable = False
+
+    @abstractmethod
+    def train(self, model: nn.Module, global_weights: Weights, inputs: np.ndarray,
+              labels: np.ndarray, config: TrainConfig, seed: int,
+              knobs: Mapping[str, Any]) -> ClientResult:
+        """Run this round's local procedure from ``global_weights`` (``model`` is overwritten)."""
+
+    def upload_lost(self) -> None:  # noqa: B027 (optional hook)
+        """The round's upload never reached the server (late): undo state changes, if any."""
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Per-drone state as flat named arrays (stateless by default)."""
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:  # noqa: B027
+        """Restore :meth:`state_dict`."""
+
+
+def _delta(local: Weights, received: Weights) -> Weights:
+    return {name: np.asarray(local[name], np.float32) - np.asarray(received[name], np.float32)
+            for name in received}
+
+
+def _check_data(inputs: np.ndarray, labels: np.ndarray) -> None:
+    if len(inputs) == 0 or len(inputs) != len(labels):
+        raise ValueError(f'a client needs a non-empty matched data set, got {len(inputs)} '
+                         f'inputs and {len(labels)} labels')
+
+
+def _sub_rng(seed: int, stream: int) -> np.random.Generator:
+    """An independent generator for one purpose (stream) of one (seed, round, drone) seed."""
+    return np.random.default_rng(np.random.SeedSequence([int(seed), int(stream)]))
+
+
+def _draw_fraction(low: float, high: float, seed: int) -> float:
+    """δ fixed at ``low`` or, when ``high`` > ``low``, uniform in [low, high] (2CEOAFL §4)."""
+    if high <= low:
+        return low
+    return float(_sub_rng(seed, 1).uniform(low, high))
+
+
+class SgdClient(ClientAlgorithm):
+    """Local SGD / Adam as ``train_local`` (FedAvg's client), the engine's default.
+
+    FedProx's proximal term μ/2·‖w − w^t‖² comes from the ``proximal_mu`` knob (FedProx eq. in
+    fl_uav.aggregation.fedprox). ``structured_keep`` < 1: the drone trains this round's
+    physically smaller model (filters of largest L1 norm in the received weights; FedDPQ
+    eq. (9) with filter granularity) and the delta is expanded back to the dense shape;
+    compute is steps · keep dense steps (FedDPQ eq. (36) with ρ = 1 − keep).
+    """
+
+    name = 'sgd'
+    vectorizable = True
+
+    def __init__(self, structured_keep: float = 1.0) -> None:
+        if not 0.0 < structured_keep <= 1.0:
+            raise ValueError(f'structured_keep must be in (0, 1], got {structured_keep}')
+        self.structured_keep = float(structured_keep)
+
+    def train(self, model, global_weights, inputs, labels, config, seed, knobs):
+        _check_data(inputs, labels)
+        mu = float(knobs.get(PROXIMAL_MU_KNOB, config.proximal_mu))
+        config = dataclasses.replace(config, proximal_mu=mu)
+        start, index_map = global_weights, None
+        if self.structured_keep < 1.0:
+            model, start, index_map = pruned_training_model(model, global_weights,
+                                                            self.structured_keep)
+        [update] = train_clients_sequential(model, start, [(inputs, labels)], config, [seed])
+        delta = _delta(update.weights, start)
+        if index_map is not None:
+            delta = expand_update(delta, index_map,
+                                  {n: np.shape(w) for n, w in global_weights.items()})
+        steps = update.result.steps
+        return ClientResult(delta=delta, steps=steps, mean_loss=update.result.mean_loss,
+                            num_samples=len(labels),
+                            compute_dense_steps=steps * self.structured_keep)
+
+
+class TwoCeoaflClient(ClientAlgorithm):
+    """2CEOAFL's ACV round (Pervej et al.; digest 000 §2.2 (b)-(c), eqs. (8), (10)).
+
+    ρ = ``rho_steps`` dense steps, a global magnitude mask pruning δ of the prunable weights,
+    rewind to the received weights, κ = ``kappa_steps`` masked steps
+    (:func:`~fl_uav.learning.pruning.two_ceoafl_local_update`). Δ = −η̃ d with d = Σ_τ g_τ ⊙ m,
+    so Δ is zero outside the mask and the 2ceoafl strategy recovers Π_u = −Δ/η̃ (eq. (13)).
+    δ is ``prune_fraction``, or uniform in [prune_fraction, prune_fraction_max] per drone and
+    round when the maximum is larger (the paper's δ_u^t ~ U[0.05, 0.7], §4). Compute:
+    ρ + κ(1 − δ) dense steps (§1.8, :func:`~fl_uav.learning.pruning.two_ceoafl_compute_cost`).
+    """
+
+    name = '2ceoafl'
+
+    def __init__(self, rho_steps: int = 1, kappa_steps: int = 5, prune_fraction: float = 0.2,
+                 prune_fraction_max: float = 0.0) -> None:
+        if rho_steps < 0 or kappa_steps < 1:
+            raise ValueError(f'rho_steps must be >= 0 and kappa_steps >= 1, got {rho_steps}, '
+                             f'{kappa_steps}')
+        _check_fraction_range(prune_fraction, prune_fraction_max)
+        self.rho_steps, self.kappa_steps = int(rho_steps), int(kappa_steps)
+        self.prune_fraction, self.prune_fraction_max = prune_fraction, prune_fraction_max
+
+    def train(self, model, global_weights, inputs, labels, config, seed, knobs):
+        _check_data(inputs, labels)
+        delta_fraction = _draw_fraction(self.prune_fraction, self.prune_fraction_max, seed)
+        losses: list[float] = []
+        d, mask, steps = two_ceoafl_local_update(
+            model, global_weights, (inputs, labels), self.rho_steps, self.kappa_steps,
+            delta_fraction, config, seed, losses=losses)
+        delta = {name: (-config.lr * value).astype(np.float32) for name, value in d.items()}
+        return ClientResult(
+            delta=delta, steps=steps, mean_loss=float(np.mean(losses)), num_samples=len(labels),
+            compute_dense_steps=two_ceoafl_compute_cost(self.rho_steps, self.kappa_steps,
+                                                        delta_fraction),
+            metrics={PRUNE_FRACTION_KEY: delta_fraction}, mask=mask)
+
+
+class FedDpqClient(ClientAlgorithm):
+    """FedDPQ's device round (Hou et al.; digest 001 §1.4, eqs. (5), (9), (10), (18)).
+
+    Magnitude pruning of the received model with ratio ρ_u (``prune_fraction``, or uniform in
+    [prune_fraction, prune_fraction_max] per drone and round), then ``local_steps`` SGD steps
+    with every gradient taken at a pruned point (the paper: one step,
+    :func:`~fl_uav.learning.pruning.feddpq_local_update`). Δ = −η Σ g(w̃), applied by the
+    feddpq strategy to the dense model (eq. (18)). Compute: steps · (1 − ρ_u) dense steps
+    (eq. (36)). Plain SGD, so ``config.momentum`` must be 0. The gradients at the pruned point
+    are not masked, so the upload stays dense (eq. (13) counts all V entries): no ``mask``.
+    """
+
+    name = 'feddpq'
+
+    def __init__(self, local_steps: int = 1, prune_fraction: float = 0.2,
+                 prune_fraction_max: float = 0.0) -> None:
+        if local_steps < 1:
+            raise ValueError(f'local_steps must be >= 1, got {local_steps}')
+        _check_fraction_range(prune_fraction, prune_fraction_max)
+        self.local_steps = int(local_steps)
+        self.prune_fraction, self.prune_fraction_max = prune_fraction, prune_fraction_max
+
+    def train(self, model, global_weights, inputs, labels, config, seed, knobs):
+        _check_data(inputs, labels)
+        if config.momentum or config.weight_decay or config.optimizer != 'sgd':
+            raise ValueError('feddpq runs plain SGD (FedDPQ eq. (5)): optimizer must be sgd '
+                             'and momentum and weight_decay 0')
+        ratio = _draw_fraction(self.prune_fraction, self.prune_fraction_max, seed)
+        delta, mask, losses = feddpq_local_update(model, global_weights, (inputs, labels), ratio,
+                                                  self.local_steps, config.lr,
+                                                  config.batch_size, seed)
+        return ClientResult(delta=delta, steps=self.local_steps,
+                            mean_loss=float(np.mean(losses)), num_samples=len(labels),
+                            compute_dense_steps=self.local_steps * (1.0 - ratio),
+                            metrics={PRUNE_FRACTION_KEY: ratio, PRUNE_MASK_DENSITY_KEY:
+                                     mask_density(mask)})
+
+
+class OsaflClient(ClientAlgorithm):
+    """OSAFL's client (Pervej, Choi, Molisch; digest 004 §2.1, Algorithm 1, eqs. (5)–(7)).
+
+    κ_u^t is drawn uniformly from {min_steps, …, max_steps} per drone and round (the paper:
+    U{1..15}, §1.3) and the drone takes exactly κ_u^t local steps of ``train_local`` (fresh
+    seeded permutations, passes repeated as needed). It reports ``steps`` = κ_u^t, from which
+    the osafl strategy forms d_u = −Δ/(η κ_u) (eq. (7)); fednova and afacd read it too.
+    Mini-batches are those of the sgd client with the same seed (common random numbers).
+    """
+
+    name = 'osafl'
+
+    def __init__(self, min_steps: int = 1, max_steps: int = 15) -> None:
+        if not 1 <= min_steps <= max_steps:
+            raise ValueError(f'need 1 <= min_steps <= max_steps, got {min_steps}, {max_steps}')
+        self.min_steps, self.max_steps = int(min_steps), int(max_steps)
+
+    def draw_steps(self, seed: int) -> int:
+        """κ_u^t for this (seed, round, drone)."""
+        return int(_sub_rng(seed, 2).integers(self.min_steps, self.max_steps + 1))
+
+    def train(self, model, global_weights, inputs, labels, config, seed, knobs):
+        _check_data(inputs, labels)
+        kappa = self.draw_steps(seed)
+        batches_per_pass = math.ceil(len(labels) / config.batch_size)
+        config = dataclasses.replace(config, max_steps=kappa,
+                                     local_epochs=math.ceil(kappa / batches_per_pass),
+                                     proximal_mu=float(knobs.get(PROXIMAL_MU_KNOB, 0.0)))
+        [update] = train_clients_sequential(model, global_weights, [(inputs, labels)], config,
+                                            [seed])
+        steps = update.result.steps
+        return ClientResult(delta=_delta(update.weights, global_weights), steps=steps,
+                            mean_loss=update.result.mean_loss, num_samples=len(labels),
+                            compute_dense_steps=float(steps))
+
+
+class ScaffoldClient(ClientAlgorithm):
+    """SCAFFOLD's client, option II (Karimireddy et al. 2020, Alg. 1; OSAFL digest §6.6).
+
+    y ← y − η (g_k(y) − c_k + c) over the round's local steps (the mini-batches and optimizer of
+    ``train_local``; the correction c − c_k is added to every gradient), then
+    c_k⁺ = c_k − c + (w^t − y)/(K η) with K the steps taken, and the drone reports
+    Δc_k = c_k⁺ − c_k as ``metrics['scaffold_delta_c']`` for fl_uav.aggregation.scaffold.
+    c comes from the ``scaffold_server_control`` knob (zeros without it); c_k starts at 0 and is
+    this instance's state. With c = c_k = 0 the update equals the sgd client's exactly.
+    Entries of the weights that are not parameters (buffers) get zero control variates.
+    """
+
+    name = 'scaffold'
+
+    def __init__(self) -> None:
+        self.control: Weights | None = None
+        self._previous: Weights | None = None
+
+    def train(self, model, global_weights, inputs, labels, config, seed, knobs):
+        _check_data(inputs, labels)
+        zeros = {n: np.zeros(np.shape(w), np.float32) for n, w in global_weights.items()}
+        server = knobs.get(SERVER_CONTROL_KNOB) or zeros
+        local = self.control if self.control is not None else zeros
+        set_weights(model, global_weights)
+        named = dict(model.named_parameters())
+        correction = {n: torch.from_numpy(np.asarray(server[n], np.float32)
+                                          - np.asarray(local[n], np.float32))
+                      for n in named}
+        x_all = torch.from_numpy(np.ascontiguousarray(inputs, dtype=np.float32))
+        y_all = torch.from_numpy(np.ascontiguousarray(labels, dtype=np.int64))
+        batches = client_batches(len(labels), config, seed)
+        if config.optimizer == 'adam':
+            optimizer = torch.optim.Adam(model.parameters(), lr=config.lr,
+                                         weight_decay=config.weight_decay)
+        else:
+            optimizer = torch.optim.SGD(model.parameters(), lr=config.lr,
+                                        momentum=config.momentum,
+                                        weight_decay=config.weight_decay)
+        anchor = proximal_anchor(model, config)
+        loss_fn = nn.CrossEntropyLoss()
+        model.train()
+        loss_sum = 0.0
+        for step, batch in enumerate(batches):
+            idx = torch.from_numpy(batch)
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(model(x_all[idx]), y_all[idx])
+            value = float(loss.detach())
+            if not math.isfinite(value):
+                raise NonFiniteLossError(f'loss became {value} at local step {step}')
+            loss.backward()
+            with torch.no_grad():
+                for name, p in named.items():
+                    if p.grad is not None:
+                        p.grad.add_(correction[name])
+                        if anchor is not None:
+                            p.grad.add_(p - anchor[list(named).index(name)],
+                                        alpha=config.proximal_mu)
+            optimizer.step()
+            loss_sum += value
+        steps = len(batches)
+        local_weights = get_weights(model)
+        delta = _delta(local_weights, global_weights)
+        scale = 1.0 / (steps * config.lr)
+        new_control, delta_c = {}, {}
+        for name in global_weights:
+            if name in named:    # c_k⁺ = c_k − c + (w^t − y)/(K η)
+                new_control[name] = (np.asarray(local[name], np.float32)
+                                     - np.asarray(server[name], np.float32)
+                                     - scale * delta[name]).astype(np.float32)
+            else:
+                new_control[name] = np.zeros(np.shape(global_weights[name]), np.float32)
+            delta_c[name] = new_control[name] - np.asarray(local[name], np.float32)
+        self._previous, self.control = self.control, new_control
+        return ClientResult(delta=delta, steps=steps, mean_loss=loss_sum / steps,
+                            num_samples=len(labels), compute_dense_steps=float(steps),
+                            metrics={DELTA_C_KEY: delta_c})
+
+    def upload_lost(self) -> None:
+        """The server never added Δc_k: keep c_k as it was, so c = mean_k c_k still holds."""
+        self.control = self._previous
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        if self.control is None:
+            return {}
+        return {f'c/{name}': value.copy() for name, value in self.control.items()}
+
+    def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:
+        control = {key[2:]: np.array(value, np.float32) for key, value in state.items()
+                   if key.startswith('c/')}
+        self.control = control or None
+        self._previous = None
+
+
+def _check_fraction_range(low: float, high: float) -> None:
+    if not 0.0 <= low < 1.0:
+        raise ValueError(f'prune_fraction must be in [0, 1), got {low}')
+    if high and not low <= high < 1.0:
+        raise ValueError(f'prune_fraction_max must be 0 (fixed δ) or in [prune_fraction, 1), '
+                         f'got {high}')
+
+
+def build_client_algorithm(name: str, *, structured_keep: float = 1.0, rho_steps: int = 1,
+                           kappa_steps: int = 5, prune_fraction: float = 0.2,
+                           prune_fraction_max: float = 0.0, min_local_steps: int = 1,
+                           max_local_steps: int = 15) -> ClientAlgorithm:
+    """One drone's client algorithm by config name (``learning.client_algorithm``).
+
+    kappa_steps is 2CEOAFL's κ for '2ceoafl' and the steps per round for 'feddpq'.
+    """
+    builders = {
+        'sgd': lambda: SgdClient(structured_keep),
+        '2ceoafl': lambda: TwoCeoaflClient(rho_steps, kappa_steps, prune_fraction,
+                                           prune_fraction_max),
+        'feddpq': lambda: FedDpqClient(kappa_steps, prune_fraction, prune_fraction_max),
+        'osafl': lambda: OsaflClient(min_local_steps, max_local_steps),
+        'scaffold': lambda: ScaffoldClient(),
+    }
+    if name not in builders:
+        raise ValueError(f'learning.client_algorithm {name!r} unknown; choices: '
+                         f'{", ".join(CLIENT_ALGORITHMS)}')
+    return builders[name]()

@@ -1,0 +1,178 @@
+"""Client algorithms: each does what its paper says (2CEOAFL, FedDPQ, OSAFL, SCAFFOLD, SGD)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
+from fl_uav.aggregation.scaffold import DELTA_C_KEY
+from fl_uav.learning.client_algorithms import (
+    CLIENT_ALGORITHMS,
+    PRUNE_FRACTION_KEY,
+    SERVER_CONTROL_KNOB,
+    FedDpqClient,
+    OsaflClient,
+    ScaffoldClient,
+    SgdClient,
+    TwoCeoaflClient,
+    build_client_algorithm,
+)
+from fl_uav.learning.models import build_model
+from fl_uav.learning.pruning import feddpq_local_gradient, is_prunable
+from fl_uav.learning.training import TrainConfig
+from fl_uav.learning.weights import get_weights
+
+CONFIG = TrainConfig(local_epochs=1, batch_size=8, lr=0.1, momentum=0.0)
+
+
+def _model():
+    return build_model('digits_cnn', 10, input_px=8, seed=0, in_channels=1)
+
+
+def _data(n: int = 40, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return (rng.random((n, 1, 8, 8), dtype=np.float32),
+            rng.integers(0, 10, n).astype(np.int64))
+
+
+def _train(client, seed: int = 3, knobs=None, config=CONFIG, data=None):
+    model = _model()
+    received = get_weights(model)
+    x, y = data if data is not None else _data()
+    return received, client.train(model, received, x, y, config, seed, knobs or {})
+
+
+def test_build_names_the_key_and_the_choices():
+    with pytest.raises(ValueError, match='learning.client_algorithm') as err:
+        build_client_algorithm('fedsgd')
+    assert all(name in str(err.value) for name in CLIENT_ALGORITHMS)
+
+
+def test_every_name_builds_its_class():
+    assert [build_client_algorithm(n).name for n in CLIENT_ALGORITHMS] == list(CLIENT_ALGORITHMS)
+
+
+def test_sgd_uses_the_proximal_knob():
+    # Arrange
+    _, plain = _train(SgdClient(), config=dataclasses.replace(CONFIG, local_epochs=3))
+    # Act
+    _, prox = _train(SgdClient(), knobs={PROXIMAL_MU_KNOB: 5.0},
+                     config=dataclasses.replace(CONFIG, local_epochs=3))
+    # Assert: the proximal term pulls the local model back towards the received one
+    norm = lambda d: sum(float(np.sum(v ** 2)) for v in d.values())   # noqa: E731
+    assert norm(prox.delta) < norm(plain.delta)
+    assert plain.steps == prox.steps == 15 and plain.compute_dense_steps == 15
+
+
+def test_2ceoafl_update_is_zero_outside_the_mask_and_costs_rho_plus_kappa_kept():
+    # Arrange
+    client = TwoCeoaflClient(rho_steps=1, kappa_steps=4, prune_fraction=0.4)
+    # Act
+    received, result = _train(client)
+    # Assert
+    prunable = [n for n in received if is_prunable(n, received[n])]
+    total = sum(received[n].size for n in prunable)
+    pruned = sum(int((~result.mask[n]).sum()) for n in prunable)
+    assert pruned == int(0.4 * total)
+    for name, delta in result.delta.items():
+        assert np.all(delta[~result.mask[name]] == 0.0)
+        assert delta.shape == received[name].shape
+    assert np.count_nonzero(np.concatenate([d.ravel() for d in result.delta.values()])) > 0
+    assert result.steps == 5
+    assert result.compute_dense_steps == pytest.approx(1 + 4 * (1 - 0.4))
+    assert result.metrics[PRUNE_FRACTION_KEY] == 0.4
+
+
+def test_2ceoafl_draws_the_pruning_ratio_per_drone_and_round_in_range():
+    client = TwoCeoaflClient(rho_steps=0, kappa_steps=1, prune_fraction=0.05,
+                             prune_fraction_max=0.7)
+    ratios = [_train(client, seed=s)[1].metrics[PRUNE_FRACTION_KEY] for s in range(6)]
+    assert all(0.05 <= r <= 0.7 for r in ratios) and len(set(ratios)) == 6
+    assert _train(client, seed=2)[1].metrics[PRUNE_FRACTION_KEY] == ratios[2]
+
+
+def test_feddpq_one_step_is_minus_lr_times_the_gradient_at_the_pruned_point():
+    # Arrange
+    model = _model()
+    received = get_weights(model)
+    x, y = _data()
+    gradient, mask = feddpq_local_gradient(_model(), received, (x, y), 0.3, batch_size=8,
+                                           seed=5)
+    # Act
+    result = FedDpqClient(local_steps=1, prune_fraction=0.3).train(model, received, x, y,
+                                                                   CONFIG, 5, {})
+    # Assert
+    for name in received:
+        np.testing.assert_allclose(result.delta[name], -0.1 * gradient[name], rtol=1e-6,
+                                   atol=1e-8)
+    assert result.mask is None          # the upload is dense (FedDPQ eq. (13): V entries)
+    assert result.compute_dense_steps == pytest.approx(0.7)
+
+
+def test_feddpq_rejects_momentum():
+    with pytest.raises(ValueError, match='momentum'):
+        _train(FedDpqClient(), config=dataclasses.replace(CONFIG, momentum=0.9))
+
+
+def test_osafl_step_counts_stay_in_range_vary_and_are_reported():
+    # Arrange
+    client = OsaflClient(min_steps=1, max_steps=15)
+    # Act
+    results = [_train(client, seed=s)[1] for s in range(12)]
+    # Assert
+    steps = [r.steps for r in results]
+    assert all(1 <= s <= 15 for s in steps) and len(set(steps)) >= 4
+    assert steps == [client.draw_steps(s) for s in range(12)]
+    assert all(r.compute_dense_steps == r.steps for r in results)
+
+
+def test_osafl_steps_can_exceed_one_pass_over_the_data():
+    client = OsaflClient(min_steps=15, max_steps=15)
+    _, result = _train(client, data=_data(16))      # 2 batches per pass
+    assert result.steps == 15
+
+
+def test_scaffold_with_zero_control_variates_equals_sgd():
+    # Act
+    _, sgd = _train(SgdClient())
+    _, scaffold = _train(ScaffoldClient())
+    # Assert
+    for name in sgd.delta:
+        np.testing.assert_array_equal(scaffold.delta[name], sgd.delta[name])
+
+
+def test_scaffold_control_variate_update_is_option_two_and_corrects_the_next_round():
+    # Arrange
+    client = ScaffoldClient()
+    received, first = _train(client)
+    server = {n: np.full(np.shape(w), 0.01, np.float32) for n, w in received.items()}
+    # c_k⁺ = c_k − c + (w − y)/(K η) with c_k = c = 0 in the first round
+    for name in received:
+        expected = -first.delta[name] / (first.steps * CONFIG.lr)
+        np.testing.assert_allclose(first.metrics[DELTA_C_KEY][name], expected, rtol=1e-5,
+                                   atol=1e-7)
+    # Act
+    _, second = _train(client, knobs={SERVER_CONTROL_KNOB: server})
+    _, plain = _train(ScaffoldClient())
+    # Assert: the correction c − c_k changed the local steps
+    assert any(not np.allclose(second.delta[n], plain.delta[n]) for n in received)
+
+
+def test_scaffold_state_round_trips_and_a_lost_upload_keeps_the_old_variate():
+    # Arrange
+    client = ScaffoldClient()
+    _train(client)
+    saved = client.state_dict()
+    # Act
+    restored = ScaffoldClient()
+    restored.load_state_dict(saved)
+    _train(client, seed=9)
+    client.upload_lost()
+    # Assert
+    assert saved and all(k.startswith('c/') for k in saved)
+    for key, value in saved.items():
+        np.testing.assert_array_equal(restored.state_dict()[key], value)
+        np.testing.assert_array_equal(client.state_dict()[key], value)
