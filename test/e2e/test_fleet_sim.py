@@ -1,8 +1,11 @@
 """End to end: `fl-uav sim` with real DDS between processes and real MAVLink over UDP.
 
-Two drones, two rounds, a tiny model. Checks, from the autopilot's own log (telemetry ground
-truth) and from the station's results, that every drone armed, took off, flew all its waypoints
-and landed, collected camera samples, that the model improved, and that no process is left.
+Two drones, two rounds, a tiny model, structured pruning and compressed uploads (FedDPQ range
+quantizer, codec v2 frames with a pruning mask and a metadata section). Checks, from the
+autopilot's own log (telemetry ground truth) and from the station's results, that every drone
+armed, took off, flew all its waypoints and landed, collected camera samples, that every upload
+was a compressed frame far smaller than the dense update, that the model improved, and that no
+process is left.
 """
 
 from __future__ import annotations
@@ -15,6 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from fl_uav.compression.codec import encoded_size
+from fl_uav.learning.models import build_model
+from fl_uav.learning.weights import get_weights
+from fl_uav.world.landcover import CLASS_NAMES
 from test.conftest import free_udp_port_block
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(400)]
@@ -41,7 +48,10 @@ def test_two_drones_two_rounds_end_to_end(tmp_path):
     port_base = free_udp_port_block(2)
     overrides = ['learning.model=tiny_cnn', 'learning.lr=0.005', 'learning.local_epochs=3',
                  'rounds.eval_samples=300', 'coverage.box_m=80.0', 'rounds.deadline_s=90.0',
-                 'autopilot.time_factor=10.0', 'learning.structured_keep=0.5']
+                 'autopilot.time_factor=10.0', 'learning.structured_keep=0.5',
+                 'compression.method=range', 'compression.range_bits=4',
+                 'compression.per_layer=true']
+    dense_update_bytes = encoded_size(get_weights(build_model('tiny_cnn', len(CLASS_NAMES), 32)))
     cmd = [sys.executable, '-m', 'fl_uav.cli', 'sim', '--drones', '2', '--rounds', '2',
            '--out', str(out), '--port-base', str(port_base), '--timeout', '300',
            '--domain-id', os.environ['ROS_DOMAIN_ID']]
@@ -58,6 +68,12 @@ def test_two_drones_two_rounds_end_to_end(tmp_path):
     assert summary['final_accuracy'] > summary['initial_accuracy']
     assert all(r['bytes_up_total'] > 0 and r['bytes_down_per_drone'] > 0
                for r in summary['rounds'])
+    assert all(r['rejected'] == {} for r in summary['rounds'])
+    # Assert: compressed and pruned uploads, each far smaller than the dense float32 update
+    uploads = [size for r in summary['rounds'] for size in r['bytes_up'].values()]
+    assert len(uploads) == 4 and max(uploads) < dense_update_bytes / 8, (uploads,
+                                                                          dense_update_bytes)
+    assert all(isinstance(r['accuracy'], float) for r in summary['rounds'])
     assert (out / 'accuracy.png').stat().st_size > 1000
     assert 'round   2' in result.stdout
     # Assert: every drone flew, from the autopilot's log and the drones' mission progress
