@@ -14,6 +14,7 @@ All randomness is derived from (seed, round, drone), so a resumed run equals an 
 
 from __future__ import annotations
 
+import copy
 import csv
 import dataclasses
 import hashlib
@@ -31,11 +32,19 @@ import torch
 from fl_uav.aggregation import ClientUpdate
 from fl_uav.aggregation.feddpq import DRAWS_KNOB
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
+from fl_uav.aggregation.scaffold import Scaffold
 from fl_uav.compression.codec import encoded_size
-from fl_uav.compression.compressor import build_compressor
+from fl_uav.compression.compressor import Compressor
+from fl_uav.compression.paper_compressors import CeoaflCompressor
 from fl_uav.configschema import to_flat
 from fl_uav.learning import partition
 from fl_uav.learning.buffer import retained_positions
+from fl_uav.learning.client_algorithms import (
+    PRUNE_FRACTION_KEY,
+    SERVER_CONTROL_KNOB,
+    ClientAlgorithm,
+    ClientResult,
+)
 from fl_uav.learning.datasets import (
     Dataset,
     load_digits,
@@ -172,7 +181,11 @@ class ExperimentEngine:
         self.shapes = {n: w.shape for n, w in self.weights.items()}
         self.fingerprint = architecture_fingerprint(self.weights)
         c = config.compression
-        self.compressor = build_compressor(c.method, c.qsgd_levels, c.range_bits, c.per_layer)
+        self.compressor = c.build()
+        # Per-drone state (SCAFFOLD's c_k, LGC's residual): one instance per drone, made on use.
+        self._clients: dict[int, ClientAlgorithm] = {}
+        self._compressors: dict[int, Compressor] = {}
+        self._worker = copy.deepcopy(self.model)   # the model the client algorithms overwrite
         self.round_index = 0
         self.sim_time_s = 0.0
         self.buffers: list[np.ndarray] = [np.zeros(0, np.int64) for _ in self.parts]
@@ -245,48 +258,27 @@ class ExperimentEngine:
         client_data = [mixed[k][:2] for k in active]
         seeds = [_round_seed(self.config.seed, r, 10 + k) for k in active]
         config = dataclasses.replace(self.train_config, lr=lr, proximal_mu=mu)
-        model, start, index_map = self.model, self.weights, None
-        keep = self.config.learning.structured_keep
-        if keep < 1.0:   # structured pruning: every drone trains this round's smaller model
-            model, start, index_map = pruned_training_model(self.model, self.weights, keep)
-        try:
-            if self.config.engine.vectorized:
-                trainer = self._trainer if index_map is None else VectorizedTrainer(
-                    model, config, self.config.engine.max_clients_per_chunk,
-                    self.config.engine.torch_threads)
-                trainer.config = config
-                results = trainer.train(start, client_data, seeds)
-            else:
-                results = train_clients_sequential(model, start, client_data, config, seeds)
-        except NonFiniteLossError as exc:
-            drone = self._first_diverging_drone(active, client_data, seeds, config)
-            raise ExperimentError(f'round {r}, drone {drone}: non-finite training loss ({exc});'
-                                  f' partial results are in {self.out_dir}') from exc
+        results = self._train_clients(r, active, client_data, seeds, config, knobs)
         updates, times, energies, losses, uplink = [], [], [], [], 0
         rng = np.random.default_rng(_round_seed(self.config.seed, r, 3))
         down_bits = 8 * encoded_size(self.weights, {'round': r})
         down_s = down_bits / self.config.system.downlink_rate_bit_s
         late = []
         for k, result in zip(active, results):
-            loss = float(result.result.mean_loss)
-            delta = {n: result.weights[n] - start[n] for n in start}
-            if index_map is not None:
-                delta = expand_update(delta, index_map, self.shapes)
+            loss = float(result.mean_loss)
             if not math.isfinite(loss) or not all(np.all(np.isfinite(v))
-                                                  for v in delta.values()):
+                                                  for v in result.delta.values()):
                 raise ExperimentError(f'round {r}, drone {k}: non-finite training loss '
                                       f'({loss}); partial results are in {self.out_dir}')
-            frame, delta = self.compressor.compress(
-                delta, np.random.default_rng(_round_seed(self.config.seed, r, 20 + k)),
-                round_index=r, sender=k, fingerprint=self.fingerprint)
+            frame, delta = self._compress(k, r, result)
             up_bits = 8 * len(frame)
             rate = float(self.link.sample_rate_bit_s(self.distance_m[k], rng))
             up_s = up_bits / max(rate, 1e-9)
-            steps = result.result.steps
-            batch, pruned = self.config.learning.batch_size, 1.0 - keep   # FedDPQ eqs. (35)-(36)
-            comp_s = (steps * float(self.cpu.train_time_s(batch, pruned))
+            steps, dense_steps = result.steps, result.compute_dense_steps
+            batch = self.config.learning.batch_size   # FedDPQ eqs. (35)-(36), the client's cost
+            comp_s = (dense_steps * float(self.cpu.train_time_s(batch, 0.0))
                       + float(self.cpu.gen_time_s(mixed[k][2])))   # FedDPQ eq. (34)
-            energy = (steps * float(self.cpu.train_energy_j(batch, pruned))
+            energy = (dense_steps * float(self.cpu.train_energy_j(batch, 0.0))
                       + float(self.cpu.gen_energy_j(mixed[k][2]))   # FedDPQ eq. (33)
                       + self.config.system.tx_power_w * up_s)
             total_s = down_s + comp_s + up_s
@@ -295,6 +287,8 @@ class ExperimentEngine:
             if deadline and total_s > deadline:
                 late.append(k)
                 times.append(deadline)
+                self._client(k).upload_lost()      # what never arrived must not change state
+                self._compressor(k).upload_lost()
                 continue
             times.append(total_s)
             losses.append(loss)
@@ -303,7 +297,8 @@ class ExperimentEngine:
             updates.append(ClientUpdate(sender=k, round_index=r, delta=delta,
                                         num_samples=len(mixed[k][1]),
                                         metrics={'steps': steps, 'local_lr': lr,
-                                                 'class_counts': counts.tolist()}))
+                                                 'class_counts': counts.tolist(),
+                                                 **result.metrics}))
         aggregated = self.strategy.aggregate(r, self.weights, updates)
         self.weights = aggregated.weights
         set_weights(self.model, self.weights)
@@ -322,6 +317,83 @@ class ExperimentEngine:
             'wall_s': time.perf_counter() - wall_start,
         }
 
+    # --- clients and their uploads ---------------------------------------------------------
+    def _client(self, drone: int) -> ClientAlgorithm:
+        """Drone ``drone``'s client algorithm instance (it holds that drone's state)."""
+        if drone not in self._clients:
+            self._clients[drone] = self.config.learning.build_client()
+        return self._clients[drone]
+
+    def _compressor(self, drone: int) -> Compressor:
+        """The shared compressor, or the drone's own when the method keeps state (lgc)."""
+        if self.config.compression.method != 'lgc':
+            return self.compressor
+        if drone not in self._compressors:
+            self._compressors[drone] = self.config.compression.build()
+        return self._compressors[drone]
+
+    def _train_clients(self, r: int, active: list[int], client_data, seeds: list[int],
+                       config: TrainConfig, knobs: dict[int, dict]) -> list[ClientResult]:
+        """Run every active drone's client algorithm on this round's global model.
+
+        sgd with ``engine.vectorized`` trains all drones at once (the same computation,
+        fl_uav.learning.vectorized); every other algorithm runs drone by drone on its instance.
+        """
+        if self.config.learning.client_algorithm == 'sgd' and self.config.engine.vectorized:
+            return self._train_vectorized(r, active, client_data, seeds, config)
+        shared = {}
+        if isinstance(self.strategy, Scaffold):   # c travels with the model (in process)
+            shared[SERVER_CONTROL_KNOB] = self.strategy.server_control(self.weights)
+        results = []
+        for k, (x, y), seed in zip(active, client_data, seeds):
+            try:
+                results.append(self._client(k).train(self._worker, self.weights, x, y, config,
+                                                     seed, {**knobs.get(k, {}), **shared}))
+            except NonFiniteLossError as exc:
+                raise ExperimentError(f'round {r}, drone {k}: non-finite training loss ({exc});'
+                                      f' partial results are in {self.out_dir}') from exc
+        return results
+
+    def _train_vectorized(self, r: int, active: list[int], client_data, seeds: list[int],
+                          config: TrainConfig) -> list[ClientResult]:
+        """The sgd client for all drones at once (structured pruning included)."""
+        model, start, index_map = self.model, self.weights, None
+        keep = self.config.learning.structured_keep
+        if keep < 1.0:   # structured pruning: every drone trains this round's smaller model
+            model, start, index_map = pruned_training_model(self.model, self.weights, keep)
+        trainer = self._trainer if index_map is None else VectorizedTrainer(
+            model, config, self.config.engine.max_clients_per_chunk,
+            self.config.engine.torch_threads)
+        trainer.config = config
+        try:
+            updates = trainer.train(start, client_data, seeds)
+        except NonFiniteLossError as exc:
+            drone = self._first_diverging_drone(active, client_data, seeds, config)
+            raise ExperimentError(f'round {r}, drone {drone}: non-finite training loss ({exc});'
+                                  f' partial results are in {self.out_dir}') from exc
+        results = []
+        for (_, labels), update in zip(client_data, updates):
+            delta = {n: update.weights[n] - start[n] for n in start}
+            if index_map is not None:
+                delta = expand_update(delta, index_map, self.shapes)
+            steps = update.result.steps
+            results.append(ClientResult(delta=delta, steps=steps,
+                                        mean_loss=update.result.mean_loss,
+                                        num_samples=len(labels),
+                                        compute_dense_steps=steps * keep))
+        return results
+
+    def _compress(self, drone: int, r: int, result: ClientResult) -> tuple[bytes, Weights]:
+        """Encode one drone's update; returns (sent bytes, what the station decodes)."""
+        compressor = self._compressor(drone)
+        extra = {}
+        if isinstance(compressor, CeoaflCompressor) and compressor.raw_probability is None:
+            extra['raw_probability'] = float(result.metrics.get(PRUNE_FRACTION_KEY, 0.0))
+        return compressor.compress(
+            result.delta, np.random.default_rng(_round_seed(self.config.seed, r, 20 + drone)),
+            round_index=r, sender=drone, fingerprint=self.fingerprint, mask=result.mask,
+            **extra)
+
     def _first_diverging_drone(self, active, client_data, seeds, config) -> int | str:
         """Replay the round one drone at a time to name the drone whose loss diverged."""
         for k, data, seed in zip(active, client_data, seeds):
@@ -336,9 +408,13 @@ class ExperimentEngine:
         """Global weights, strategy state, clock and buffers, written atomically."""
         meta = {'round_index': self.round_index, 'sim_time_s': self.sim_time_s,
                 'consumed': self.consumed.tolist(), 'topup_sources': self.topup_sources,
-                'strategy': self.strategy.state_dict()}
+                'strategy': None}
         arrays = {f'w/{n}': v for n, v in self.weights.items()}
         arrays.update({f'buffer/{k}': b for k, b in enumerate(self.buffers)})
+        meta['strategy'] = _arrays_out(self.strategy.state_dict(), 'strategy', arrays)
+        for tag, states in (('client', self._clients), ('compressor', self._compressors)):
+            for k, owner in states.items():   # per-drone state: SCAFFOLD c_k, LGC residual
+                arrays.update({f'{tag}/{k}/{key}': v for key, v in owner.state_dict().items()})
         tmp = self.out_dir / (CHECKPOINT_FILE + '.tmp.npz')
         np.savez(tmp, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8), **arrays)
         tmp.replace(self.out_dir / CHECKPOINT_FILE)
@@ -353,12 +429,44 @@ class ExperimentEngine:
             self.weights = {n[2:]: archive[n].astype(np.float32) for n in archive.files
                             if n.startswith('w/')}
             self.buffers = [archive[f'buffer/{k}'] for k in range(self.config.num_drones)]
+            strategy_state = _arrays_in(meta['strategy'], archive)
+            for tag, owner in (('client', self._client), ('compressor', self._compressor)):
+                states: dict[int, dict[str, np.ndarray]] = {}
+                for name in archive.files:
+                    if name.startswith(tag + '/'):
+                        _, k, key = name.split('/', 2)
+                        states.setdefault(int(k), {})[key] = archive[name]
+                for k, state in states.items():
+                    owner(k).load_state_dict(state)
         self.round_index = int(meta['round_index'])
         self.sim_time_s = float(meta['sim_time_s'])
         self.consumed = np.asarray(meta['consumed'], np.int64)
         self.topup_sources = list(meta.get('topup_sources', self.topup_sources))
-        self.strategy.load_state_dict(meta['strategy'])
+        self.strategy.load_state_dict(strategy_state)
         set_weights(self.model, self.weights)
+
+
+def _arrays_out(state: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:
+    """A JSON-able copy of a state tree whose numpy arrays move into ``arrays`` (npz entries)."""
+    if isinstance(state, np.ndarray):
+        arrays[path] = state
+        return {'__npz__': path}
+    if isinstance(state, dict):
+        return {key: _arrays_out(value, f'{path}/{key}', arrays) for key, value in state.items()}
+    if isinstance(state, list | tuple):
+        return [_arrays_out(value, f'{path}/{i}', arrays) for i, value in enumerate(state)]
+    return state
+
+
+def _arrays_in(state: Any, archive: Any) -> Any:
+    """Inverse of :func:`_arrays_out`."""
+    if isinstance(state, dict):
+        if set(state) == {'__npz__'}:
+            return np.array(archive[state['__npz__']])
+        return {key: _arrays_in(value, archive) for key, value in state.items()}
+    if isinstance(state, list):
+        return [_arrays_in(value, archive) for value in state]
+    return state
 
 
 def _read_rows(path: Path) -> list[dict[str, Any]]:

@@ -1,0 +1,159 @@
+"""The engine with every client algorithm and the papers' compressors: runs, costs, resume."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from fl_uav.cli import main as cli_main
+from fl_uav.configschema import ConfigError, build_config, read_params_file
+from fl_uav.netmodel.compute import CpuDevice
+from fl_uav.sim.experiment import ExperimentEngine, run_experiment
+from fl_uav.sim.experiment_config import ExperimentConfig
+
+REPO = Path(__file__).resolve().parents[3]
+QUICK = REPO / 'config' / 'experiments' / 'quick_digits.yaml'
+
+#: client algorithm → (strategy, compression overrides) it is paired with in the papers
+PAIRS = {
+    'sgd': ('fedavg', {}),
+    '2ceoafl': ('2ceoafl', {'compression.method': 'ceoafl', 'aggregation.server_lr': 0.05,
+                            'learning.prune_fraction': 0.05,
+                            'learning.prune_fraction_max': 0.7}),
+    'feddpq': ('feddpq', {'compression.method': 'range', 'compression.range_bits': 8}),
+    'osafl': ('osafl', {}),
+    'scaffold': ('scaffold', {}),
+}
+
+
+def _config(**overrides) -> ExperimentConfig:
+    flat = read_params_file(QUICK)
+    flat.update({'num_drones': 4, 'num_rounds': 2, 'engine.vectorized': False, **overrides})
+    return build_config(ExperimentConfig, flat)
+
+
+def _rows(out: Path) -> list[dict]:
+    with open(out / 'rounds.csv', newline='') as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize('algorithm', list(PAIRS))
+def test_every_client_algorithm_runs_two_rounds(tmp_path, algorithm):
+    strategy, extra = PAIRS[algorithm]
+    summary = run_experiment(_config(**{'learning.client_algorithm': algorithm,
+                                        'aggregation.strategy': strategy, **extra}),
+                             tmp_path, echo=lambda _: None)
+    rows = _rows(tmp_path)
+    assert summary['status'] == 'finished', summary['error']
+    assert [int(r['participants']) for r in rows] == [4, 4] or algorithm == 'feddpq'
+    assert all(int(r['uplink_bytes']) > 0 and float(r['energy_mean_j']) > 0 for r in rows)
+
+
+def test_lgc_compressor_with_the_lgc_strategy_charges_every_sent_layer(tmp_path):
+    from fl_uav.compression.codec_v2 import lgc_frame_bytes
+
+    run_experiment(_config(**{'aggregation.strategy': 'lgc', 'compression.method': 'lgc',
+                              'compression.lgc_channel_entries': [500, 1000, 2000],
+                              'compression.lgc_drop_probabilities': [0.0, 0.5, 0.9]}),
+                   tmp_path, echo=lambda _: None)
+    per_drone = sum(lgc_frame_bytes(k) for k in (500, 1000, 2000))
+    assert [int(r['uplink_bytes']) for r in _rows(tmp_path)] == [4 * per_drone] * 2
+
+
+def test_osafl_reports_random_step_counts_to_the_strategy(tmp_path):
+    # Arrange
+    engine = ExperimentEngine(_config(**{'num_drones': 6, 'learning.client_algorithm': 'osafl',
+                                         'aggregation.strategy': 'osafl',
+                                         'learning.min_local_steps': 2,
+                                         'learning.max_local_steps': 9}), tmp_path)
+    captured = []
+    aggregate = engine.strategy.aggregate
+    engine.strategy.aggregate = lambda r, w, updates: (captured.extend(updates),
+                                                       aggregate(r, w, updates))[1]
+    # Act
+    engine.run_round()
+    # Assert
+    steps = [u.metrics['steps'] for u in captured]
+    assert len(steps) == 6 and all(2 <= s <= 9 for s in steps) and len(set(steps)) > 1
+    assert engine.strategy.scores.t == 1      # OSAFL scored the round
+
+
+def test_compute_time_and_energy_follow_the_client_cost(tmp_path):
+    # Arrange: FedDPQ's pruning saving (1 − ρ) of eq. (36); same data, same radio draws
+    base = {'learning.client_algorithm': 'feddpq', 'aggregation.strategy': 'feddpq',
+            'learning.kappa_steps': 3, 'system.cpu_freq_hz': 1e7}
+    # Act
+    run_experiment(_config(**base, **{'learning.prune_fraction': 0.0}), tmp_path / 'dense',
+                   echo=lambda _: None)
+    run_experiment(_config(**base, **{'learning.prune_fraction': 0.5}), tmp_path / 'half',
+                   echo=lambda _: None)
+    # Assert
+    dense, half = _rows(tmp_path / 'dense'), _rows(tmp_path / 'half')
+    step = CpuDevice(cpu_freq_hz=1e7, train_cycles_per_sample=2.7e8)
+    saved_j, saved_s = 0.5 * 3 * step.train_energy_j(16), 0.5 * 3 * step.train_time_s(16)
+    for r in range(2):
+        assert (float(dense[r]['energy_mean_j']) - float(half[r]['energy_mean_j'])
+                == pytest.approx(saved_j, rel=1e-6))
+        assert (float(dense[r]['sim_round_s']) - float(half[r]['sim_round_s'])
+                == pytest.approx(saved_s, rel=1e-6))
+
+
+@pytest.mark.parametrize('overrides', [
+    {'learning.client_algorithm': 'scaffold', 'aggregation.strategy': 'scaffold',
+     'system.deadline_s': 0.0},
+    {'aggregation.strategy': 'lgc', 'compression.method': 'lgc',
+     'compression.lgc_channel_entries': [300, 600],
+     'compression.lgc_drop_probabilities': [0.3, 0.6]},
+], ids=['scaffold', 'lgc'])
+def test_resume_with_per_drone_state_equals_an_uninterrupted_run(tmp_path, overrides):
+    # Arrange
+    whole = run_experiment(_config(**{'num_rounds': 4, **overrides}), tmp_path / 'whole',
+                           echo=lambda _: None)
+    run_experiment(_config(**{'num_rounds': 2, **overrides}), tmp_path / 'part',
+                   echo=lambda _: None)
+    # Act
+    resumed = run_experiment(_config(**{'num_rounds': 4, **overrides}), tmp_path / 'part',
+                             resume=True, echo=lambda _: None)
+    # Assert
+    assert resumed['rounds_completed'] == 4
+    assert [r['loss'] for r in _rows(tmp_path / 'part')] == [r['loss'] for r in
+                                                           _rows(tmp_path / 'whole')]
+    assert resumed['final_accuracy'] == whole['final_accuracy']
+
+
+def test_resume_without_the_per_drone_state_would_differ(tmp_path):
+    # The state matters: dropping the drones' LGC residuals changes the resumed run.
+    overrides = {'aggregation.strategy': 'lgc', 'compression.method': 'lgc',
+                 'compression.lgc_channel_entries': [300, 600], 'num_rounds': 3}
+    run_experiment(_config(**overrides), tmp_path / 'whole', echo=lambda _: None)
+    run_experiment(_config(**{**overrides, 'num_rounds': 2}), tmp_path / 'part',
+                   echo=lambda _: None)
+    engine = ExperimentEngine(_config(**overrides), tmp_path / 'part')
+    engine.load_checkpoint()
+    engine._compressors.clear()
+    row = engine.run_round()
+    assert row['loss'] != pytest.approx(float(_rows(tmp_path / 'whole')[2]['loss']), rel=1e-9)
+
+
+@pytest.mark.parametrize('key, value, message', [
+    ('learning.client_algorithm', 'fedsgd', 'client_algorithm'),
+    ('learning.max_local_steps', 0, 'max_local_steps'),
+    ('learning.prune_fraction', 1.0, 'prune_fraction'),
+    ('compression.method', 'topk', 'lgc'),
+])
+def test_bad_client_settings_name_the_key(key, value, message):
+    with pytest.raises(ConfigError, match=message):
+        _config(**{key: value})
+
+
+def test_structured_pruning_needs_the_sgd_client():
+    with pytest.raises(ConfigError, match='structured_keep'):
+        _config(**{'learning.client_algorithm': '2ceoafl', 'learning.structured_keep': 0.5})
+
+
+def test_cli_rejects_an_unknown_client_algorithm_with_the_choices(tmp_path, capsys):
+    code = cli_main(['experiment', str(QUICK), '--out', str(tmp_path / 'x'),
+                     '--set', 'learning.client_algorithm=fedsgd'])
+    assert code == 2 and 'scaffold' in capsys.readouterr().err
