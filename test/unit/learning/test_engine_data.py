@@ -101,3 +101,23 @@ def test_topup_state_survives_a_checkpoint(tmp_path, digits):
         np.testing.assert_array_equal(a, b)
     np.testing.assert_array_equal(restored._training_data(1, restored.buffers[1])[0],
                                   engine._training_data(1, engine.buffers[1])[0])
+
+
+@pytest.mark.parametrize('online', [True, False])
+def test_a_resumed_topup_run_equals_an_uninterrupted_one(tmp_path, online):
+    from fl_uav.sim.experiment import run_experiment
+
+    # offline: generation is charged in round 1 only, also after a resume (topup_sources)
+    options = {**(ONLINE if online else {}), 'buffer.policy': 'trim_top_label',
+               'data.topup': True}
+    whole = run_experiment(_config(**options, num_rounds=3), tmp_path / 'whole',
+                           echo=lambda _: None)
+    run_experiment(_config(**options, num_rounds=2), tmp_path / 'part', echo=lambda _: None)
+    resumed = run_experiment(_config(**options, num_rounds=3), tmp_path / 'part', resume=True,
+                             echo=lambda _: None)
+    assert resumed['rounds_completed'] == 3
+    assert resumed['final_accuracy'] == pytest.approx(whole['final_accuracy'])
+    whole_rows, part_rows = ((tmp_path / name / 'rounds.csv').read_text().splitlines()
+                             for name in ('whole', 'part'))
+    energy = whole_rows[0].split(',').index('energy_mean_j')   # includes generation, eq. (33)
+    assert [r.split(',')[energy] for r in part_rows] == [r.split(',')[energy] for r in whole_rows]
