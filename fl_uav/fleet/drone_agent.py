@@ -30,17 +30,18 @@ from fl_uav.compression.codec import (
     FrameKind,
     decode_frame,
 )
+from fl_uav.compression.paper_compressors import CeoaflCompressor
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.messages import FinishCommand, PoseSample, RoundTask
 from fl_uav.learning.buffer import OnboardBuffer
+from fl_uav.learning.client_algorithms import PRUNE_FRACTION_KEY, SgdClient
 from fl_uav.learning.models import build_model
-from fl_uav.learning.pruning import expand_update, pruned_training_model, structured_mask
-from fl_uav.learning.training import TrainConfig, train_local
+from fl_uav.learning.pruning import structured_index_map, structured_mask
+from fl_uav.learning.training import TrainConfig
 from fl_uav.learning.weights import (
     architecture_fingerprint,
     get_weights,
     set_weights,
-    subtract,
     weight_shapes,
 )
 from fl_uav.planning.coverage import PlanWaypoint
@@ -75,7 +76,8 @@ class DroneAgent:
                                   seed=config.learning.init_seed)
         self._shapes = weight_shapes(get_weights(self._model))
         self._fingerprint = architecture_fingerprint(get_weights(self._model))
-        self._compressor = config.compression.build()
+        self._compressor = config.compression.build()     # one per drone (lgc keeps state)
+        self._client = config.learning.build_client()       # one per drone (scaffold: c_k)
         self._lock = threading.Lock()
         self._poses: deque[PoseSample] = deque()
         self._pose_history_s = pose_history_s
@@ -177,35 +179,31 @@ class DroneAgent:
                          knobs=knobs, deadline_s=deadline_s)
 
     def train_round(self, task: RoundTask) -> UpdateReport:
-        """Train from the global weights on the buffer and encode the update frame."""
+        """Run the configured client algorithm from the global weights on the buffer (the
+        engine's code, fl_uav.learning.client_algorithms) and encode the update frame."""
         start = time.perf_counter()
         torch.set_num_threads(self.config.learning.torch_threads)
         with self._lock:
             images, labels = self._buffer.arrays()
-        set_weights(self._model, task.weights)
         steps, loss, num_samples = 0, float('nan'), 0
         delta = {name: np.zeros_like(w) for name, w in task.weights.items()}
-        mask = None
+        mask, metrics = None, {}
         selected = int(task.knobs.get(DRAWS_KNOB, 1)) > 0     # FedDPQ: drawn this round?
         if selected and len(images) >= self.config.learning.min_samples_to_train:
             inputs = to_model_input(images, self.config.learning.input_px)
             lr = self.config.learning.lr * self.config.learning.lr_decay ** (task.round_index - 1)
             mu = float(task.knobs.get(PROXIMAL_MU_KNOB, 0.0))
-            keep = self.config.learning.structured_keep
-            model, received = self._model, task.weights
-            if keep < 1.0:       # structured pruning: a physically smaller model this round
-                model, received, index_map = pruned_training_model(self._model, task.weights,
-                                                                   keep)
-            result = train_local(model, inputs, labels,
-                                 dataclasses.replace(self._train_config, lr=lr, proximal_mu=mu),
-                                 seed=hash((self.drone_id, task.round_index)) & 0xFFFFFFFF)
-            delta = subtract(get_weights(model), received)
-            if keep < 1.0:
-                delta = expand_update(delta, index_map, self._shapes)
-                mask = structured_mask(index_map, self._shapes)
-            steps, loss, num_samples = result.steps, result.mean_loss, len(images)
+            result = self._client.train(
+                self._model, task.weights, inputs, labels,
+                dataclasses.replace(self._train_config, lr=lr, proximal_mu=mu),
+                seed=hash((self.drone_id, task.round_index)) & 0xFFFFFFFF, knobs=task.knobs)
+            delta, mask, metrics = result.delta, result.mask, dict(result.metrics)
+            if mask is None:
+                mask = self._structured_mask(task.weights)
+            steps, loss, num_samples = result.steps, result.mean_loss, result.num_samples
             self.rounds_trained += 1
         metadata = {
+            **metrics,
             'num_samples': num_samples, 'steps': steps,
             'train_loss': loss if np.isfinite(loss) else None,
             'samples_collected': self.samples_collected,
@@ -214,10 +212,23 @@ class DroneAgent:
         }
         # Flattened in the global frame's tensor order (the station unflattens in that order).
         delta = {name: delta[name] for name in task.weights}
+        extra = {}
+        if isinstance(self._compressor, CeoaflCompressor) and \
+                self._compressor.raw_probability is None:      # 2CEOAFL's q = δ_u^t
+            extra['raw_probability'] = float(metrics.get(PRUNE_FRACTION_KEY, 0.0))
         rng = np.random.default_rng((self.config.world.seed, self.drone_id, task.round_index))
         frame, _ = self._compressor.compress(delta, rng, round_index=task.round_index,
                                              sender=self.drone_id,
                                              fingerprint=self._fingerprint, mask=mask,
-                                             metadata=metadata)
+                                             metadata=metadata, **extra)
         return UpdateReport(task.round_index, frame, num_samples, steps, loss,
                             time.perf_counter() - start)
+
+    def _structured_mask(self, global_weights: dict) -> dict | None:
+        """The coordinates this round's structurally pruned model covers (filters chosen on the
+        received weights, as the sgd client chose them), so only those are sent; else None."""
+        if not (isinstance(self._client, SgdClient) and self._client.structured_keep < 1.0):
+            return None
+        set_weights(self._model, global_weights)
+        index_map = structured_index_map(self._model, self._client.structured_keep)
+        return structured_mask(index_map, self._shapes)

@@ -336,3 +336,38 @@ def test_fleet_and_engine_read_the_same_compression_keys_and_refuse_unknown_meth
         build_config(ExperimentConfig, keys).compression
     with pytest.raises(ConfigError, match=r"compression.*'zip'.*none, qsgd, range"):
         build_config(FleetConfig, {'compression.method': 'zip'})
+
+
+@pytest.mark.parametrize('algorithm, compression, extra', [
+    ('2ceoafl', 'ceoafl', {'learning.prune_fraction': 0.4, 'aggregation.strategy': '2ceoafl'}),
+    ('feddpq', 'range', {'learning.momentum': 0.0, 'aggregation.strategy': 'feddpq'}),
+    ('osafl', 'qsgd', {'learning.min_local_steps': 2, 'learning.max_local_steps': 3,
+                       'aggregation.strategy': 'osafl'}),
+])
+def test_drones_run_the_configured_client_algorithm_and_compressor(algorithm, compression,
+                                                                   extra):
+    # Prepare
+    config = build_config(FleetConfig, {
+        'num_drones': 2, 'learning.model': 'tiny_cnn', 'learning.min_samples_to_train': 4,
+        'learning.optimizer': 'sgd', 'learning.lr': 0.05, 'learning.client_algorithm': algorithm,
+        'compression.method': compression, **extra})
+    agent = DroneAgent(config, 1, map_labeler(config.world, config.camera))
+    station = GroundStation(config, *_eval_set())
+    task = agent.accept_global_frame(station.open_round(0.0).frame)
+    _fill(agent, 10, seed=4)
+    # Execute
+    report = agent.train_round(task)
+    verdict = station.receive_update(report.frame)
+    record = station.close_round(now_s=1.0)
+    # Assert
+    frame = decode_v2(report.frame)
+    assert verdict.accepted and record.participants == [1] and not record.empty
+    assert frame.metadata['num_samples'] == 10 and frame.metadata['steps'] == report.steps
+    if algorithm == '2ceoafl':       # the magnitude mask travels: only kept entries are sent
+        assert frame.metadata['prune_fraction'] == 0.4
+        assert frame.update.mask is not None
+        assert frame.update.mask.mean() == pytest.approx(0.6, abs=0.1)
+    if algorithm == 'feddpq':
+        assert frame.metadata['prune_fraction'] == 0.2 and 'mask_density' in frame.metadata
+    if algorithm == 'osafl':
+        assert report.steps in (2, 3)
