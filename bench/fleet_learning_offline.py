@@ -76,7 +76,8 @@ def main() -> None:
             last = task.plan[-1]
             positions[d] = (last.east_m, last.north_m, last.up_m)
             report = agent.train_round(task)
-            station.receive_update(report.frame)
+            for frame in report.frames:
+                station.receive_update(frame)
         record = station.close_round(float(r) + 1)
         print(f'round {record.round_index:2d} acc {record.accuracy:.3f} loss {record.loss:.3f} '
               f'samples {sum(record.samples.values())} t {time.time() - start:.0f}s', flush=True)

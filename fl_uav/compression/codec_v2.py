@@ -62,6 +62,7 @@ from fl_uav.compression.errors import (
     MalformedMetadata,
     NonFiniteValues,
     OversizedFrame,
+    TruncatedFrame,
     UnknownKind,
 )
 from fl_uav.compression.lgc import Layer
@@ -100,6 +101,7 @@ __all__ = [
     'qsgd_frame_bytes',
     'range_frame_bytes',
     'raw_frame_bytes',
+    'split_frames',
 ]
 
 VERSION_V2 = 2
@@ -435,11 +437,13 @@ def encode_raw(values: np.ndarray, *, round_index: int, sender: int, fingerprint
 
 
 def encode_lgc(layers: Iterable[Layer], dim: int, *, round_index: int, sender: int,
-               fingerprint: bytes) -> list[bytes]:
+               fingerprint: bytes, metadata: Mapping[str, Any] | None = None) -> list[bytes]:
     """One self-contained frame per LGC layer (LGC eq. (1) bands; digest 002 §2.4).
 
     Each frame carries layer id c, the layer count C, rank_lo = K_{c−1}, k_c and D, then
-    k_c int32 indices (rank order) and k_c float32 values.  Size: :func:`lgc_frame_bytes`.
+    k_c int32 indices (rank order) and k_c float32 values.  Size: :func:`lgc_frame_bytes`
+    (+ :func:`metadata_section_bytes` per frame: every layer carries ``metadata``, so whichever
+    layers arrive bring the sender's counts).
     """
     layers = list(layers)
     dim = _check_uint(dim, _MAX_DIM, 'dim')
@@ -458,8 +462,28 @@ def encode_lgc(layers: Iterable[Layer], dim: int, *, round_index: int, sender: i
         sub = _SUB_LGC.pack(layer_id, len(layers), rank_lo, indices.size, dim)
         tail = indices.astype('<i4').tobytes() + values.astype('<f4').tobytes()
         frames.append(_frame(FrameKindV2.LGC_LAYER, round_index, sender, fingerprint, sub,
-                             tail))
+                             tail, metadata))
     return frames
+
+
+def split_frames(data: bytes | bytearray | memoryview) -> list[bytes]:
+    """Split back-to-back v2 frames (e.g. an LGC update's layers) by their declared lengths.
+
+    Only the framing is read (magic, version, ``body_len``); decode each part with
+    :func:`decode_v2`.  Raises the typed errors of steps 2–6 when the buffer does not split
+    exactly into whole frames.
+    """
+    buf = bytes(data)
+    parts, pos = [], 0
+    while pos < len(buf):
+        check_magic_and_version(buf[pos:], VERSION_V2, HEADER_V2_SIZE)
+        end = pos + HEADER_V2_SIZE + _HEADER.unpack_from(buf, pos)[7] + CRC_SIZE
+        if end > len(buf):
+            raise TruncatedFrame(f'part at byte {pos} declares {end - pos} bytes, '
+                                 f'{len(buf) - pos} remain', field='body_len')
+        parts.append(buf[pos:end])
+        pos = end
+    return parts
 
 
 # --------------------------------------------------------------------------------- decoding

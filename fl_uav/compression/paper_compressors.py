@@ -95,8 +95,8 @@ class LgcCompressor(Compressor):
 
     def compress(self, delta, rng, *, round_index, sender, fingerprint, mask=None,
                  metadata=None):
-        """``mask`` is implied (only the top-ranked indices travel); LGC layer frames carry no
-        metadata section, so ``metadata`` must go with the round's other reports."""
+        """``mask`` is implied (only the top-ranked indices travel); every layer frame carries
+        ``metadata`` (codec v2 metadata section), so any layer that arrives brings it."""
         vector, layout = flatten(delta)
         if self.encoder is None:
             if sum(self.channel_entries) > layout.dim:
@@ -106,7 +106,7 @@ class LgcCompressor(Compressor):
         accumulated = self.encoder.residual + vector.astype(np.float32)
         layers = self.encoder.encode(vector)
         frames = encode_lgc(layers, layout.dim, round_index=round_index, sender=sender,
-                            fingerprint=fingerprint)
+                            fingerprint=fingerprint, metadata=metadata)
         dropped = rng.random(len(layers)) < self.drop_probabilities
         received = [layer.layer_id for layer, lost in zip(layers, dropped) if not lost]
         self.encoder.acknowledge(received)

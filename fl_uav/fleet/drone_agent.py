@@ -30,7 +30,8 @@ from fl_uav.compression.codec import (
     FrameKind,
     decode_frame,
 )
-from fl_uav.compression.paper_compressors import CeoaflCompressor
+from fl_uav.compression.codec_v2 import split_frames
+from fl_uav.compression.paper_compressors import CeoaflCompressor, LgcCompressor
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.messages import FinishCommand, PoseSample, RoundTask
 from fl_uav.learning.buffer import OnboardBuffer
@@ -52,14 +53,27 @@ from fl_uav.world.landcover import CLASS_NAMES
 
 @dataclass(frozen=True)
 class UpdateReport:
-    """What one round of local work spent and produced."""
+    """What one round of local work spent and produced: the frames to publish, in order (one,
+    or one per LGC layer that its channel carries this round)."""
 
     round_index: int
-    frame: bytes
+    frames: tuple[bytes, ...]
     num_samples: int
     steps: int
     train_loss: float
     train_seconds: float
+
+    @property
+    def frame(self) -> bytes:
+        """The update frame of a single-frame method (every method but lgc)."""
+        if len(self.frames) != 1:
+            raise ValueError(f'this update travels as {len(self.frames)} frames')
+        return self.frames[0]
+
+    @property
+    def bytes_sent(self) -> int:
+        """Uplink bytes of this round's update."""
+        return sum(len(f) for f in self.frames)
 
 
 class DroneAgent:
@@ -77,6 +91,11 @@ class DroneAgent:
         self._shapes = weight_shapes(get_weights(self._model))
         self._fingerprint = architecture_fingerprint(get_weights(self._model))
         self._compressor = config.compression.build()     # one per drone (lgc keeps state)
+        dim = sum(int(np.prod(shape)) for shape in self._shapes.values())
+        lgc_entries = sum(config.compression.lgc_channel_entries)
+        if config.compression.method == 'lgc' and lgc_entries > dim:     # fail at start
+            raise ValueError(f'compression.lgc_channel_entries sum to {lgc_entries}, more than '
+                             f'the model {config.learning.model!r} has entries ({dim})')
         self._client = config.learning.build_client()       # one per drone (scaffold: c_k)
         self._lock = threading.Lock()
         self._poses: deque[PoseSample] = deque()
@@ -217,11 +236,17 @@ class DroneAgent:
                 self._compressor.raw_probability is None:      # 2CEOAFL's q = δ_u^t
             extra['raw_probability'] = float(metrics.get(PRUNE_FRACTION_KEY, 0.0))
         rng = np.random.default_rng((self.config.world.seed, self.drone_id, task.round_index))
-        frame, _ = self._compressor.compress(delta, rng, round_index=task.round_index,
-                                             sender=self.drone_id,
-                                             fingerprint=self._fingerprint, mask=mask,
-                                             metadata=metadata, **extra)
-        return UpdateReport(task.round_index, frame, num_samples, steps, loss,
+        sent, _ = self._compressor.compress(delta, rng, round_index=task.round_index,
+                                            sender=self.drone_id,
+                                            fingerprint=self._fingerprint, mask=mask,
+                                            metadata=metadata, **extra)
+        frames = (sent,)
+        if isinstance(self._compressor, LgcCompressor):
+            # LGC: one frame per layer; a layer whose channel drops it this round is not sent
+            # (the compressor kept it in its residual, LGC §2.5).
+            layers = split_frames(sent)
+            frames = tuple(layers[c] for c in self._compressor.last_received)
+        return UpdateReport(task.round_index, frames, num_samples, steps, loss,
                             time.perf_counter() - start)
 
     def _structured_mask(self, global_weights: dict) -> dict | None:

@@ -1,9 +1,10 @@
 """GroundStation: the server role as plain Python (no ROS).
 
 Round state machine: open a round (global model + per-drone plan and knobs, deadline) →
-collect updates (codec v1 dense or codec v2 QSGD / range / raw frames, each validated; bad ones
-counted by reason, never fatal, and never shown to the strategy) → close when every
-drone answered or the deadline passed → aggregate with the configured Strategy → evaluate on
+collect updates (codec v1 dense or codec v2 QSGD / range / raw frames, or LGC layer frames that
+are summed as they arrive, LGC eq. (2); each validated; bad ones counted by reason, never fatal,
+and never shown to the strategy) → close when every drone answered (all its LGC layers) or the
+deadline passed → aggregate with the configured Strategy → evaluate on
 the world's held-out set → next round. Time comes from the caller (wall or simulated clock).
 """
 
@@ -27,7 +28,8 @@ from fl_uav.compression.codec import (
     decode_frame,
     encode_frame,
 )
-from fl_uav.compression.codec_v2 import VERSION_V2, FrameKindV2, decode_v2
+from fl_uav.compression.codec_v2 import VERSION_V2, FrameKindV2, LgcPart, decode_v2
+from fl_uav.compression.lgc import decode as lgc_sum
 from fl_uav.compression.quantization import flatten, unflatten
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.learning.models import build_model
@@ -44,8 +46,8 @@ from fl_uav.world.landcover import CLASS_NAMES
 
 # Non-negative integer counts a drone reports with its update (anything else is rejected).
 _COUNT_METRICS = ('num_samples', 'steps', 'samples_collected', 'waypoints_reached')
-# Codec v2 kinds that carry a whole update in one frame (LGC layers travel as several frames).
-_V2_UPDATE_KINDS = (FrameKindV2.QSGD, FrameKindV2.RANGE, FrameKindV2.RAW)
+# Codec v2 kinds a drone may upload (an LGC update is several LGC_LAYER frames).
+_V2_UPDATE_KINDS = (FrameKindV2.QSGD, FrameKindV2.RANGE, FrameKindV2.RAW, FrameKindV2.LGC_LAYER)
 _VERSION_OFFSET = 4
 
 
@@ -57,6 +59,7 @@ class _ReceivedUpdate:
     round_index: int
     metadata: dict[str, Any]
     delta: dict[str, np.ndarray]
+    layer: tuple[int, int] | None = None      # LGC part: (layer id, layers in the update)
 
 
 class _Rejected(Exception):
@@ -118,6 +121,14 @@ class _OpenRound:
     bytes_up: dict[int, int] = field(default_factory=dict)
     bytes_down: int = 0
     rejected: Counter = field(default_factory=Counter)
+    lgc_layers: dict[int, tuple[int, set[int]]] = field(default_factory=dict)
+
+    def complete(self, drone: int) -> bool:
+        """The drone's update arrived (for LGC: every one of its layers)."""
+        if drone not in self.updates:
+            return False
+        total, seen = self.lgc_layers.get(drone, (0, set()))
+        return len(seen) == total
 
 
 @dataclass(frozen=True)
@@ -216,8 +227,13 @@ class GroundStation:
                 raise _Rejected('wrong_kind', v2.sender)
             if v2.update.dim != self._layout.dim:
                 raise _Rejected('shape', v2.sender)
+            part = v2.update
+            if isinstance(part, LgcPart):
+                return _ReceivedUpdate(v2.sender, v2.round_index, v2.metadata,
+                                       unflatten(lgc_sum([part.layer], part.dim), self._layout),
+                                       (part.layer.layer_id, part.num_layers))
             return _ReceivedUpdate(v2.sender, v2.round_index, v2.metadata,
-                                   unflatten(v2.update.dense(), self._layout))
+                                   unflatten(part.dense(), self._layout))
         frame = decode_frame(data, self._limits, expected_fingerprint=self._fingerprint,
                              expected_shapes=self._shapes)
         if frame.kind != FrameKind.UPDATE:
@@ -236,8 +252,6 @@ class GroundStation:
             return UpdateVerdict(False, 'unknown_sender', frame.sender)
         if self._round is None or frame.round_index != self._round.index:
             return UpdateVerdict(False, 'wrong_round', frame.sender)
-        if frame.sender in self._round.updates:
-            return UpdateVerdict(False, 'duplicate', frame.sender)
         if set(frame.delta) != set(self._shapes):
             return UpdateVerdict(False, 'shape', frame.sender)
         counts = {key: frame.metadata.get(key, 0) for key in _COUNT_METRICS}
@@ -247,17 +261,35 @@ class GroundStation:
         loss = frame.metadata.get('train_loss')
         if loss is not None and (isinstance(loss, bool) or not isinstance(loss, int | float)):
             return UpdateVerdict(False, 'metadata', frame.sender)
-        num_samples = counts['num_samples']
-        self._round.updates[frame.sender] = ClientUpdate(
+        r = self._round
+        if frame.sender in r.updates:
+            return self._add_layer(r, frame, len(data))
+        if frame.layer is not None:
+            r.lgc_layers[frame.sender] = (frame.layer[1], {frame.layer[0]})
+        r.updates[frame.sender] = ClientUpdate(
             sender=frame.sender, round_index=frame.round_index, delta=frame.delta,
-            num_samples=num_samples, metrics=dict(frame.metadata))
-        self._round.bytes_up[frame.sender] = len(data)
+            num_samples=counts['num_samples'], metrics=dict(frame.metadata))
+        r.bytes_up[frame.sender] = len(data)
+        return UpdateVerdict(True, 'accepted', frame.sender)
+
+    @staticmethod
+    def _add_layer(r: _OpenRound, frame: _ReceivedUpdate, size: int) -> UpdateVerdict:
+        """Sum another LGC layer into the sender's update (LGC eq. (2)); else a duplicate."""
+        total, seen = r.lgc_layers.get(frame.sender, (0, set()))
+        if frame.layer is None or frame.layer[1] != total or frame.layer[0] in seen:
+            return UpdateVerdict(False, 'duplicate', frame.sender)
+        seen.add(frame.layer[0])
+        delta = r.updates[frame.sender].delta
+        for name, value in frame.delta.items():
+            delta[name] += value
+        r.bytes_up[frame.sender] += size
         return UpdateVerdict(True, 'accepted', frame.sender)
 
     def should_close(self, now_s: float) -> bool:
-        """Every drone answered, or the deadline passed."""
+        """Every drone's update is complete, or the deadline passed."""
         r = self._round
-        return r is not None and (len(r.updates) == len(self.drone_ids) or now_s >= r.deadline_s)
+        return r is not None and (all(r.complete(d) for d in self.drone_ids)
+                                  or now_s >= r.deadline_s)
 
     def close_round(self, now_s: float) -> RoundRecord:
         """Aggregate what arrived, evaluate, and record the round."""

@@ -115,9 +115,11 @@ class DroneNode(Node):
             self.get_logger().error(f'round failed: {future.exception()!r}')
             return
         report: UpdateReport = future.result()
-        self._update_pub.publish(bytes_to_msg(report.frame))
+        for frame in report.frames:         # one frame, or one per LGC layer
+            self._update_pub.publish(bytes_to_msg(frame))
         self.get_logger().info(
-            f'round {report.round_index}: uploaded {len(report.frame)} bytes, '
+            f'round {report.round_index}: uploaded {report.bytes_sent} bytes in '
+            f'{len(report.frames)} frame(s), '
             f'{report.num_samples} samples, {report.steps} steps, loss {report.train_loss:.3f}')
 
     def _on_finished(self, future: Future) -> None:

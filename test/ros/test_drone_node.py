@@ -1,4 +1,8 @@
-"""drone node over real rclpy/DDS and real MAVLink (the embedded autopilot simulator)."""
+"""drone node over real rclpy/DDS and real MAVLink (the embedded autopilot simulator).
+
+Run once with a dense v1 upload and once with LGC (one codec v2 frame per layer, each with the
+drone's counts in its metadata section).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,12 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import UInt8MultiArray
 
 from fl_uav.compression.codec import GROUND_STATION_ID, FrameKind, decode_frame, encode_frame
+from fl_uav.compression.codec_v2 import (
+    VERSION_V2,
+    decode_v2,
+    lgc_frame_bytes,
+    metadata_section_bytes,
+)
 from fl_uav.learning.models import build_model
 from fl_uav.learning.weights import architecture_fingerprint, get_weights
 from fl_uav.ros import names
@@ -26,17 +36,22 @@ from test.ros.rosutil import spin_until
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
 HOME = (585.0, 600.0)
+LGC_CHANNEL_ENTRIES = [200, 800]
+COMPRESSION = {
+    'none': {},
+    'lgc': {'compression.method': 'lgc', 'compression.lgc_channel_entries': LGC_CHANNEL_ENTRIES},
+}
 
 
-@pytest.fixture
-def drone(tmp_path, port_base):
+@pytest.fixture(params=sorted(COMPRESSION))
+def drone(request, tmp_path, port_base):
     sim = AutopilotSim(AutopilotSimConfig(
         num_vehicles=1, remote_base_port=port_base, bind_base_port=port_base + 1000,
         time_factor=10.0, home_east_m=HOME[0], home_north_m=HOME[1], heartbeat_rate_hz=2.0,
         cruise_speed_m_s=12.0, rtl_return_alt_m=20.0))
     handle = sim.run_in_thread()
     overrides = {**tiny_fleet_overrides(1, port_base), 'flight.takeoff_altitude_m': 20.0,
-                 'learning.min_samples_to_train': 4}
+                 'learning.min_samples_to_train': 4, **COMPRESSION[request.param]}
     params = write_params_file(overrides, tmp_path / 'params.yaml')
     rclpy.init(args=['--ros-args', '-r', '__ns:=/uav0', '--params-file', str(params),
                      '-p', 'drone_id:=0',
@@ -46,7 +61,7 @@ def drone(tmp_path, port_base):
     executor = SingleThreadedExecutor()
     executor.add_node(node)
     executor.add_node(probe)
-    yield sim, node, probe, executor
+    yield sim, node, probe, executor, request.param
     executor.shutdown()
     node.shutdown()
     probe.destroy_node()
@@ -63,16 +78,16 @@ def _frame_msg(data: bytes) -> UInt8MultiArray:
 
 def test_drone_flies_samples_trains_uploads_and_lands(drone):
     # Prepare
-    sim, node, probe, executor = drone
+    sim, node, probe, executor, method = drone
+    expected_frames = 1 if method == 'none' else len(LGC_CHANNEL_ENTRIES)
     weights = get_weights(build_model('tiny_cnn', len(CLASS_NAMES)))
     fingerprint = architecture_fingerprint(weights)
     plan = [[HOME[0] + 40.0, HOME[1], 20.0], [HOME[0] + 40.0, HOME[1] + 40.0, 20.0]]
     model_frame = encode_frame(FrameKind.GLOBAL_MODEL, 1, GROUND_STATION_ID, fingerprint, weights,
                                {'deadline_s': 60.0, 'knobs': {'0': {'plan': plan}}})
-    updates, poses = [], []
+    uploads, poses = [], []
     probe.create_subscription(UInt8MultiArray, names.UPDATES_TOPIC,
-                              lambda m: updates.append(decode_frame(bytes(m.data))),
-                              names.UPDATES_QOS)
+                              lambda m: uploads.append(bytes(m.data)), names.UPDATES_QOS)
     probe.create_subscription(PoseStamped, names.drone_topic(0, names.POSE_TOPIC), poses.append,
                               names.TELEMETRY_QOS)
     model_pub = probe.create_publisher(UInt8MultiArray, names.GLOBAL_MODEL_TOPIC,
@@ -84,7 +99,7 @@ def test_drone_flies_samples_trains_uploads_and_lands(drone):
     def fly_and_film() -> bool:
         image = rng.integers(0, 255, (64, 64, 3), np.uint8)
         camera.publish(rgb_to_image(image, 'uav0/camera_optical', time.time()))
-        return bool(updates)
+        return len(uploads) >= expected_frames
 
     # Execute: a malformed frame first (must be ignored), then the round
     model_pub.publish(_frame_msg(b'not a frame'))
@@ -93,11 +108,20 @@ def test_drone_flies_samples_trains_uploads_and_lands(drone):
     uploaded = spin_until(executor, fly_and_film, 120.0)
     # Assert: the update
     assert uploaded, f'no update uploaded; pilot state {node.pilot.state}'
-    update = updates[0]
-    assert update.kind == FrameKind.UPDATE and update.round_index == 1 and update.sender == 0
-    assert update.metadata['num_samples'] > 0 and update.metadata['steps'] > 0
-    assert update.metadata['waypoints_reached'] == len(plan)
-    assert any(np.any(t != 0) for t in update.tensors.values())
+    updates = [decode_v2(f) if f[4] == VERSION_V2 else decode_frame(f) for f in uploads]
+    assert len(updates) == expected_frames
+    for update in updates:
+        assert update.round_index == 1 and update.sender == 0
+        assert update.metadata['num_samples'] > 0 and update.metadata['steps'] > 0
+        assert update.metadata['waypoints_reached'] == len(plan)
+    if method == 'none':
+        assert updates[0].kind == FrameKind.UPDATE
+        assert any(np.any(t != 0) for t in updates[0].tensors.values())
+    else:   # one frame per LGC layer, in layer order, each k_c entries + its metadata
+        assert [u.update.layer.layer_id for u in updates] == [0, 1]
+        assert [len(f) for f in uploads] == [
+            lgc_frame_bytes(k) + metadata_section_bytes(u.metadata)
+            for k, u in zip(LGC_CHANNEL_ENTRIES, updates)]
     # Assert: what the autopilot saw (ground truth), and the telemetry the node published
     kinds = [e['event'] for e in sim.events_of(0)]
     assert 'armed' in kinds and 'takeoff' in kinds and 'mission_complete' in kinds

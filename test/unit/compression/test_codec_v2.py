@@ -35,6 +35,7 @@ from fl_uav.compression.codec_v2 import (
     qsgd_frame_bytes,
     range_frame_bytes,
     raw_frame_bytes,
+    split_frames,
 )
 from fl_uav.compression.errors import FrameError
 from fl_uav.compression.lgc import decode as lgc_decode
@@ -589,3 +590,22 @@ def test_a_body_too_short_for_the_metadata_length_is_a_body_error():
     head = bytearray(small_frames()['qsgd_metadata'][:HEADER_V2_SIZE])
     head[22:26] = struct.pack('<I', 2)
     assert reason_of(recrc(bytes(head) + b'\x01\x00' + b'\x00' * 4)) == 'body'
+
+
+def test_every_lgc_layer_carries_the_metadata_and_back_to_back_frames_split():
+    # Prepare
+    vector = np.random.default_rng(8).standard_normal(50).astype(np.float32)
+    layers = layered_top_k(vector, [3, 5, 7])
+    # Execute
+    frames = encode_lgc(layers, 50, metadata=METADATA, **KW)
+    parts = split_frames(b''.join(frames))
+    # Assert
+    assert parts == frames
+    assert [len(f) for f in frames] == [lgc_frame_bytes(k) + metadata_section_bytes(METADATA)
+                                        for k in (3, 5, 7)]
+    assert all(decode_v2(f).metadata == METADATA for f in parts)
+    with pytest.raises(FrameError) as cut:
+        split_frames(b''.join(frames)[:-1])
+    with pytest.raises(FrameError) as junk:
+        split_frames(frames[0] + b'junk')
+    assert (cut.value.reason, junk.value.reason) == ('truncated', 'bad_magic')

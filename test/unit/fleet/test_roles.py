@@ -12,13 +12,13 @@ from fl_uav.compression.codec import GROUND_STATION_ID, FrameKind, decode_frame,
 from fl_uav.compression.codec_v2 import (
     VERSION_V2,
     decode_v2,
-    encode_lgc,
     encode_qsgd,
+    lgc_frame_bytes,
     metadata_section_bytes,
     qsgd_frame_bytes,
     range_frame_bytes,
 )
-from fl_uav.compression.lgc import layered_top_k
+from fl_uav.compression.lgc import decode as lgc_sum
 from fl_uav.compression.quantization import qsgd_quantize
 from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
@@ -299,11 +299,10 @@ def test_malformed_compressed_updates_are_rejected_by_reason_before_aggregation(
     # Prepare
     station.open_round(now_s=0.0)
     before = {n: w.copy() for n, w in station.weights.items()}
-    dim = sum(w.size for w in station.weights.values())
     bitmap_flip = bytearray(_v2_frame(station)[_STREAM + 4:_STREAM + 5])
     bitmap_flip[0] ^= 0b0000_0010                        # mask entry 0 (stream bit 33)
-    lgc = encode_lgc(layered_top_k(np.ones(dim, np.float32), [5]), dim, round_index=1,
-                     sender=0, fingerprint=station._fingerprint)[0]
+    not_an_update = encode_frame(FrameKind.GLOBAL_MODEL, 1, 0, station._fingerprint,
+                                 station.weights, {})
     frames = {
         'levels': _v2_frame(station, patch=[(_SUB + 8, struct.pack('<I', 2))]),   # s 3 -> 2
         'mask': _v2_frame(station, patch=[(_STREAM + 4, bytes(bitmap_flip))]),
@@ -312,7 +311,7 @@ def test_malformed_compressed_updates_are_rejected_by_reason_before_aggregation(
         'shape': _v2_frame(station, extra_dim=3),                                 # other model
         'crc': _v2_frame(station)[:-1] + b'\x00',
         'truncated': _v2_frame(station)[:-9],
-        'wrong_kind': lgc,
+        'wrong_kind': not_an_update,
         'wrong_round': _v2_frame(station, round_index=2),
         'unknown_sender': _v2_frame(station, sender=9),
     }
@@ -371,3 +370,63 @@ def test_drones_run_the_configured_client_algorithm_and_compressor(algorithm, co
         assert frame.metadata['prune_fraction'] == 0.2 and 'mask_density' in frame.metadata
     if algorithm == 'osafl':
         assert report.steps in (2, 3)
+
+
+def _lgc_pair(drops: list[float]) -> tuple[DroneAgent, GroundStation]:
+    config = build_config(FleetConfig, {
+        'num_drones': 1, 'learning.model': 'tiny_cnn', 'learning.min_samples_to_train': 4,
+        'compression.method': 'lgc', 'compression.lgc_channel_entries': [100, 300, 600],
+        'compression.lgc_drop_probabilities': drops})
+    return (DroneAgent(config, 0, map_labeler(config.world, config.camera)),
+            GroundStation(config, *_eval_set()))
+
+
+def test_lgc_layers_travel_as_frames_the_station_sums_as_they_arrive():
+    # Prepare
+    agent, station = _lgc_pair([])
+    opening = station.open_round(0.0)
+    _fill(agent, 10, seed=5)
+    before = {n: w.copy() for n, w in station.weights.items()}
+    report = agent.train_round(agent.accept_global_frame(opening.frame))
+    # Execute: the layers arrive out of order, one of them twice
+    first = station.receive_update(report.frames[2])
+    open_after_first = not station.should_close(now_s=0.5)
+    rest = [station.receive_update(f) for f in (report.frames[0], report.frames[0],
+                                                report.frames[1])]
+    closes_early = station.should_close(now_s=0.5)
+    record = station.close_round(now_s=0.5)
+    # Assert
+    parts = [decode_v2(f) for f in report.frames]
+    assert [p.update.layer.layer_id for p in parts] == [0, 1, 2]
+    assert [len(f) for f in report.frames] == [
+        lgc_frame_bytes(k) + metadata_section_bytes(parts[0].metadata) for k in (100, 300, 600)]
+    assert all(p.metadata['num_samples'] == 10 for p in parts)
+    assert first.accepted and open_after_first and closes_early
+    assert [v.reason for v in rest] == ['accepted', 'duplicate', 'accepted']
+    assert record.bytes_up == {0: report.bytes_sent} and record.samples == {0: 10}
+    flat_change = np.concatenate([(station.weights[n] - before[n]).ravel() for n in before])
+    summed = lgc_sum([p.update.layer for p in parts], parts[0].update.dim)
+    np.testing.assert_allclose(flat_change, summed, atol=1e-6)
+    assert np.count_nonzero(summed) == 1000
+
+
+def test_a_dropped_lgc_layer_is_not_sent_and_the_round_waits_for_its_deadline():
+    # Prepare: channel 1 drops every layer it carries
+    agent, station = _lgc_pair([0.0, 1.0, 0.0])
+    opening = station.open_round(0.0)
+    _fill(agent, 10, seed=6)
+    report = agent.train_round(agent.accept_global_frame(opening.frame))
+    # Execute
+    verdicts = [station.receive_update(f) for f in report.frames]
+    # Assert
+    assert [decode_v2(f).update.layer.layer_id for f in report.frames] == [0, 2]
+    assert all(v.accepted for v in verdicts)
+    assert not station.should_close(opening.deadline_s - 0.1)
+    assert station.close_round(opening.deadline_s).participants == [0]
+
+
+def test_lgc_channels_larger_than_the_model_fail_at_start():
+    config = build_config(FleetConfig, {'learning.model': 'tiny_cnn',
+                                        'compression.method': 'lgc'})
+    with pytest.raises(ValueError, match='compression.lgc_channel_entries'):
+        DroneAgent(config, 0, map_labeler(config.world, config.camera))
