@@ -262,3 +262,13 @@ class FleetConfig:
     def __post_init__(self) -> None:
         if not (1 <= self.num_drones <= 250):
             raise ValueError(f'num_drones must be in [1, 250], got {self.num_drones}')
+        # SCAFFOLD in the fleet: c and Δc_k travel as extra dense tensors of v1 frames.
+        client, strategy = self.learning.client_algorithm, self.aggregation.strategy
+        if (client == 'scaffold') != (strategy == 'scaffold'):
+            raise ValueError(f'learning.client_algorithm scaffold and aggregation.strategy '
+                             f'scaffold go together in the fleet, got {client!r} and '
+                             f'{strategy!r}')
+        if client == 'scaffold' and self.compression.method != 'none':
+            raise ValueError(f'learning.client_algorithm scaffold needs compression.method none '
+                             f'in the fleet (Δc travels as dense tensors beside the update), got '
+                             f'{self.compression.method!r}')

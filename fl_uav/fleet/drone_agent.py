@@ -23,6 +23,13 @@ import torch
 
 from fl_uav.aggregation.feddpq import DRAWS_KNOB
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
+from fl_uav.aggregation.scaffold import (
+    CONTROL_TENSOR_PREFIX,
+    DELTA_C_KEY,
+    DELTA_C_TENSOR_PREFIX,
+    split_prefixed,
+    with_prefix,
+)
 from fl_uav.compression.codec import (
     GROUND_STATION_ID,
     DecodeLimits,
@@ -35,7 +42,12 @@ from fl_uav.compression.paper_compressors import CeoaflCompressor, LgcCompressor
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.messages import FinishCommand, PoseSample, RoundTask
 from fl_uav.learning.buffer import OnboardBuffer
-from fl_uav.learning.client_algorithms import PRUNE_FRACTION_KEY, SgdClient
+from fl_uav.learning.client_algorithms import (
+    PRUNE_FRACTION_KEY,
+    SERVER_CONTROL_KNOB,
+    ScaffoldClient,
+    SgdClient,
+)
 from fl_uav.learning.models import build_model
 from fl_uav.learning.pruning import structured_index_map, structured_mask
 from fl_uav.learning.training import TrainConfig
@@ -74,6 +86,10 @@ class UpdateReport:
     def bytes_sent(self) -> int:
         """Uplink bytes of this round's update."""
         return sum(len(f) for f in self.frames)
+
+
+def _shapes_of(tensors: dict) -> dict[str, tuple[int, ...]]:
+    return {name: tuple(t.shape) for name, t in tensors.items()}
 
 
 class DroneAgent:
@@ -180,7 +196,9 @@ class DroneAgent:
         if frame.kind != FrameKind.GLOBAL_MODEL:
             self.rejected_frames += 1
             return None
-        if {n: tuple(t.shape) for n, t in frame.tensors.items()} != self._shapes:
+        weights, control = split_prefixed(frame.tensors, CONTROL_TENSOR_PREFIX)   # SCAFFOLD c
+        if _shapes_of(weights) != self._shapes or (control and _shapes_of(control)
+                                                   != self._shapes):
             self.rejected_frames += 1
             return None
         try:
@@ -194,7 +212,9 @@ class DroneAgent:
         if not all(math.isfinite(v) for w in plan for v in (w.east_m, w.north_m, w.up_m)):
             self.rejected_frames += 1
             return None
-        return RoundTask(round_index=frame.round_index, weights=dict(frame.tensors), plan=plan,
+        if control:
+            knobs[SERVER_CONTROL_KNOB] = control
+        return RoundTask(round_index=frame.round_index, weights=weights, plan=plan,
                          knobs=knobs, deadline_s=deadline_s)
 
     def train_round(self, task: RoundTask) -> UpdateReport:
@@ -206,7 +226,7 @@ class DroneAgent:
             images, labels = self._buffer.arrays()
         steps, loss, num_samples = 0, float('nan'), 0
         delta = {name: np.zeros_like(w) for name, w in task.weights.items()}
-        mask, metrics = None, {}
+        mask, metrics, delta_c = None, {}, None
         selected = int(task.knobs.get(DRAWS_KNOB, 1)) > 0     # FedDPQ: drawn this round?
         if selected and len(images) >= self.config.learning.min_samples_to_train:
             inputs = to_model_input(images, self.config.learning.input_px)
@@ -217,6 +237,7 @@ class DroneAgent:
                 dataclasses.replace(self._train_config, lr=lr, proximal_mu=mu),
                 seed=hash((self.drone_id, task.round_index)) & 0xFFFFFFFF, knobs=task.knobs)
             delta, mask, metrics = result.delta, result.mask, dict(result.metrics)
+            delta_c = metrics.pop(DELTA_C_KEY, None)
             if mask is None:
                 mask = self._structured_mask(task.weights)
             steps, loss, num_samples = result.steps, result.mean_loss, result.num_samples
@@ -231,6 +252,10 @@ class DroneAgent:
         }
         # Flattened in the global frame's tensor order (the station unflattens in that order).
         delta = {name: delta[name] for name in task.weights}
+        if isinstance(self._client, ScaffoldClient):   # Δc_k beside Δ (dense v1 tensors)
+            if delta_c is None:
+                delta_c = {name: np.zeros_like(w) for name, w in delta.items()}
+            delta = {**delta, **with_prefix(delta_c, DELTA_C_TENSOR_PREFIX)}
         extra = {}
         if isinstance(self._compressor, CeoaflCompressor) and \
                 self._compressor.raw_probability is None:      # 2CEOAFL's q = δ_u^t

@@ -20,6 +20,14 @@ import numpy as np
 import torch
 
 from fl_uav.aggregation import ClientUpdate
+from fl_uav.aggregation.scaffold import (
+    CONTROL_TENSOR_PREFIX,
+    DELTA_C_KEY,
+    DELTA_C_TENSOR_PREFIX,
+    Scaffold,
+    split_prefixed,
+    with_prefix,
+)
 from fl_uav.compression.codec import (
     GROUND_STATION_ID,
     DecodeLimits,
@@ -154,6 +162,12 @@ class GroundStation:
         self._fingerprint = architecture_fingerprint(self.weights)
         self._layout = flatten(self.weights)[1]   # codec v2 order: the global frame's tensors
         self._strategy = config.aggregation.build(config.num_drones, seed=config.world.seed)
+        # SCAFFOLD (Karimireddy et al. 2020, Alg. 1): c goes down and Δc_k comes up as extra
+        # tensors of the v1 frames (names prefixed), beside the model and the update.
+        self._scaffold = isinstance(self._strategy, Scaffold)
+        self._update_shapes = {**self._shapes, **(with_prefix(self._shapes,
+                                                              DELTA_C_TENSOR_PREFIX)
+                                                  if self._scaffold else {})}
         self._limits = DecodeLimits(max_frame_bytes=config.codec.max_frame_bytes)
         self._eval = (eval_inputs, eval_labels)
         self._round: _OpenRound | None = None
@@ -201,8 +215,12 @@ class GroundStation:
         for d in self.drone_ids:
             knobs[d] = {**knobs.get(d, {}),
                         'plan': [[w.east_m, w.north_m, w.up_m] for w in plans[d]]}
+        tensors = self.weights
+        if self._scaffold:
+            tensors = {**self.weights, **with_prefix(self._strategy.server_control(self.weights),
+                                                     CONTROL_TENSOR_PREFIX)}
         frame = encode_frame(FrameKind.GLOBAL_MODEL, index, GROUND_STATION_ID,
-                             self._fingerprint, self.weights,
+                             self._fingerprint, tensors,
                              {'deadline_s': duration, 'num_rounds':
                               self.config.rounds.num_rounds,
                               'knobs': {str(d): k for d, k in knobs.items()}})
@@ -235,11 +253,13 @@ class GroundStation:
             return _ReceivedUpdate(v2.sender, v2.round_index, v2.metadata,
                                    unflatten(part.dense(), self._layout))
         frame = decode_frame(data, self._limits, expected_fingerprint=self._fingerprint,
-                             expected_shapes=self._shapes)
+                             expected_shapes=self._update_shapes)
         if frame.kind != FrameKind.UPDATE:
             raise _Rejected('wrong_kind', frame.sender)
-        return _ReceivedUpdate(frame.sender, frame.round_index, frame.metadata,
-                               {n: np.asarray(t, np.float32) for n, t in frame.tensors.items()})
+        tensors = {n: np.asarray(t, np.float32) for n, t in frame.tensors.items()}
+        delta, delta_c = split_prefixed(tensors, DELTA_C_TENSOR_PREFIX)
+        metadata = {**frame.metadata, DELTA_C_KEY: delta_c} if self._scaffold else frame.metadata
+        return _ReceivedUpdate(frame.sender, frame.round_index, metadata, delta)
 
     def _check_update(self, data: bytes) -> UpdateVerdict:
         try:

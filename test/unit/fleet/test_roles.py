@@ -430,3 +430,44 @@ def test_lgc_channels_larger_than_the_model_fail_at_start():
                                         'compression.method': 'lgc'})
     with pytest.raises(ValueError, match='compression.lgc_channel_entries'):
         DroneAgent(config, 0, map_labeler(config.world, config.camera))
+
+
+def test_scaffold_control_variates_travel_down_and_up_as_extra_tensors():
+    # Prepare
+    config = build_config(FleetConfig, {
+        'num_drones': 1, 'learning.model': 'tiny_cnn', 'learning.min_samples_to_train': 4,
+        'learning.optimizer': 'sgd', 'learning.client_algorithm': 'scaffold',
+        'aggregation.strategy': 'scaffold', 'rounds.num_rounds': 2})
+    agent = DroneAgent(config, 0, map_labeler(config.world, config.camera))
+    station = GroundStation(config, *_eval_set())
+    _fill(agent, 10, seed=7)
+    first = station.open_round(0.0)
+    # Execute: round 1 (c = 0 goes down, Δc comes up), then open round 2
+    report = agent.train_round(agent.accept_global_frame(first.frame))
+    verdict = station.receive_update(report.frame)
+    record = station.close_round(now_s=1.0)
+    second = decode_frame(station.open_round(2.0).frame)
+    # Assert
+    names = set(station.weights)
+    uploaded = decode_frame(report.frame).tensors
+    assert verdict.accepted and not record.empty
+    assert set(uploaded) == names | {'scaffold_dc/' + n for n in names}
+    assert set(second.tensors) == names | {'scaffold_c/' + n for n in names}
+    for name in names:     # c = c + Δc_k / N with N = 1: c after round 1 equals Δc_0
+        np.testing.assert_allclose(second.tensors['scaffold_c/' + name],
+                                   uploaded['scaffold_dc/' + name], rtol=1e-5, atol=1e-7)
+    assert any(np.any(t != 0) for n, t in second.tensors.items() if n.startswith('scaffold_c/'))
+    wrong_c = encode_frame(FrameKind.GLOBAL_MODEL, 2, GROUND_STATION_ID, station._fingerprint,
+                           {**station.weights, 'scaffold_c/' + min(names): np.zeros(3)}, {})
+    assert agent.accept_global_frame(wrong_c) is None     # a c of the wrong shape: rejected
+
+
+def test_scaffold_needs_its_strategy_and_dense_uploads_in_the_fleet():
+    from fl_uav.configschema import ConfigError
+
+    with pytest.raises(ConfigError, match='aggregation.strategy'):
+        build_config(FleetConfig, {'learning.client_algorithm': 'scaffold'})
+    with pytest.raises(ConfigError, match='compression.method'):
+        build_config(FleetConfig, {'learning.client_algorithm': 'scaffold',
+                                   'aggregation.strategy': 'scaffold',
+                                   'compression.method': 'qsgd'})
