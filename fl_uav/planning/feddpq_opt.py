@@ -350,12 +350,12 @@ def effective_receivers(q: float, draws: int) -> float:
     """S̄(q) = (1 − q^S) / Σ_{k=1..S} (1/k) C(S,k) (1 − q)^k q^(S−k) (FedDPQ Corollary 1)."""
     if not 0.0 <= q < 1.0:
         raise ValueError(f'q must be in [0, 1), got {q}')
+    if q == 0.0:
+        return float(draws)
     k = np.arange(1, draws + 1)
     log_binom = np.array([math.lgamma(draws + 1) - math.lgamma(i + 1) - math.lgamma(draws - i + 1)
                           for i in k])
-    with np.errstate(divide='ignore'):
-        log_q = math.log(q) if q > 0 else -np.inf
-    terms = np.exp(log_binom + k * math.log1p(-q) + (draws - k) * log_q) / k
+    terms = np.exp(log_binom + k * math.log1p(-q) + (draws - k) * math.log(q)) / k
     return float((1.0 - q ** draws) / terms.sum())
 
 

@@ -1,0 +1,136 @@
+"""LGC resource controller (fl_uav.planning.lgc_control): env, decoding, baselines, DDPG."""
+
+import numpy as np
+import pytest
+
+from fl_uav.netmodel.compute import CpuDevice
+from fl_uav.netmodel.radio import RadioLink
+from fl_uav.planning.lgc_control import (
+    DdpgConfig,
+    DdpgPolicy,
+    FixedPolicy,
+    GreedyChannelPolicy,
+    LgcChannel,
+    LgcDecision,
+    LgcEnv,
+    LgcEnvConfig,
+    RandomPolicy,
+    decode_action,
+    encode_decision,
+    evaluate_policy,
+    table1_channels,
+    train_ddpg,
+)
+
+
+def _tiny_config(**kw):
+    channels = (LgcChannel('cheap_slow', 1000.0, 4000, RadioLink(bandwidth_hz=2e5)),
+                LgcChannel('dear_fast', 4000.0, 4000, RadioLink(bandwidth_hz=5e6)))
+    defaults = dict(channels=channels, model_dim=20_000, max_local_steps=6, batch_size=16,
+                    cpu=CpuDevice(cpu_freq_hz=1e9), entries_scale=1500.0, max_rounds=60)
+    return LgcEnvConfig(**{**defaults, **kw})
+
+
+def test_round_cost_is_compute_plus_table1_comm_plus_hover():
+    # Arrange: 1 GHz, varrho 1.25e-26, b = 16, c0 = 2.7e8 -> 54 J and 4.32 s per step.
+    config = _tiny_config(download_s=0.5)
+    env = LgcEnv(config)
+    rates = np.array([1e6, 4e6])
+    decision = LgcDecision(3, (1000, 2000))
+
+    # Act
+    cost = env.round_cost(decision, rates)
+
+    # Assert: parallel layers -> comm time = max(1000*64/1e6, 2000*64/4e6) = 0.064 s.
+    time_s = 3 * 4.32 + 0.064 + 0.5
+    energy_j = 3 * 54.0 + (1000 * 8e-6 * 1000.0 + 2000 * 8e-6 * 4000.0) + 20.0 * time_s
+    assert cost.time_s == pytest.approx(time_s)
+    assert cost.energy_j == pytest.approx(energy_j)
+    assert cost.progress == pytest.approx(
+        0.08 * (1 - np.exp(-3 / 3.0)) * (1 - np.exp(-3000 / 1500.0)))
+    assert env.reward(cost) > 0
+
+
+def test_action_decoding_respects_the_caps_and_round_trips():
+    config = _tiny_config(max_total_entries=5000)
+
+    low = decode_action([-1, -1, -1], config)
+    high = decode_action([1, 1, 1], config)
+    mid = decode_action([0, 0, 0], config)
+
+    assert low == LgcDecision(1, (0, 0))
+    assert high.local_steps == 6 and high.total_entries <= 5000          # (10b), (10c)
+    assert high.entries_per_channel == (2500, 2500)
+    assert decode_action(encode_decision(mid, config), config) == mid
+    with pytest.raises(ValueError, match='action must hold 3'):
+        decode_action([0, 0], config)
+
+
+def test_heuristic_fills_the_cheapest_channel_first():
+    assert GreedyChannelPolicy.allocate(120, [3.0, 1.0, 2.0], [100, 50, 100]) == (0, 50, 70)
+    assert GreedyChannelPolicy.allocate(500, [3.0, 1.0, 2.0], [100, 50, 100]) == (100, 50, 100)
+    assert GreedyChannelPolicy.allocate(10, [1.0, 1.0], [100, 100]) == (10, 0)
+
+
+def test_heuristic_on_table1_channels_uses_3g_then_4g_when_only_energy_counts():
+    # Arrange: LGC Table 1 prices 3G < 4G < 5G; the time weight is 0 and hover is off.
+    config = LgcEnvConfig(channels=table1_channels(30_000), weights=(1.0, 0.0),
+                          hover_power_w=0.0)
+    env = LgcEnv(config, seed=0)
+
+    decision = GreedyChannelPolicy(4, 45_000).decide(env, env.reset())
+
+    assert decision == LgcDecision(4, (30_000, 15_000, 0))
+
+
+def test_ddpg_policy_beats_a_random_policy_after_short_training():
+    # Arrange
+    config = _tiny_config()
+    ddpg = DdpgConfig(train_steps=500, warmup_steps=100, batch_size=32)
+
+    # Act
+    agent, log = train_ddpg(config, ddpg, seed=0, episode_rounds=25)
+    learned = evaluate_policy(config, DdpgPolicy(agent), seed=11)
+    random = evaluate_policy(config, RandomPolicy(seed=11), seed=11)
+
+    # Assert
+    assert learned.mean_reward > 1.2 * random.mean_reward
+    assert np.mean(log.episode_returns[-3:]) > np.mean(log.episode_returns[:3])
+    assert all(np.isfinite(log.critic_losses))
+
+
+def test_training_is_deterministic_given_the_seed():
+    config = _tiny_config()
+    ddpg = DdpgConfig(hidden=16, train_steps=150, warmup_steps=50, batch_size=16)
+
+    a, _ = train_ddpg(config, ddpg, seed=4)
+    b, _ = train_ddpg(config, ddpg, seed=4)
+
+    state = LgcEnv(config, seed=1).reset()
+    np.testing.assert_array_equal(a.act(state), b.act(state))
+
+
+def test_fixed_policy_repeats_its_decision_and_evaluation_reaches_the_target():
+    config = _tiny_config()
+    decision = LgcDecision(3, (2000, 1000))
+
+    result = evaluate_policy(config, FixedPolicy(decision), seed=2)
+
+    assert result.reached and 0 < result.rounds < config.max_rounds
+    assert result.energy_j > 0 and result.time_s > 0
+
+
+@pytest.mark.parametrize('kwargs, message', [
+    (dict(channels=()), 'at least one channel'),
+    (dict(max_local_steps=0), 'max_local_steps'),
+    (dict(target_loss=5.0), 'initial_loss > target_loss'),
+    (dict(weights=(0.0, 0.0)), 'weights'),
+])
+def test_bad_env_config_is_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        _tiny_config(**kwargs)
+
+
+def test_bad_channel_is_named():
+    with pytest.raises(ValueError, match="channel 'x': max_entries"):
+        LgcChannel('x', 1.0, 0)
