@@ -10,6 +10,7 @@ import pytest
 
 from fl_uav.compression.codec import GROUND_STATION_ID, FrameKind, decode_frame, encode_frame
 from fl_uav.compression.codec_v2 import (
+    ALL_REASONS_V2,
     VERSION_V2,
     decode_v2,
     encode_qsgd,
@@ -471,3 +472,27 @@ def test_scaffold_needs_its_strategy_and_dense_uploads_in_the_fleet():
         build_config(FleetConfig, {'learning.client_algorithm': 'scaffold',
                                    'aggregation.strategy': 'scaffold',
                                    'compression.method': 'qsgd'})
+
+
+@pytest.mark.parametrize('method', ['range', 'lgc'])
+def test_no_corruption_of_a_compressed_upload_makes_the_station_raise(method):
+    # Prepare: a real upload; every byte flipped in turn, the CRC recomputed each time
+    overrides = ({'compression.method': 'lgc', 'compression.lgc_channel_entries': [50, 150]}
+                 if method == 'lgc' else {'compression.method': 'range'})
+    config = build_config(FleetConfig, {'num_drones': 1, 'learning.model': 'tiny_cnn',
+                                        'learning.min_samples_to_train': 4, **overrides})
+    agent = DroneAgent(config, 0, map_labeler(config.world, config.camera))
+    station = GroundStation(config, *_eval_set())
+    _fill(agent, 6, seed=9)
+    upload = agent.train_round(agent.accept_global_frame(station.open_round(0.0).frame)).frames[0]
+    known = set(ALL_REASONS_V2) | {'accepted', 'duplicate', 'shape', 'wrong_kind', 'wrong_round',
+                                   'unknown_sender', 'metadata'}
+    # Execute
+    reasons = set()
+    for pos in range(len(upload) - 4):
+        bad = bytearray(upload)
+        bad[pos] ^= 0xFF
+        body = bytes(bad[:-4])
+        reasons.add(station.receive_update(body + struct.pack('<I', zlib.crc32(body))).reason)
+    # Assert
+    assert reasons <= known and len(reasons) > 3, reasons
