@@ -250,6 +250,13 @@ class DroneAgent:
             'waypoints_reached': self.waypoints_reached,
             'class_counts': self.class_counts().tolist(),
         }
+        frames = self._encode(task, delta, mask, delta_c, metadata)
+        return UpdateReport(task.round_index, frames, num_samples, steps, loss,
+                            time.perf_counter() - start)
+
+    def _encode(self, task: RoundTask, delta: dict, mask: dict | None, delta_c: dict | None,
+                metadata: dict) -> tuple[bytes, ...]:
+        """The frames that carry this round's update (the configured compressor's output)."""
         # Flattened in the global frame's tensor order (the station unflattens in that order).
         delta = {name: delta[name] for name in task.weights}
         if isinstance(self._client, ScaffoldClient):   # Δc_k beside Δ (dense v1 tensors)
@@ -259,20 +266,18 @@ class DroneAgent:
         extra = {}
         if isinstance(self._compressor, CeoaflCompressor) and \
                 self._compressor.raw_probability is None:      # 2CEOAFL's q = δ_u^t
-            extra['raw_probability'] = float(metrics.get(PRUNE_FRACTION_KEY, 0.0))
+            extra['raw_probability'] = float(metadata.get(PRUNE_FRACTION_KEY, 0.0))
         rng = np.random.default_rng((self.config.world.seed, self.drone_id, task.round_index))
         sent, _ = self._compressor.compress(delta, rng, round_index=task.round_index,
                                             sender=self.drone_id,
                                             fingerprint=self._fingerprint, mask=mask,
                                             metadata=metadata, **extra)
-        frames = (sent,)
         if isinstance(self._compressor, LgcCompressor):
             # LGC: one frame per layer; a layer whose channel drops it this round is not sent
             # (the compressor kept it in its residual, LGC §2.5).
             layers = split_frames(sent)
-            frames = tuple(layers[c] for c in self._compressor.last_received)
-        return UpdateReport(task.round_index, frames, num_samples, steps, loss,
-                            time.perf_counter() - start)
+            return tuple(layers[c] for c in self._compressor.last_received)
+        return (sent,)
 
     def _structured_mask(self, global_weights: dict) -> dict | None:
         """The coordinates this round's structurally pruned model covers (filters chosen on the

@@ -238,7 +238,8 @@ class GroundStation:
         return verdict
 
     def _decode_update(self, data: bytes) -> _ReceivedUpdate:
-        """Decode a v1 UPDATE or a v2 QSGD / range / raw frame into a dense named delta."""
+        """Decode a v1 UPDATE (with SCAFFOLD: Δc_k as prefixed tensors) or a v2 QSGD / range /
+        raw frame or one LGC layer frame into a dense named delta and the sender's metadata."""
         if len(data) > _VERSION_OFFSET and data[_VERSION_OFFSET] == VERSION_V2:
             v2 = decode_v2(data, self._limits, expected_fingerprint=self._fingerprint)
             if v2.kind not in _V2_UPDATE_KINDS:
