@@ -147,7 +147,7 @@ class LgcEnvConfig:
     initial_loss: float = 2.3
     min_loss: float = 0.1
     target_loss: float = 0.3
-    weights: tuple[float, float] = (1.0, 0.5)
+    weights: tuple[float, float] = (1.0, 0.1)
     max_rounds: int = 400
 
     def __post_init__(self) -> None:
