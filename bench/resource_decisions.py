@@ -165,8 +165,8 @@ def lgc_section(seed: int, quick: bool) -> None:
                   + (f'  (trained {train_s:.1f} s)' if name == 'ddpg' else ''))
     fixed = sum(totals['fixed'])
     for name in totals:
-        print(f'  fleet total {name:<10} {sum(totals[name]) / 1e3:>9.1f} kJ '
-              f'({1.0 - sum(totals[name]) / fixed:+.1%} vs fixed: saving), '
+        print(f'  fleet total {name:<10} {sum(totals[name]) / 1e3:>9.1f} kJ to the target loss '
+              f'(saves {1.0 - sum(totals[name]) / fixed:.1%} vs fixed), '
               f'time {sum(times[name]):.0f} s')
 
 
