@@ -360,6 +360,20 @@ def effective_receivers(q: float, draws: int) -> float:
     return float((1.0 - q ** draws) / terms.sum())
 
 
+def effective_weights(selection_probs: ArrayLike, packet_error: ArrayLike, draws: int
+                      ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """(β̄, ᾱ) of FedDPQ Lemma 3 / Theorem 1 in closed form for i.i.d. draws.
+
+    β̄_u = E[Σ α g / Σ α | Σ α ≠ 0] and ᾱ_u = E[Σ α g / (Σ α)² | Σ α ≠ 0] as weights on g_u
+    (appendix A.1, B.1): β̄_u = τ_u (1 − q_u) / (1 − q̄), ᾱ_u = β̄_u / S̄(q̄), q̄ = Σ τ_u q_u.
+    """
+    tau = np.asarray(selection_probs, np.float64)
+    q = np.asarray(packet_error, np.float64)
+    q_bar = float(tau @ q)
+    beta = tau * (1.0 - q) / (1.0 - q_bar)
+    return beta, beta / effective_receivers(q_bar, draws)
+
+
 def _dispersion_coeff(q_max: float, draws: int) -> float:
     """Σ_{k=2..S} q_max^(S−k) C(S,k) / (1 − q_max^S), the q-dispersion weight of eq. (29)."""
     if draws < 2:
@@ -440,8 +454,7 @@ class FeddpqModel:
         # Theorem 1 (eq. (29)) with closed-form β̄, ᾱ.
         s = f.draws_per_round
         q_bar = float(tau @ q_u)
-        beta = tau * (1.0 - q_u) / (1.0 - q_bar)
-        alpha = beta / effective_receivers(q_bar, s)
+        beta, alpha = effective_weights(tau, q_u, s)
         chi_sq = float(np.sum((beta - tau) ** 2 / tau))
         disp = _dispersion_coeff(float(q_u.max()), s) * float(tau @ ((q_u - q_bar) ** 2 * z_sq))
         eta, lip = c.lr, c.smoothness

@@ -18,6 +18,7 @@ from fl_uav.planning.feddpq_opt import (
     FeddpqKnobs,
     FeddpqModel,
     effective_receivers,
+    effective_weights,
     optimise_feddpq,
     packet_error_range,
 )
@@ -72,6 +73,25 @@ def test_effective_receivers_match_the_digest_table():
     assert effective_receivers(0.0, 10) == pytest.approx(10.0)
     assert effective_receivers(0.1, 10) == pytest.approx(8.887, abs=1e-3)
     assert effective_receivers(0.5, 10) == pytest.approx(4.365, abs=1e-3)
+
+
+def test_effective_weights_match_a_monte_carlo_of_eq_18():
+    # Arrange: 3 drones, unequal q_u, S = 4 i.i.d. draws with P(u) = tau_u (FedDPQ eq. (7)).
+    tau, q, draws = np.array([0.5, 0.3, 0.2]), np.array([0.05, 0.3, 0.6]), 4
+    rng = np.random.default_rng(0)
+    picks = rng.choice(3, size=(200_000, draws), p=tau)
+    ok = rng.random(picks.shape) >= q[picks]
+    count = ok.sum(axis=1)
+    keep = count > 0
+    hits = np.stack([((picks == u) & ok).sum(axis=1) for u in range(3)], axis=1)[keep]
+
+    # Act
+    beta, alpha = effective_weights(tau, q, draws)
+
+    # Assert: E[sum alpha g / sum alpha] and E[sum alpha g / (sum alpha)^2] given >= 1 success.
+    np.testing.assert_allclose(beta, (hits / count[keep, None]).mean(axis=0), atol=3e-3)
+    np.testing.assert_allclose(alpha, (hits / count[keep, None] ** 2).mean(axis=0), atol=3e-3)
+    assert beta.sum() == pytest.approx(1.0)
 
 
 def test_common_q_is_used_when_the_fleet_admits_one():
