@@ -277,7 +277,8 @@ class OsaflClient(ClientAlgorithm):
         batches_per_pass = math.ceil(len(labels) / config.batch_size)
         config = dataclasses.replace(config, max_steps=kappa,
                                      local_epochs=math.ceil(kappa / batches_per_pass),
-                                     proximal_mu=float(knobs.get(PROXIMAL_MU_KNOB, 0.0)))
+                                     proximal_mu=float(knobs.get(PROXIMAL_MU_KNOB,
+                                                                 config.proximal_mu)))
         [update] = train_clients_sequential(model, global_weights, [(inputs, labels)], config,
                                             [seed])
         steps = update.result.steps
@@ -325,6 +326,7 @@ class ScaffoldClient(ClientAlgorithm):
                                         momentum=config.momentum,
                                         weight_decay=config.weight_decay)
         anchor = proximal_anchor(model, config)
+        anchors = dict(zip(named, anchor)) if anchor is not None else {}
         loss_fn = nn.CrossEntropyLoss()
         model.train()
         loss_sum = 0.0
@@ -340,9 +342,8 @@ class ScaffoldClient(ClientAlgorithm):
                 for name, p in named.items():
                     if p.grad is not None:
                         p.grad.add_(correction[name])
-                        if anchor is not None:
-                            p.grad.add_(p - anchor[list(named).index(name)],
-                                        alpha=config.proximal_mu)
+                        if name in anchors:   # FedProx's term, if configured
+                            p.grad.add_(p - anchors[name], alpha=config.proximal_mu)
             optimizer.step()
             loss_sum += value
         steps = len(batches)
