@@ -157,3 +157,20 @@ def test_cli_rejects_an_unknown_client_algorithm_with_the_choices(tmp_path, caps
     code = cli_main(['experiment', str(QUICK), '--out', str(tmp_path / 'x'),
                      '--set', 'learning.client_algorithm=fedsgd'])
     assert code == 2 and 'scaffold' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize('name, client, strategy, compression', [
+    ('ceoafl_fmnist', '2ceoafl', '2ceoafl', 'ceoafl'),
+    ('feddpq_fmnist', 'feddpq', 'feddpq', 'range'),
+    ('lgc_fmnist', 'sgd', 'lgc', 'lgc'),
+    ('osafl_fmnist', 'osafl', 'osafl', 'none'),
+    ('fedavg_osafl_setting_fmnist', 'osafl', 'fedavg', 'none'),
+])
+def test_paper_configs_select_their_client_strategy_and_compressor(name, client, strategy,
+                                                                   compression):
+    flat = read_params_file(REPO / 'config' / 'experiments' / f'{name}.yaml')
+    config = build_config(ExperimentConfig, flat)
+    assert (config.learning.client_algorithm, config.aggregation.strategy,
+            config.compression.method) == (client, strategy, compression)
+    assert (config.num_drones, config.num_rounds, config.data.dataset,
+            config.data.dirichlet_alpha) == (20, 50, 'fashion_mnist', 0.5)
