@@ -53,7 +53,11 @@ from fl_uav.learning.pruning import (
     two_ceoafl_local_update,
 )
 from fl_uav.learning.training import NonFiniteLossError, TrainConfig, proximal_anchor
-from fl_uav.learning.vectorized import client_batches, train_clients_sequential
+from fl_uav.learning.vectorized import (
+    client_batches,
+    exact_steps_config,
+    train_clients_sequential,
+)
 from fl_uav.learning.weights import Weights, get_weights, set_weights
 
 CLIENT_ALGORITHMS = ('sgd', '2ceoafl', 'feddpq', 'osafl', 'scaffold')
@@ -258,9 +262,11 @@ class OsaflClient(ClientAlgorithm):
     seeded permutations, passes repeated as needed). It reports ``steps`` = κ_u^t, from which
     the osafl strategy forms d_u = −Δ/(η κ_u) (eq. (7)); fednova and afacd read it too.
     Mini-batches are those of the sgd client with the same seed (common random numbers).
+    The engine's vectorised trainer computes the same (``VectorizedTrainer.train(steps=...)``).
     """
 
     name = 'osafl'
+    vectorizable = True
 
     def __init__(self, min_steps: int = 1, max_steps: int = 15) -> None:
         if not 1 <= min_steps <= max_steps:
@@ -273,12 +279,9 @@ class OsaflClient(ClientAlgorithm):
 
     def train(self, model, global_weights, inputs, labels, config, seed, knobs):
         _check_data(inputs, labels)
-        kappa = self.draw_steps(seed)
-        batches_per_pass = math.ceil(len(labels) / config.batch_size)
-        config = dataclasses.replace(config, max_steps=kappa,
-                                     local_epochs=math.ceil(kappa / batches_per_pass),
-                                     proximal_mu=float(knobs.get(PROXIMAL_MU_KNOB,
-                                                                 config.proximal_mu)))
+        config = dataclasses.replace(
+            exact_steps_config(config, len(labels), self.draw_steps(seed)),
+            proximal_mu=float(knobs.get(PROXIMAL_MU_KNOB, config.proximal_mu)))
         [update] = train_clients_sequential(model, global_weights, [(inputs, labels)], config,
                                             [seed])
         steps = update.result.steps

@@ -41,6 +41,7 @@ Batches come from one shared function (``client_batches``), so the sequential re
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -110,6 +111,15 @@ def client_batches(num_samples: int, config: TrainConfig, seed: int,
             if config.max_steps and len(batches) >= config.max_steps:
                 return batches
     return batches
+
+
+def exact_steps_config(config: TrainConfig, num_samples: int, steps: int) -> TrainConfig:
+    """``config`` changed so a client with ``num_samples`` samples takes exactly ``steps``
+    mini-batch steps (passes over its data repeated as needed, the last one cut short)."""
+    if steps < 1 or num_samples < 1:
+        raise ValueError(f'steps and num_samples must be >= 1, got {steps}, {num_samples}')
+    per_pass = math.ceil(num_samples / config.batch_size)
+    return dataclasses.replace(config, max_steps=steps, local_epochs=math.ceil(steps / per_pass))
 
 
 def _as_tensors(data: ClientData) -> tuple[torch.Tensor, torch.Tensor]:
@@ -407,9 +417,12 @@ class VectorizedTrainer:
 
     # -- training --
     def train(self, global_weights: Weights, client_data: Sequence[ClientData],
-              seeds: Sequence[int], shuffle: ShuffleFn = numpy_epoch_orders) -> list[LocalUpdate]:
+              seeds: Sequence[int], shuffle: ShuffleFn = numpy_epoch_orders,
+              steps: Sequence[int] | None = None) -> list[LocalUpdate]:
         """Train every client from ``global_weights``; results are in the input order.
 
+        ``steps`` (optional, one per client): client i takes exactly steps[i] steps
+        (:func:`exact_steps_config`, e.g. OSAFL's random κ_u^t) instead of the config's.
         The returned weights are numpy views into one buffer per chunk (no copies).
         """
         _check_inputs(client_data, seeds)
@@ -425,8 +438,13 @@ class VectorizedTrainer:
                 raise ValueError(f'weight {name!r}: shape {array.shape} != model '
                                  f'{self._shapes[name]}')
             global_params[name] = torch.from_numpy(array)
-        batches = [client_batches(len(data[0]), self.config, seed, shuffle)
-                   for data, seed in zip(client_data, seeds)]
+        if steps is not None and len(steps) != len(client_data):
+            raise ValueError(f'{len(client_data)} clients but {len(steps)} step counts')
+        configs = ([self.config] * len(client_data) if steps is None else
+                   [exact_steps_config(self.config, len(data[0]), k)
+                    for data, k in zip(client_data, steps)])
+        batches = [client_batches(len(data[0]), config, seed, shuffle)
+                   for data, seed, config in zip(client_data, seeds, configs)]
         # Longest first: at any step the clients still training are a prefix of the chunk.
         order = sorted(range(len(client_data)), key=lambda i: -len(batches[i]))
         updates: list[LocalUpdate | None] = [None] * len(client_data)

@@ -336,11 +336,15 @@ class ExperimentEngine:
                        config: TrainConfig, knobs: dict[int, dict]) -> list[ClientResult]:
         """Run every active drone's client algorithm on this round's global model.
 
-        sgd with ``engine.vectorized`` trains all drones at once (the same computation,
-        fl_uav.learning.vectorized); every other algorithm runs drone by drone on its instance.
+        With ``engine.vectorized``, sgd and osafl (whose client computes the same, with its
+        random κ_u^t) train all drones at once (fl_uav.learning.vectorized); every other
+        algorithm runs drone by drone on its instance.
         """
-        if self.config.learning.client_algorithm == 'sgd' and self.config.engine.vectorized:
-            return self._train_vectorized(r, active, client_data, seeds, config)
+        name = self.config.learning.client_algorithm
+        if name in ('sgd', 'osafl') and self.config.engine.vectorized:
+            steps = ([self._client(k).draw_steps(seed) for k, seed in zip(active, seeds)]
+                     if name == 'osafl' else None)
+            return self._train_vectorized(r, active, client_data, seeds, config, steps)
         shared = {}
         if isinstance(self.strategy, Scaffold):   # c travels with the model (in process)
             shared[SERVER_CONTROL_KNOB] = self.strategy.server_control(self.weights)
@@ -355,8 +359,10 @@ class ExperimentEngine:
         return results
 
     def _train_vectorized(self, r: int, active: list[int], client_data, seeds: list[int],
-                          config: TrainConfig) -> list[ClientResult]:
-        """The sgd client for all drones at once (structured pruning included)."""
+                          config: TrainConfig, steps: list[int] | None = None
+                          ) -> list[ClientResult]:
+        """The sgd client (structured pruning included) or, with ``steps``, the osafl client
+        for all drones at once."""
         model, start, index_map = self.model, self.weights, None
         keep = self.config.learning.structured_keep
         if keep < 1.0:   # structured pruning: every drone trains this round's smaller model
@@ -366,7 +372,7 @@ class ExperimentEngine:
             self.config.engine.torch_threads)
         trainer.config = config
         try:
-            updates = trainer.train(start, client_data, seeds)
+            updates = trainer.train(start, client_data, seeds, steps=steps)
         except NonFiniteLossError as exc:
             drone = self._first_diverging_drone(active, client_data, seeds, config)
             raise ExperimentError(f'round {r}, drone {drone}: non-finite training loss ({exc});'

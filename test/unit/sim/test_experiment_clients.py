@@ -174,3 +174,13 @@ def test_paper_configs_select_their_client_strategy_and_compressor(name, client,
             config.compression.method) == (client, strategy, compression)
     assert (config.num_drones, config.num_rounds, config.data.dataset,
             config.data.dirichlet_alpha) == (20, 50, 'fashion_mnist', 0.5)
+
+
+def test_osafl_vectorized_equals_its_drone_by_drone_run(tmp_path):
+    overrides = {'learning.client_algorithm': 'osafl', 'aggregation.strategy': 'osafl',
+                 'num_rounds': 3}
+    run_experiment(_config(**overrides, **{'engine.vectorized': True}), tmp_path / 'v',
+                   echo=lambda _: None)
+    run_experiment(_config(**overrides), tmp_path / 's', echo=lambda _: None)
+    assert [float(r['loss']) for r in _rows(tmp_path / 'v')] == pytest.approx(
+        [float(r['loss']) for r in _rows(tmp_path / 's')], rel=1e-3)
