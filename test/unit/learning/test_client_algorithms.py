@@ -21,7 +21,7 @@ from fl_uav.learning.client_algorithms import (
     build_client_algorithm,
 )
 from fl_uav.learning.models import build_model
-from fl_uav.learning.pruning import feddpq_local_gradient, is_prunable
+from fl_uav.learning.pruning import feddpq_local_gradient, feddpq_prune, is_prunable
 from fl_uav.learning.training import TrainConfig
 from fl_uav.learning.weights import get_weights
 
@@ -176,3 +176,21 @@ def test_scaffold_state_round_trips_and_a_lost_upload_keeps_the_old_variate():
     for key, value in saved.items():
         np.testing.assert_array_equal(restored.state_dict()[key], value)
         np.testing.assert_array_equal(client.state_dict()[key], value)
+
+
+def test_feddpq_several_steps_keep_the_trained_model_pruned():
+    # Arrange
+    model = _model()
+    received = get_weights(model)
+    x, y = _data()
+    # Act
+    result = FedDpqClient(local_steps=3, prune_fraction=0.5).train(model, received, x, y,
+                                                                   CONFIG, 1, {})
+    # Assert: every step was taken at a pruned point, the update itself is not masked
+    _, mask = feddpq_prune(received, 0.5)
+    trained = get_weights(model)
+    pruned = {n: ~mask[n] for n in received if (~mask[n]).any()}
+    assert pruned
+    assert all(np.all(trained[n][m] == 0.0) for n, m in pruned.items())
+    assert sum(np.count_nonzero(result.delta[n][m]) for n, m in pruned.items()) > 0
+    assert result.steps == 3 and result.compute_dense_steps == pytest.approx(1.5)
