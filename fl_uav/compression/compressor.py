@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from fl_uav.compression.codec import FrameKind, encode_frame
+from fl_uav.compression.codec import FrameKind, encode_frame, encoded_size
 from fl_uav.compression.codec_v2 import decode_v2, encode_qsgd, encode_range
 from fl_uav.compression.quantization import (
     flatten,
@@ -96,6 +96,14 @@ class NoCompression(Compressor):
         frame = encode_frame(FrameKind.UPDATE, round_index, sender, fingerprint, sent,
                              metadata or {})
         return frame, sent
+
+    @staticmethod
+    def frame_size(delta: Mapping[str, np.ndarray],
+                   metadata: Mapping[str, Any] | None = None) -> int:
+        """``len(compress(delta, …)[0])`` without building the frame (no copy, no CRC): what
+        a simulation charges for an unmasked dense upload."""
+        return encoded_size({n: np.asarray(v, np.float32) for n, v in delta.items()},
+                            metadata or {})
 
 
 class QsgdCompressor(Compressor):

@@ -34,7 +34,7 @@ from fl_uav.aggregation.feddpq import DRAWS_KNOB
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.aggregation.scaffold import Scaffold
 from fl_uav.compression.codec import encoded_size
-from fl_uav.compression.compressor import Compressor
+from fl_uav.compression.compressor import Compressor, NoCompression
 from fl_uav.compression.paper_compressors import CeoaflCompressor
 from fl_uav.configschema import to_flat
 from fl_uav.learning import partition
@@ -264,21 +264,23 @@ class ExperimentEngine:
         down_bits = 8 * encoded_size(self.weights, {'round': r})
         down_s = down_bits / self.config.system.downlink_rate_bit_s
         late = []
+        batch = self.config.learning.batch_size   # FedDPQ eqs. (35)-(36): one dense SGD step;
+        step_s = float(self.cpu.train_time_s(batch, 0.0))    # the client's relative cost
+        step_j = float(self.cpu.train_energy_j(batch, 0.0))  # multiplies it per drone
         for k, result in zip(active, results):
             loss = float(result.mean_loss)
             if not math.isfinite(loss) or not all(np.all(np.isfinite(v))
                                                   for v in result.delta.values()):
                 raise ExperimentError(f'round {r}, drone {k}: non-finite training loss '
                                       f'({loss}); partial results are in {self.out_dir}')
-            frame, delta = self._compress(k, r, result)
-            up_bits = 8 * len(frame)
+            up_bytes, delta = self._compress(k, r, result)
+            up_bits = 8 * up_bytes
             rate = float(self.link.sample_rate_bit_s(self.distance_m[k], rng))
             up_s = up_bits / max(rate, 1e-9)
             steps, dense_steps = result.steps, result.compute_dense_steps
-            batch = self.config.learning.batch_size   # FedDPQ eqs. (35)-(36), the client's cost
-            comp_s = (dense_steps * float(self.cpu.train_time_s(batch, 0.0))
+            comp_s = (dense_steps * step_s
                       + float(self.cpu.gen_time_s(mixed[k][2])))   # FedDPQ eq. (34)
-            energy = (dense_steps * float(self.cpu.train_energy_j(batch, 0.0))
+            energy = (dense_steps * step_j
                       + float(self.cpu.gen_energy_j(mixed[k][2]))   # FedDPQ eq. (33)
                       + self.config.system.tx_power_w * up_s)
             total_s = down_s + comp_s + up_s
@@ -389,16 +391,20 @@ class ExperimentEngine:
                                         compute_dense_steps=steps * keep))
         return results
 
-    def _compress(self, drone: int, r: int, result: ClientResult) -> tuple[bytes, Weights]:
-        """Encode one drone's update; returns (sent bytes, what the station decodes)."""
+    def _compress(self, drone: int, r: int, result: ClientResult) -> tuple[int, Weights]:
+        """Encode one drone's update; returns (frame bytes sent, what the station decodes)."""
         compressor = self._compressor(drone)
+        if isinstance(compressor, NoCompression) and result.mask is None:
+            # A dense v1 frame carries the delta unchanged: charge its exact length unbuilt.
+            return compressor.frame_size(result.delta), result.delta
         extra = {}
         if isinstance(compressor, CeoaflCompressor) and compressor.raw_probability is None:
             extra['raw_probability'] = float(result.metrics.get(PRUNE_FRACTION_KEY, 0.0))
-        return compressor.compress(
+        frame, delta = compressor.compress(
             result.delta, np.random.default_rng(_round_seed(self.config.seed, r, 20 + drone)),
             round_index=r, sender=drone, fingerprint=self.fingerprint, mask=result.mask,
             **extra)
+        return len(frame), delta
 
     def _first_diverging_drone(self, active, client_data, seeds, config) -> int | str:
         """Replay the round one drone at a time to name the drone whose loss diverged."""

@@ -22,6 +22,18 @@ def test_none_is_a_dense_v1_frame_and_exact():
         np.testing.assert_array_equal(decoded[name], value)
 
 
+@pytest.mark.parametrize('dtype', [np.float32, np.float64])
+def test_none_frame_size_equals_the_built_frame_length(dtype):
+    # Arrange: what the engine charges without building the frame
+    delta = {n: v.astype(dtype) for n, v in _delta().items()}
+    compressor = build_compressor('none')
+    # Act
+    frame, _ = compressor.compress(delta, np.random.default_rng(1), round_index=3, sender=7,
+                                   fingerprint=b'f' * 8)
+    # Assert
+    assert compressor.frame_size(delta) == len(frame)
+
+
 def test_qsgd_frame_has_the_formula_size_and_is_unbiased_on_average():
     # Prepare
     delta, compressor = _delta(), build_compressor('qsgd', qsgd_levels=3)
