@@ -15,6 +15,7 @@ from fl_uav.learning.client_algorithms import CLIENT_ALGORITHMS, build_client_al
 from fl_uav.learning.models import MODEL_NAMES
 from fl_uav.learning.training import OPTIMIZERS
 from fl_uav.planning.coverage import CoverageConfig
+from fl_uav.planning.geofence import Geofence, GeofenceConfig, resolve_geofence
 from fl_uav.sim.autopilot import AutopilotSimConfig
 from fl_uav.world.camera import CameraConfig
 from fl_uav.world.landcover import WorldConfig
@@ -254,6 +255,7 @@ class FleetConfig:
     rounds: RoundConfig = field(default_factory=RoundConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
     coverage: CoverageConfig = field(default_factory=CoverageConfig)
+    geofence: GeofenceConfig = field(default_factory=GeofenceConfig)
     flight: FlightConfig = field(default_factory=FlightConfig)
     autopilot: AutopilotSimConfig = field(default_factory=AutopilotSimConfig)
     codec: CodecConfig = field(default_factory=CodecConfig)
@@ -262,6 +264,13 @@ class FleetConfig:
     def __post_init__(self) -> None:
         if not (1 <= self.num_drones <= 250):
             raise ValueError(f'num_drones must be in [1, 250], got {self.num_drones}')
+        fence = self.geofence_enu()      # the take-off is flown too: it must be in the band
+        for key, up_m in (('flight.takeoff_altitude_m', self.flight.takeoff_altitude_m),
+                          ('coverage.altitude_m', self.coverage.altitude_m)):
+            if not fence.min_up_m <= up_m <= fence.max_up_m:
+                raise ValueError(f'{key} {up_m} m is outside the geofence altitude band '
+                                 f'[geofence.min_up_m, geofence.max_up_m] = '
+                                 f'[{fence.min_up_m}, {fence.max_up_m}] m')
         # SCAFFOLD in the fleet: c and Δc_k travel as extra dense tensors of v1 frames.
         client, strategy = self.learning.client_algorithm, self.aggregation.strategy
         if (client == 'scaffold') != (strategy == 'scaffold'):
@@ -272,3 +281,8 @@ class FleetConfig:
             raise ValueError(f'learning.client_algorithm scaffold needs compression.method none '
                              f'in the fleet (Δc travels as dense tensors beside the update), got '
                              f'{self.compression.method!r}')
+
+    def geofence_enu(self) -> Geofence:
+        """The drones' geofence (ENU m): geofence.source 'world' is the world less
+        coverage.margin_m, 'box' the geofence.*_m limits."""
+        return resolve_geofence(self.geofence, self.world.size_m, self.coverage.margin_m)

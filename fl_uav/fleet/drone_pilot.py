@@ -1,7 +1,10 @@
 """The drone's round as a coroutine: fly the plan through the Vehicle, then train off-loop.
 
 Asynchronous and ROS-free; the drone node runs it on the vehicle's event loop
-(:class:`fl_uav.vehicle.runner.VehicleRunner`) and publishes what it returns.
+(:class:`fl_uav.vehicle.runner.VehicleRunner`) and publishes what it returns. Every plan is
+checked against the drone's own geofence (:mod:`fl_uav.planning.geofence`) before anything is
+sent to the autopilot; a plan that leaves it is rejected whole, counted by reason and logged,
+and the drone flies nothing that round (it holds in the air, or stays on the ground).
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
@@ -16,6 +20,7 @@ from dataclasses import dataclass
 from fl_uav.fleet.config import FlightConfig
 from fl_uav.fleet.drone_agent import DroneAgent, UpdateReport
 from fl_uav.fleet.messages import PoseSample, RoundTask
+from fl_uav.planning.geofence import Geofence, GeofenceViolationError, require_inside
 from fl_uav.vehicle.interface import Vehicle, VehicleError, WaypointEnu
 
 _log = logging.getLogger(__name__)
@@ -36,11 +41,13 @@ class DronePilot:
     """Flies each round's plan and hands the buffer to the agent for training."""
 
     def __init__(self, agent: DroneAgent, vehicle: Vehicle, flight: FlightConfig,
-                 train_executor: Executor) -> None:
+                 train_executor: Executor, *, geofence: Geofence) -> None:
         self.agent = agent
         self.vehicle = vehicle
         self.flight = flight
+        self.geofence = geofence
         self.state = FlightState()
+        self.plans_rejected: Counter[str] = Counter()   # by the first violation's reason
         self._train_executor = train_executor
         self._lock: asyncio.Lock | None = None
 
@@ -66,12 +73,20 @@ class DronePilot:
                 await self.vehicle.takeoff(self.flight.takeoff_altitude_m)
                 self.state.airborne = True
 
+    def checked_mission(self, task: RoundTask) -> list[WaypointEnu]:
+        """The round's plan as a mission, if every waypoint is inside the geofence; else
+        GeofenceViolationError naming the waypoints and why."""
+        require_inside(task.plan, self.geofence)
+        return [WaypointEnu(w.east_m, w.north_m, w.up_m) for w in task.plan]
+
     async def fly_plan(self, task: RoundTask) -> int:
-        """Fly the round's waypoints as a mission; returns the waypoints reached."""
+        """Fly the round's waypoints as a mission; returns the waypoints reached. The plan is
+        checked before arming or uploading: a plan outside the geofence raises
+        GeofenceViolationError and nothing is sent to the vehicle."""
         if not task.plan:
             return 0
+        waypoints = self.checked_mission(task)
         await self.ensure_airborne()
-        waypoints = [WaypointEnu(w.east_m, w.north_m, w.up_m) for w in task.plan]
         return await self.vehicle.fly_waypoints(waypoints, self.flight.speed_m_s)
 
     def flight_budget_s(self, task: RoundTask) -> float:
@@ -85,6 +100,11 @@ class DronePilot:
         try:
             reached = await asyncio.wait_for(self.fly_plan(task), self.flight_budget_s(task))
             self.agent.waypoints_reached += reached
+        except GeofenceViolationError as exc:
+            self.plans_rejected[exc.reason] += 1
+            self.state.last_error = f'round {task.round_index}: plan rejected: {exc}'
+            _log.error('round %d: plan rejected, flying nothing (holding): %s',
+                       task.round_index, exc)
         except (VehicleError, TimeoutError) as exc:
             reason = str(exc) or f'flight budget of {self.flight_budget_s(task):.0f} s exceeded'
             self.state.last_error = f'round {task.round_index}: {reason}'

@@ -51,7 +51,7 @@ class DroneNode(Node):
         self._train_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix='train')
         self.pilot = DronePilot(self.agent, MavsdkVehicle(cfg.flight.url_for(self.drone_id),
                                                            origin),
-                                cfg.flight, self._train_pool)
+                                cfg.flight, self._train_pool, geofence=cfg.geofence_enu())
         self._last_round = 0
         self._busy: Future | None = None
         self.done = threading.Event()
@@ -66,7 +66,8 @@ class DroneNode(Node):
                                  names.GLOBAL_MODEL_QOS)
         self.runner.submit(self._telemetry()).add_done_callback(self._on_telemetry_end)
         self.get_logger().info(f'drone {self.drone_id}: autopilot at '
-                               f'{cfg.flight.url_for(self.drone_id)}')
+                               f'{cfg.flight.url_for(self.drone_id)}, geofence '
+                               f'{self.pilot.geofence.describe()}')
 
     async def _telemetry(self) -> None:
         await self.pilot.ensure_connected()
@@ -115,6 +116,10 @@ class DroneNode(Node):
             self.get_logger().error(f'round failed: {future.exception()!r}')
             return
         report: UpdateReport = future.result()
+        if self.pilot.state.last_error.startswith(f'round {report.round_index}:'):
+            self.get_logger().warning(f'flight: {self.pilot.state.last_error} '
+                                      f'(plans rejected so far: '
+                                      f'{dict(self.pilot.plans_rejected)})')
         for frame in report.frames:         # one frame, or one per LGC layer
             self._update_pub.publish(bytes_to_msg(frame))
         self.get_logger().info(

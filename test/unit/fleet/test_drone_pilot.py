@@ -1,0 +1,100 @@
+"""DronePilot's geofence guard: a plan that leaves the fence never reaches the vehicle."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from fl_uav.fleet.config import FlightConfig
+from fl_uav.fleet.drone_pilot import DronePilot
+from fl_uav.fleet.messages import RoundTask
+from fl_uav.planning.coverage import PlanWaypoint
+from fl_uav.planning.geofence import Geofence
+from fl_uav.vehicle.fake_vehicle import FakeVehicle
+
+FENCE = Geofence(10.0, 10.0, 390.0, 390.0, min_up_m=5.0, max_up_m=120.0)
+INSIDE = (PlanWaypoint(100.0, 100.0, 30.0), PlanWaypoint(150.0, 100.0, 30.0))
+
+
+class _Agent:
+    """What the pilot needs of a DroneAgent: a counter and a train_round."""
+
+    def __init__(self) -> None:
+        self.waypoints_reached = 0
+        self.trained: list[int] = []
+
+    def train_round(self, task: RoundTask) -> str:
+        self.trained.append(task.round_index)
+        return f'report {task.round_index}'
+
+
+def _fly(plan: tuple[PlanWaypoint, ...]) -> tuple[DronePilot, FakeVehicle, _Agent, str]:
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    agent = _Agent()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = DronePilot(agent, vehicle, FlightConfig(speed_m_s=20.0), pool, geofence=FENCE)
+        task = RoundTask(round_index=3, weights={}, plan=plan, deadline_s=600.0)
+        report = asyncio.run(pilot.run_round(task))
+    return pilot, vehicle, agent, report
+
+
+def _operations(vehicle: FakeVehicle) -> list[str]:
+    return [call[0] for call in vehicle.calls]
+
+
+def test_a_plan_inside_the_fence_is_flown():
+    # Arrange / Act
+    pilot, vehicle, agent, report = _fly(INSIDE)
+    # Assert
+    assert 'fly_waypoints' in _operations(vehicle)
+    assert agent.waypoints_reached == 2 and report == 'report 3'
+    assert not pilot.plans_rejected and pilot.state.last_error == ''
+
+
+@pytest.mark.parametrize('bad, reason', [
+    (PlanWaypoint(395.0, 100.0, 30.0), 'outside_fence'),
+    (PlanWaypoint(100.0, -50.0, 30.0), 'outside_fence'),
+    (PlanWaypoint(100.0, 100.0, 2.0), 'below_band'),
+    (PlanWaypoint(100.0, 100.0, 150.0), 'above_band'),
+    (PlanWaypoint(float('nan'), 100.0, 30.0), 'not_finite'),
+])
+def test_a_plan_with_one_waypoint_outside_never_reaches_the_vehicle(bad, reason, caplog):
+    # Arrange
+    plan = (INSIDE[0], bad, INSIDE[1])
+    # Act
+    with caplog.at_level(logging.ERROR, logger='fl_uav.fleet.drone_pilot'):
+        pilot, vehicle, agent, report = _fly(plan)
+    # Assert: nothing was armed, taken off or uploaded, yet the drone trained and reported.
+    assert not {'arm', 'takeoff', 'fly_waypoints', 'goto_enu'} & set(_operations(vehicle))
+    assert not vehicle.in_air and vehicle.position_enu_m == [200.0, 200.0, 0.0]
+    assert pilot.plans_rejected == {reason: 1}
+    assert 'round 3: plan rejected' in pilot.state.last_error
+    assert 'waypoint 1' in pilot.state.last_error
+    assert any('plan rejected' in r.getMessage() and 'waypoint 1' in r.getMessage()
+               for r in caplog.records)
+    assert agent.trained == [3] and report == 'report 3' and agent.waypoints_reached == 0
+
+
+def test_an_airborne_drone_holds_where_it_is_when_the_next_plan_is_rejected():
+    # Arrange: a first round flown inside the fence.
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    agent = _Agent()
+    outside = (PlanWaypoint(100.0, 100.0, 30.0), PlanWaypoint(1000.0, 100.0, 30.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = DronePilot(agent, vehicle, FlightConfig(speed_m_s=20.0), pool, geofence=FENCE)
+
+        async def two_rounds() -> None:
+            await pilot.run_round(RoundTask(1, {}, INSIDE, deadline_s=600.0))
+            before = list(vehicle.calls)
+            await pilot.run_round(RoundTask(2, {}, outside, deadline_s=600.0))
+            assert vehicle.calls == before          # round 2 sent nothing to the vehicle
+
+        # Act
+        asyncio.run(two_rounds())
+    # Assert
+    assert vehicle.in_air and vehicle.position_enu_m == [150.0, 100.0, 30.0]
+    assert pilot.state.airborne and pilot.plans_rejected == {'outside_fence': 1}
+    assert agent.trained == [1, 2]
