@@ -17,6 +17,33 @@ class PlanError(ValueError):
     """A plan request cannot be met; the message says why."""
 
 
+INFEASIBLE_CAUSES = (
+    'no_class_regions',          # 2CEOAFL eq. (4) has nothing to maximise
+    'fence_smaller_than_step',   # the geofence (or a sector) is narrower than one step / leg
+    'budget_below_step',         # the battery budget (path length) is below one step
+    'budget_below_tour',         # FedEx eqs. (26)/(28): the energy budget is below a tour
+    'client_out_of_reach',       # one client's solo round trip exceeds the budget
+    'altitude_outside_band',     # the flight altitude is outside the altitude band
+    'start_outside_fence',       # the drone starts outside its geofence
+    'no_feasible_plan',          # the solver found no plan meeting every constraint
+)
+
+
+class PlanInfeasibleError(PlanError):
+    """A well-formed plan request that no plan can meet; ``cause`` (one of
+    :data:`INFEASIBLE_CAUSES`) says which constraint, the message gives the numbers.
+
+    Raised instead of returning a fallback plan, so a caller can never fly a plan that
+    silently ignores its request.
+    """
+
+    def __init__(self, cause: str, message: str) -> None:
+        if cause not in INFEASIBLE_CAUSES:
+            raise ValueError(f'unknown infeasibility cause {cause!r}')
+        self.cause = cause
+        super().__init__(f'{cause}: {message}')
+
+
 @dataclass(frozen=True)
 class PlanWaypoint:
     """A waypoint in local ENU metres (up relative to the world origin)."""
@@ -100,8 +127,10 @@ def coverage_plan(drone_id: int, num_drones: int, round_index: int, world_size_m
     side_e = min(config.box_m, east_max - east_min)
     side_n = min(config.box_m, north_max - north_min)
     if side_e < config.leg_spacing_m:
-        raise PlanError(f'sector of drone {drone_id} is {east_max - east_min:.1f} m wide, '
-                        f'narrower than one leg spacing ({config.leg_spacing_m} m)')
+        raise PlanInfeasibleError(
+            'fence_smaller_than_step', f'sector of drone {drone_id} is '
+            f'{east_max - east_min:.1f} m wide, narrower than one leg spacing '
+            f'({config.leg_spacing_m} m)')
     rng = np.random.default_rng([seed, drone_id, round_index])
     east0 = rng.uniform(east_min, east_max - side_e)
     north0 = rng.uniform(north_min, north_max - side_n)

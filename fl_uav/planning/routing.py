@@ -59,7 +59,7 @@ from fl_uav.netmodel.flight import (
     ConstantPower,
     PropulsionModel,
 )
-from fl_uav.planning.coverage import PlanError
+from fl_uav.planning.coverage import PlanInfeasibleError
 
 OBJECTIVES = ('sync', 'async', 'total')
 EXACT_TOUR_MAX_CLIENTS = 8
@@ -120,12 +120,14 @@ class RoutingProblem:
         solo_j = self.tour_energy_j(2.0 * dist[0, 1:], 1)
         worst = int(np.argmax(solo_j))
         if solo_j.min() > self.energy_budget_j:
-            raise PlanError(
+            raise PlanInfeasibleError(
+                'budget_below_tour',
                 f'energy budget {self.energy_budget_j:.0f} J is below one round trip to the '
                 f'nearest client ({solo_j.min():.0f} J for client {int(np.argmin(solo_j))}, '
                 f'{2 * dist[0, 1 + int(np.argmin(solo_j))]:.0f} m): no UAV can serve any client')
         if solo_j[worst] > self.energy_budget_j:
-            raise PlanError(
+            raise PlanInfeasibleError(
+                'client_out_of_reach',
                 f'client {worst} is {dist[0, 1 + worst]:.0f} m from the depot; its round trip '
                 f'alone needs {solo_j[worst]:.0f} J > budget {self.energy_budget_j:.0f} J')
 
@@ -502,9 +504,10 @@ def _finish(problem: RoutingProblem, objective: str, cache: _TourCache,
     plan = plan_from_tours(problem, objective, tours)
     if not plan_fits_budget(problem, plan):
         worst = int(np.argmax(plan.energy_j))
-        raise PlanError(f'no assignment found that keeps every tour within '
-                        f'{problem.energy_budget_j:.0f} J (best: UAV {worst} needs '
-                        f'{plan.energy_j[worst]:.0f} J); add UAVs or raise the budget')
+        raise PlanInfeasibleError('no_feasible_plan',
+                                  f'no assignment found that keeps every tour within '
+                                  f'{problem.energy_budget_j:.0f} J (best: UAV {worst} needs '
+                                  f'{plan.energy_j[worst]:.0f} J); add UAVs or raise the budget')
     return plan
 
 
@@ -514,7 +517,7 @@ def gibbs_plan(problem: RoutingProblem, objective: str = 'sync', seed: int = 0,
 
     Minimises eq. (25) ('sync') or eq. (27) ('async') subject to the budget (26)/(28), with
     the inner 2-OPT tours of Sec. VI-B-1. Deterministic for a given ``seed``. Raises
-    ``PlanError`` if no budget-feasible assignment is found.
+    ``PlanInfeasibleError`` if no budget-feasible assignment is found.
     """
     _check_objective(objective)
     config = GibbsConfig() if config is None else config
@@ -556,6 +559,6 @@ def brute_force_plan(problem: RoutingProblem, objective: str = 'sync') -> RouteP
         if value < best_value - 1e-9:
             best_sets, best_value = sets, value
     if best_sets is None:
-        raise PlanError(f'no assignment of {n} clients to {k} UAVs keeps every tour within '
-                        f'{budget:.0f} J')
+        raise PlanInfeasibleError('no_feasible_plan', f'no assignment of {n} clients to {k} '
+                                  f'UAVs keeps every tour within {budget:.0f} J')
     return _finish(problem, objective, cache, best_sets)

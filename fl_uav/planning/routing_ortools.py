@@ -22,7 +22,7 @@ Formulation (ours; FedEx compares against no external solver):
   budget-feasible plan (a cold start with the quadratic cost got stuck dropping clients under
   the near-binding 15 kJ budget), then the surrogate model improves it for the rest.
 * Clients may be dropped at a prohibitive cost (so a first solution exists under a tight
-  budget); a plan that drops one raises ``PlanError``.
+  budget); a plan that drops one raises ``PlanInfeasibleError``.
 * Search: PATH_CHEAPEST_ARC first solution, GUIDED_LOCAL_SEARCH until ``time_limit_s``.
 """
 
@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 
-from fl_uav.planning.coverage import PlanError
+from fl_uav.planning.coverage import PlanInfeasibleError
 from fl_uav.planning.routing import RoutePlan, RoutingProblem, _check_objective, plan_from_tours
 
 TIME_SCALE_PER_S = 100  # centiseconds
@@ -114,8 +114,8 @@ def ortools_solve(problem: RoutingProblem, objective: str = 'sync',
                   time_limit_s: float = 60.0) -> RoutePlan:
     """Solve CARP with the OR-Tools routing solver (see the module docstring for the model).
 
-    Raises ``PlanError`` if OR-Tools finds no budget-feasible plan serving every client within
-    ``time_limit_s``.
+    Raises ``PlanInfeasibleError`` if OR-Tools finds no budget-feasible plan serving every
+    client within ``time_limit_s``.
     """
     _check_objective(objective)
     if objective == 'total':
@@ -142,10 +142,12 @@ def ortools_solve(problem: RoutingProblem, objective: str = 'sync',
         if solution is None:
             solution = routing.SolveWithParameters(params)
     if solution is None:
-        raise PlanError(f'OR-Tools found no route plan within {problem.energy_budget_j:.0f} J '
-                        f'per tour in {time_limit_s:g} s')
+        raise PlanInfeasibleError('no_feasible_plan', f'OR-Tools found no route plan within '
+                                  f'{problem.energy_budget_j:.0f} J per tour in '
+                                  f'{time_limit_s:g} s')
     tours = [[n - 1 for n in t] for t in _routes(manager, routing, solution, k)]
     if sum(len(t) for t in tours) < problem.n_clients:
-        raise PlanError(f'OR-Tools found no route plan serving every client within '
-                        f'{problem.energy_budget_j:.0f} J per tour in {time_limit_s:g} s')
+        raise PlanInfeasibleError('no_feasible_plan', f'OR-Tools found no route plan serving '
+                                  f'every client within {problem.energy_budget_j:.0f} J per '
+                                  f'tour in {time_limit_s:g} s')
     return plan_from_tours(problem, objective, tours)

@@ -54,7 +54,7 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
-from fl_uav.planning.coverage import Box, PlanError, PlanWaypoint, lawnmower
+from fl_uav.planning.coverage import Box, PlanError, PlanInfeasibleError, PlanWaypoint, lawnmower
 from fl_uav.planning.trajectory_regions import (
     GaussianRegion,
     class_priorities,
@@ -249,7 +249,8 @@ def random_baseline(constraints: TrajectoryConstraints, start_enu_m: Sequence[fl
 def _validate(regions: Sequence[GaussianRegion], psi: np.ndarray, start: np.ndarray,
               c: TrajectoryConstraints) -> None:
     if not regions:
-        raise PlanError('no class regions: nothing to plan for')
+        raise PlanInfeasibleError('no_class_regions', 'no class regions: eq. (4) has nothing '
+                                  'to maximise')
     if psi.ndim != 2 or psi.shape[0] < 1 or psi.shape[1] < 1:
         raise PlanError(f'priorities must be a T x C array, got shape {psi.shape}')
     if not np.all(np.isfinite(psi)) or psi.min() < 0:
@@ -263,23 +264,36 @@ def _validate(regions: Sequence[GaussianRegion], psi: np.ndarray, start: np.ndar
     east_min, north_min, east_max, north_max = c.fence
     width, height = east_max - east_min, north_max - north_min
     if min(width, height) < c.step_m:
-        raise PlanError(f'geofence {width:.1f} x {height:.1f} m is smaller than one step '
-                        f'({c.step_m:.1f} m = {c.max_speed_m_s} m/s x {c.round_time_s} s)')
+        raise PlanInfeasibleError(
+            'fence_smaller_than_step', f'geofence {width:.1f} x {height:.1f} m is smaller than '
+            f'one step ({c.step_m:.1f} m = {c.max_speed_m_s} m/s x {c.round_time_s} s)')
     if c.budget_m < c.step_m:
-        raise PlanError(f'battery budget {c.budget_m:.1f} m is below one step '
-                        f'({c.step_m:.1f} m)')
+        raise PlanInfeasibleError('budget_below_step', f'battery budget {c.budget_m:.1f} m is '
+                                  f'below one step ({c.step_m:.1f} m)')
     if not (c.min_altitude_m <= c.altitude_m <= c.max_altitude_m) or c.altitude_m <= 0:
-        raise PlanError(f'altitude {c.altitude_m} m outside the band '
-                        f'[{c.min_altitude_m}, {c.max_altitude_m}] m')
+        raise PlanInfeasibleError('altitude_outside_band', f'altitude {c.altitude_m} m outside '
+                                  f'the band [{c.min_altitude_m}, {c.max_altitude_m}] m')
     if not (east_min <= start[0] <= east_max and north_min <= start[1] <= north_max):
-        raise PlanError(f'start ({start[0]:.1f}, {start[1]:.1f}) is outside the geofence '
-                        f'{c.fence}')
+        raise PlanInfeasibleError('start_outside_fence', f'start ({start[0]:.1f}, '
+                                  f'{start[1]:.1f}) is outside the geofence {c.fence}')
+    if not any(_circle_meets_box(r.center_enu_m, c.zeta * r.radius_m, c.fence)
+               for r in regions):
+        raise PlanInfeasibleError('no_class_regions', f'none of the {len(regions)} class '
+                                  f'regions reaches into the geofence {c.fence}')
     if not (0 < c.zeta <= 1):
         raise PlanError(f'zeta must be in (0, 1], got {c.zeta}')
     if not c.eps_tol > 0:
         raise PlanError(f'eps_tol must be > 0, got {c.eps_tol}')
     if c.polygon_sides < 4:
         raise PlanError(f'polygon_sides must be >= 4, got {c.polygon_sides}')
+
+
+def _circle_meets_box(centre: Sequence[float], radius_m: float, fence: Box) -> bool:
+    """Whether the association circle ||q - μ|| <= ζλ of eq. (3) overlaps the fence box."""
+    east_min, north_min, east_max, north_max = fence
+    near_e = min(max(centre[0], east_min), east_max)
+    near_n = min(max(centre[1], north_min), north_max)
+    return math.hypot(centre[0] - near_e, centre[1] - near_n) <= radius_m
 
 
 class _Model:
@@ -447,7 +461,8 @@ def plan_trajectory_detailed(regions: Sequence[GaussianRegion], priorities: np.n
                              start_enu_m: Sequence[float], constraints: TrajectoryConstraints,
                              seed: int = 0) -> TrajectoryPlan:
     """Plan T waypoints (T = rows of priorities) by SCA on the 2CEOAFL MICP, eqs. (4)-(5) and
-    Algorithm 1; see the module docstring. Raises PlanError for infeasible requests."""
+    Algorithm 1; see the module docstring. Raises PlanInfeasibleError (its ``cause`` says
+    which constraint) for requests no plan can meet, PlanError for malformed ones."""
     started = time.perf_counter()
     psi = np.asarray(priorities, np.float64)
     start = np.asarray(start_enu_m, np.float64).reshape(-1)[:2]
@@ -470,7 +485,8 @@ def plan_trajectory_detailed(regions: Sequence[GaussianRegion], priorities: np.n
         solved = model.solve()
         if solved is None:
             if iterations == 1:
-                raise PlanError('the planning MILP found no feasible trajectory (HiGHS)')
+                raise PlanInfeasibleError('no_feasible_plan', 'the planning MILP found no '
+                                          'feasible trajectory (HiGHS)')
             break
         x, bound = solved
         xy = model.positions(x)
