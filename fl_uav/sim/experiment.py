@@ -61,11 +61,13 @@ from fl_uav.learning.weights import Weights, architecture_fingerprint, get_weigh
 from fl_uav.netmodel.compute import CpuDevice
 from fl_uav.netmodel.radio import RadioLink
 from fl_uav.sim.experiment_config import ExperimentConfig
+from fl_uav.sim.express import EngineExpress
 
 ROUNDS_FILE = 'rounds.csv'
 SUMMARY_FILE = 'summary.json'
 CHECKPOINT_FILE = 'checkpoint.npz'
 CONFIG_FILE = 'config.json'
+EXPRESS_FILE = 'express.json'
 TOPUP_SEED_TAG = 0x746F7075   # 'topu': keeps the top-up's seeds apart from (seed, round, drone)
 ROUND_COLUMNS = ('round', 'accuracy', 'loss', 'participants', 'late', 'uplink_bytes',
                  'downlink_bytes', 'sim_round_s', 'sim_time_s', 'energy_mean_j',
@@ -180,6 +182,12 @@ class ExperimentEngine:
         self.weights: Weights = get_weights(self.model)
         self.shapes = {n: w.shape for n, w in self.weights.items()}
         self.fingerprint = architecture_fingerprint(self.weights)
+        # FedEx express delivery: ground clients placed, data assigned, CARP solved at start.
+        self.express = (EngineExpress(config, self.data.train_y, self.data.num_classes,
+                                      self.parts, self.weights)
+                        if config.express.enabled else None)
+        if self.express is not None:
+            self.parts = self.express.parts
         c = config.compression
         self.compressor = c.build()
         # Per-drone state (SCAFFOLD's c_k, LGC's residual): one instance per drone, made on use.
@@ -246,6 +254,8 @@ class ExperimentEngine:
         """Train, time, aggregate and evaluate one round; returns its rounds.csv row."""
         wall_start = time.perf_counter()
         r = self.round_index + 1
+        if self.express is not None:
+            return self._express_round(r, wall_start)
         indices = self._client_indices(r)
         active = [k for k, idx in enumerate(indices)
                   if len(idx) >= self.config.learning.min_samples_to_train]
@@ -318,6 +328,23 @@ class ExperimentEngine:
             'train_loss_mean': float(np.mean(losses)) if losses else math.nan,
             'wall_s': time.perf_counter() - wall_start,
         }
+
+    def _express_round(self, r: int, wall_start: float) -> dict[str, Any]:
+        """One FedEx server update (fl_uav.sim.express): a round in Sync, a landing in Async."""
+        lr = self.config.learning.lr * self.config.learning.lr_decay ** (r - 1)
+        try:
+            fields = self.express.run_update(self, dataclasses.replace(self.train_config, lr=lr))
+        except (NonFiniteLossError, FloatingPointError) as exc:
+            raise ExperimentError(f'update {r}: non-finite training loss ({exc}); partial '
+                                  f'results are in {self.out_dir}') from exc
+        self.weights = fields.pop('weights')
+        set_weights(self.model, self.weights)
+        accuracy, test_loss = evaluate(self.model, self.data.test_x, self.data.test_y)
+        self.sim_time_s = fields['sim_time_s']
+        self.round_index = r
+        (self.out_dir / EXPRESS_FILE).write_text(json.dumps(self.express.summary(), indent=1))
+        return {'round': r, 'accuracy': accuracy, 'loss': test_loss, **fields,
+                'wall_s': time.perf_counter() - wall_start}
 
     # --- clients and their uploads ---------------------------------------------------------
     def _client(self, drone: int) -> ClientAlgorithm:
@@ -424,6 +451,9 @@ class ExperimentEngine:
         arrays = {f'w/{n}': v for n, v in self.weights.items()}
         arrays.update({f'buffer/{k}': b for k, b in enumerate(self.buffers)})
         meta['strategy'] = _arrays_out(self.strategy.state_dict(), 'strategy', arrays)
+        if self.express is not None:   # the models the UAVs carry, their tours flown
+            meta['express'] = self.express.runtime.state_dict(arrays)
+            meta['express_log'] = self.express.log
         for tag, states in (('client', self._clients), ('compressor', self._compressors)):
             for k, owner in states.items():   # per-drone state: SCAFFOLD c_k, LGC residual
                 arrays.update({f'{tag}/{k}/{key}': v for key, v in owner.state_dict().items()})
@@ -442,6 +472,9 @@ class ExperimentEngine:
                             if n.startswith('w/')}
             self.buffers = [archive[f'buffer/{k}'] for k in range(self.config.num_drones)]
             strategy_state = _arrays_in(meta['strategy'], archive)
+            if self.express is not None:
+                self.express.runtime.load_state_dict(meta['express'], archive)
+                self.express.log = list(meta['express_log'])
             for tag, owner in (('client', self._client), ('compressor', self._compressor)):
                 states: dict[int, dict[str, np.ndarray]] = {}
                 for name in archive.files:

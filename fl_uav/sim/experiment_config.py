@@ -12,6 +12,7 @@ from fl_uav.compression.compressor import CompressionConfig
 from fl_uav.fleet.config import AggregationConfig, LearningConfig
 from fl_uav.learning.buffer import BufferConfig
 from fl_uav.learning.topup import TOPUP_GENERATORS
+from fl_uav.sim.express import ExpressConfig, check_express
 
 DATASETS = ('digits', 'fashion_mnist', 'image_folder', 'world')
 PARTITIONS = ('iid', 'dirichlet', 'shards', 'location')
@@ -135,7 +136,11 @@ class EngineConfig:
 
 @dataclass(frozen=True)
 class ExperimentConfig:
-    """One experiment: data, drones, learning, aggregation, system models, engine."""
+    """One experiment: data, drones, learning, aggregation, system models, engine.
+
+    express: FedEx UAV express delivery (fl_uav.sim.express); when enabled, num_drones counts
+    the ground clients, num_rounds the server updates.
+    """
 
     name: str = 'experiment'
     seed: int = 0
@@ -148,9 +153,11 @@ class ExperimentConfig:
     system: SystemConfig = field(default_factory=SystemConfig)
     compression: CompressionConfig = field(default_factory=CompressionConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
+    express: ExpressConfig = field(default_factory=ExpressConfig)
 
     def __post_init__(self) -> None:
         if not 1 <= self.num_drones <= 100_000:
             raise ValueError(f'num_drones must be in [1, 100000], got {self.num_drones}')
         if not 1 <= self.num_rounds <= 100_000:
             raise ValueError(f'num_rounds must be in [1, 100000], got {self.num_rounds}')
+        check_express(self)

@@ -1,0 +1,525 @@
+"""FedEx express delivery in the experiment engine: UAVs ferry models to and from ground clients.
+
+FedEx (Bian, Shen, Xu), Secs. III-IV and VII. N ground clients hold the data and have no link
+to the station; K UAVs fly closed tours station -> their clients -> station, planned once by
+CARP (``fl_uav.planning.routing``, eq. (25) for Sync, eq. (27) for Async, budget (26)/(28)).
+At a visit the client uploads its cumulative local update (CLU, trained from the model the same
+UAV delivered on its previous tour) into the UAV's running sum u_k (eq. (12)) and downloads the
+model the UAV carries; on landing the station applies x <- x + (1/N) sum u_k (eqs. (13)-(15),
+``fl_uav.aggregation.fedex``; deltas in the x_i - x_base sign, so the sum is added).
+
+======================================  ====================================================
+name                                    equation / section
+======================================  ====================================================
+``place_clients``                       FedEx Sec. VII-A: blocks of the area, random spots
+``location_partition``                  FedEx Sec. VII-A non-IID type 2 (main label per block)
+``plan_routes``                         FedEx Sec. VI (CARP), eqs. (25)/(27), (26)/(28)
+``ExpressRuntime.advance`` (sync)       FedEx Sec. IV-D, eqs. (10)-(13): one update per
+                                        round of length Delta = max_k Delta_k (eq. (9))
+``ExpressRuntime.advance`` (async)      FedEx Sec. IV-E, eqs. (14)-(15): one update per
+                                        landing, UAV k every Delta_k
+``ExpressStep.staleness_s``             FedEx eq. (21): apply time - base-model time <= 2 Delta_k
+======================================  ====================================================
+
+Choices where FedEx is silent (digest 003 Sec. 8), all ours:
+
+* Event-driven in continuous time. A client trains ``steps = max(1, floor(P / step_time_s))``
+  local SGD steps between two visits, P being its UAV's revisit period (Delta in Sync,
+  Delta_k in Async); FedEx's slot is one local step, and 1 min in its experiments. Training is
+  computed when the CLU is collected, from the model delivered at the previous visit (the
+  same result as training continuously in between).
+* The station is at (``station_east_m``, ``station_north_m``), by default the area's centre
+  (Fig. 4 is missing from the text). Clients go round-robin over the blocks (client i in block
+  i mod B), each uniform within its block. The type-2 main label of block b is b mod C
+  (0-based labels); the other labels share 1 - p uniformly; samples are drawn without
+  replacement across clients.
+* Tours are planned once and flown unchanged (FedEx does not re-plan). Equal landing times
+  (within 1e-6 s) are one eq. (15) update.
+* A UAV with no clients stays at the station. In Sync, faster UAVs wait at the station (no
+  energy). Energy per tour is the planner's eqs. (4), (7), (8) value; the station stop,
+  battery swap and the CLU upload cost nothing (eq. (9)).
+* rounds.csv: one row per server update; uplink_bytes = the CLU frames collected (client ->
+  UAV), downlink_bytes = the model frames delivered on those tours; energy columns over the
+  UAVs that landed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from fl_uav.aggregation.strategy import ClientUpdate, Strategy
+from fl_uav.configschema import ConfigError
+from fl_uav.learning.weights import Weights
+from fl_uav.netmodel.flight import (
+    FEDEX_ALTITUDE_M,
+    FEDEX_ENERGY_BUDGET_J,
+    FEDEX_FLIGHT_POWER_W,
+    FEDEX_HOVER_POWER_W,
+    FEDEX_SPEED_M_S,
+    FEDEX_TX_POWER_W,
+    ConstantPower,
+)
+from fl_uav.planning.coverage import PlanError
+from fl_uav.planning.routing import (
+    FEDEX_HOVER_TIME_S,
+    GibbsConfig,
+    RoutePlan,
+    RoutingProblem,
+    gibbs_plan,
+)
+
+if TYPE_CHECKING:
+    from fl_uav.sim.experiment_config import ExperimentConfig
+
+EXPRESS_MODES = ('sync', 'async')
+ROUTE_OBJECTIVES = ('auto', 'sync', 'async', 'total')
+EXPRESS_PARTITIONS = ('engine', 'location')
+EXPRESS_SEED_TAG = 0x65787072   # 'expr': keeps express seeds apart from the engine's
+TIE_S = 1e-6
+
+
+
+class ExpressPlanError(ConfigError, PlanError):
+    """CARP found no plan within the budget (the message gives the planner's reason)."""
+
+
+# (base weights, client ids, local steps each, seeds) -> (deltas x_i - x_base, mean losses)
+TrainFn = Callable[[Weights, Sequence[int], Sequence[int], Sequence[int]],
+                   tuple[list[Weights], list[float]]]
+
+
+@dataclass(frozen=True)
+class ExpressConfig:
+    """``express.*``: FedEx UAV express delivery (defaults: FedEx Sec. VII-A where it says).
+
+    enabled: run FedEx instead of direct uploads; num_drones then counts the ground clients.
+    mode: sync (FedEx-Sync) | async (FedEx-Async). num_uavs: K transporters.
+    route_objective: auto (sync -> eq. (25) min-max, async -> eq. (27) SWS, as the paper
+        pairs them) | sync | async | total (the Sec. VII Shortest-Total baseline).
+    area_east_m, area_north_m, blocks_east, blocks_north: the area and its blocks (2 km x
+        2 km, 5 x 2 blocks of 400 m x 1000 m). station_east_m, station_north_m: the station,
+        negative = the area's centre. placement_seed: client positions.
+    speed_m_s, flight_power_w, hover_power_w, tx_power_w, energy_budget_j: 10 m/s, ~30 W,
+        ~20 W, 20 dBm, 15 kJ per round trip. hover_time_per_client_s: T_trans = 100 MB at
+        50 Mbit/s = 16 s (eq. (3)). altitude_m: hover height (1 km; the link distance), at most
+        radio_range_m, the largest distance at which a client and a UAV exchange.
+    step_time_s: one local SGD step (the paper's slot, 1 min). partition: engine (data.*
+        split) | location (non-IID type 2: each client's samples are its block's main label
+        with probability location_main_prob, 0.7 for FMNIST). samples_per_client: 0 = the
+        whole share, else this many (60 for FMNIST). gibbs_sweeps, gibbs_chains: CARP search.
+    """
+
+    enabled: bool = False
+    mode: str = 'sync'
+    num_uavs: int = 4
+    route_objective: str = 'auto'
+    area_east_m: float = 2000.0
+    area_north_m: float = 2000.0
+    blocks_east: int = 5
+    blocks_north: int = 2
+    station_east_m: float = -1.0
+    station_north_m: float = -1.0
+    placement_seed: int = 0
+    speed_m_s: float = FEDEX_SPEED_M_S
+    flight_power_w: float = FEDEX_FLIGHT_POWER_W
+    hover_power_w: float = FEDEX_HOVER_POWER_W
+    tx_power_w: float = FEDEX_TX_POWER_W
+    energy_budget_j: float = FEDEX_ENERGY_BUDGET_J
+    hover_time_per_client_s: float = FEDEX_HOVER_TIME_S
+    altitude_m: float = FEDEX_ALTITUDE_M
+    radio_range_m: float = FEDEX_ALTITUDE_M
+    step_time_s: float = 60.0
+    partition: str = 'engine'
+    location_main_prob: float = 0.7
+    samples_per_client: int = 0
+    gibbs_sweeps: int = 40
+    gibbs_chains: int = 6
+
+    def __post_init__(self) -> None:
+        for key, value, choices in (('mode', self.mode, EXPRESS_MODES),
+                                    ('route_objective', self.route_objective, ROUTE_OBJECTIVES),
+                                    ('partition', self.partition, EXPRESS_PARTITIONS)):
+            if value not in choices:
+                raise ValueError(f'express.{key} {value!r} unknown; choices: '
+                                 f'{", ".join(choices)}')
+        for key in ('num_uavs', 'blocks_east', 'blocks_north', 'gibbs_sweeps', 'gibbs_chains'):
+            if getattr(self, key) < 1:
+                raise ValueError(f'express.{key} must be >= 1, got {getattr(self, key)}')
+        for key in ('area_east_m', 'area_north_m', 'speed_m_s', 'flight_power_w',
+                    'hover_power_w', 'energy_budget_j', 'step_time_s', 'radio_range_m'):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f'express.{key} must be finite and > 0, got {value}')
+        for key in ('tx_power_w', 'hover_time_per_client_s', 'altitude_m'):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f'express.{key} must be finite and >= 0, got {value}')
+        if self.altitude_m > self.radio_range_m:
+            raise ValueError(f'express.altitude_m ({self.altitude_m} m) exceeds '
+                             f'express.radio_range_m ({self.radio_range_m} m): a hovering UAV '
+                             f'could not reach its client')
+        if self.station_east_m > self.area_east_m or self.station_north_m > self.area_north_m:
+            raise ValueError('express.station_east_m / station_north_m must lie in the area '
+                             '(or be negative for its centre)')
+        if not 0.0 <= self.location_main_prob <= 1.0:
+            raise ValueError(f'express.location_main_prob must be in [0, 1], got '
+                             f'{self.location_main_prob}')
+        if self.samples_per_client < 0:
+            raise ValueError(f'express.samples_per_client must be >= 0, got '
+                             f'{self.samples_per_client}')
+
+    @property
+    def station_enu_m(self) -> tuple[float, float]:
+        east = self.area_east_m / 2 if self.station_east_m < 0 else self.station_east_m
+        north = self.area_north_m / 2 if self.station_north_m < 0 else self.station_north_m
+        return (east, north)
+
+    @property
+    def objective(self) -> str:
+        return self.mode if self.route_objective == 'auto' else self.route_objective
+
+
+def check_express(config: ExperimentConfig) -> None:
+    """Keys that must agree with ``express.enabled`` (each error names the key)."""
+    e = config.express
+    if not e.enabled:
+        return
+    want = f'fedex_{e.mode}'
+    if config.aggregation.strategy != want:
+        raise ValueError(f'aggregation.strategy must be {want} with express.mode {e.mode} '
+                         f'(FedEx eqs. (13)-(15)), got {config.aggregation.strategy!r}')
+    if config.learning.client_algorithm != 'sgd':
+        raise ValueError(f'learning.client_algorithm must be sgd with express.enabled (FedEx '
+                         f'eq. (10)), got {config.learning.client_algorithm!r}')
+    if config.compression.method != 'none':
+        raise ValueError(f'compression.method must be none with express.enabled, got '
+                         f'{config.compression.method!r}')
+    if config.learning.structured_keep != 1.0:
+        raise ValueError('learning.structured_keep must be 1.0 with express.enabled')
+    if config.data.online or config.data.topup:
+        raise ValueError('data.online and data.topup must be false with express.enabled '
+                         '(FedEx clients hold fixed data)')
+    if e.num_uavs > config.num_drones:
+        raise ValueError(f'express.num_uavs ({e.num_uavs}) must not exceed num_drones (the '
+                         f'ground clients, {config.num_drones})')
+
+
+# ----------------------------------------------------------------------------- the world
+
+def place_clients(config: ExpressConfig, num_clients: int) -> tuple[np.ndarray, np.ndarray]:
+    """Client positions (N x 2, ENU metres) and blocks (FedEx Sec. VII-A: 4 per block, 40).
+
+    Client i sits in block i mod B (B = blocks_east x blocks_north, numbered west to east,
+    then south to north), uniformly at random inside it (``placement_seed``).
+    """
+    if num_clients < 1:
+        raise ValueError(f'num_clients must be >= 1, got {num_clients}')
+    n_blocks = config.blocks_east * config.blocks_north
+    blocks = np.arange(num_clients) % n_blocks
+    width_m = config.area_east_m / config.blocks_east
+    height_m = config.area_north_m / config.blocks_north
+    rng = np.random.default_rng(np.random.SeedSequence([config.placement_seed,
+                                                        EXPRESS_SEED_TAG]))
+    offsets = rng.uniform(0.0, 1.0, (num_clients, 2))
+    east = (blocks % config.blocks_east + offsets[:, 0]) * width_m
+    north = (blocks // config.blocks_east + offsets[:, 1]) * height_m
+    return np.stack([east, north], axis=1), blocks
+
+
+def location_partition(labels: np.ndarray, blocks: np.ndarray, num_classes: int,
+                       samples_per_client: int, main_prob: float,
+                       seed: int) -> list[np.ndarray]:
+    """FedEx non-IID type 2: each label is block b's main label b mod C with probability p.
+
+    Otherwise uniform over the other C - 1 labels. Samples are taken without replacement
+    from per-class pools shuffled with ``seed``; a pool that runs dry raises ValueError.
+    """
+    labels = np.asarray(labels)
+    if samples_per_client < 1:
+        raise ValueError('express.partition location needs express.samples_per_client >= 1')
+    if num_classes < 2:
+        raise ValueError(f'location partition needs >= 2 classes, got {num_classes}')
+    rng = np.random.default_rng(np.random.SeedSequence([seed, EXPRESS_SEED_TAG, 1]))
+    pools = [list(rng.permutation(np.flatnonzero(labels == c))) for c in range(num_classes)]
+    parts = []
+    for block in blocks:
+        main = int(block) % num_classes
+        others = [c for c in range(num_classes) if c != main]
+        is_main = rng.random(samples_per_client) < main_prob
+        drawn = np.where(is_main, main, rng.choice(others, samples_per_client))
+        take = []
+        for c in drawn:
+            if not pools[c]:
+                raise ValueError(f'express.samples_per_client {samples_per_client}: the '
+                                 f'training set has too few samples of class {c}')
+            take.append(pools[c].pop())
+        parts.append(np.sort(np.asarray(take, np.int64)))
+    return parts
+
+
+def plan_routes(config: ExpressConfig, clients_enu_m: np.ndarray, seed: int
+                ) -> tuple[RoutingProblem, RoutePlan]:
+    """CARP with the existing planner (FedEx Sec. VI; eq. (25) or (27) with (26)/(28)).
+
+    Raises ExpressPlanError (a ConfigError) with the planner's reason when no UAV can serve
+    some client within the budget or no assignment keeps every tour within it.
+    """
+    try:
+        problem = RoutingProblem(
+            depot_m=config.station_enu_m, clients_m=clients_enu_m, n_uavs=config.num_uavs,
+            speed_m_s=config.speed_m_s,
+            propulsion=ConstantPower(config.flight_power_w, config.hover_power_w),
+            hover_time_per_client_s=config.hover_time_per_client_s,
+            tx_power_w=config.tx_power_w, energy_budget_j=config.energy_budget_j)
+        gibbs = GibbsConfig(n_sweeps=config.gibbs_sweeps, n_chains=config.gibbs_chains)
+        return problem, gibbs_plan(problem, config.objective, seed=seed, config=gibbs)
+    except PlanError as exc:   # a config problem: the CLI reports it as one
+        raise ExpressPlanError(f'express (energy_budget_j, num_uavs, area, speed_m_s): no '
+                               f'feasible FedEx plan: {exc}') from exc
+
+# ----------------------------------------------------------------------------- the runtime
+
+@dataclass
+class ExpressStep:
+    """One server update: who landed, what they carried, what it cost."""
+
+    update_index: int
+    time_s: float
+    uavs: list[int]
+    weights: Weights
+    sums: dict[int, Weights]            # u_k of each landing UAV (FedEx eq. (12))
+    participants: int                   # CLUs in the update (0 on a UAV's first tour)
+    visited: int                        # clients visited on these tours (models delivered)
+    staleness_s: float                  # max apply time - base-model time (eq. (21))
+    version_lag: int                    # max server updates since the base model
+    energy_j: list[float]               # tour energy of each landing UAV
+    losses: list[float] = field(default_factory=list)
+
+
+def _zeros_like(weights: Weights) -> Weights:
+    return {n: np.zeros_like(v) for n, v in weights.items()}
+
+
+def _copy(weights: Weights) -> Weights:
+    return {n: np.array(v, copy=True) for n, v in weights.items()}
+
+
+class ExpressRuntime:
+    """FedEx-Sync (Sec. IV-D) and FedEx-Async (Sec. IV-E) on a continuous simulated clock.
+
+    State per UAV k: the model it carries on its current tour (given to its clients at each
+    visit), the model it carried on its previous tour (what its clients' CLUs are trained
+    from), and the tours flown. Sync: every UAV departs at r Delta, the station updates once
+    at (r + 1) Delta with all u_k (eq. (13)). Async: UAV k lands every Delta_k and the station
+    applies the u_k of every UAV landing then to the current model (eqs. (14)-(15)); the UAV
+    leaves at once with the updated model.
+    """
+
+    def __init__(self, config: ExpressConfig, plan: RoutePlan, weights: Weights,
+                 seed: int = 0) -> None:
+        self.config = config
+        self.plan = plan
+        self.seed = int(seed)
+        self.num_clients = sum(len(t) for t in plan.tours)
+        self.uavs = [k for k, tour in enumerate(plan.tours) if tour]
+        longest_s = max(plan.round_trip_s[k] for k in self.uavs)
+        # FedEx eq. (9) Delta_k; Sync flies every UAV on the round length Delta = max Delta_k.
+        self.period_s = {k: (longest_s if config.mode == 'sync' else plan.round_trip_s[k])
+                         for k in self.uavs}
+        self.steps = {k: max(1, math.floor(self.period_s[k] / config.step_time_s + 1e-9))
+                      for k in self.uavs}
+        self.tours_done = dict.fromkeys(self.uavs, 0)
+        self.carried = {k: _copy(weights) for k in self.uavs}
+        self.carried_time_s = dict.fromkeys(self.uavs, 0.0)
+        self.carried_version = dict.fromkeys(self.uavs, 0)
+        self.trained_from: dict[int, Weights | None] = dict.fromkeys(self.uavs)
+        self.trained_time_s = dict.fromkeys(self.uavs, 0.0)
+        self.trained_version = dict.fromkeys(self.uavs, 0)
+        self.update_index = 0
+        self.time_s = 0.0
+
+    def next_landing(self) -> tuple[float, list[int]]:
+        """The next landing time and the UAVs landing then (one eq. (15) group)."""
+        times = {k: (self.tours_done[k] + 1) * self.period_s[k] for k in self.uavs}
+        first = min(times.values())
+        return first, [k for k in self.uavs if times[k] <= first + TIE_S]
+
+    def _seed(self, k: int, client: int) -> int:
+        seq = np.random.SeedSequence([self.seed, EXPRESS_SEED_TAG, self.tours_done[k], client])
+        return int(seq.generate_state(1)[0])
+
+    def advance(self, weights: Weights, train: TrainFn, strategy: Strategy) -> ExpressStep:
+        """Fly to the next landing, collect the running sums and apply the server rule."""
+        time_s, landing = self.next_landing()
+        self.update_index += 1
+        sums, updates, losses = {}, [], []
+        participants = visited = lag = 0
+        staleness_s = 0.0
+        for k in landing:
+            tour = self.plan.tours[k]
+            visited += len(tour)
+            u_k = _zeros_like(weights)   # FedEx eq. (12): u_k <- u_k + m_i at each visit
+            base = self.trained_from[k]
+            if base is not None:
+                seeds = [self._seed(k, i) for i in tour]
+                deltas, client_losses = train(base, list(tour), [self.steps[k]] * len(tour),
+                                              seeds)
+                for delta in deltas:
+                    for n in u_k:
+                        u_k[n] += delta[n]
+                losses.extend(client_losses)
+                participants += len(tour)
+                staleness_s = max(staleness_s, time_s - self.trained_time_s[k])
+                lag = max(lag, self.update_index - 1 - self.trained_version[k])
+            sums[k] = u_k
+            round_tag = (self.update_index if self.config.mode == 'sync'
+                         else self.trained_version[k])
+            updates.append(ClientUpdate(sender=k, round_index=round_tag, delta=u_k,
+                                        num_samples=len(tour)))
+        result = strategy.aggregate(self.update_index, weights, updates)
+        new = result.weights
+        for k in landing:   # the next tour carries the updated model (Sync: the next round's)
+            self.trained_from[k] = self.carried[k]
+            self.trained_time_s[k] = self.carried_time_s[k]
+            self.trained_version[k] = self.carried_version[k]
+            self.carried[k] = _copy(new)
+            self.carried_time_s[k] = time_s
+            self.carried_version[k] = self.update_index
+            self.tours_done[k] += 1
+        self.time_s = time_s
+        return ExpressStep(self.update_index, time_s, landing, new, sums, participants,
+                           visited, staleness_s, lag,
+                           [self.plan.energy_j[k] for k in landing], losses)
+
+    # --- checkpoints ---------------------------------------------------------------------
+    def state_dict(self, arrays: dict[str, np.ndarray], prefix: str = 'express') -> dict:
+        """JSON-able state; the carried models go into ``arrays`` (npz entries)."""
+        for k in self.uavs:
+            arrays.update({f'{prefix}/carried/{k}/{n}': v for n, v in self.carried[k].items()})
+            if self.trained_from[k] is not None:
+                arrays.update({f'{prefix}/trained/{k}/{n}': v
+                               for n, v in self.trained_from[k].items()})
+        return {'update_index': self.update_index, 'time_s': self.time_s,
+                'tours': [list(t) for t in self.plan.tours],
+                'per_uav': {str(k): [self.tours_done[k], self.carried_time_s[k],
+                                     self.carried_version[k], self.trained_time_s[k],
+                                     self.trained_version[k],
+                                     self.trained_from[k] is not None] for k in self.uavs}}
+
+    def load_state_dict(self, state: dict, archive: Any, prefix: str = 'express') -> None:
+        if [list(t) for t in self.plan.tours] != state['tours']:
+            raise ValueError('the checkpoint was made with other FedEx tours (express.* or '
+                             'num_drones changed)')
+        self.update_index = int(state['update_index'])
+        self.time_s = float(state['time_s'])
+        names = list(self.carried[self.uavs[0]])
+        for k in self.uavs:
+            done, c_time, c_ver, t_time, t_ver, has = state['per_uav'][str(k)]
+            self.tours_done[k] = int(done)
+            self.carried_time_s[k], self.carried_version[k] = float(c_time), int(c_ver)
+            self.trained_time_s[k], self.trained_version[k] = float(t_time), int(t_ver)
+            self.carried[k] = {n: np.array(archive[f'{prefix}/carried/{k}/{n}'])
+                               for n in names}
+            self.trained_from[k] = ({n: np.array(archive[f'{prefix}/trained/{k}/{n}'])
+                                     for n in names} if has else None)
+
+
+def plan_summary(config: ExpressConfig, problem: RoutingProblem, plan: RoutePlan,
+                 runtime: ExpressRuntime) -> dict[str, Any]:
+    """What express.json records about the plan (FedEx digest Sec. 8 item 11)."""
+    rtt = [plan.round_trip_s[k] for k in runtime.uavs]
+    return {
+        'mode': config.mode, 'objective': plan.objective, 'cost': plan.cost,
+        'station_enu_m': list(config.station_enu_m),
+        'clients_enu_m': np.asarray(problem.clients_m).round(2).tolist(),
+        'tours': [list(t) for t in plan.tours],
+        'tour_length_m': list(plan.length_m), 'round_trip_s': list(plan.round_trip_s),
+        'energy_j': list(plan.energy_j), 'energy_budget_j': config.energy_budget_j,
+        'max_round_trip_s': max(rtt),
+        'sum_r_delta_sq_s2': float(sum(len(plan.tours[k]) * plan.round_trip_s[k] ** 2
+                                       for k in runtime.uavs)),
+        'period_s': {str(k): v for k, v in runtime.period_s.items()},
+        'local_steps_per_visit': {str(k): v for k, v in runtime.steps.items()},
+    }
+
+
+# ----------------------------------------------------------------------------- engine glue
+
+class EngineExpress:
+    """What the experiment engine holds in express mode: positions, data, plan, runtime.
+
+    ``parts`` replaces the engine's partition when ``express.partition`` is location or
+    ``express.samples_per_client`` > 0. ``run_update(engine)`` is one rounds.csv row.
+    """
+
+    def __init__(self, config: ExperimentConfig, labels: np.ndarray, num_classes: int,
+                 parts: list[np.ndarray], weights: Weights) -> None:
+        e = config.express
+        self.config = e
+        self.clients_enu_m, self.blocks = place_clients(e, config.num_drones)
+        n = e.samples_per_client
+        if e.partition == 'location':
+            self.parts = location_partition(labels, self.blocks, num_classes, n,
+                                            e.location_main_prob, config.seed)
+        else:
+            self.parts = [p[:n] if n else p for p in parts]
+        for i, part in enumerate(self.parts):
+            if len(part) == 0:
+                raise ValueError(f'express: ground client {i} has no training data '
+                                 f'(num_drones {config.num_drones} too large for the data)')
+        self.problem, self.plan = plan_routes(e, self.clients_enu_m, config.seed)
+        self.runtime = ExpressRuntime(e, self.plan, weights, config.seed)
+        self.log: list[dict[str, Any]] = []
+
+    def summary(self) -> dict[str, Any]:
+        return {**plan_summary(self.config, self.problem, self.plan, self.runtime),
+                'updates': self.log}
+
+    def train_fn(self, engine: Any, train_config: Any) -> TrainFn:
+        """Local SGD (FedEx eq. (10)) of the given clients from one base model, all at once."""
+        from fl_uav.learning.vectorized import VectorizedTrainer
+
+        trainer = engine._trainer or VectorizedTrainer(
+            engine.model, train_config, engine.config.engine.max_clients_per_chunk,
+            engine.config.engine.torch_threads)
+        trainer.config = train_config
+        x, y = engine.data.train_x, engine.data.train_y
+
+        def train(base: Weights, clients: Sequence[int], steps: Sequence[int],
+                  seeds: Sequence[int]) -> tuple[list[Weights], list[float]]:
+            data = [(x[self.parts[i]], y[self.parts[i]]) for i in clients]
+            done = trainer.train(base, data, seeds, steps=list(steps))
+            deltas = [{n: u.weights[n] - base[n] for n in base} for u in done]
+            return deltas, [float(u.result.mean_loss) for u in done]
+        return train
+
+    def run_update(self, engine: Any, train_config: Any) -> dict[str, Any]:
+        """One server update on the engine's model; returns the rounds.csv row fields."""
+        from fl_uav.compression.codec import encoded_size
+
+        previous_s = self.runtime.time_s
+        step = self.runtime.advance(engine.weights, self.train_fn(engine, train_config),
+                                    engine.strategy)
+        frame_bytes = encoded_size(step.weights, {'round': step.update_index})
+        self.log.append({'update': step.update_index, 'time_s': step.time_s,
+                         'uavs': step.uavs, 'participants': step.participants,
+                         'staleness_s': step.staleness_s, 'version_lag': step.version_lag,
+                         'energy_j': step.energy_j})
+        for loss in step.losses:
+            if not math.isfinite(loss):
+                raise FloatingPointError(f'FedEx update {step.update_index}: non-finite '
+                                         f'local training loss')
+        return {
+            'weights': step.weights, 'participants': step.participants, 'late': 0,
+            'uplink_bytes': frame_bytes * step.participants,
+            'downlink_bytes': frame_bytes * step.visited,
+            'sim_round_s': step.time_s - previous_s, 'sim_time_s': step.time_s,
+            'energy_mean_j': float(np.mean(step.energy_j)),
+            'energy_max_j': float(np.max(step.energy_j)),
+            'train_loss_mean': float(np.mean(step.losses)) if step.losses else math.nan,
+        }

@@ -1,0 +1,224 @@
+"""FedEx express delivery in the engine: round times, running sums, the server rule, order,
+energy, config errors, engine runs and resume."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fl_uav.aggregation.fedex import FedExAsync, FedExSync
+from fl_uav.configschema import ConfigError, build_config, read_params_file
+from fl_uav.netmodel.flight import ConstantPower, tour_cost
+from fl_uav.planning.routing import RoutePlan
+from fl_uav.sim.experiment import run_experiment
+from fl_uav.sim.experiment_config import ExperimentConfig
+from fl_uav.sim.express import (
+    ExpressConfig,
+    ExpressPlanError,
+    ExpressRuntime,
+    location_partition,
+    place_clients,
+    plan_routes,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+QUICK = REPO / 'config' / 'experiments' / 'quick_digits.yaml'
+FAST_CARP = {'gibbs_sweeps': 8, 'gibbs_chains': 2}
+
+
+def _plan(round_trip_s, tours) -> RoutePlan:
+    """A hand-made plan: tours (client ids per UAV) and their round-trip times."""
+    return RoutePlan('sync', tuple(tuple(t) for t in tours), (0.0,) * len(tours),
+                     tuple(float(r) for r in round_trip_s), (1.0,) * len(tours), 0.0)
+
+
+def _toy_train(base, clients, steps, seeds):
+    """CLU of client i from base x: x_i - x = -0.5 x + (i + 1) (a hand-checkable rule)."""
+    deltas = [{'w': -0.5 * base['w'] + (i + 1)} for i in clients]
+    return deltas, [0.0] * len(clients)
+
+
+def _run(runtime, strategy, n, weights=None):
+    weights = {'w': np.array([1.0])} if weights is None else weights
+    steps = []
+    for _ in range(n):
+        step = runtime.advance(weights, _toy_train, strategy)
+        weights = step.weights
+        steps.append(step)
+    return steps
+
+
+def _express_config(**overrides) -> ExpressConfig:
+    return ExpressConfig(**{**FAST_CARP, **overrides})
+
+
+# ----------------------------------------------------------------------------- runtime
+
+def test_sync_round_lasts_the_longest_tour_of_the_netmodel():
+    config = _express_config(num_uavs=3, mode='sync')
+    clients, _ = place_clients(config, 10)
+    problem, plan = plan_routes(config, clients, seed=0)
+    runtime = ExpressRuntime(config, plan, {'w': np.zeros(1)})
+    times = [s.time_s for s in _run(runtime, FedExSync(10), 3)]
+    # The tour time from the flight model, independently of the planner (FedEx eq. (9)).
+    station = np.asarray(config.station_enu_m)
+    tour_s = [tour_cost(np.vstack([station, clients[list(t)]]), config.speed_m_s,
+                        ConstantPower(), config.hover_time_per_client_s * len(t),
+                        closed=True).total_time_s for t in plan.tours]
+    assert np.diff([0.0, *times]) == pytest.approx([max(tour_s)] * 3)
+    assert len(set(np.round(tour_s, 3))) == 3   # the tours differ, so max is a real choice
+
+
+def test_running_sum_carried_equals_the_sum_of_its_clients_updates():
+    runtime = ExpressRuntime(_express_config(mode='sync'), _plan([100, 150], [[0, 3], [1, 2]]),
+                             {'w': np.array([2.0])})
+    first, second = _run(runtime, FedExSync(4), 2, {'w': np.array([2.0])})
+    assert first.participants == 0 and all(np.all(u['w'] == 0) for u in first.sums.values())
+    # Base 2.0: client i's CLU is -1 + (i + 1) = i.
+    assert second.sums[0]['w'] == pytest.approx([0 + 3])
+    assert second.sums[1]['w'] == pytest.approx([1 + 2])
+    assert second.participants == 4 and second.visited == 4
+
+
+def test_sync_server_rule_on_a_hand_computed_case():
+    # FedEx eq. (13) with the one-round lag: x_{r+1} = x_r + (1/N) sum_i CLU_i(x_{r-1}).
+    runtime = ExpressRuntime(_express_config(mode='sync'), _plan([100, 150], [[0, 1], [2, 3]]),
+                             {'w': np.array([1.0])})
+    steps = _run(runtime, FedExSync(4), 4)
+    assert [float(s.weights['w'][0]) for s in steps] == pytest.approx([1.0, 3.0, 5.0, 6.0])
+    assert [s.time_s for s in steps] == pytest.approx([150, 300, 450, 600])
+    assert [s.staleness_s for s in steps[1:]] == pytest.approx([300] * 3)   # 2 Delta
+
+
+def test_async_server_rule_and_landing_order_on_a_hand_computed_case():
+    # FedEx eqs. (14)-(15): UAV 0 lands every 100 s, UAV 1 every 150 s; at 300 s both.
+    runtime = ExpressRuntime(_express_config(mode='async'),
+                             _plan([100, 150], [[0, 1], [2, 3]]), {'w': np.array([1.0])})
+    steps = _run(runtime, FedExAsync(4), 5)
+    assert [(s.time_s, s.uavs) for s in steps] == [
+        (100, [0]), (150, [1]), (200, [0]), (300, [0, 1]), (400, [0])]
+    assert [float(s.weights['w'][0]) for s in steps] == pytest.approx(
+        [1.0, 1.0, 1.5, 3.5, 3.875])
+    assert steps[-1].staleness_s == pytest.approx(200)   # 2 Delta_0 (eq. (21))
+    assert runtime.steps == {0: 1, 1: 2}   # floor(Delta_k / 60 s) local steps per visit
+
+
+def test_async_applies_updates_in_tour_completion_order():
+    periods = [70.0, 110.0, 130.0]
+    runtime = ExpressRuntime(_express_config(mode='async'),
+                             _plan(periods, [[0], [1, 2], [3]]), {'w': np.array([1.0])})
+    steps = _run(runtime, FedExAsync(4), 12)
+    events = sorted((n * p, k) for k, p in enumerate(periods) for n in range(1, 20))[:12]
+    assert [(s.time_s, s.uavs) for s in steps] == [(pytest.approx(t), [k]) for t, k in events]
+    for s in steps:
+        k = s.uavs[0]
+        assert s.staleness_s <= 2 * periods[k] + 1e-9
+
+
+def test_every_tour_fits_the_budget_and_matches_the_flight_model():
+    config = _express_config(num_uavs=4, energy_budget_j=15e3)
+    clients, _ = place_clients(config, 20)
+    _, plan = plan_routes(config, clients, seed=0)
+    station = np.asarray(config.station_enu_m)
+    for tour, energy_j in zip(plan.tours, plan.energy_j):
+        cost = tour_cost(np.vstack([station, clients[list(tour)]]), config.speed_m_s,
+                         ConstantPower(), config.hover_time_per_client_s * len(tour),
+                         config.tx_power_w, closed=True)
+        assert energy_j == pytest.approx(cost.total_energy_j)
+        assert energy_j <= config.energy_budget_j
+
+
+def test_a_budget_below_one_tour_gives_the_reason():
+    config = _express_config(energy_budget_j=2000.0)
+    clients, _ = place_clients(config, 8)
+    with pytest.raises(ExpressPlanError, match='no feasible FedEx plan.*budget'):
+        plan_routes(config, clients, seed=0)
+
+
+def test_clients_fill_the_blocks_and_location_data_follow_the_block():
+    config = ExpressConfig(area_east_m=2000, area_north_m=2000, blocks_east=5, blocks_north=2)
+    positions, blocks = place_clients(config, 40)
+    assert np.bincount(blocks).tolist() == [4] * 10
+    east_block = (positions[:, 0] // 400).astype(int)
+    north_block = (positions[:, 1] // 1000).astype(int)
+    assert np.array_equal(east_block + 5 * north_block, blocks)
+    labels = np.repeat(np.arange(10), 300)
+    parts = location_partition(labels, blocks, 10, 60, 0.7, seed=0)
+    main_share = np.mean([np.mean(labels[p] == b % 10) for p, b in zip(parts, blocks)])
+    assert 0.62 < main_share < 0.78
+    assert len(np.unique(np.concatenate(parts))) == 40 * 60   # without replacement
+
+
+# ----------------------------------------------------------------------------- config
+
+def _flat(**overrides) -> dict:
+    flat = read_params_file(QUICK)
+    flat.update({'num_drones': 8, 'num_rounds': 2, 'data.partition': 'iid',
+                 'aggregation.strategy': 'fedex_sync', 'express.enabled': True,
+                 'express.num_uavs': 2, 'express.gibbs_sweeps': 8, 'express.gibbs_chains': 2,
+                 **overrides})
+    return flat
+
+
+@pytest.mark.parametrize('key, value, named', [
+    ('express.mode', 'express', 'express.mode'),
+    ('express.num_uavs', 0, 'express.num_uavs'),
+    ('express.speed_m_s', -1.0, 'express.speed_m_s'),
+    ('express.altitude_m', 2000.0, 'express.radio_range_m'),
+    ('express.partition', 'blocks', 'express.partition'),
+    ('aggregation.strategy', 'fedavg', 'aggregation.strategy'),
+    ('learning.client_algorithm', 'scaffold', 'learning.client_algorithm'),
+    ('express.num_uavs', 9, 'num_drones'),
+])
+def test_config_errors_name_the_key(key, value, named):
+    with pytest.raises(ConfigError, match=named.replace('.', r'\.')):
+        build_config(ExperimentConfig, _flat(**{key: value}))
+
+
+# ----------------------------------------------------------------------------- engine
+
+def _rows(out: Path) -> list[dict]:
+    with open(out / 'rounds.csv', newline='') as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.mark.parametrize('mode', ['sync', 'async'])
+def test_two_update_engine_run(tmp_path, mode):
+    config = build_config(ExperimentConfig, _flat(**{
+        'express.mode': mode, 'aggregation.strategy': f'fedex_{mode}', 'num_rounds': 3}))
+    summary = run_experiment(config, tmp_path, echo=lambda _: None)
+    rows = _rows(tmp_path)
+    express = json.loads((tmp_path / 'express.json').read_text())
+    assert summary['status'] == 'finished' and len(rows) == 3
+    times = [float(r['sim_time_s']) for r in rows]
+    assert times == pytest.approx([u['time_s'] for u in express['updates']])
+    assert int(rows[0]['participants']) == 0 and int(rows[0]['uplink_bytes']) == 0
+    if mode == 'sync':
+        assert times == pytest.approx([express['max_round_trip_s'] * r for r in (1, 2, 3)])
+        assert int(rows[1]['participants']) == 8   # every client's CLU in round 2
+    else:
+        assert times == sorted(times) and times[0] == pytest.approx(
+            min(express['round_trip_s']))
+    assert all(0 < float(r['energy_max_j']) <= 15e3 for r in rows)
+
+
+def test_resume_equals_uninterrupted(tmp_path):
+    flat = _flat(**{'express.mode': 'async', 'aggregation.strategy': 'fedex_async'})
+    whole = run_experiment(build_config(ExperimentConfig, {**flat, 'num_rounds': 6}),
+                           tmp_path / 'whole', echo=lambda _: None)
+    run_experiment(build_config(ExperimentConfig, {**flat, 'num_rounds': 3}),
+                   tmp_path / 'part', echo=lambda _: None)
+    resumed = run_experiment(build_config(ExperimentConfig, {**flat, 'num_rounds': 6}),
+                             tmp_path / 'part', resume=True, echo=lambda _: None)
+    assert resumed['rounds_completed'] == 6
+    for key in ('accuracy', 'loss', 'sim_time_s', 'train_loss_mean'):
+        assert [float(r[key]) for r in _rows(tmp_path / 'part')] == pytest.approx(
+            [float(r[key]) for r in _rows(tmp_path / 'whole')], nan_ok=True)
+    assert whole['final_accuracy'] == pytest.approx(resumed['final_accuracy'])
+    logs = [json.loads((tmp_path / d / 'express.json').read_text())['updates']
+            for d in ('whole', 'part')]
+    assert logs[0] == logs[1]
