@@ -8,157 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fl_uav.aggregation import STRATEGY_NAMES, build_strategy
+from fl_uav.aggregation.config import AggregationConfig
 from fl_uav.compression.compressor import CompressionConfig
 from fl_uav.learning.buffer import BufferConfig
-from fl_uav.learning.client_algorithms import CLIENT_ALGORITHMS, build_client_algorithm
-from fl_uav.learning.models import MODEL_NAMES
-from fl_uav.learning.training import OPTIMIZERS
+from fl_uav.learning.config import LearningConfig
 from fl_uav.planning.coverage import CoverageConfig
 from fl_uav.planning.geofence import Geofence, GeofenceConfig, resolve_geofence
 from fl_uav.sim.autopilot import AutopilotSimConfig
 from fl_uav.world.camera import CameraConfig
 from fl_uav.world.landcover import WorldConfig
-
-
-@dataclass(frozen=True)
-class LearningConfig:
-    """Onboard model and local training.
-
-    model: architecture name; input_px: side of the model input (camera frames are resized);
-    init_seed: seed of the initial global model; local_epochs, batch_size, lr, momentum,
-    weight_decay, max_steps, optimizer ('sgd' | 'adam'): local training; lr_decay: the local
-    learning rate in round r is lr · lr_decay^(r-1); min_samples_to_train: a drone with fewer
-    buffered samples uploads an empty update instead of training. structured_keep < 1: each
-    round the drone trains a physically smaller model keeping that fraction of each conv's
-    filters (largest L1 norm in the received model; structured pruning with δ = 1 − keep) and
-    uploads the update expanded back to the dense shape (zeros where pruned).
-
-    client_algorithm: the drone's round procedure (fl_uav.learning.client_algorithms): sgd
-    (the above) | 2ceoafl (2CEOAFL §2.2: rho_steps dense steps, a magnitude mask pruning
-    prune_fraction δ, rewind, kappa_steps masked steps) | feddpq (FedDPQ eqs. (5), (9), (10):
-    prune_fraction ρ_u magnitude pruning, kappa_steps gradient steps at the pruned point; the
-    paper takes 1) | osafl (OSAFL §2.1: a uniform random number of local steps in
-    [min_local_steps, max_local_steps] per drone and round) | scaffold (SCAFFOLD option II,
-    per-drone control variates). prune_fraction_max > prune_fraction: the pruning ratio is
-    drawn uniformly in [prune_fraction, prune_fraction_max] per drone and round (2CEOAFL's
-    δ ~ U[0.05, 0.7]); 0 = fixed.
-    """
-
-    model: str = 'small_cnn'
-    input_px: int = 32
-    init_seed: int = 0
-    local_epochs: int = 2
-    batch_size: int = 32
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    max_steps: int = 0
-    min_samples_to_train: int = 16
-    torch_threads: int = 1
-    optimizer: str = 'sgd'
-    lr_decay: float = 1.0
-    structured_keep: float = 1.0
-    client_algorithm: str = 'sgd'
-    rho_steps: int = 1
-    kappa_steps: int = 5
-    prune_fraction: float = 0.2
-    prune_fraction_max: float = 0.0
-    min_local_steps: int = 1
-    max_local_steps: int = 15
-
-    def __post_init__(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f'optimizer {self.optimizer!r} unknown; choices: '
-                             f'{", ".join(OPTIMIZERS)}')
-        if self.model not in MODEL_NAMES:
-            raise ValueError(f'model {self.model!r} unknown; choices: {", ".join(MODEL_NAMES)}')
-        if self.input_px not in (16, 32, 64):
-            raise ValueError(f'input_px must be one of 16, 32, 64, got {self.input_px}')
-        if self.min_samples_to_train < 1:
-            raise ValueError(f'min_samples_to_train must be >= 1, got {self.min_samples_to_train}')
-        if not (0.0 < self.lr <= 10.0):
-            raise ValueError(f'lr must be in (0, 10], got {self.lr}')
-        if not (0.0 <= self.momentum < 1.0):
-            raise ValueError(f'momentum must be in [0, 1), got {self.momentum}')
-        if self.local_epochs < 1 or self.batch_size < 1 or self.max_steps < 0:
-            raise ValueError('local_epochs and batch_size must be >= 1, max_steps >= 0')
-        if not (0.0 < self.structured_keep <= 1.0):
-            raise ValueError(f'structured_keep must be in (0, 1], got {self.structured_keep}')
-        if not (0.0 < self.lr_decay <= 1.0):
-            raise ValueError(f'lr_decay must be in (0, 1], got {self.lr_decay}')
-        if self.torch_threads < 1:
-            raise ValueError(f'torch_threads must be >= 1, got {self.torch_threads}')
-        self._check_client_algorithm()
-
-    def _check_client_algorithm(self) -> None:
-        name = self.client_algorithm
-        if name not in CLIENT_ALGORITHMS:
-            raise ValueError(f'client_algorithm {name!r} unknown; choices: '
-                             f'{", ".join(CLIENT_ALGORITHMS)}')
-        if self.rho_steps < 0 or self.kappa_steps < 1:
-            raise ValueError(f'rho_steps must be >= 0 and kappa_steps >= 1, got '
-                             f'{self.rho_steps}, {self.kappa_steps}')
-        if not 0.0 <= self.prune_fraction < 1.0:
-            raise ValueError(f'prune_fraction must be in [0, 1), got {self.prune_fraction}')
-        if self.prune_fraction_max and not (
-                self.prune_fraction <= self.prune_fraction_max < 1.0):
-            raise ValueError(f'prune_fraction_max must be 0 (fixed) or in [prune_fraction, 1), '
-                             f'got {self.prune_fraction_max}')
-        if not 1 <= self.min_local_steps <= self.max_local_steps:
-            raise ValueError(f'need 1 <= min_local_steps <= max_local_steps, got '
-                             f'{self.min_local_steps}, {self.max_local_steps}')
-        if self.structured_keep < 1.0 and name != 'sgd':
-            raise ValueError(f'structured_keep < 1 needs client_algorithm sgd, got {name!r}')
-        if name in ('2ceoafl', 'feddpq') and self.optimizer != 'sgd':
-            raise ValueError(f'client_algorithm {name} needs optimizer sgd, got '
-                             f'{self.optimizer!r}')
-        if name == 'feddpq' and (self.momentum or self.weight_decay):
-            raise ValueError('client_algorithm feddpq runs plain SGD (FedDPQ eq. (5)): '
-                             'momentum and weight_decay must be 0')
-
-    def build_client(self):
-        """One drone's configured client algorithm (fl_uav.learning.client_algorithms)."""
-        return build_client_algorithm(
-            self.client_algorithm, structured_keep=self.structured_keep,
-            rho_steps=self.rho_steps, kappa_steps=self.kappa_steps,
-            prune_fraction=self.prune_fraction, prune_fraction_max=self.prune_fraction_max,
-            min_local_steps=self.min_local_steps, max_local_steps=self.max_local_steps)
-
-
-@dataclass(frozen=True)
-class AggregationConfig:
-    """strategy: aggregation rule (see fl_uav.aggregation.STRATEGY_NAMES); server_lr: server
-    step; proximal_mu (fedprox), score_interval (osafl, Υ), trimmed_beta (trimmed_mean),
-    num_selected (feddpq: drones drawn with replacement per round, 0 = all), local_lr
-    (2ceoafl: the drones' step size η̃), clip_norm (> 0: clip each delta's L2 norm first)."""
-
-    strategy: str = 'fedavg'
-    server_lr: float = 1.0
-    proximal_mu: float = 0.01
-    score_interval: int = 3
-    trimmed_beta: float = 0.1
-    num_selected: int = 0
-    local_lr: float = 0.1
-    clip_norm: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.strategy not in STRATEGY_NAMES:
-            raise ValueError(f'strategy {self.strategy!r} unknown; choices: '
-                             f'{", ".join(STRATEGY_NAMES)}')
-        if not self.server_lr > 0:
-            raise ValueError(f'server_lr must be > 0, got {self.server_lr}')
-        if self.proximal_mu < 0 or self.score_interval < 1 or self.num_selected < 0:
-            raise ValueError('proximal_mu >= 0, score_interval >= 1, num_selected >= 0')
-        if not 0.0 <= self.trimmed_beta < 0.5 or self.clip_norm < 0 or not self.local_lr > 0:
-            raise ValueError('trimmed_beta in [0, 0.5), clip_norm >= 0, local_lr > 0')
-
-    def build(self, num_clients: int, seed: int = 0):
-        """The configured Strategy for a fleet of num_clients drones."""
-        return build_strategy(self.strategy, server_lr=self.server_lr, num_clients=num_clients,
-                              proximal_mu=self.proximal_mu, score_interval=self.score_interval,
-                              trimmed_beta=self.trimmed_beta, num_selected=self.num_selected,
-                              local_lr=self.local_lr, clip_norm=self.clip_norm, seed=seed)
 
 
 @dataclass(frozen=True)

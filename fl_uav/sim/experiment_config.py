@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from fl_uav.aggregation.config import AggregationConfig
 from fl_uav.compression.compressor import CompressionConfig
-from fl_uav.fleet.config import AggregationConfig, LearningConfig
 from fl_uav.learning.buffer import BufferConfig
+from fl_uav.learning.config import LearningConfig
 from fl_uav.learning.topup import TOPUP_GENERATORS
 from fl_uav.sim.express import ExpressConfig, check_express
 
