@@ -72,6 +72,44 @@ def _compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plan(args: argparse.Namespace) -> int:
+    import json
+
+    from fl_uav.configschema import build_config, read_params_file
+    from fl_uav.planning.coverage import PlanInfeasibleError
+    from fl_uav.planning.plan_plots import plot_routes, plot_trajectory
+    from fl_uav.planning.plan_request import (
+        PlanConfig,
+        plan_routes_request,
+        plan_trajectory_request,
+    )
+
+    flat = read_params_file(args.config)
+    flat.update(dict(parse_override(text) for text in args.set))
+    config = build_config(PlanConfig, flat)
+    out = Path(args.out)
+    try:
+        if config.kind == 'trajectory':
+            outcome = plan_trajectory_request(config)
+            written = plot_trajectory(outcome, _mkdir(out))
+        else:
+            outcome = plan_routes_request(config)
+            written = plot_routes(outcome, _mkdir(out))
+    except PlanInfeasibleError as exc:
+        print(f'fl-uav: infeasible plan ({exc.cause}): {exc}', file=sys.stderr)
+        return 1
+    summary = out / f'{config.kind}.json'
+    summary.write_text(json.dumps(outcome.figures, indent=2))
+    for path in [*written, summary]:
+        print(path)
+    return 0
+
+
+def _mkdir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of ``fl-uav``."""
     parser = argparse.ArgumentParser(prog='fl-uav', description='Federated learning on UAV '
@@ -103,6 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument('dirs', nargs='+', help='experiment output directories')
     cmp_.add_argument('--out', default='comparison', help='where to write the plots')
     cmp_.set_defaults(func=_compare)
+    plan = sub.add_parser('plan', help='plan a 2CEOAFL trajectory or FedEx routes from a config '
+                          'and write PNG plots and a JSON of the figures')
+    plan.add_argument('config', type=Path, help='config/plans/<name>.yaml')
+    plan.add_argument('--out', required=True, help='output directory')
+    plan.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
+                      help='override one config key, e.g. --set trajectory.num_rounds=20')
+    plan.set_defaults(func=_plan)
     return parser
 
 
