@@ -17,6 +17,7 @@ setup(
         ('share/' + PACKAGE + '/launch', glob('launch/*.launch.py')),
         ('share/' + PACKAGE + '/config', glob('config/*.yaml')),
         ('share/' + PACKAGE + '/config/experiments', glob('config/experiments/*.yaml')),
+        ('share/' + PACKAGE + '/config/plans', glob('config/plans/*.yaml')),
         ('share/' + PACKAGE + '/sim', glob('sim/*.md')),
         ('share/' + PACKAGE + '/sim/worlds', glob('sim/worlds/*')),
     ],
