@@ -16,6 +16,7 @@ from visualization_msgs.msg import Marker, MarkerArray
 
 from fl_uav.fleet.messages import PoseSample
 from fl_uav.planning.coverage import PlanWaypoint
+from fl_uav.planning.display import CLASS_COLOURS_RGB
 
 
 class ImageFormatError(ValueError):
@@ -147,8 +148,7 @@ def metrics_to_msg(name: str, values: Mapping[str, object], stamp_s: float) -> D
 
 
 # Display colours of the land-cover classes (RGB, 0..1), in CLASS_NAMES order.
-CLASS_COLOURS = ((0.15, 0.35, 0.8), (0.1, 0.45, 0.15), (0.45, 0.75, 0.3), (0.85, 0.8, 0.3),
-                 (0.7, 0.3, 0.25), (0.5, 0.5, 0.5), (0.9, 0.8, 0.6))
+CLASS_COLOURS = CLASS_COLOURS_RGB
 PLAN_MARKER_NS = 'plans'
 REGION_MARKER_NS = 'class_regions'
 
