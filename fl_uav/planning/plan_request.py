@@ -228,7 +228,8 @@ def plan_trajectory_request(config: PlanConfig) -> TrajectoryOutcome:
         'num_classes': world.num_classes, 'num_regions': len(regions),
         'fence_enu_m': list(fence), 'start_enu_m': list(start),
         'step_m': constraints.step_m, 'budget_m': request.budget_m,
-        'sca': {'iterations': plan.iterations, 'upper_bound': plan.upper_bound,
+        'sca': {'iterations': plan.iterations,      # no proven bound (time limit): null
+                'upper_bound': plan.upper_bound if math.isfinite(plan.upper_bound) else None,
                 'solve_time_s': plan.solve_time_s},
         'methods': {name: _method_figures(wps, regions, psi, start, request.zeta,
                                           request.eps_tol)
