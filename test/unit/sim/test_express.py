@@ -222,3 +222,14 @@ def test_resume_equals_uninterrupted(tmp_path):
     logs = [json.loads((tmp_path / d / 'express.json').read_text())['updates']
             for d in ('whole', 'part')]
     assert logs[0] == logs[1]
+
+
+@pytest.mark.parametrize('mode', ['sync', 'async'])
+def test_fmnist_configs_select_fedex_in_the_papers_setting(mode):
+    flat = read_params_file(REPO / 'config' / 'experiments' / f'fedex_{mode}_fmnist.yaml')
+    config = build_config(ExperimentConfig, flat)
+    e = config.express
+    assert e.enabled and e.mode == mode and e.objective == mode
+    assert config.aggregation.strategy == f'fedex_{mode}'
+    assert (config.num_drones, e.num_uavs, e.energy_budget_j) == (40, 4, 15e3)
+    assert (e.area_east_m, e.area_north_m, e.samples_per_client) == (2000, 2000, 60)
