@@ -233,3 +233,18 @@ def test_fmnist_configs_select_fedex_in_the_papers_setting(mode):
     assert config.aggregation.strategy == f'fedex_{mode}'
     assert (config.num_drones, e.num_uavs, e.energy_budget_j) == (40, 4, 15e3)
     assert (e.area_east_m, e.area_north_m, e.samples_per_client) == (2000, 2000, 60)
+
+
+def test_engine_assigns_data_by_client_position(tmp_path):
+    from fl_uav.sim.experiment import ExperimentEngine
+    config = build_config(ExperimentConfig, _flat(**{
+        'num_drones': 10, 'express.partition': 'location', 'express.samples_per_client': 30,
+        'express.location_main_prob': 0.8}))
+    engine = ExperimentEngine(config, tmp_path)
+    blocks = engine.express.blocks
+    labels = engine.data.train_y
+    assert [len(p) for p in engine.parts] == [30] * 10
+    share = [np.mean(labels[p] == b % 10) for p, b in zip(engine.parts, blocks)]
+    assert 0.65 < np.mean(share) < 0.95
+    rows = [engine.run_round() for _ in range(2)]
+    assert rows[1]['participants'] == 10
