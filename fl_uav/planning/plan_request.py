@@ -21,6 +21,12 @@ import numpy as np
 
 from fl_uav.netmodel.flight import FEDEX_ENERGY_BUDGET_J, FEDEX_SPEED_M_S
 from fl_uav.planning.coverage import Box, PlanWaypoint, geofence_box
+from fl_uav.planning.placement import (
+    CLIENT_PLACEMENTS,
+    FEDEX_BLOCKS_EAST,
+    FEDEX_BLOCKS_NORTH,
+    place_clients_enu_m,
+)
 from fl_uav.planning.routing import (
     FEDEX_HOVER_TIME_S,
     GibbsConfig,
@@ -47,7 +53,6 @@ from fl_uav.world.landcover import LandCoverMap, WorldConfig, generate_world
 
 PLAN_KINDS = ('trajectory', 'routes')
 REGION_SOURCES = ('map', 'fitted')
-CLIENT_PLACEMENTS = ('fedex_blocks', 'uniform')
 ROUTE_OBJECTIVES = ('sync', 'async')
 
 
@@ -108,9 +113,10 @@ class RoutesRequest:
     """A FedEx CARP instance (FedEx Sec. VII-A by default: 40 clients, 4 UAVs, 2 km x 2 km,
     15 kJ per tour, 10 m/s, 16 s hover per client).
 
-    placement: 'fedex_blocks' (the area split into 5 x 2 blocks, client i uniform in block
-    i mod 10) or 'uniform'. depot_east_m, depot_north_m: the ground station. objective: 'sync'
-    (eq. (25)) or 'async' (eq. (27)). n_sweeps, n_chains: the Gibbs sampler (Sec. VI-B-2).
+    placement: 'fedex_blocks' (the area split into blocks_east x blocks_north blocks, 5 x 2 in
+    the paper, client i uniform in block i mod B; ``fl_uav.planning.placement``, the express
+    runtime's rule) or 'uniform'. depot_east_m, depot_north_m: the ground station. objective:
+    'sync' (eq. (25)) or 'async' (eq. (27)). n_sweeps, n_chains: the Gibbs sampler (Sec. VI-B-2).
     """
 
     num_clients: int = 40
@@ -118,6 +124,8 @@ class RoutesRequest:
     area_east_m: float = 2000.0
     area_north_m: float = 2000.0
     placement: str = 'fedex_blocks'
+    blocks_east: int = FEDEX_BLOCKS_EAST
+    blocks_north: int = FEDEX_BLOCKS_NORTH
     depot_east_m: float = 1000.0
     depot_north_m: float = 1000.0
     speed_m_s: float = FEDEX_SPEED_M_S
@@ -141,6 +149,8 @@ class RoutesRequest:
             raise ValueError('area_east_m and area_north_m must be > 0')
         if self.n_sweeps < 1 or self.n_chains < 1:
             raise ValueError('n_sweeps and n_chains must be >= 1')
+        if self.blocks_east < 1 or self.blocks_north < 1:
+            raise ValueError('blocks_east and blocks_north must be >= 1')
 
 
 @dataclass(frozen=True)
@@ -251,16 +261,13 @@ class RoutesOutcome:
 
 
 def client_positions_enu_m(request: RoutesRequest, seed: int) -> np.ndarray:
-    """(N, 2) client positions: FedEx Sec. VII-A blocks (5 x 2, client i in block i mod 10)
-    or uniform over the area."""
-    rng = np.random.default_rng(seed)
-    n = request.num_clients
-    if request.placement == 'uniform':
-        return rng.uniform([0.0, 0.0], [request.area_east_m, request.area_north_m], (n, 2))
-    block_e, block_n = request.area_east_m / 5.0, request.area_north_m / 2.0
-    block = np.arange(n) % 10
-    low = np.stack([(block // 2) * block_e, (block % 2) * block_n], axis=1)
-    return low + rng.uniform(0.0, 1.0, (n, 2)) * np.array([block_e, block_n])
+    """(N, 2) client positions: FedEx Sec. VII-A blocks or uniform over the area, by the
+    rule the FedEx express runtime uses (``fl_uav.planning.placement``; seed = its
+    ``express.placement_seed``)."""
+    positions, _ = place_clients_enu_m(
+        request.num_clients, request.area_east_m, request.area_north_m, seed,
+        request.blocks_east, request.blocks_north, request.placement)
+    return positions
 
 
 def plan_routes_request(config: PlanConfig) -> RoutesOutcome:

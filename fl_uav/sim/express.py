@@ -65,6 +65,7 @@ from fl_uav.netmodel.flight import (
     ConstantPower,
 )
 from fl_uav.planning.coverage import PlanError
+from fl_uav.planning.placement import place_clients_enu_m
 from fl_uav.planning.routing import (
     FEDEX_HOVER_TIME_S,
     GibbsConfig,
@@ -215,20 +216,11 @@ def place_clients(config: ExpressConfig, num_clients: int) -> tuple[np.ndarray, 
     """Client positions (N x 2, ENU metres) and blocks (FedEx Sec. VII-A: 4 per block, 40).
 
     Client i sits in block i mod B (B = blocks_east x blocks_north, numbered west to east,
-    then south to north), uniformly at random inside it (``placement_seed``).
+    then south to north), uniformly at random inside it (``placement_seed``). The rule is
+    ``fl_uav.planning.placement``'s, shared with ``fl-uav plan``.
     """
-    if num_clients < 1:
-        raise ValueError(f'num_clients must be >= 1, got {num_clients}')
-    n_blocks = config.blocks_east * config.blocks_north
-    blocks = np.arange(num_clients) % n_blocks
-    width_m = config.area_east_m / config.blocks_east
-    height_m = config.area_north_m / config.blocks_north
-    rng = np.random.default_rng(np.random.SeedSequence([config.placement_seed,
-                                                        EXPRESS_SEED_TAG]))
-    offsets = rng.uniform(0.0, 1.0, (num_clients, 2))
-    east = (blocks % config.blocks_east + offsets[:, 0]) * width_m
-    north = (blocks // config.blocks_east + offsets[:, 1]) * height_m
-    return np.stack([east, north], axis=1), blocks
+    return place_clients_enu_m(num_clients, config.area_east_m, config.area_north_m,
+                               config.placement_seed, config.blocks_east, config.blocks_north)
 
 
 def location_partition(labels: np.ndarray, blocks: np.ndarray, num_classes: int,

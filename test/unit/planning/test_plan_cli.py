@@ -72,6 +72,24 @@ def test_routes_plan_writes_the_tours_their_times_energies_and_the_objective(tmp
     assert [figures['assignment'][c] for c in uavs[1]['clients']] == [1] * len(uavs[1]['clients'])
 
 
+def test_routes_plan_places_clients_and_plans_as_the_express_runtime_does(tmp_path):
+    # Arrange: the same FedEx setting (Sec. VII-A blocks, seed 3) in both front ends
+    from fl_uav.sim.express import ExpressConfig, place_clients, plan_routes
+    express = ExpressConfig(num_uavs=2, area_east_m=800.0, area_north_m=800.0,
+                            placement_seed=3, gibbs_sweeps=5, gibbs_chains=2, mode='sync')
+    clients, _ = place_clients(express, 8)
+    _, expected = plan_routes(express, clients, seed=3)
+    out = tmp_path / 'routes'
+    # Act
+    code = _run('routes_fedex.yaml', out, SMALL_ROUTES + ['seed=3', 'routes.objective=sync'])
+    # Assert: the same client positions, tours and cost
+    figures = json.loads((out / 'routes.json').read_text())
+    assert code == 0
+    assert figures['clients_enu_m'] == clients.tolist()
+    assert [tuple(u['clients']) for u in figures['uavs']] == list(expected.tours)
+    assert figures['cost'] == pytest.approx(expected.cost)
+
+
 @pytest.mark.parametrize('config, overrides, words', [
     ('trajectory_world.yaml', ['trajectory.num_round=5'], "unknown config key "
                                                            "'trajectory.num_round'"),
