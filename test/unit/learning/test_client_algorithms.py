@@ -145,20 +145,26 @@ def test_scaffold_with_zero_control_variates_equals_sgd():
 
 
 def test_scaffold_control_variate_update_is_option_two_and_corrects_the_next_round():
-    # Arrange
+    # Arrange: one plain SGD step (40 samples, one batch of 40, no momentum)
+    one_step = dataclasses.replace(CONFIG, batch_size=40, momentum=0.0, weight_decay=0.0)
     client = ScaffoldClient()
-    received, first = _train(client)
+    received, first = _train(client, config=one_step)
     server = {n: np.full(np.shape(w), 0.01, np.float32) for n, w in received.items()}
     # c_k⁺ = c_k − c + (w − y)/(K η) with c_k = c = 0 in the first round
     for name in received:
         expected = -first.delta[name] / (first.steps * CONFIG.lr)
         np.testing.assert_allclose(first.metrics[DELTA_C_KEY][name], expected, rtol=1e-5,
                                    atol=1e-7)
+    c_k = {n: v.copy() for n, v in first.metrics[DELTA_C_KEY].items()}   # c_k = 0 + Δc_k
     # Act
-    _, second = _train(client, knobs={SERVER_CONTROL_KNOB: server})
-    _, plain = _train(ScaffoldClient())
-    # Assert: the correction c − c_k changed the local steps
-    assert any(not np.allclose(second.delta[n], plain.delta[n]) for n in received)
+    _, second = _train(client, knobs={SERVER_CONTROL_KNOB: server}, config=one_step)
+    _, plain = _train(ScaffoldClient(), config=one_step)
+    # Assert: one step y = w − η (g + c − c_k), so Δ = Δ_plain − η (c − c_k) (SCAFFOLD Alg. 1)
+    assert first.steps == second.steps == plain.steps == 1
+    for name in received:
+        np.testing.assert_allclose(second.delta[name],
+                                   plain.delta[name] - CONFIG.lr * (server[name] - c_k[name]),
+                                   rtol=1e-4, atol=1e-6)
 
 
 def test_scaffold_state_round_trips_and_a_lost_upload_keeps_the_old_variate():
