@@ -276,14 +276,14 @@ def _validate(regions: Sequence[GaussianRegion], psi: np.ndarray, start: np.ndar
     if not (east_min <= start[0] <= east_max and north_min <= start[1] <= north_max):
         raise PlanInfeasibleError('start_outside_fence', f'start ({start[0]:.1f}, '
                                   f'{start[1]:.1f}) is outside the geofence {c.fence}')
+    if not (0 < c.zeta <= 1):   # malformed, not infeasible: checked before ζ is used below
+        raise PlanError(f'zeta must be in (0, 1], got {c.zeta}')
+    if not c.eps_tol > 0:
+        raise PlanError(f'eps_tol must be > 0, got {c.eps_tol}')
     if not any(_circle_meets_box(r.center_enu_m, c.zeta * r.radius_m, c.fence)
                for r in regions):
         raise PlanInfeasibleError('no_class_regions', f'none of the {len(regions)} class '
                                   f'regions reaches into the geofence {c.fence}')
-    if not (0 < c.zeta <= 1):
-        raise PlanError(f'zeta must be in (0, 1], got {c.zeta}')
-    if not c.eps_tol > 0:
-        raise PlanError(f'eps_tol must be > 0, got {c.eps_tol}')
     if c.polygon_sides < 4:
         raise PlanError(f'polygon_sides must be >= 4, got {c.polygon_sides}')
 

@@ -56,6 +56,24 @@ def test_a_malformed_trajectory_request_is_a_plain_plan_error():
     assert not isinstance(caught.value, PlanInfeasibleError)
 
 
+FAR_REGION = [GaussianRegion(0, (900.0, 900.0), ((400.0, 0.0), (0.0, 400.0)), 1.0)]
+
+
+@pytest.mark.parametrize('request_kwargs, words', [
+    ({'zeta': -0.5}, 'zeta must be in (0, 1]'),
+    ({'zeta': 0.0, 'regions': FAR_REGION}, 'zeta must be in (0, 1]'),
+    ({'eps_tol': 0.0, 'regions': FAR_REGION}, 'eps_tol must be > 0'),
+])
+def test_a_bad_zeta_or_eps_tol_is_malformed_even_when_no_region_reaches_the_fence(
+        request_kwargs, words):
+    # Arrange / Act: ζ and ε are checked before the regions' reach (2CEOAFL eq. (3)) uses ζ
+    with pytest.raises(PlanError) as caught:
+        _trajectory(**request_kwargs)
+    # Assert
+    assert not isinstance(caught.value, PlanInfeasibleError)
+    assert words in str(caught.value)
+
+
 def test_a_budget_below_one_tour_names_its_cause():
     # Arrange: the nearest client ~100 m away needs 321.6 J hovering + 600 J flying > 800 J.
     clients = [(100.0, 0.0), (500.0, 0.0)]
