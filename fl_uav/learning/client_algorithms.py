@@ -14,7 +14,8 @@ name          procedure
 sgd           local SGD/Adam (``train_local``), optional FedProx proximal term (knob) and
               structured pruning (``structured_keep``)
 2ceoafl       2CEOAFL §2.2 (b)-(c), eqs. (8), (10): ρ dense steps, global magnitude mask
-              over δ, rewind, κ masked steps; Δ = −η̃ d (d the accumulated masked gradient)
+              over δ, rewind, κ masked steps; Δ = −η̃ d (d the accumulated masked gradient);
+              reports η̃ (``local_lr``) for the server's Π = −Δ/η̃ (eq. (13))
 feddpq        FedDPQ eqs. (5), (9), (10), (18): magnitude pruning with ratio ρ_u, gradient
               steps at the pruned point; Δ = −η Σ g(w̃)
 osafl         OSAFL Algorithm 1 lines 2–9, eqs. (5)–(7): κ_u^t ~ U{min..max} plain local
@@ -41,6 +42,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fl_uav.aggregation._common import LOCAL_LR_KEY
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.aggregation.scaffold import DELTA_C_KEY
 from fl_uav.learning.pruning import (
@@ -188,6 +190,8 @@ class TwoCeoaflClient(ClientAlgorithm):
     δ is ``prune_fraction``, or uniform in [prune_fraction, prune_fraction_max] per drone and
     round when the maximum is larger (the paper's δ_u^t ~ U[0.05, 0.7], §4). Compute:
     ρ + κ(1 − δ) dense steps (§1.8, :func:`~fl_uav.learning.pruning.two_ceoafl_compute_cost`).
+    The metrics carry δ (``prune_fraction``) and η̃ = ``config.lr`` (``local_lr``, this round's
+    decayed rate), so the fleet's station and the engine divide by the rate the drone used.
     """
 
     name = '2ceoafl'
@@ -213,7 +217,7 @@ class TwoCeoaflClient(ClientAlgorithm):
             delta=delta, steps=steps, mean_loss=float(np.mean(losses)), num_samples=len(labels),
             compute_dense_steps=two_ceoafl_compute_cost(self.rho_steps, self.kappa_steps,
                                                         delta_fraction),
-            metrics={PRUNE_FRACTION_KEY: delta_fraction}, mask=mask)
+            metrics={PRUNE_FRACTION_KEY: delta_fraction, LOCAL_LR_KEY: config.lr}, mask=mask)
 
 
 class FedDpqClient(ClientAlgorithm):

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from fl_uav.aggregation import ClientUpdate
+from fl_uav.aggregation._common import LOCAL_LR_KEY
 from fl_uav.aggregation.feddpq import DRAWS_KNOB
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.aggregation.scaffold import Scaffold
@@ -306,9 +307,11 @@ class ExperimentEngine:
             losses.append(loss)
             uplink += up_bits // 8
             counts = np.bincount(mixed[k][1], minlength=self.data.num_classes)
+            # η̃ for every client (the 2ceoafl strategy also pairs with sgd, osafl, ...);
+            # the 2ceoafl client reports the same value in its metrics (2CEOAFL eq. (13)).
             updates.append(ClientUpdate(sender=k, round_index=r, delta=delta,
                                         num_samples=len(mixed[k][1]),
-                                        metrics={'steps': steps, 'local_lr': lr,
+                                        metrics={'steps': steps, LOCAL_LR_KEY: lr,
                                                  'class_counts': counts.tolist(),
                                                  **result.metrics}))
         aggregated = self.strategy.aggregate(r, self.weights, updates)
