@@ -345,7 +345,6 @@ class ExperimentEngine:
         accuracy, test_loss = evaluate(self.model, self.data.test_x, self.data.test_y)
         self.sim_time_s = fields['sim_time_s']
         self.round_index = r
-        (self.out_dir / EXPRESS_FILE).write_text(json.dumps(self.express.summary(), indent=1))
         return {'round': r, 'accuracy': accuracy, 'loss': test_loss, **fields,
                 'wall_s': time.perf_counter() - wall_start}
 
@@ -446,8 +445,23 @@ class ExperimentEngine:
         return 'unknown'
 
     # --- checkpoints ---------------------------------------------------------------------
+    def write_express(self) -> None:
+        """DIR/express.json (FedEx plan and update log 1..round_index), written atomically.
+
+        Written at checkpoints and at the end of a run, not per update (the log grows).
+        """
+        if self.express is None:
+            return
+        tmp = self.out_dir / (EXPRESS_FILE + '.tmp')
+        tmp.write_text(json.dumps(self.express.summary(upto=self.round_index), indent=1))
+        tmp.replace(self.out_dir / EXPRESS_FILE)
+
     def save_checkpoint(self) -> None:
-        """Global weights, strategy state, clock and buffers, written atomically."""
+        """Global weights, strategy state, clock and buffers, written atomically.
+
+        In express mode express.json is written first: the update log a resume reads back.
+        """
+        self.write_express()
         meta = {'round_index': self.round_index, 'sim_time_s': self.sim_time_s,
                 'consumed': self.consumed.tolist(), 'topup_sources': self.topup_sources,
                 'strategy': None}
@@ -456,7 +470,6 @@ class ExperimentEngine:
         meta['strategy'] = _arrays_out(self.strategy.state_dict(), 'strategy', arrays)
         if self.express is not None:   # the models the UAVs carry, their tours flown
             meta['express'] = self.express.runtime.state_dict(arrays)
-            meta['express_log'] = self.express.log
         for tag, states in (('client', self._clients), ('compressor', self._compressors)):
             for k, owner in states.items():   # per-drone state: SCAFFOLD c_k, LGC residual
                 arrays.update({f'{tag}/{k}/{key}': v for key, v in owner.state_dict().items()})
@@ -477,7 +490,7 @@ class ExperimentEngine:
             strategy_state = _arrays_in(meta['strategy'], archive)
             if self.express is not None:
                 self.express.runtime.load_state_dict(meta['express'], archive)
-                self.express.log = list(meta['express_log'])
+                self.express.log = self._express_log(meta)
             for tag, owner in (('client', self._client), ('compressor', self._compressor)):
                 states: dict[int, dict[str, np.ndarray]] = {}
                 for name in archive.files:
@@ -492,6 +505,20 @@ class ExperimentEngine:
         self.topup_sources = list(meta.get('topup_sources', self.topup_sources))
         self.strategy.load_state_dict(strategy_state)
         set_weights(self.model, self.weights)
+
+    def _express_log(self, meta: dict[str, Any]) -> list[dict[str, Any]]:
+        """The FedEx update log up to the checkpoint: from express.json (written with every
+        checkpoint, perhaps later too), or from the checkpoint itself if an older one."""
+        upto = self.express.runtime.update_index
+        if 'express_log' in meta:
+            return list(meta['express_log'])
+        path = self.out_dir / EXPRESS_FILE
+        log = (json.loads(path.read_text())['updates'] if path.is_file() else [])
+        log = [u for u in log if u['update'] <= upto]
+        if [u['update'] for u in log] != list(range(1, upto + 1)):
+            raise ExperimentError(f'cannot resume: {path} does not hold the FedEx updates '
+                                  f'1..{upto} of the checkpoint')
+        return log
 
 
 def _arrays_out(state: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:
@@ -561,6 +588,7 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
     except ExperimentError as exc:
         status, error = 'failed', str(exc)
         echo(f'error: {exc}')
+    engine.write_express()   # the log up to the last completed update
     summary = write_summary(config, out_dir, rows, status, error,
                             time.perf_counter() - wall_start)
     return summary

@@ -468,9 +468,11 @@ class EngineExpress:
         self.runtime = ExpressRuntime(e, self.plan, weights, config.seed)
         self.log: list[dict[str, Any]] = []
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self, upto: int | None = None) -> dict[str, Any]:
+        """express.json: the plan and the log of server updates 1..``upto`` (all: None)."""
+        log = self.log if upto is None else [u for u in self.log if u['update'] <= upto]
         return {**plan_summary(self.config, self.problem, self.plan, self.runtime),
-                'updates': self.log}
+                'updates': log}
 
     def train_fn(self, engine: Any, train_config: Any) -> TrainFn:
         """Local SGD (FedEx eq. (10)) of the given clients from one base model, all at once."""

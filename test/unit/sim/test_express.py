@@ -224,6 +224,28 @@ def test_resume_equals_uninterrupted(tmp_path):
     assert logs[0] == logs[1]
 
 
+def test_express_log_is_written_at_checkpoints_and_the_end_not_per_update(tmp_path):
+    # Arrange: 3 updates, a checkpoint every 2 (and at the last); the echo after each update
+    # records what express.json holds then
+    config = build_config(ExperimentConfig, _flat(**{
+        'num_rounds': 3, 'engine.checkpoint_every': 2}))
+    path = tmp_path / 'express.json'
+    seen = []
+
+    def echo(_):
+        seen.append(len(json.loads(path.read_text())['updates']) if path.exists() else None)
+
+    # Act
+    run_experiment(config, tmp_path, echo=echo)
+    # Assert: nothing after update 1; updates 1-2 at the checkpoint; 1-3 at the end. The
+    # checkpoint does not carry the (growing) log a second time.
+    assert seen == [None, 2, 3]
+    assert [u['update'] for u in json.loads(path.read_text())['updates']] == [1, 2, 3]
+    with np.load(tmp_path / 'checkpoint.npz') as archive:
+        meta = json.loads(bytes(archive['meta']).decode())
+    assert 'express_log' not in meta and meta['express']['update_index'] == 3
+
+
 @pytest.mark.parametrize('mode', ['sync', 'async'])
 def test_fmnist_configs_select_fedex_in_the_papers_setting(mode):
     flat = read_params_file(REPO / 'config' / 'experiments' / f'fedex_{mode}_fmnist.yaml')
