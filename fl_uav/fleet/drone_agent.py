@@ -46,15 +46,12 @@ from fl_uav.learning.client_algorithms import (
     PRUNE_FRACTION_KEY,
     SERVER_CONTROL_KNOB,
     ScaffoldClient,
-    SgdClient,
 )
 from fl_uav.learning.models import build_model
-from fl_uav.learning.pruning import structured_index_map, structured_mask
 from fl_uav.learning.training import TrainConfig
 from fl_uav.learning.weights import (
     architecture_fingerprint,
     get_weights,
-    set_weights,
     weight_shapes,
 )
 from fl_uav.planning.coverage import PlanWaypoint
@@ -238,8 +235,6 @@ class DroneAgent:
                 seed=hash((self.drone_id, task.round_index)) & 0xFFFFFFFF, knobs=task.knobs)
             delta, mask, metrics = result.delta, result.mask, dict(result.metrics)
             delta_c = metrics.pop(DELTA_C_KEY, None)
-            if mask is None:
-                mask = self._structured_mask(task.weights)
             steps, loss, num_samples = result.steps, result.mean_loss, result.num_samples
             self.rounds_trained += 1
         metadata = {
@@ -278,12 +273,3 @@ class DroneAgent:
             layers = split_frames(sent)
             return tuple(layers[c] for c in self._compressor.last_received)
         return (sent,)
-
-    def _structured_mask(self, global_weights: dict) -> dict | None:
-        """The coordinates this round's structurally pruned model covers (filters chosen on the
-        received weights, as the sgd client chose them), so only those are sent; else None."""
-        if not (isinstance(self._client, SgdClient) and self._client.structured_keep < 1.0):
-            return None
-        set_weights(self._model, global_weights)
-        index_map = structured_index_map(self._model, self._client.structured_keep)
-        return structured_mask(index_map, self._shapes)

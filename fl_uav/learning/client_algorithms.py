@@ -51,6 +51,7 @@ from fl_uav.learning.pruning import (
     feddpq_local_update,
     mask_density,
     pruned_training_model,
+    structured_mask,
     two_ceoafl_compute_cost,
     two_ceoafl_local_update,
 )
@@ -149,8 +150,10 @@ class SgdClient(ClientAlgorithm):
     FedProx's proximal term μ/2·‖w − w^t‖² comes from the ``proximal_mu`` knob (FedProx eq. in
     fl_uav.aggregation.fedprox). ``structured_keep`` < 1: the drone trains this round's
     physically smaller model (filters of largest L1 norm in the received weights; FedDPQ
-    eq. (9) with filter granularity) and the delta is expanded back to the dense shape;
-    compute is steps · keep dense steps (FedDPQ eq. (36) with ρ = 1 − keep).
+    eq. (9) with filter granularity) and the delta is expanded back to the dense shape, with
+    the mask of the coordinates the small model covers (:func:`structured_mask`), so the upload
+    sends only those (2CEOAFL eq. (11)'s masked upload); compute is steps · keep dense steps
+    (FedDPQ eq. (36) with ρ = 1 − keep).
     """
 
     name = 'sgd'
@@ -170,14 +173,15 @@ class SgdClient(ClientAlgorithm):
             model, start, index_map = pruned_training_model(model, global_weights,
                                                             self.structured_keep)
         [update] = train_clients_sequential(model, start, [(inputs, labels)], config, [seed])
-        delta = _delta(update.weights, start)
+        delta, mask = _delta(update.weights, start), None
         if index_map is not None:
-            delta = expand_update(delta, index_map,
-                                  {n: np.shape(w) for n, w in global_weights.items()})
+            shapes = {n: np.shape(w) for n, w in global_weights.items()}
+            delta = expand_update(delta, index_map, shapes)
+            mask = structured_mask(index_map, shapes)
         steps = update.result.steps
         return ClientResult(delta=delta, steps=steps, mean_loss=update.result.mean_loss,
                             num_samples=len(labels),
-                            compute_dense_steps=steps * self.structured_keep)
+                            compute_dense_steps=steps * self.structured_keep, mask=mask)
 
 
 class TwoCeoaflClient(ClientAlgorithm):

@@ -54,7 +54,7 @@ from fl_uav.learning.datasets import (
     train_test_split_stratified,
 )
 from fl_uav.learning.models import build_model
-from fl_uav.learning.pruning import expand_update, pruned_training_model
+from fl_uav.learning.pruning import expand_update, pruned_training_model, structured_mask
 from fl_uav.learning.topup import build_generator, top_up
 from fl_uav.learning.training import NonFiniteLossError, TrainConfig, evaluate
 from fl_uav.learning.vectorized import VectorizedTrainer, train_clients_sequential
@@ -392,8 +392,9 @@ class ExperimentEngine:
     def _train_vectorized(self, r: int, active: list[int], client_data, seeds: list[int],
                           config: TrainConfig, steps: list[int] | None = None
                           ) -> list[ClientResult]:
-        """The sgd client (structured pruning included) or, with ``steps``, the osafl client
-        for all drones at once."""
+        """The sgd client (structured pruning included, with the same kept-coordinate mask
+        as :class:`SgdClient`, so the upload is charged as the fleet sends it) or, with
+        ``steps``, the osafl client for all drones at once."""
         model, start, index_map = self.model, self.weights, None
         keep = self.config.learning.structured_keep
         if keep < 1.0:   # structured pruning: every drone trains this round's smaller model
@@ -409,6 +410,7 @@ class ExperimentEngine:
             raise ExperimentError(f'round {r}, drone {drone}: non-finite training loss ({exc});'
                                   f' partial results are in {self.out_dir}') from exc
         results = []
+        mask = structured_mask(index_map, self.shapes) if index_map is not None else None
         for (_, labels), update in zip(client_data, updates):
             delta = {n: update.weights[n] - start[n] for n in start}
             if index_map is not None:
@@ -417,7 +419,7 @@ class ExperimentEngine:
             results.append(ClientResult(delta=delta, steps=steps,
                                         mean_loss=update.result.mean_loss,
                                         num_samples=len(labels),
-                                        compute_dense_steps=steps * keep))
+                                        compute_dense_steps=steps * keep, mask=mask))
         return results
 
     def _compress(self, drone: int, r: int, result: ClientResult) -> tuple[int, Weights]:

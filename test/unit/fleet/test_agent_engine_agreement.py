@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from fl_uav.compression.codec import decode_frame
+from fl_uav.compression.codec_v2 import decode_v2, metadata_section_bytes, range_frame_bytes
 from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.drone_agent import DroneAgent
@@ -48,3 +50,46 @@ def test_2ceoafl_station_divides_by_the_drones_learning_rate_not_the_default():
     for name, weight in station.weights.items():
         np.testing.assert_allclose(weight, before[name] + 0.5 * delta[name] / 0.05,
                                    rtol=1e-5, atol=1e-6)
+
+
+def _engine(tmp_path, keep: float, vectorized: bool):
+    from fl_uav.sim.experiment import ExperimentEngine, TrainTestData
+    from fl_uav.sim.experiment_config import ExperimentConfig
+
+    rng = np.random.default_rng(1)   # camera-shaped data: the fleet's tiny_cnn, 7 classes
+    data = TrainTestData(rng.random((24, 3, 32, 32), dtype=np.float32),
+                         np.arange(24) % 7, rng.random((8, 3, 32, 32), dtype=np.float32),
+                         np.arange(8) % 7, 7)
+    config = build_config(ExperimentConfig, {
+        'num_drones': 1, 'num_rounds': 1, 'data.partition': 'iid',
+        'learning.model': 'tiny_cnn', 'learning.structured_keep': keep,
+        'learning.min_samples_to_train': 4, 'compression.method': 'range',
+        'compression.range_bits': 4, 'system.deadline_s': 0.0,
+        'engine.vectorized': vectorized})
+    return ExperimentEngine(config, tmp_path, data=data)
+
+
+@pytest.mark.parametrize('vectorized', [True, False], ids=['vectorized', 'drone_by_drone'])
+def test_engine_charges_the_fleets_masked_frame_under_structured_pruning(tmp_path, vectorized):
+    # Arrange: the same model, start weights, keep and range quantizer in the fleet and engine
+    config = build_config(FleetConfig, {
+        'num_drones': 1, 'learning.model': 'tiny_cnn', 'learning.min_samples_to_train': 4,
+        'learning.structured_keep': 0.5, 'compression.method': 'range',
+        'compression.range_bits': 4})
+    agent = DroneAgent(config, 0, map_labeler(config.world, config.camera))
+    station = GroundStation(config, *_eval_set())
+    _fill(agent, 10, seed=3)
+    report = agent.train_round(agent.accept_global_frame(station.open_round(0.0).frame))
+    frame = decode_v2(report.frame)
+    engine = _engine(tmp_path / 'pruned', 0.5, vectorized)
+    dense = _engine(tmp_path / 'dense', 1.0, vectorized)
+    # Act
+    charged = engine.run_round()['uplink_bytes']
+    unmasked = dense.run_round()['uplink_bytes']
+    # Assert: the fleet's frame is the engine's plus the drone's metadata section (the engine
+    # sends none); the filter mask (FedDPQ eq. (9), filter granularity) makes it smaller
+    dim = frame.update.dim
+    assert engine.weights.keys() == station.weights.keys() and frame.update.mask is not None
+    assert charged == len(report.frame) - metadata_section_bytes(frame.metadata)
+    assert charged == range_frame_bytes(int(frame.update.mask.sum()), 4, mask=frame.update.mask)
+    assert charged < unmasked == range_frame_bytes(dim, 4)
