@@ -75,6 +75,9 @@ from fl_uav.planning.routing import (
 )
 
 if TYPE_CHECKING:
+    from fl_uav.learning.training import TrainConfig
+    from fl_uav.learning.vectorized import VectorizedTrainer
+    from fl_uav.sim.experiment import ExperimentEngine
     from fl_uav.sim.experiment_config import ExperimentConfig
 
 EXPRESS_MODES = ('sync', 'async')
@@ -467,6 +470,7 @@ class EngineExpress:
         self.problem, self.plan = plan_routes(e, self.clients_enu_m, config.seed)
         self.runtime = ExpressRuntime(e, self.plan, weights, config.seed)
         self.log: list[dict[str, Any]] = []
+        self._trainer: VectorizedTrainer | None = None
 
     def summary(self, upto: int | None = None) -> dict[str, Any]:
         """express.json: the plan and the log of server updates 1..``upto`` (all: None)."""
@@ -474,15 +478,24 @@ class EngineExpress:
         return {**plan_summary(self.config, self.problem, self.plan, self.runtime),
                 'updates': log}
 
-    def train_fn(self, engine: Any, train_config: Any) -> TrainFn:
-        """Local SGD (FedEx eq. (10)) of the given clients from one base model, all at once."""
-        from fl_uav.learning.vectorized import VectorizedTrainer
+    def trainer(self, engine: ExperimentEngine) -> VectorizedTrainer:
+        """The vectorised trainer of the ground clients' local SGD, built once on first use.
 
-        trainer = engine._trainer or VectorizedTrainer(
-            engine.model, train_config, engine.config.engine.max_clients_per_chunk,
-            engine.config.engine.torch_threads)
+        FedEx clients always train this way (all from one base model, FedEx eq. (10)), with
+        or without ``engine.vectorized`` (which selects the direct-upload engine's path).
+        """
+        if self._trainer is None:
+            from fl_uav.learning.vectorized import VectorizedTrainer
+
+            e = engine.config.engine
+            self._trainer = VectorizedTrainer(engine.model, engine.train_config,
+                                              e.max_clients_per_chunk, e.torch_threads)
+        return self._trainer
+
+    def train_fn(self, trainer: VectorizedTrainer, train_config: TrainConfig,
+                 x: np.ndarray, y: np.ndarray) -> TrainFn:
+        """Local SGD (FedEx eq. (10)) of the given clients from one base model, all at once."""
         trainer.config = train_config
-        x, y = engine.data.train_x, engine.data.train_y
 
         def train(base: Weights, clients: Sequence[int], steps: Sequence[int],
                   seeds: Sequence[int]) -> tuple[list[Weights], list[float]]:
@@ -492,13 +505,15 @@ class EngineExpress:
             return deltas, [float(u.result.mean_loss) for u in done]
         return train
 
-    def run_update(self, engine: Any, train_config: Any) -> dict[str, Any]:
+    def run_update(self, engine: ExperimentEngine, train_config: TrainConfig
+                   ) -> dict[str, Any]:
         """One server update on the engine's model; returns the rounds.csv row fields."""
         from fl_uav.compression.codec import encoded_size
 
         previous_s = self.runtime.time_s
-        step = self.runtime.advance(engine.weights, self.train_fn(engine, train_config),
-                                    engine.strategy)
+        train = self.train_fn(self.trainer(engine), train_config, engine.data.train_x,
+                              engine.data.train_y)
+        step = self.runtime.advance(engine.weights, train, engine.strategy)
         frame_bytes = encoded_size(step.weights, {'round': step.update_index})
         self.log.append({'update': step.update_index, 'time_s': step.time_s,
                          'uavs': step.uavs, 'participants': step.participants,

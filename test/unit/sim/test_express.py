@@ -246,6 +246,32 @@ def test_express_log_is_written_at_checkpoints_and_the_end_not_per_update(tmp_pa
     assert 'express_log' not in meta and meta['express']['update_index'] == 3
 
 
+def test_clients_train_with_one_trainer_and_alike_with_or_without_engine_vectorized(
+        tmp_path, monkeypatch):
+    # Arrange: count the vectorised trainers built
+    from fl_uav.learning import vectorized
+    from fl_uav.sim.experiment import ExperimentEngine
+    built = []
+
+    class Counted(vectorized.VectorizedTrainer):
+        def __init__(self, *args, **kwargs):
+            built.append(1)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(vectorized, 'VectorizedTrainer', Counted)
+    engines = {flag: ExperimentEngine(build_config(ExperimentConfig, _flat(**{
+        'engine.vectorized': flag})), tmp_path / str(flag)) for flag in (False, True)}
+    rows = {flag: [engine.run_round()] for flag, engine in engines.items()}
+    built.clear()
+    # Act
+    for flag, engine in engines.items():
+        rows[flag] += [engine.run_round() for _ in range(2)]
+    # Assert: no trainer built after the first update; the same numbers either way
+    assert built == []
+    for key in ('accuracy', 'loss', 'train_loss_mean', 'sim_time_s'):
+        assert [r[key] for r in rows[False]] == [r[key] for r in rows[True]]
+
+
 @pytest.mark.parametrize('mode', ['sync', 'async'])
 def test_fmnist_configs_select_fedex_in_the_papers_setting(mode):
     flat = read_params_file(REPO / 'config' / 'experiments' / f'fedex_{mode}_fmnist.yaml')
