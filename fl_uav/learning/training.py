@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -12,6 +14,21 @@ from torch import nn
 
 class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or infinite loss."""
+
+
+@contextlib.contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """Run the block with torch on one thread, then restore the previous count.
+
+    For the planners' small torch workloads (FedDPQ Sec. V's optuna GP sampler, LGC Sec. 3.3's
+    DDPG agent) on a shared machine, where more threads only contend.
+    """
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 OPTIMIZERS = ('sgd', 'adam')

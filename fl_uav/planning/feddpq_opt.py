@@ -78,9 +78,8 @@ Choices where the paper is silent (FedDPQ digest §8), all in :class:`Convergenc
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -605,21 +604,11 @@ def optimise_feddpq(fleet: FeddpqFleet, constants: ConvergenceConstants | None =
             raise ValueError(f'{name} must be an integer >= 1, got {value!r}')
     if q_sampler not in ('gp', 'tpe'):
         raise ValueError(f"q_sampler must be 'gp' or 'tpe', got {q_sampler!r}")
-    with _one_torch_thread():   # optuna's GP sampler runs on torch; the machine is shared
+    from fl_uav.learning.training import one_torch_thread  # torch: imported on use
+
+    with one_torch_thread():   # optuna's GP sampler runs on torch; the machine is shared
         return _optimise(fleet, constants, bounds, seed, fallback, max_bcd_rounds, q_trials,
                          block_trials, tolerance, q_sampler)
-
-
-@contextlib.contextmanager
-def _one_torch_thread() -> Iterator[None]:
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 def _optimise(fleet: FeddpqFleet, constants: ConvergenceConstants, bounds: FeddpqBounds,

@@ -52,9 +52,8 @@ What is implemented, and the choices where the paper is silent ([NOT IN PAPER] i
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -62,6 +61,7 @@ import torch
 from numpy.typing import NDArray
 from torch import nn
 
+from fl_uav.learning.training import one_torch_thread
 from fl_uav.netmodel.compute import CpuDevice
 from fl_uav.netmodel.flight import FEDEX_HOVER_POWER_W
 from fl_uav.netmodel.payload import (
@@ -465,16 +465,6 @@ class OrnsteinUhlenbeckNoise:
         return scale * self.x
 
 
-@contextlib.contextmanager
-def _one_torch_thread() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 class DdpgAgent:
     """Actor π(s|θ^π), critic Q(s, a|θ^Q), their target copies and a replay buffer (LGC §3.3)."""
 
@@ -567,7 +557,7 @@ def train_ddpg(config: LgcEnvConfig, ddpg: DdpgConfig | None = None, seed: int =
         raise ValueError(f'episode_rounds must be >= 1, got {episode_rounds}')
     env = LgcEnv(config, seed=seed)
     returns, losses = [], []
-    with _one_torch_thread():
+    with one_torch_thread():
         agent = DdpgAgent(config.state_dim, config.action_dim, ddpg, seed=seed)
         state, ret, rounds = env.reset(), 0.0, 0
         agent.noise.reset()
@@ -611,7 +601,7 @@ def evaluate_policy(config: LgcEnvConfig, policy, seed: int = 0) -> PolicyEvalua
     state = env.reset()
     energy = time = reward_sum = 0.0
     rounds, done = 0, False
-    with _one_torch_thread():
+    with one_torch_thread():
         while not done:
             state, reward, done, cost = env.step(policy.decide(env, state))
             energy += cost.energy_j

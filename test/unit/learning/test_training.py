@@ -80,3 +80,16 @@ def test_set_weights_rejects_wrong_shape():
 def test_unknown_model_lists_choices():
     with pytest.raises(ValueError, match='small_cnn'):
         build_model('resnet', 3)
+
+
+def test_one_torch_thread_runs_on_one_thread_and_restores_the_count_even_on_error():
+    # Arrange
+    from fl_uav.learning.training import one_torch_thread
+    before = torch.get_num_threads()
+    inside = []
+    # Act
+    with pytest.raises(KeyError), one_torch_thread():
+        inside.append(torch.get_num_threads())
+        raise KeyError('boom')
+    # Assert
+    assert inside == [1] and torch.get_num_threads() == before
