@@ -327,21 +327,15 @@ def feddpq_local_gradient(model: nn.Module, global_weights: Weights,
     global model (its pruning error ‖w^{t−1} − w̃_u^t‖² ≤ ρ_u Γ², Lemma 1). Multiply by the
     returned mask yourself for a sparse upload. Buffers get zero gradients. The model is left
     holding w̃_u^t.
+
+    Computed as −Δ of :func:`feddpq_local_update` with one step at lr = 1 (Δ = −1 · g, so the
+    negation gives g bit for bit), so the two cannot drift apart.
     """
-    if batch_size < 1:
-        raise ValueError(f'batch_size must be >= 1, got {batch_size}')
-    inputs, labels = _unpack_data(data)
-    pruned, mask = feddpq_prune(global_weights, ratio, scope, include)
-    set_weights(model, pruned)
-    model.train()
-    x, y = _BatchStream(inputs, labels, batch_size, seed).next()
-    _loss_and_grad(model, nn.CrossEntropyLoss(), x, y, 0)
-    gradient = {name: np.zeros(np.shape(array), np.float32) for name, array in
-                global_weights.items()}
-    for name, p in model.named_parameters():
-        if p.grad is not None:
-            gradient[name] = p.grad.detach().numpy().astype(np.float32)
-    return gradient, mask
+    update, mask, _ = feddpq_local_update(model, global_weights, data, ratio, steps=1, lr=1.0,
+                                          batch_size=batch_size, seed=seed, scope=scope,
+                                          include=include)
+    set_weights(model, apply_mask(global_weights, mask))   # back to w̃_u^t (not after the step)
+    return {name: -delta for name, delta in update.items()}, mask
 
 
 def feddpq_local_update(model: nn.Module, global_weights: Weights,

@@ -12,6 +12,7 @@ from fl_uav.learning.pruning import (
     expand_update,
     extract_weights,
     feddpq_local_gradient,
+    feddpq_local_update,
     feddpq_prune,
     global_magnitude_mask,
     is_prunable,
@@ -261,6 +262,24 @@ def test_feddpq_gradient_is_taken_at_the_pruned_point():
     for name, p in reference.named_parameters():
         np.testing.assert_allclose(gradient[name], p.grad.numpy(), rtol=1e-5, atol=1e-6)
     assert not all(m.all() for m in mask.values())
+
+
+def test_feddpq_gradient_is_minus_one_step_update_over_lr_and_leaves_the_pruned_model():
+    # Arrange: a mini-batch smaller than the data, so the seeded draw matters
+    received = get_weights(_tiny(6))
+    x, y = _data(16)
+    model = _tiny(6)
+    # Act
+    gradient, mask = feddpq_local_gradient(model, received, (x, y), 0.3, batch_size=4, seed=2)
+    update, update_mask, _ = feddpq_local_update(_tiny(6), received, (x, y), 0.3, steps=1,
+                                                 lr=0.1, batch_size=4, seed=2)
+    # Assert: FedDPQ eq. (5), Δ = −η g; the model holds w̃ (eq. (10)), not the stepped one
+    for name in received:
+        np.testing.assert_allclose(gradient[name], -update[name] / 0.1, rtol=1e-5, atol=1e-6)
+        assert np.array_equal(mask[name], update_mask[name])
+    pruned, _ = feddpq_prune(received, 0.3)
+    for name, value in get_weights(model).items():
+        assert np.array_equal(value, pruned[name])
 
 
 # ------------------------------------------------------------------ structured ----
