@@ -46,6 +46,7 @@ from fl_uav.aggregation._common import LOCAL_LR_KEY
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.aggregation.scaffold import DELTA_C_KEY
 from fl_uav.learning.pruning import (
+    IndexMap,
     Mask,
     expand_update,
     feddpq_local_update,
@@ -57,6 +58,7 @@ from fl_uav.learning.pruning import (
 )
 from fl_uav.learning.training import NonFiniteLossError, TrainConfig, proximal_anchor
 from fl_uav.learning.vectorized import (
+    LocalUpdate,
     client_batches,
     exact_steps_config,
     train_clients_sequential,
@@ -100,8 +102,9 @@ class ClientAlgorithm(ABC):
     """Base class of every client procedure (one instance per drone)."""
 
     name = 'client'
-    #: True when :meth:`train` computes what the engine's vectorised trainer computes, so the
-    #: engine may train all drones at once instead.
+    #: True when :meth:`train` computes what the engine's vectorised trainer computes (plain
+    #: local steps, :func:`local_steps_result`), so the engine may train all drones at once
+    #: instead, each taking :meth:`vectorized_steps` steps.
     vectorizable = False
 
     @abstractmethod
@@ -109,6 +112,11 @@ class ClientAlgorithm(ABC):
               labels: np.ndarray, config: TrainConfig, seed: int,
               knobs: Mapping[str, Any]) -> ClientResult:
         """Run this round's local procedure from ``global_weights`` (``model`` is overwritten)."""
+
+    def vectorized_steps(self, seed: int) -> int | None:
+        """For a ``vectorizable`` client: the exact step count of this (seed, round, drone)
+        when it is not the config's (OSAFL's κ_u^t); None = the config's."""
+        return None
 
     def upload_lost(self) -> None:  # noqa: B027 (optional hook)
         """The round's upload never reached the server (late): undo state changes, if any."""
@@ -124,6 +132,24 @@ class ClientAlgorithm(ABC):
 def _delta(local: Weights, received: Weights) -> Weights:
     return {name: np.asarray(local[name], np.float32) - np.asarray(received[name], np.float32)
             for name in received}
+
+
+def local_steps_result(update: LocalUpdate, start: Weights, num_samples: int,
+                       keep: float = 1.0, index_map: IndexMap | None = None,
+                       dense_shapes: Mapping[str, tuple[int, ...]] | None = None
+                       ) -> ClientResult:
+    """The result of plain local steps from ``start`` (the sgd and osafl clients, and the
+    engine's vectorised trainer for them): Δ = trained − start, steps · keep dense steps (FedDPQ
+    eq. (36) with ρ = 1 − keep). With the structured-pruning ``index_map`` Δ is expanded to
+    ``dense_shapes`` and comes with the mask of the coordinates the small model covers, so the
+    upload sends only those (masked upload as in 2CEOAFL eq. (11))."""
+    delta, mask = _delta(update.weights, start), None
+    if index_map is not None:
+        delta = expand_update(delta, index_map, dense_shapes)
+        mask = structured_mask(index_map, dense_shapes)
+    steps = update.result.steps
+    return ClientResult(delta=delta, steps=steps, mean_loss=update.result.mean_loss,
+                        num_samples=num_samples, compute_dense_steps=steps * keep, mask=mask)
 
 
 def _check_data(inputs: np.ndarray, labels: np.ndarray) -> None:
@@ -173,15 +199,8 @@ class SgdClient(ClientAlgorithm):
             model, start, index_map = pruned_training_model(model, global_weights,
                                                             self.structured_keep)
         [update] = train_clients_sequential(model, start, [(inputs, labels)], config, [seed])
-        delta, mask = _delta(update.weights, start), None
-        if index_map is not None:
-            shapes = {n: np.shape(w) for n, w in global_weights.items()}
-            delta = expand_update(delta, index_map, shapes)
-            mask = structured_mask(index_map, shapes)
-        steps = update.result.steps
-        return ClientResult(delta=delta, steps=steps, mean_loss=update.result.mean_loss,
-                            num_samples=len(labels),
-                            compute_dense_steps=steps * self.structured_keep, mask=mask)
+        return local_steps_result(update, start, len(labels), self.structured_keep, index_map,
+                                  {n: np.shape(w) for n, w in global_weights.items()})
 
 
 class TwoCeoaflClient(ClientAlgorithm):
@@ -285,6 +304,10 @@ class OsaflClient(ClientAlgorithm):
         """κ_u^t for this (seed, round, drone)."""
         return int(_sub_rng(seed, 2).integers(self.min_steps, self.max_steps + 1))
 
+    def vectorized_steps(self, seed: int) -> int:
+        """κ_u^t: the vectorised trainer takes exactly these steps (Algorithm 1 line 4)."""
+        return self.draw_steps(seed)
+
     def train(self, model, global_weights, inputs, labels, config, seed, knobs):
         _check_data(inputs, labels)
         config = dataclasses.replace(
@@ -292,10 +315,7 @@ class OsaflClient(ClientAlgorithm):
             proximal_mu=float(knobs.get(PROXIMAL_MU_KNOB, config.proximal_mu)))
         [update] = train_clients_sequential(model, global_weights, [(inputs, labels)], config,
                                             [seed])
-        steps = update.result.steps
-        return ClientResult(delta=_delta(update.weights, global_weights), steps=steps,
-                            mean_loss=update.result.mean_loss, num_samples=len(labels),
-                            compute_dense_steps=float(steps))
+        return local_steps_result(update, global_weights, len(labels))
 
 
 class ScaffoldClient(ClientAlgorithm):

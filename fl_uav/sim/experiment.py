@@ -45,6 +45,7 @@ from fl_uav.learning.client_algorithms import (
     SERVER_CONTROL_KNOB,
     ClientAlgorithm,
     ClientResult,
+    local_steps_result,
 )
 from fl_uav.learning.datasets import (
     Dataset,
@@ -54,7 +55,7 @@ from fl_uav.learning.datasets import (
     train_test_split_stratified,
 )
 from fl_uav.learning.models import build_model
-from fl_uav.learning.pruning import expand_update, pruned_training_model, structured_mask
+from fl_uav.learning.pruning import pruned_training_model
 from fl_uav.learning.topup import build_generator, top_up
 from fl_uav.learning.training import NonFiniteLossError, TrainConfig, evaluate
 from fl_uav.learning.vectorized import VectorizedTrainer, train_clients_sequential
@@ -195,6 +196,9 @@ class ExperimentEngine:
         self._clients: dict[int, ClientAlgorithm] = {}
         self._compressors: dict[int, Compressor] = {}
         self._worker = copy.deepcopy(self.model)   # the model the client algorithms overwrite
+        # All drones at once when the client computes what the vectorised trainer does.
+        self._vectorized = (config.engine.vectorized
+                            and config.learning.build_client().vectorizable)
         self.round_index = 0
         self.sim_time_s = 0.0
         self.buffers: list[np.ndarray] = [np.zeros(0, np.int64) for _ in self.parts]
@@ -367,14 +371,13 @@ class ExperimentEngine:
                        config: TrainConfig, knobs: dict[int, dict]) -> list[ClientResult]:
         """Run every active drone's client algorithm on this round's global model.
 
-        With ``engine.vectorized``, sgd and osafl (whose client computes the same, with its
-        random κ_u^t) train all drones at once (fl_uav.learning.vectorized); every other
-        algorithm runs drone by drone on its instance.
+        With ``engine.vectorized``, a ``vectorizable`` client (sgd; osafl, with its random
+        κ_u^t from ``vectorized_steps``) trains all drones at once (fl_uav.learning.vectorized);
+        every other algorithm runs drone by drone on its instance.
         """
-        name = self.config.learning.client_algorithm
-        if name in ('sgd', 'osafl') and self.config.engine.vectorized:
-            steps = ([self._client(k).draw_steps(seed) for k, seed in zip(active, seeds)]
-                     if name == 'osafl' else None)
+        if self._vectorized:
+            steps = [self._client(k).vectorized_steps(seed) for k, seed in zip(active, seeds)]
+            steps = None if all(s is None for s in steps) else steps
             return self._train_vectorized(r, active, client_data, seeds, config, steps)
         shared = {}
         if isinstance(self.strategy, Scaffold):   # c travels with the model (in process)
@@ -409,18 +412,8 @@ class ExperimentEngine:
             drone = self._first_diverging_drone(active, client_data, seeds, config)
             raise ExperimentError(f'round {r}, drone {drone}: non-finite training loss ({exc});'
                                   f' partial results are in {self.out_dir}') from exc
-        results = []
-        mask = structured_mask(index_map, self.shapes) if index_map is not None else None
-        for (_, labels), update in zip(client_data, updates):
-            delta = {n: update.weights[n] - start[n] for n in start}
-            if index_map is not None:
-                delta = expand_update(delta, index_map, self.shapes)
-            steps = update.result.steps
-            results.append(ClientResult(delta=delta, steps=steps,
-                                        mean_loss=update.result.mean_loss,
-                                        num_samples=len(labels),
-                                        compute_dense_steps=steps * keep, mask=mask))
-        return results
+        return [local_steps_result(update, start, len(labels), keep, index_map, self.shapes)
+                for (_, labels), update in zip(client_data, updates)]
 
     def _compress(self, drone: int, r: int, result: ClientResult) -> tuple[int, Weights]:
         """Encode one drone's update; returns (frame bytes sent, what the station decodes)."""

@@ -184,3 +184,21 @@ def test_osafl_vectorized_equals_its_drone_by_drone_run(tmp_path):
     run_experiment(_config(**overrides), tmp_path / 's', echo=lambda _: None)
     assert [float(r['loss']) for r in _rows(tmp_path / 'v')] == pytest.approx(
         [float(r['loss']) for r in _rows(tmp_path / 's')], rel=1e-3)
+
+
+@pytest.mark.parametrize('vectorizable', [True, False])
+def test_the_engine_trains_all_drones_at_once_only_for_a_vectorizable_client(
+        tmp_path, monkeypatch, vectorizable):
+    from fl_uav.learning.client_algorithms import SgdClient
+
+    # Arrange
+    monkeypatch.setattr(SgdClient, 'vectorizable', vectorizable)
+    engine = ExperimentEngine(_config(**{'engine.vectorized': True}), tmp_path)
+    calls = []
+    vectorized = engine._train_vectorized
+    monkeypatch.setattr(engine, '_train_vectorized',
+                        lambda *args, **kwargs: (calls.append(1), vectorized(*args, **kwargs))[1])
+    # Act
+    row = engine.run_round()
+    # Assert
+    assert bool(calls) == vectorizable and row['participants'] == 4
