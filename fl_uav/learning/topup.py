@@ -49,12 +49,18 @@ AUTO_GENERATOR_BY_DATASET = {
 _RELATIVE_TOLERANCE = 1e-9
 
 
+def topup_ceiling(scaled: float | np.ndarray) -> np.ndarray:
+    """ceil(Delta * D') of FedDPQ eqs. (1)-(2) for the given Delta * D' (scalar or array),
+    with the 1e-9 relative tolerance against float noise (float64). The one rounding rule."""
+    scaled = np.asarray(scaled, np.float64)
+    return np.ceil(scaled - _RELATIVE_TOLERANCE * np.maximum(1.0, scaled))
+
+
 def topup_floor(class_counts: np.ndarray, factor: float) -> int:
     """The per-class floor ceil(Delta * D') of FedDPQ eqs. (1)-(2); D' = max_c D_loc[c]."""
     counts = _check_counts(class_counts)
     _check_factor(factor)
-    scaled = factor * float(counts.max(initial=0))
-    return int(math.ceil(scaled - _RELATIVE_TOLERANCE * max(1.0, scaled)))
+    return int(topup_ceiling(factor * float(counts.max(initial=0))))
 
 
 def topup_counts(class_counts: np.ndarray, factor: float) -> np.ndarray:
@@ -65,6 +71,18 @@ def topup_counts(class_counts: np.ndarray, factor: float) -> np.ndarray:
     """
     counts = _check_counts(class_counts)
     return np.maximum(topup_floor(counts, factor) - counts, 0)
+
+
+def topup_counts_per_device(class_counts: np.ndarray, factors: np.ndarray) -> np.ndarray:
+    """FedDPQ eq. (1) for U devices at once: row u is max(ceil(Delta_u D'_u) - D_loc,u,c, 0).
+
+    class_counts: (U, C) real samples per class (float64 counts accepted, as a planner's
+    expected counts). factors: (U,) Delta_u >= 0 (0: no top-up). Returns (U, C) float64; on
+    integer counts and Delta_u > 0 row u equals :func:`topup_counts`.
+    """
+    counts = np.asarray(class_counts, np.float64)
+    floors = topup_ceiling(np.asarray(factors, np.float64) * counts.max(axis=1))
+    return np.maximum(floors[:, None] - counts, 0.0)
 
 
 def mixed_counts(class_counts: np.ndarray, factor: float) -> np.ndarray:

@@ -85,6 +85,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fl_uav.learning.topup import topup_counts_per_device
 from fl_uav.netmodel.compute import (
     FEDDPQ_ENERGY_COEFF,
     FEDDPQ_GEN_CYCLES_PER_SAMPLE,
@@ -390,15 +391,13 @@ class FeddpqModel:
         self.constants = constants or ConvergenceConstants()
         counts = fleet.class_counts
         self._loc_total = counts.sum(axis=1)
-        self._largest = counts.max(axis=1)
         self._power_cache: tuple[bytes, NDArray[np.float64], NDArray[np.float64]] | None = None
 
     # -- FedDPQ eqs. (1)-(3) ---------------------------------------------------------------
     def generated_counts(self, topup_factor: NDArray[np.float64]) -> NDArray[np.float64]:
-        """D_gen,u,c = max(⌈Δ_u D'_u⌉ − D_loc,u,c, 0) (FedDPQ eq. (1), ceil as fl_uav.learning)."""
-        scaled = np.asarray(topup_factor) * self._largest
-        floor = np.ceil(scaled - 1e-9 * np.maximum(1.0, scaled))
-        return np.maximum(floor[:, None] - self.fleet.class_counts, 0.0)
+        """D_gen,u,c = max(⌈Δ_u D'_u⌉ − D_loc,u,c, 0) (FedDPQ eq. (1)): the engine's top-up
+        rule itself (fl_uav.learning.topup), so the planner and the drones cannot drift."""
+        return topup_counts_per_device(self.fleet.class_counts, topup_factor)
 
     def _radio(self, tx_power_w: NDArray[np.float64]
                ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:

@@ -186,3 +186,17 @@ def test_bad_fleet_inputs_are_named():
         FeddpqFleet((0, 1), np.ones((2, 2)), [100.0, -1.0], num_params=10)
     with pytest.raises(ValueError, match='fallback'):
         packet_error_range(_fleet([100.0]), FeddpqBounds(), fallback='drop')
+
+
+def test_planned_top_up_counts_are_the_engines_rule_on_float_noise_cases():
+    # Arrange: Δ·D' that float arithmetic lands just above an integer (0.1·30, 0.3·10, 0.7·10)
+    from fl_uav.learning.topup import topup_counts
+    counts = np.array([[30, 0, 2], [10, 4, 3], [10, 7, 6], [5, 5, 1]])
+    factors = np.array([0.1, 0.3, 0.7, 0.25])
+    model = FeddpqModel(_fleet([100.0] * 4, counts))
+    # Act
+    planned = model.generated_counts(factors)
+    # Assert: FedDPQ eq. (1) row by row as the drones compute it
+    expected = [topup_counts(row, factor) for row, factor in zip(counts, factors)]
+    assert np.array_equal(planned, np.array(expected, np.float64))
+    assert planned[0].tolist() == [0.0, 3.0, 1.0] and planned[2].tolist() == [0.0, 0.0, 1.0]
