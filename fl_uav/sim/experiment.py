@@ -58,7 +58,7 @@ from fl_uav.learning.models import build_model
 from fl_uav.learning.pruning import pruned_training_model
 from fl_uav.learning.topup import build_generator, top_up
 from fl_uav.learning.training import NonFiniteLossError, TrainConfig, evaluate
-from fl_uav.learning.vectorized import VectorizedTrainer, train_clients_sequential
+from fl_uav.learning.vectorized import VectorizedTrainer
 from fl_uav.learning.weights import Weights, architecture_fingerprint, get_weights, set_weights
 from fl_uav.netmodel.compute import CpuDevice
 from fl_uav.netmodel.radio import RadioLink
@@ -409,7 +409,8 @@ class ExperimentEngine:
         try:
             updates = trainer.train(start, client_data, seeds, steps=steps)
         except NonFiniteLossError as exc:
-            drone = self._first_diverging_drone(active, client_data, seeds, config)
+            drone = self._first_diverging_drone(trainer, start, active, client_data, seeds,
+                                                steps)
             raise ExperimentError(f'round {r}, drone {drone}: non-finite training loss ({exc});'
                                   f' partial results are in {self.out_dir}') from exc
         return [local_steps_result(update, start, len(labels), keep, index_map, self.shapes)
@@ -430,11 +431,17 @@ class ExperimentEngine:
             **extra)
         return len(frame), delta
 
-    def _first_diverging_drone(self, active, client_data, seeds, config) -> int | str:
-        """Replay the round one drone at a time to name the drone whose loss diverged."""
-        for k, data, seed in zip(active, client_data, seeds):
+    @staticmethod
+    def _first_diverging_drone(trainer: VectorizedTrainer, start: Weights, active: list[int],
+                               client_data, seeds: list[int], steps: list[int] | None
+                               ) -> int | str:
+        """Replay the round one drone at a time to name the drone whose loss diverged: the
+        same trainer (this round's model, structurally pruned or not), start weights and
+        per-drone step counts (OSAFL's κ_u^t, Algorithm 1 line 4) as the failed round."""
+        for i, (k, data, seed) in enumerate(zip(active, client_data, seeds)):
             try:
-                train_clients_sequential(self.model, self.weights, [data], config, [seed])
+                trainer.train(start, [data], [seed],
+                              steps=None if steps is None else [steps[i]])
             except NonFiniteLossError:
                 return k
         return 'unknown'

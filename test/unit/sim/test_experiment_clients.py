@@ -202,3 +202,28 @@ def test_the_engine_trains_all_drones_at_once_only_for_a_vectorizable_client(
     row = engine.run_round()
     # Assert
     assert bool(calls) == vectorizable and row['participants'] == 4
+
+
+def test_a_diverging_osafl_drone_is_named_after_a_replay_with_its_own_step_count(tmp_path):
+    import dataclasses
+
+    import numpy as np
+
+    from fl_uav.learning.vectorized import client_batches
+    from fl_uav.sim.experiment import ExperimentError, _round_seed, load_experiment_data
+
+    # Arrange: the config's one step (max_steps 1) is finite, OSAFL's κ = 4 steps reach NaNs
+    config = _config(**{'learning.client_algorithm': 'osafl', 'aggregation.strategy': 'osafl',
+                        'learning.min_local_steps': 4, 'learning.max_local_steps': 4,
+                        'learning.max_steps': 1, 'engine.vectorized': True})
+    data = load_experiment_data(config)
+    engine = ExperimentEngine(config, tmp_path,
+                              data=dataclasses.replace(data, train_x=data.train_x.copy()))
+    drone, part = 2, engine.parts[2]
+    first = client_batches(len(part), engine.train_config, _round_seed(config.seed, 1, 10 + drone))
+    assert len(first) == 1
+    later = np.setdiff1d(np.arange(len(part)), first[0])
+    engine.data.train_x[part[later]] = np.nan
+    # Act + Assert
+    with pytest.raises(ExperimentError, match=rf'round 1, drone {drone}: non-finite'):
+        engine.run_round()
