@@ -99,25 +99,45 @@ def test_ddpg_policy_beats_a_random_policy_after_short_training():
     assert all(np.isfinite(log.critic_losses))
 
 
-def test_training_is_deterministic_given_the_seed():
+def test_training_is_deterministic_given_the_seed_and_depends_on_it():
+    # Arrange
     config = _tiny_config()
     ddpg = DdpgConfig(hidden=16, train_steps=150, warmup_steps=50, batch_size=16)
+    state = LgcEnv(config, seed=1).reset()
 
+    # Act
     a, _ = train_ddpg(config, ddpg, seed=4)
     b, _ = train_ddpg(config, ddpg, seed=4)
+    other, _ = train_ddpg(config, ddpg, seed=5)
 
-    state = LgcEnv(config, seed=1).reset()
-    np.testing.assert_array_equal(a.act(state), b.act(state))
+    # Assert: same seed, same actor; another seed, another action; tanh actor inside (-1, 1)
+    action = a.act(state)
+    np.testing.assert_array_equal(action, b.act(state))
+    assert np.max(np.abs(other.act(state) - action)) > 1e-3
+    assert action.shape == (config.action_dim,) and np.all(np.abs(action) < 1.0)
 
 
 def test_fixed_policy_repeats_its_decision_and_evaluation_reaches_the_target():
+    # Arrange: the decision's progress fixes the rounds; its cost without the random comm time
     config = _tiny_config()
     decision = LgcDecision(3, (2000, 1000))
+    env = LgcEnv(config)
+    progress = env.progress(decision)
+    rounds, loss = 0, config.initial_loss
+    while loss > config.target_loss:
+        loss = config.min_loss + (loss - config.min_loss) * (1.0 - progress)
+        rounds += 1
+    no_comm = env.round_cost(decision, np.full(2, np.inf))   # compute + download, comm energy
+    fixed_j = no_comm.energy_j - config.hover_power_w * no_comm.time_s
 
+    # Act
     result = evaluate_policy(config, FixedPolicy(decision), seed=2)
 
-    assert result.reached and 0 < result.rounds < config.max_rounds
-    assert result.energy_j > 0 and result.time_s > 0
+    # Assert: LGC eq. (15b) summed over the rounds; each round also spends comm time
+    assert result.reached and result.rounds == rounds and 1 < rounds < config.max_rounds
+    assert result.time_s > rounds * no_comm.time_s
+    assert result.energy_j == pytest.approx(rounds * fixed_j
+                                            + config.hover_power_w * result.time_s)
 
 
 @pytest.mark.parametrize('kwargs, message', [
