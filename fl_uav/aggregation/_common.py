@@ -17,6 +17,9 @@ STEPS_KEY = 'steps'
 CLASS_COUNTS_KEY = 'class_counts'
 #: Local learning rate η̃ the drone used this round (float > 0), when a rule needs it.
 LOCAL_LR_KEY = 'local_lr'
+#: The pruning ratio δ_u^t (2CEOAFL) or ρ_u (FedDPQ) the drone used this round (float in
+#: [0, 1)); 2CEOAFL's compressor also reads it (eq. (11) with q = δ_u^t).
+PRUNE_FRACTION_KEY = 'prune_fraction'
 
 
 def keep_model(global_weights: Weights, **metrics: Any) -> AggregateResult:

@@ -41,11 +41,14 @@ class Compressor(ABC):
     @abstractmethod
     def compress(self, delta: Mapping[str, np.ndarray], rng: np.random.Generator, *,
                  round_index: int, sender: int, fingerprint: bytes, mask: Mask | None = None,
-                 metadata: Mapping[str, Any] | None = None) -> tuple[bytes, Weights]:
+                 metadata: Mapping[str, Any] | None = None,
+                 metrics: Mapping[str, Any] | None = None) -> tuple[bytes, Weights]:
         """Return (frame bytes, reconstructed delta).
 
         ``mask`` (same names and shapes as ``delta``, True = sent): entries outside it are
         not sent and decode to zero. ``metadata``: a JSON object carried in the frame.
+        ``metrics``: the client's report of this round (ClientResult.metrics), not sent; read
+        by a method whose parameter follows the client (2CEOAFL eq. (11): q = δ_u^t).
         """
 
     def upload_lost(self) -> None:  # noqa: B027 (optional hook)
@@ -87,7 +90,7 @@ class NoCompression(Compressor):
     name = 'none'
 
     def compress(self, delta, rng, *, round_index, sender, fingerprint, mask=None,
-                 metadata=None):
+                 metadata=None, metrics=None):
         flat_mask = _flat_mask(delta, mask)
         sent = {n: np.asarray(v, np.float32) for n, v in delta.items()}
         if flat_mask is not None:
@@ -118,7 +121,7 @@ class QsgdCompressor(Compressor):
         self.levels, self.per_layer = levels, per_layer
 
     def compress(self, delta, rng, *, round_index, sender, fingerprint, mask=None,
-                 metadata=None):
+                 metadata=None, metrics=None):
         vector, layout = flatten(delta)
         flat_mask = _flat_mask(delta, mask)
         kept = vector if flat_mask is None else vector[flat_mask]
@@ -140,7 +143,7 @@ class RangeCompressor(Compressor):
         self.bits, self.per_layer = bits, per_layer
 
     def compress(self, delta, rng, *, round_index, sender, fingerprint, mask=None,
-                 metadata=None):
+                 metadata=None, metrics=None):
         vector, layout = flatten(delta)
         flat_mask = _flat_mask(delta, mask)
         kept = vector if flat_mask is None else vector[flat_mask]

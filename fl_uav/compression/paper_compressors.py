@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from fl_uav.aggregation._common import PRUNE_FRACTION_KEY
 from fl_uav.compression.codec_v2 import (
     decode_lgc_parts,
     decode_v2,
@@ -28,10 +29,12 @@ class CeoaflCompressor(Compressor):
 
     Only the kept entries of the drone's pruning ``mask`` are sent, plus the mask (digest 000
     §2.5): a raw frame (32 bits per kept entry) or a QSGD frame (1 + ⌈log2(s+1)⌉ bits per kept
-    entry + one norm) of codec v2. q is the ``raw_probability`` passed per call (the paper's
-    simulation: q = δ_u^t, the drone's pruning ratio) or the fixed ``raw_probability`` given
-    here (0 = AFL-Quant, always quantize; 1 = AFL-Prune, always raw). The coin and the
-    quantizer draw from ``rng``; E[decoded] = delta either way.
+    entry + one norm) of codec v2. q is the ``raw_probability`` passed per call, else the
+    fixed ``raw_probability`` given here (0 = AFL-Quant, always quantize; 1 = AFL-Prune, always
+    raw), else the paper's simulation choice q = δ_u^t: the drone's pruning ratio, read from
+    ``metrics[PRUNE_FRACTION_KEY]`` (0 when absent), so the fleet and the engine just pass the
+    client's metrics. The coin and the quantizer draw from ``rng``; E[decoded] = delta either
+    way.
     """
 
     name = 'ceoafl'
@@ -45,12 +48,13 @@ class CeoaflCompressor(Compressor):
         self.last_raw: bool | None = None
 
     def compress(self, delta, rng, *, round_index, sender, fingerprint, mask=None,
-                 metadata=None, raw_probability: float | None = None):
+                 metadata=None, metrics=None, raw_probability: float | None = None):
         vector, layout = flatten(delta)
         flat_mask = _flat_mask(delta, mask)
         q = self.raw_probability if raw_probability is None else raw_probability
-        upload = ceoafl_upload(vector, self.levels, 0.0 if q is None else q, rng,
-                               mask=flat_mask)
+        if q is None:      # q = δ_u^t (2CEOAFL §4)
+            q = float((metrics or {}).get(PRUNE_FRACTION_KEY, 0.0))
+        upload = ceoafl_upload(vector, self.levels, q, rng, mask=flat_mask)
         self.last_raw = upload.raw
         common = {'round_index': round_index, 'sender': sender, 'fingerprint': fingerprint,
                   'mask': flat_mask, 'metadata': metadata}
@@ -94,7 +98,7 @@ class LgcCompressor(Compressor):
         self._before_ack: np.ndarray | None = None
 
     def compress(self, delta, rng, *, round_index, sender, fingerprint, mask=None,
-                 metadata=None):
+                 metadata=None, metrics=None):
         """``mask`` is implied (only the top-ranked indices travel); every layer frame carries
         ``metadata`` (codec v2 metadata section), so any layer that arrives brings it."""
         vector, layout = flatten(delta)

@@ -38,15 +38,11 @@ from fl_uav.compression.codec import (
     decode_frame,
 )
 from fl_uav.compression.codec_v2 import split_frames
-from fl_uav.compression.paper_compressors import CeoaflCompressor, LgcCompressor
+from fl_uav.compression.paper_compressors import LgcCompressor
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.messages import FinishCommand, PoseSample, RoundTask
 from fl_uav.learning.buffer import OnboardBuffer
-from fl_uav.learning.client_algorithms import (
-    PRUNE_FRACTION_KEY,
-    SERVER_CONTROL_KNOB,
-    ScaffoldClient,
-)
+from fl_uav.learning.client_algorithms import SERVER_CONTROL_KNOB, ScaffoldClient
 from fl_uav.learning.models import build_model
 from fl_uav.learning.training import TrainConfig
 from fl_uav.learning.weights import (
@@ -258,15 +254,11 @@ class DroneAgent:
             if delta_c is None:
                 delta_c = {name: np.zeros_like(w) for name, w in delta.items()}
             delta = {**delta, **with_prefix(delta_c, DELTA_C_TENSOR_PREFIX)}
-        extra = {}
-        if isinstance(self._compressor, CeoaflCompressor) and \
-                self._compressor.raw_probability is None:      # 2CEOAFL's q = δ_u^t
-            extra['raw_probability'] = float(metadata.get(PRUNE_FRACTION_KEY, 0.0))
         rng = np.random.default_rng((self.config.world.seed, self.drone_id, task.round_index))
         sent, _ = self._compressor.compress(delta, rng, round_index=task.round_index,
                                             sender=self.drone_id,
                                             fingerprint=self._fingerprint, mask=mask,
-                                            metadata=metadata, **extra)
+                                            metadata=metadata, metrics=metadata)
         if isinstance(self._compressor, LgcCompressor):
             # LGC: one frame per layer; a layer whose channel drops it this round is not sent
             # (the compressor kept it in its residual, LGC §2.5).

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fl_uav.aggregation._common import LOCAL_LR_KEY
+from fl_uav.aggregation._common import LOCAL_LR_KEY, PRUNE_FRACTION_KEY
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.aggregation.scaffold import DELTA_C_KEY
 from fl_uav.learning.pruning import (
@@ -71,8 +71,8 @@ CLIENT_ALGORITHMS = ('sgd', '2ceoafl', 'feddpq', 'osafl', 'scaffold')
 #: (the engine) it is the arrays themselves; on the wire it travels as prefixed tensors
 #: (fl_uav.aggregation.scaffold.CONTROL_TENSOR_PREFIX).
 SERVER_CONTROL_KNOB = 'scaffold_server_control'
-#: Metric: the pruning ratio δ_u^t (2CEOAFL) or ρ_u (FedDPQ) the drone used this round.
-PRUNE_FRACTION_KEY = 'prune_fraction'
+# Metric PRUNE_FRACTION_KEY (the pruning ratio δ_u^t of 2CEOAFL or ρ_u of FedDPQ the drone
+# used this round) lives in fl_uav.aggregation._common and is imported from here as well.
 #: Metric: the fraction of weights the drone's pruned model kept (FedDPQ).
 PRUNE_MASK_DENSITY_KEY = 'mask_density'
 

@@ -36,12 +36,10 @@ from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.aggregation.scaffold import Scaffold
 from fl_uav.compression.codec import encoded_size
 from fl_uav.compression.compressor import Compressor, NoCompression
-from fl_uav.compression.paper_compressors import CeoaflCompressor
 from fl_uav.configschema import to_flat
 from fl_uav.learning import partition
 from fl_uav.learning.buffer import retained_positions
 from fl_uav.learning.client_algorithms import (
-    PRUNE_FRACTION_KEY,
     SERVER_CONTROL_KNOB,
     ClientAlgorithm,
     ClientResult,
@@ -422,13 +420,10 @@ class ExperimentEngine:
         if isinstance(compressor, NoCompression) and result.mask is None:
             # A dense v1 frame carries the delta unchanged: charge its exact length unbuilt.
             return compressor.frame_size(result.delta), result.delta
-        extra = {}
-        if isinstance(compressor, CeoaflCompressor) and compressor.raw_probability is None:
-            extra['raw_probability'] = float(result.metrics.get(PRUNE_FRACTION_KEY, 0.0))
         frame, delta = compressor.compress(
             result.delta, np.random.default_rng(_round_seed(self.config.seed, r, 20 + drone)),
             round_index=r, sender=drone, fingerprint=self.fingerprint, mask=result.mask,
-            **extra)
+            metrics=result.metrics)
         return len(frame), delta
 
     @staticmethod
