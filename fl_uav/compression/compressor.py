@@ -190,12 +190,28 @@ class CompressionConfig:
             raise ValueError(f'lgc_drop_probabilities needs one probability in [0, 1] per '
                              f'channel ({len(entries)}), got {list(drops)}')
 
+    def check_model_dim(self, dim: int) -> None:
+        """Fail at start if the configured method cannot compress a model of ``dim`` entries
+        (lgc: the channels' layers must fit in the model, LGC eqs. (1)-(2)). The fleet's
+        DroneAgent and the experiment engine call it when they build their model."""
+        if self.method == 'lgc':
+            check_lgc_entries(self.lgc_channel_entries, dim)
+
     def build(self) -> Compressor:
         """The configured compressor (a stateful one, lgc, needs one instance per drone)."""
         return build_compressor(self.method, self.qsgd_levels, self.range_bits, self.per_layer,
                                 raw_probability=self.raw_probability,
                                 lgc_channel_entries=self.lgc_channel_entries,
                                 lgc_drop_probabilities=self.lgc_drop_probabilities)
+
+
+def check_lgc_entries(channel_entries: tuple[int, ...], dim: int) -> None:
+    """LGC's layers (k_1..k_C entries, LGC eqs. (1)-(2)) must fit in a model of ``dim``
+    entries; the error names the config key."""
+    total = sum(channel_entries)
+    if total > dim:
+        raise ValueError(f'compression.lgc_channel_entries sum to {total}, more than the model '
+                         f'has entries ({dim})')
 
 
 def build_compressor(method: str, qsgd_levels: int = 3, range_bits: int = 4,

@@ -19,7 +19,7 @@ from fl_uav.compression.codec_v2 import (
     encode_qsgd,
     encode_raw,
 )
-from fl_uav.compression.compressor import Compressor, _flat_mask
+from fl_uav.compression.compressor import Compressor, _flat_mask, check_lgc_entries
 from fl_uav.compression.lgc import LgcEncoder, decode
 from fl_uav.compression.quantization import ceoafl_upload, flatten, unflatten
 
@@ -103,9 +103,7 @@ class LgcCompressor(Compressor):
         ``metadata`` (codec v2 metadata section), so any layer that arrives brings it."""
         vector, layout = flatten(delta)
         if self.encoder is None:
-            if sum(self.channel_entries) > layout.dim:
-                raise ValueError(f'lgc_channel_entries sum to {sum(self.channel_entries)}, more '
-                                 f'than the model has entries ({layout.dim})')
+            check_lgc_entries(self.channel_entries, layout.dim)   # the config's own check
             self.encoder = LgcEncoder(layout.dim, self.channel_entries)
         accumulated = self.encoder.residual + vector.astype(np.float32)
         layers = self.encoder.encode(vector)

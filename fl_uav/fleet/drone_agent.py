@@ -100,11 +100,8 @@ class DroneAgent:
         self._shapes = weight_shapes(get_weights(self._model))
         self._fingerprint = architecture_fingerprint(get_weights(self._model))
         self._compressor = config.compression.build()     # one per drone (lgc keeps state)
-        dim = sum(int(np.prod(shape)) for shape in self._shapes.values())
-        lgc_entries = sum(config.compression.lgc_channel_entries)
-        if config.compression.method == 'lgc' and lgc_entries > dim:     # fail at start
-            raise ValueError(f'compression.lgc_channel_entries sum to {lgc_entries}, more than '
-                             f'the model {config.learning.model!r} has entries ({dim})')
+        config.compression.check_model_dim(               # fail at start
+            sum(int(np.prod(shape)) for shape in self._shapes.values()))
         self._client = config.learning.build_client()       # one per drone (scaffold: c_k)
         self._lock = threading.Lock()
         self._poses: deque[PoseSample] = deque()

@@ -189,6 +189,7 @@ class ExperimentEngine:
         if self.express is not None:
             self.parts = self.express.parts
         c = config.compression
+        c.check_model_dim(sum(int(w.size) for w in self.weights.values()))   # fail at start
         self.compressor = c.build()
         # Per-drone state (SCAFFOLD's c_k, LGC's residual): one instance per drone, made on use.
         self._clients: dict[int, ClientAlgorithm] = {}

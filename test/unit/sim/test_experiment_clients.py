@@ -227,3 +227,12 @@ def test_a_diverging_osafl_drone_is_named_after_a_replay_with_its_own_step_count
     # Act + Assert
     with pytest.raises(ExperimentError, match=rf'round 1, drone {drone}: non-finite'):
         engine.run_round()
+
+
+def test_lgc_channels_larger_than_the_model_fail_when_the_engine_starts(tmp_path):
+    # Arrange: digits_cnn has far fewer than 10⁷ entries
+    config = _config(**{'aggregation.strategy': 'lgc', 'compression.method': 'lgc',
+                        'compression.lgc_channel_entries': [10_000_000]})
+    # Act + Assert: at construction, before any round, naming the key
+    with pytest.raises(ValueError, match=r'compression\.lgc_channel_entries sum to 10000000'):
+        ExperimentEngine(config, tmp_path)
