@@ -41,7 +41,7 @@ $(FLOWER_VENV)/.installed:
 
 bench: $(STAMP) $(FLOWER_VENV)/.installed
 	FLWR_TELEMETRY_ENABLED=0 $(PY) bench/vectorized_training.py \
-	  --engines plain,vectorized,flower --reps 3
+	  --engines plain,vectorized,experiment,experiment_seq,flower --reps 3
 
 lint: $(STAMP)
 	$(PY) -m ruff check fl_uav test bench launch
