@@ -74,8 +74,9 @@ class LgcCompressor(Compressor):
     bytes are the sent layer frames concatenated (each frame self-delimiting; all of them used
     airtime), the reconstructed delta is the sum of the received layers (eq. (2)).
     :meth:`upload_lost` (the whole upload missed the deadline) puts the received layers back
-    into the residual. The error memory is allocated on the first call (its size is the
-    model's).
+    into the residual; :meth:`upload_used` (the server summed only some of the sent layers, as
+    the fleet's ground station reports) keeps exactly those acknowledged. The error memory is
+    allocated on the first call (its size is the model's).
     """
 
     name = 'lgc'
@@ -96,6 +97,7 @@ class LgcCompressor(Compressor):
         self.encoder: LgcEncoder | None = None
         self.last_received: list[int] = []
         self._before_ack: np.ndarray | None = None
+        self._sent_layers: list = []
 
     def compress(self, delta, rng, *, round_index, sender, fingerprint, mask=None,
                  metadata=None, metrics=None):
@@ -113,6 +115,7 @@ class LgcCompressor(Compressor):
         received = [layer.layer_id for layer, lost in zip(layers, dropped) if not lost]
         self.encoder.acknowledge(received)
         self._before_ack = accumulated
+        self._sent_layers = layers
         self.last_received = received
         parts, bad = decode_lgc_parts([frames[c] for c in received])
         if bad:
@@ -122,10 +125,22 @@ class LgcCompressor(Compressor):
 
     def upload_lost(self) -> None:
         """Nothing of this round arrived: the residual is the whole u again."""
-        if self.encoder is not None and self._before_ack is not None:
-            self.encoder.load_state_dict({'residual': self._before_ack})
-            self._before_ack = None
-            self.last_received = []
+        self.upload_used(())
+
+    def upload_used(self, layer_ids: Sequence[int]) -> None:
+        """The server used exactly the layers ``layer_ids`` of the last upload: e ← u − Σ of
+        those layers (ids not sent are ignored). Once per upload; later calls do nothing."""
+        if self.encoder is None or self._before_ack is None:
+            return
+        used = {int(i) for i in layer_ids}
+        residual = self._before_ack.copy()
+        for layer in self._sent_layers:
+            if layer.layer_id in used:
+                residual[layer.indices] = 0.0
+        self.encoder.load_state_dict({'residual': residual})
+        self._before_ack = None
+        self._sent_layers = []
+        self.last_received = [c for c in self.last_received if c in used]
 
     def state_dict(self) -> dict[str, np.ndarray]:
         return {} if self.encoder is None else self.encoder.state_dict()

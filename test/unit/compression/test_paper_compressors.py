@@ -110,6 +110,22 @@ def test_lgc_a_lost_upload_keeps_everything_in_the_residual():
     np.testing.assert_allclose(compressor.state_dict()['residual'], flatten(delta)[0])
 
 
+def test_lgc_upload_used_keeps_only_the_used_layers_acknowledged():
+    # Arrange
+    compressor = LgcCompressor((4, 6))
+    delta = _delta(4)
+    u = flatten(delta)[0]
+    # Act: both layers were sent; the server summed only layer 1
+    _compress(compressor, delta, 0)
+    compressor.upload_used([1])
+    compressor.upload_used([])          # settled: a second report changes nothing
+    # Assert: e = u − layer 1, which holds the 6 entries ranked after the top 4
+    residual = compressor.state_dict()['residual']
+    order = np.argsort(-np.abs(u), kind='stable')
+    np.testing.assert_allclose(residual[order[:4]], u[order[:4]])
+    assert np.all(residual[order[4:10]] == 0) and compressor.last_received == [1]
+
+
 def test_lgc_state_round_trips():
     compressor = LgcCompressor((4, 6), (0.5, 0.5))
     _compress(compressor, _delta(5), 0)
