@@ -40,7 +40,7 @@ from fl_uav.compression.codec import (
 from fl_uav.compression.codec_v2 import split_frames
 from fl_uav.compression.paper_compressors import LgcCompressor
 from fl_uav.fleet.config import FleetConfig
-from fl_uav.fleet.messages import FinishCommand, PoseSample, RoundTask
+from fl_uav.fleet.messages import UPLOAD_ACK_KNOB, FinishCommand, PoseSample, RoundTask
 from fl_uav.learning.buffer import OnboardBuffer
 from fl_uav.learning.client_algorithms import SERVER_CONTROL_KNOB, ScaffoldClient
 from fl_uav.learning.models import build_model
@@ -111,6 +111,10 @@ class DroneAgent:
         self.waypoints_reached = 0
         self.rounds_trained = 0
         self.rejected_frames = 0
+        self.malformed_acks = 0         # UPLOAD_ACK_KNOB values that could not be read
+        self.uploads_rolled_back = 0    # previous uploads the station reported unused (or part)
+        # The last encoded upload awaiting the station's verdict: (round, client trained).
+        self._pending_upload: tuple[int, bool] | None = None
         self._train_config = TrainConfig(
             local_epochs=config.learning.local_epochs, batch_size=config.learning.batch_size,
             lr=config.learning.lr, momentum=config.learning.momentum,
@@ -211,10 +215,11 @@ class DroneAgent:
         """Run the configured client algorithm from the global weights on the buffer (the
         engine's code, fl_uav.learning.client_algorithms) and encode the update frame."""
         start = time.perf_counter()
+        self.settle_previous_upload(task)
         torch.set_num_threads(self.config.learning.torch_threads)
         with self._lock:
             images, labels = self._buffer.arrays()
-        steps, loss, num_samples = 0, float('nan'), 0
+        steps, loss, num_samples, trained = 0, float('nan'), 0, False
         delta = {name: np.zeros_like(w) for name, w in task.weights.items()}
         mask, metrics, delta_c = None, {}, None
         selected = int(task.knobs.get(DRAWS_KNOB, 1)) > 0     # FedDPQ: drawn this round?
@@ -230,6 +235,7 @@ class DroneAgent:
             delta_c = metrics.pop(DELTA_C_KEY, None)
             steps, loss, num_samples = result.steps, result.mean_loss, result.num_samples
             self.rounds_trained += 1
+            trained = True
         metadata = {
             **metrics,
             'num_samples': num_samples, 'steps': steps,
@@ -239,8 +245,53 @@ class DroneAgent:
             'class_counts': self.class_counts().tolist(),
         }
         frames = self._encode(task, delta, mask, delta_c, metadata)
+        self._pending_upload = (task.round_index, trained)
         return UpdateReport(task.round_index, frames, num_samples, steps, loss,
                             time.perf_counter() - start)
+
+    def settle_previous_upload(self, task: RoundTask) -> None:
+        """Undo what the previous upload changed if the station says it was not used.
+
+        The round task's UPLOAD_ACK_KNOB tells whether the round r − 1 update was aggregated
+        (for LGC: which layers). If it was not, the client algorithm's and the compressor's
+        ``upload_lost`` run (SCAFFOLD's c_k, LGC's residual), as the engine does for a late
+        drone; if only some LGC layers were summed, exactly those stay acknowledged. Only for
+        an upload this agent made in round r − 1 and not yet settled (so a second call does
+        nothing); a malformed knob is counted (``malformed_acks``) and ignored. Called by
+        :meth:`train_round` first.
+        """
+        pending, self._pending_upload = self._pending_upload, None
+        ack = task.knobs.get(UPLOAD_ACK_KNOB)
+        if pending is None or ack is None:
+            return
+        try:
+            ack_round, used = ack['round'], ack['used']
+            layers = ack.get('layers')
+            if (isinstance(ack_round, bool) or not isinstance(ack_round, int)
+                    or not isinstance(used, bool)):
+                raise TypeError('round must be an int and used a bool')
+            if layers is not None and not all(isinstance(c, int) and not isinstance(c, bool)
+                                              for c in layers):
+                raise TypeError('layers must be layer ids')
+        except (KeyError, TypeError, ValueError, AttributeError):
+            self.malformed_acks += 1
+            return
+        upload_round, trained = pending
+        if ack_round != upload_round or ack_round != task.round_index - 1:
+            return
+        lgc = isinstance(self._compressor, LgcCompressor)
+        if used and lgc and layers is not None:
+            if set(layers) >= set(self._compressor.last_received):
+                return
+            self._compressor.upload_used(layers)      # only some layers were summed
+            self.uploads_rolled_back += 1
+            return
+        if used:
+            return
+        if trained:
+            self._client.upload_lost()
+        self._compressor.upload_lost()
+        self.uploads_rolled_back += 1
 
     def _encode(self, task: RoundTask, delta: dict, mask: dict | None, delta_c: dict | None,
                 metadata: dict) -> tuple[bytes, ...]:

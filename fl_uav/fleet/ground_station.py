@@ -40,6 +40,7 @@ from fl_uav.compression.codec_v2 import VERSION_V2, FrameKindV2, LgcPart, decode
 from fl_uav.compression.lgc import decode as lgc_sum
 from fl_uav.compression.quantization import flatten, unflatten
 from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.messages import UPLOAD_ACK_KNOB
 from fl_uav.learning.models import build_model
 from fl_uav.learning.training import evaluate
 from fl_uav.learning.weights import (
@@ -171,6 +172,9 @@ class GroundStation:
         self._limits = DecodeLimits(max_frame_bytes=config.codec.max_frame_bytes)
         self._eval = (eval_inputs, eval_labels)
         self._round: _OpenRound | None = None
+        # Per drone: the previous round's update as aggregated (LGC: the layer ids summed,
+        # else None); a drone absent here had nothing used (UPLOAD_ACK_KNOB).
+        self._used_last_round: dict[int, list[int] | None] = {}
         self.records: list[RoundRecord] = []
         self.rejected_total: Counter = Counter()
         self.initial_accuracy, self.initial_loss = self.evaluate()
@@ -215,6 +219,8 @@ class GroundStation:
         for d in self.drone_ids:
             knobs[d] = {**knobs.get(d, {}),
                         'plan': [[w.east_m, w.north_m, w.up_m] for w in plans[d]]}
+            if index > 1:
+                knobs[d][UPLOAD_ACK_KNOB] = self._upload_ack(d, index - 1)
         tensors = self.weights
         if self._scaffold:
             tensors = {**self.weights, **with_prefix(self._strategy.server_control(self.weights),
@@ -227,6 +233,15 @@ class GroundStation:
         self._round = _OpenRound(index, now_s, now_s + duration, bytes_down=len(frame),
                                  plan_lengths={d: len(p) for d, p in plans.items()})
         return RoundOpening(index, frame, plans, now_s + duration)
+
+    def _upload_ack(self, drone: int, round_index: int) -> dict[str, Any]:
+        """The UPLOAD_ACK_KNOB value for one drone: was its ``round_index`` update used?"""
+        used = drone in self._used_last_round
+        ack: dict[str, Any] = {'round': round_index, 'used': used}
+        layers = self._used_last_round.get(drone)
+        if layers is not None:
+            ack['layers'] = layers
+        return ack
 
     def receive_update(self, data: bytes) -> UpdateVerdict:
         """Validate one update frame; bad input is counted by reason and never raises."""
@@ -339,6 +354,8 @@ class GroundStation:
             rejected=dict(r.rejected), opened_s=r.opened_s, closed_s=now_s,
             aggregate_seconds=time.perf_counter() - start, empty=result.empty)
         self.records.append(record)
+        self._used_last_round = {
+            d: sorted(r.lgc_layers[d][1]) if d in r.lgc_layers else None for d in r.updates}
         self._round = None
         return record
 

@@ -7,6 +7,12 @@ from typing import Any
 
 from fl_uav.planning.coverage import PlanWaypoint
 
+#: Per-drone knob of a GLOBAL_MODEL frame (round r ≥ 2) saying whether the drone's round r − 1
+#: upload was used: ``{'round': r - 1, 'used': bool, 'layers': [ids]}``; ``layers`` (LGC only)
+#: lists the layer ids the station summed. The drone rolls back what was not used (LGC
+#: residual, SCAFFOLD c_k) before training round r. See docs/wire_format.md.
+UPLOAD_ACK_KNOB = 'upload_ack'
+
 
 @dataclass(frozen=True)
 class PoseSample:
