@@ -44,7 +44,6 @@ from fl_uav.fleet.messages import UPLOAD_ACK_KNOB, FinishCommand, PoseSample, Ro
 from fl_uav.learning.buffer import OnboardBuffer
 from fl_uav.learning.client_algorithms import SERVER_CONTROL_KNOB, ScaffoldClient
 from fl_uav.learning.models import build_model
-from fl_uav.learning.training import TrainConfig
 from fl_uav.learning.weights import (
     architecture_fingerprint,
     get_weights,
@@ -115,11 +114,7 @@ class DroneAgent:
         self.uploads_rolled_back = 0    # previous uploads the station reported unused (or part)
         # The last encoded upload awaiting the station's verdict: (round, client trained).
         self._pending_upload: tuple[int, bool] | None = None
-        self._train_config = TrainConfig(
-            local_epochs=config.learning.local_epochs, batch_size=config.learning.batch_size,
-            lr=config.learning.lr, momentum=config.learning.momentum,
-            weight_decay=config.learning.weight_decay, max_steps=config.learning.max_steps,
-            optimizer=config.learning.optimizer)
+        self._train_config = config.learning.train_config()
 
     # --- sensing -------------------------------------------------------------------------
     def on_pose(self, pose: PoseSample) -> None:

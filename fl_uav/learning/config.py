@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from fl_uav.learning.client_algorithms import CLIENT_ALGORITHMS, build_client_algorithm
 from fl_uav.learning.models import MODEL_NAMES
-from fl_uav.learning.training import OPTIMIZERS
+from fl_uav.learning.training import OPTIMIZERS, TrainConfig
 
 
 @dataclass(frozen=True)
@@ -109,6 +109,14 @@ class LearningConfig:
         if name == 'feddpq' and (self.momentum or self.weight_decay):
             raise ValueError('client_algorithm feddpq runs plain SGD (FedDPQ eq. (5)): '
                              'momentum and weight_decay must be 0')
+
+    def train_config(self) -> TrainConfig:
+        """The local-training settings of these keys (the round's lr and knobs are applied by
+        the caller with ``dataclasses.replace``)."""
+        return TrainConfig(local_epochs=self.local_epochs, batch_size=self.batch_size,
+                           lr=self.lr, momentum=self.momentum,
+                           weight_decay=self.weight_decay, max_steps=self.max_steps,
+                           optimizer=self.optimizer)
 
     def build_client(self):
         """One drone's configured client algorithm (fl_uav.learning.client_algorithms)."""

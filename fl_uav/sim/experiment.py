@@ -165,11 +165,7 @@ class ExperimentEngine:
                                  input_px=sample_shape[-1], seed=config.learning.init_seed,
                                  in_channels=sample_shape[0])
         self.strategy = config.aggregation.build(config.num_drones, seed=config.seed)
-        self.train_config = TrainConfig(
-            local_epochs=config.learning.local_epochs, batch_size=config.learning.batch_size,
-            lr=config.learning.lr, momentum=config.learning.momentum,
-            weight_decay=config.learning.weight_decay, max_steps=config.learning.max_steps,
-            optimizer=config.learning.optimizer)
+        self.train_config = config.learning.train_config()
         self.link = RadioLink(bandwidth_hz=config.system.bandwidth_hz,
                               tx_power_w=config.system.tx_power_w,
                               interference_w=config.system.interference_w)
