@@ -6,6 +6,7 @@ Sections map one-to-one to the parameter groups of config/fleet.yaml (``world.se
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from fl_uav.aggregation.config import AggregationConfig
@@ -15,6 +16,7 @@ from fl_uav.learning.config import LearningConfig
 from fl_uav.planning.coverage import CoverageConfig
 from fl_uav.planning.geofence import Geofence, GeofenceConfig, resolve_geofence
 from fl_uav.sim.autopilot import AutopilotSimConfig
+from fl_uav.sim.express import ExpressConfig
 from fl_uav.world.camera import CameraConfig
 from fl_uav.world.landcover import WorldConfig
 
@@ -100,11 +102,63 @@ class CodecConfig:
             raise ValueError(f'max_frame_bytes must be >= 1024, got {self.max_frame_bytes}')
 
 
+FLEET_MODES = ('standard', 'express')
+RANGE_POSE_SOURCES = ('ground_truth', 'telemetry')
+
+
+@dataclass(frozen=True)
+class GroundClientConfig:
+    """``ground_clients.*``: the FedEx ground clients of ``mode: express`` (fleet only).
+
+    num_clients: N ground clients (ids 0..N-1, namespaces /gc<j>), placed by
+        ``express.*``'s rule (FedEx Sec. VII-A blocks) in an area centred on the station.
+    samples_per_client: camera frames each client holds, rendered from the land-cover world
+        at random poses within data_radius_m of its position (labels from the map), seeded
+        by data_seed and the client id: location-correlated data as FedEx's non-IID type 2,
+        and nothing to download.
+    max_local_steps: cap on the local SGD steps a client trains per delivered model (the
+        station asks for max(1, floor(Delta / express.step_time_s)), as the engine).
+    exchange_timeout_s: how long a hovering UAV waits for a client's CLU before it moves on.
+    range_pose: whose pose the client's radio-range check trusts: ground_truth (the
+        simulator's /uav<k>/ground_truth/pose, the default in the embedded fleet) or
+        telemetry (/uav<k>/pose, what the UAV reports, e.g. with PX4 SITL).
+    pose_max_age_s: a pose older than this (wall seconds) counts as no pose: refused.
+    """
+
+    num_clients: int = 4
+    samples_per_client: int = 200
+    data_radius_m: float = 40.0
+    data_seed: int = 11
+    max_local_steps: int = 50
+    exchange_timeout_s: float = 5.0
+    range_pose: str = 'ground_truth'
+    pose_max_age_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.range_pose not in RANGE_POSE_SOURCES:
+            raise ValueError(f'range_pose {self.range_pose!r} unknown; choices: '
+                             f'{", ".join(RANGE_POSE_SOURCES)}')
+        for key in ('num_clients', 'samples_per_client', 'max_local_steps'):
+            if getattr(self, key) < 1:
+                raise ValueError(f'{key} must be >= 1, got {getattr(self, key)}')
+        for key in ('data_radius_m', 'exchange_timeout_s', 'pose_max_age_s'):
+            value = getattr(self, key)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f'{key} must be finite and > 0, got {value}')
+
+
 @dataclass(frozen=True)
 class FleetConfig:
-    """Everything shared by the fleet's nodes."""
+    """Everything shared by the fleet's nodes.
+
+    mode: standard (every drone trains on its camera and uploads to the station) | express
+    (FedEx UAV express delivery: the drones are transporters ferrying the model to
+    ``ground_clients`` and their cumulative local updates back; ``express.*`` plans and
+    sizes it, see :meth:`check_express`).
+    """
 
     num_drones: int = 4
+    mode: str = 'standard'
     world: WorldConfig = field(default_factory=WorldConfig)
     camera: CameraConfig = field(default_factory=CameraConfig)
     sim_camera: SimCameraConfig = field(default_factory=SimCameraConfig)
@@ -118,10 +172,15 @@ class FleetConfig:
     autopilot: AutopilotSimConfig = field(default_factory=AutopilotSimConfig)
     codec: CodecConfig = field(default_factory=CodecConfig)
     compression: CompressionConfig = field(default_factory=CompressionConfig)
+    express: ExpressConfig = field(default_factory=ExpressConfig)
+    ground_clients: GroundClientConfig = field(default_factory=GroundClientConfig)
 
     def __post_init__(self) -> None:
         if not (1 <= self.num_drones <= 250):
             raise ValueError(f'num_drones must be in [1, 250], got {self.num_drones}')
+        if self.mode not in FLEET_MODES:
+            raise ValueError(f'mode {self.mode!r} unknown; choices: {", ".join(FLEET_MODES)}')
+        self.check_express()
         fence = self.geofence_enu()      # the take-off is flown too: it must be in the band
         for key, up_m in (('flight.takeoff_altitude_m', self.flight.takeoff_altitude_m),
                           ('coverage.altitude_m', self.coverage.altitude_m)):
@@ -139,6 +198,62 @@ class FleetConfig:
             raise ValueError(f'learning.client_algorithm scaffold needs compression.method none '
                              f'in the fleet (Δc travels as dense tensors beside the update), got '
                              f'{self.compression.method!r}')
+
+    def check_express(self) -> None:
+        """Keys that must agree with ``mode: express`` (each error names the key).
+
+        The fleet runs FedEx-Sync (eq. (13)); ``express.enabled`` is the engine's switch and
+        only ``mode`` selects express in the fleet. The station stands at UAV 0's home
+        (``autopilot.home_*``), the client area is centred on it and must lie in the
+        geofence, and the UAVs hover at ``express.altitude_m`` inside the altitude band.
+        """
+        e = self.express
+        if self.mode != 'express':
+            if e.enabled:
+                raise ValueError("express.enabled is the experiment engine's switch; in the "
+                                 'fleet set mode: express')
+            return
+        checks = (
+            (e.mode == 'sync', f'express.mode {e.mode!r}: the fleet runs sync only (FedEx-Sync, '
+                               f'eq. (13)); async is engine-only'),
+            (e.num_uavs == self.num_drones, f'express.num_uavs ({e.num_uavs}) must equal '
+                                            f'num_drones ({self.num_drones}) in the fleet'),
+            (self.ground_clients.num_clients >= e.num_uavs,
+             f'ground_clients.num_clients ({self.ground_clients.num_clients}) must be >= '
+             f'express.num_uavs ({e.num_uavs})'),
+            (self.aggregation.strategy == 'fedex_sync',
+             f'aggregation.strategy must be fedex_sync with mode express (FedEx eq. (13)), '
+             f'got {self.aggregation.strategy!r}'),
+            (self.learning.client_algorithm == 'sgd',
+             f'learning.client_algorithm must be sgd with mode express (FedEx eq. (10)), got '
+             f'{self.learning.client_algorithm!r}'),
+            (self.compression.method == 'none',
+             f'compression.method must be none with mode express, got '
+             f'{self.compression.method!r}'),
+            (self.learning.structured_keep == 1.0,
+             'learning.structured_keep must be 1.0 with mode express'),
+            (e.station_east_m < 0 and e.station_north_m < 0,
+             'express.station_east_m / station_north_m must be negative in the fleet: the '
+             'station is where the UAVs take off (autopilot.home_*), the area is centred on it'),
+            (e.speed_m_s <= self.autopilot.max_speed_m_s,
+             f'express.speed_m_s ({e.speed_m_s}) exceeds autopilot.max_speed_m_s '
+             f'({self.autopilot.max_speed_m_s})'),
+        )
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        fence = self.geofence_enu()
+        if not fence.min_up_m <= e.altitude_m <= fence.max_up_m:
+            raise ValueError(f'express.altitude_m {e.altitude_m} m is outside the geofence '
+                             f'altitude band [{fence.min_up_m}, {fence.max_up_m}] m')
+        east_m, north_m = self.autopilot.home_enu_m(0)
+        half_e, half_n = e.area_east_m / 2, e.area_north_m / 2
+        corners = ((east_m - half_e, north_m - half_n), (east_m + half_e, north_m + half_n))
+        if not all(fence.east_min_m <= x <= fence.east_max_m
+                   and fence.north_min_m <= y <= fence.north_max_m for x, y in corners):
+            raise ValueError(f'express.area_east_m x area_north_m ({e.area_east_m} x '
+                             f'{e.area_north_m} m) centred on the station ({east_m}, '
+                             f'{north_m}) leaves the geofence {fence.describe()}')
 
     def geofence_enu(self) -> Geofence:
         """The drones' geofence (ENU m): geofence.source 'world' is the world less

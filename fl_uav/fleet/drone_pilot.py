@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from fl_uav.fleet.config import FlightConfig
 from fl_uav.fleet.drone_agent import DroneAgent, UpdateReport
+from fl_uav.fleet.express_carrier import ExpressCarrier, ExpressLink, ExpressTaskError
 from fl_uav.fleet.messages import PoseSample, RoundTask
 from fl_uav.planning.geofence import Geofence, GeofenceViolationError, require_inside
 from fl_uav.vehicle.interface import Vehicle, VehicleError, WaypointEnu
@@ -113,6 +114,56 @@ class DronePilot:
             _log.warning('flight failed in round %d: %s', task.round_index, reason)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._train_executor, self.agent.train_round, task)
+
+    async def run_express_tour(self, task: RoundTask, carrier: ExpressCarrier,
+                               link: ExpressLink, speed_m_s: float) -> bytes:
+        """FedEx in the fleet: fly the round's tour and return u_k's upload frame.
+
+        The whole tour (a hover waypoint per client, then the station) is checked against
+        the geofence first; then each leg is flown as a one-item MAVLink mission, after which
+        the autopilot holds position (PX4 loiters at mission end) over the client for the
+        exchange (:meth:`ExpressCarrier.visit`), so the hover lasts as long as the exchange
+        and never less. The tour is bounded by the round's deadline like a standard flight;
+        a rejected plan, a vehicle error or the deadline end the tour early and the UAV
+        uploads what it collected (a bad knob: nothing collected).
+        """
+        try:
+            tour = carrier.start_tour(task)
+        except ExpressTaskError as exc:
+            self.state.last_error = f'round {task.round_index}: {exc}'
+            _log.error('%s', exc)
+            carrier.tour = None
+            raise
+        try:
+            await asyncio.wait_for(self._fly_tour(task, carrier, link, speed_m_s),
+                                   self.flight_budget_s(task))
+        except GeofenceViolationError as exc:
+            self.plans_rejected[exc.reason] += 1
+            tour.error = f'plan rejected: {exc.reason}'
+            self.state.last_error = f'round {task.round_index}: plan rejected: {exc}'
+            _log.error('round %d: tour rejected, flying nothing: %s', task.round_index, exc)
+        except (VehicleError, TimeoutError) as exc:
+            reason = str(exc) or f'flight budget of {self.flight_budget_s(task):.0f} s exceeded'
+            tour.error = reason
+            self.state.last_error = f'round {task.round_index}: {reason}'
+            self.state.airborne = not isinstance(exc, VehicleError)
+            _log.warning('tour failed in round %d: %s', task.round_index, reason)
+        tour.missed.extend(c for c in tour.clients
+                           if c not in tour.exchanged and c not in tour.missed)
+        return carrier.upload_frame()
+
+    async def _fly_tour(self, task: RoundTask, carrier: ExpressCarrier, link: ExpressLink,
+                        speed_m_s: float) -> None:
+        mission = self.checked_mission(task)     # the whole tour, before anything is flown
+        if not mission:
+            return
+        await self.ensure_airborne()
+        tour = carrier.tour
+        for client, waypoint in zip(tour.clients, mission[:-1]):
+            tour.waypoints_reached += await self.vehicle.fly_waypoints([waypoint], speed_m_s)
+            await carrier.visit(client, link)
+        tour.waypoints_reached += await self.vehicle.fly_waypoints([mission[-1]], speed_m_s)
+        self.agent.waypoints_reached += tour.waypoints_reached
 
     async def finish(self) -> None:
         """Come home and land at the end of the run."""

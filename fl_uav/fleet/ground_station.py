@@ -40,7 +40,8 @@ from fl_uav.compression.codec_v2 import VERSION_V2, FrameKindV2, LgcPart, decode
 from fl_uav.compression.lgc import decode as lgc_sum
 from fl_uav.compression.quantization import flatten, unflatten
 from fl_uav.fleet.config import FleetConfig
-from fl_uav.fleet.messages import UPLOAD_ACK_KNOB
+from fl_uav.fleet.express_routes import ExpressRoutes, plan_express_routes
+from fl_uav.fleet.messages import EXPRESS_KNOB, UPLOAD_ACK_KNOB
 from fl_uav.learning.models import build_model
 from fl_uav.learning.training import evaluate
 from fl_uav.learning.weights import (
@@ -110,12 +111,13 @@ class RoundRecord:
     closed_s: float
     aggregate_seconds: float
     empty: bool
+    express: dict[int, Any] = field(default_factory=dict)   # per UAV: its tour's facts
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (keys of per-drone maps as strings)."""
         out = asdict(self)
         for key in ('bytes_up', 'train_loss', 'samples', 'samples_collected',
-                    'waypoints_reached', 'waypoints_planned'):
+                    'waypoints_reached', 'waypoints_planned', 'express'):
             out[key] = {str(k): v for k, v in out[key].items()}
         return out
 
@@ -162,7 +164,13 @@ class GroundStation:
         self._shapes = weight_shapes(self.weights)
         self._fingerprint = architecture_fingerprint(self.weights)
         self._layout = flatten(self.weights)[1]   # codec v2 order: the global frame's tensors
-        self._strategy = config.aggregation.build(config.num_drones, seed=config.world.seed)
+        # mode express: CARP once at start (FedEx Sec. VI); the server rule counts the N
+        # ground clients, not the UAVs (FedEx eq. (13): x <- x + (1/N) sum_k u_k).
+        self.express: ExpressRoutes | None = (plan_express_routes(config)
+                                              if config.mode == 'express' else None)
+        num_clients = (config.ground_clients.num_clients if self.express is not None
+                       else config.num_drones)
+        self._strategy = config.aggregation.build(num_clients, seed=config.world.seed)
         # SCAFFOLD (Karimireddy et al. 2020, Alg. 1): c goes down and Δc_k comes up as extra
         # tensors of the v1 frames (names prefixed), beside the model and the update.
         self._scaffold = isinstance(self._strategy, Scaffold)
@@ -212,10 +220,13 @@ class GroundStation:
         duration = self.config.rounds.deadline_s
         if index == 1:
             duration += self.config.rounds.first_round_extra_s
-        plans = {d: coverage_plan(d, self.config.num_drones, index, self.config.world.size_m,
-                                  self.config.coverage, seed=self.config.world.seed)
-                 for d in self.drone_ids}
+        plans = self._plans(index)
         knobs = self._strategy.configure_round(index, self.drone_ids)
+        if self.express is not None:   # FedEx-Sync: every UAV departs with x_r (Sec. IV-D)
+            for d in self.drone_ids:
+                knobs[d] = {**knobs.get(d, {}), EXPRESS_KNOB: {
+                    'clients': list(self.express.tour(d)),
+                    'local_steps': self.express.local_steps}}
         for d in self.drone_ids:
             knobs[d] = {**knobs.get(d, {}),
                         'plan': [[w.east_m, w.north_m, w.up_m] for w in plans[d]]}
@@ -233,6 +244,16 @@ class GroundStation:
         self._round = _OpenRound(index, now_s, now_s + duration, bytes_down=len(frame),
                                  plan_lengths={d: len(p) for d, p in plans.items()})
         return RoundOpening(index, frame, plans, now_s + duration)
+
+    def _plans(self, index: int) -> dict[int, list[PlanWaypoint]]:
+        """This round's plan per drone: a coverage sweep, or in express mode its CARP tour
+        (the same every round: FedEx plans once and flies the tours unchanged)."""
+        if self.express is not None:
+            return {d: self.express.tour_plan(d, self.config.express.altitude_m)
+                    for d in self.drone_ids}
+        return {d: coverage_plan(d, self.config.num_drones, index, self.config.world.size_m,
+                                 self.config.coverage, seed=self.config.world.seed)
+                for d in self.drone_ids}
 
     def _upload_ack(self, drone: int, round_index: int) -> dict[str, Any]:
         """The UPLOAD_ACK_KNOB value for one drone: was its ``round_index`` update used?"""
@@ -352,7 +373,9 @@ class GroundStation:
                                for u in updates},
             waypoints_planned=dict(r.plan_lengths),
             rejected=dict(r.rejected), opened_s=r.opened_s, closed_s=now_s,
-            aggregate_seconds=time.perf_counter() - start, empty=result.empty)
+            aggregate_seconds=time.perf_counter() - start, empty=result.empty,
+            express={u.sender: u.metrics[EXPRESS_KNOB] for u in updates
+                     if isinstance(u.metrics.get(EXPRESS_KNOB), dict)})
         self.records.append(record)
         self._used_last_round = {
             d: sorted(r.lgc_layers[d][1]) if d in r.lgc_layers else None for d in r.updates}

@@ -41,3 +41,9 @@ class FinishCommand:
     """The station ended the run: land and stop."""
 
     round_index: int
+
+
+#: Per-UAV knob of a GLOBAL_MODEL frame in ``mode: express``: ``{'clients': [ids in tour
+#: order], 'local_steps': s}``. The round's ``plan`` knob then holds one hover waypoint per
+#: client (same order) and the station last. See docs/wire_format.md.
+EXPRESS_KNOB = 'express'

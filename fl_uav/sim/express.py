@@ -279,6 +279,22 @@ def plan_routes(config: ExpressConfig, clients_enu_m: np.ndarray, seed: int
 
 # ----------------------------------------------------------------------------- the runtime
 
+def revisit_periods_s(mode: str, plan: RoutePlan) -> dict[int, float]:
+    """Each serving UAV's revisit period: FedEx eq. (9) Delta_k (Async), or the round length
+    Delta = max_k Delta_k on which Sync flies every UAV (Sec. IV-D). UAVs with no clients are
+    left out. Shared by the engine's runtime and the fleet's ground station."""
+    uavs = [k for k, tour in enumerate(plan.tours) if tour]
+    longest_s = max(plan.round_trip_s[k] for k in uavs)
+    return {k: (longest_s if mode == 'sync' else plan.round_trip_s[k]) for k in uavs}
+
+
+def local_steps_per_visit(period_s: float, step_time_s: float) -> int:
+    """Local SGD steps a client trains between two visits: max(1, floor(P / step_time_s)),
+    one step per FedEx slot (Sec. IV-A)."""
+    return max(1, math.floor(period_s / step_time_s + 1e-9))
+
+
+
 @dataclass
 class ExpressStep:
     """One server update: who landed, what they carried, what it cost."""
@@ -322,12 +338,9 @@ class ExpressRuntime:
         self.seed = int(seed)
         self.num_clients = sum(len(t) for t in plan.tours)
         self.uavs = [k for k, tour in enumerate(plan.tours) if tour]
-        longest_s = max(plan.round_trip_s[k] for k in self.uavs)
-        # FedEx eq. (9) Delta_k; Sync flies every UAV on the round length Delta = max Delta_k.
-        self.period_s = {k: (longest_s if config.mode == 'sync' else plan.round_trip_s[k])
-                         for k in self.uavs}
-        self.steps = {k: max(1, math.floor(self.period_s[k] / config.step_time_s + 1e-9))
-                      for k in self.uavs}
+        self.period_s = revisit_periods_s(config.mode, plan)
+        self.steps = {k: local_steps_per_visit(v, config.step_time_s)
+                      for k, v in self.period_s.items()}
         self.tours_done = dict.fromkeys(self.uavs, 0)
         self.carried = {k: _copy(weights) for k in self.uavs}
         self.carried_time_s = dict.fromkeys(self.uavs, 0.0)

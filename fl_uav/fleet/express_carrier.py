@@ -1,0 +1,159 @@
+"""ExpressCarrier: a UAV as a FedEx transporter (plain Python, no ROS, no MAVLink).
+
+On a tour (one round of FedEx-Sync, Sec. IV-D) UAV k carries the global model x^{t0} it got
+at the station and a running sum u_k (FedEx eq. (12): u_k <- u_k + m_i at each visit, one
+model-sized buffer, no per-client copies). At each client it hovers, delivers x^{t0} and
+waits for the client's CLU (:meth:`ExpressCarrier.visit`, over an :class:`ExpressLink` the
+node provides); back at the station it uploads u_k as an UPDATE frame
+(:meth:`ExpressCarrier.upload_frame`), which the station applies with eq. (13).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from fl_uav.compression.codec import DecodeLimits, FrameKind, encode_frame
+from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.express_exchange import ExchangeRejected, decode_clu, encode_delivery
+from fl_uav.fleet.messages import EXPRESS_KNOB, RoundTask
+from fl_uav.learning.weights import Weights
+
+
+class ExpressLink(Protocol):
+    """The UAV's radio to ground clients (the node implements it over ROS topics)."""
+
+    def send(self, client: int, frame: bytes) -> None:
+        """Transmit a delivery frame to one client."""
+
+    async def receive(self, timeout_s: float) -> bytes | None:
+        """The next CLU frame heard, or None after ``timeout_s``."""
+
+
+class ExpressTaskError(ValueError):
+    """A round task without a usable express knob (the UAV flies nothing that round)."""
+
+
+@dataclass
+class TourLog:
+    """What one tour did: per client, whether the CLU came, its steps and hover time."""
+
+    round_index: int
+    clients: tuple[int, ...]
+    local_steps: int
+    exchanged: list[int] = field(default_factory=list)
+    missed: list[int] = field(default_factory=list)
+    clu_steps: dict[int, int] = field(default_factory=dict)
+    distance_m: dict[int, float] = field(default_factory=dict)
+    hover_s: dict[int, float] = field(default_factory=dict)
+    losses: list[float] = field(default_factory=list)
+    waypoints_reached: int = 0
+    error: str = ''
+
+    def to_metadata(self) -> dict[str, Any]:
+        """The tour's facts as the upload's ``express`` metadata (JSON keys are strings)."""
+        return {'clients': list(self.clients), 'exchanged': self.exchanged,
+                'missed': self.missed,
+                'clu_steps': {str(c): v for c, v in self.clu_steps.items()},
+                'distance_m': {str(c): round(v, 3) for c, v in self.distance_m.items()},
+                'hover_s': {str(c): round(v, 3) for c, v in self.hover_s.items()},
+                'error': self.error}
+
+
+class ExpressCarrier:
+    """FedEx transporter state of one UAV: the carried model and the running sum u_k."""
+
+    def __init__(self, config: FleetConfig, uav_id: int, shapes: dict[str, tuple[int, ...]],
+                 fingerprint: bytes) -> None:
+        self.config = config
+        self.uav_id = uav_id
+        self._shapes = shapes
+        self._fingerprint = fingerprint
+        self._limits = DecodeLimits(max_frame_bytes=config.codec.max_frame_bytes)
+        self.carried: Weights | None = None
+        self.running_sum: Weights = {n: np.zeros(s, np.float32) for n, s in shapes.items()}
+        self.tour: TourLog | None = None
+        self.rejected: Counter[str] = Counter()     # CLU frames that could not be used
+
+    def start_tour(self, task: RoundTask) -> TourLog:
+        """Take the round's model and tour; u_k <- 0. Raises ExpressTaskError on a bad knob."""
+        knob = task.knobs.get(EXPRESS_KNOB)
+        try:
+            clients = tuple(int(c) for c in knob['clients'])
+            steps = int(knob['local_steps'])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ExpressTaskError(f'round {task.round_index}: express knob {knob!r} '
+                                   f'unusable: {exc!r}') from None
+        if len(task.plan) != (len(clients) + 1 if clients else 0) or steps < 1:
+            raise ExpressTaskError(f'round {task.round_index}: {len(clients)} clients but '
+                                   f'{len(task.plan)} waypoints (want one per client and the '
+                                   f'station), local_steps {steps}')
+        self.carried = task.weights
+        self.running_sum = {n: np.zeros(s, np.float32) for n, s in self._shapes.items()}
+        self.tour = TourLog(task.round_index, clients, steps)
+        return self.tour
+
+    def delivery_frame(self, client: int) -> bytes:
+        """The carried model, addressed to ``client``."""
+        if self.tour is None or self.carried is None:
+            raise RuntimeError('no tour started')
+        return encode_delivery(self.uav_id, self.tour.round_index, client, self._fingerprint,
+                               self.carried, self.tour.local_steps)
+
+    def accept_clu(self, data: bytes, client: int) -> bool:
+        """Add a client's CLU to u_k (FedEx eq. (12)) if the frame answers this visit; a bad
+        frame is counted in ``rejected`` by reason and changes nothing."""
+        tour = self.tour
+        if tour is None:
+            self.rejected['no_tour'] += 1
+            return False
+        try:
+            clu = decode_clu(data, self._limits, self._fingerprint, self._shapes, self.uav_id,
+                             tour.round_index, client)
+        except ExchangeRejected as exc:
+            self.rejected[exc.reason] += 1
+            return False
+        for name, value in clu.delta.items():
+            self.running_sum[name] += value
+        tour.exchanged.append(client)
+        tour.clu_steps[client] = clu.steps
+        tour.distance_m[client] = clu.distance_m
+        if clu.train_loss is not None:
+            tour.losses.append(clu.train_loss)
+        return True
+
+    async def visit(self, client: int, link: ExpressLink) -> bool:
+        """Hovering over ``client``: deliver, then wait up to exchange_timeout_s for its CLU
+        (frames that are not its answer are counted and skipped). False: missed."""
+        start = time.monotonic()
+        deadline = start + self.config.ground_clients.exchange_timeout_s
+        link.send(client, self.delivery_frame(client))
+        ok = False
+        while not ok and (remaining := deadline - time.monotonic()) > 0:
+            data = await link.receive(remaining)
+            if data is None:
+                break
+            ok = self.accept_clu(data, client)
+        if not ok:
+            self.tour.missed.append(client)
+        self.tour.hover_s[client] = time.monotonic() - start
+        return ok
+
+    def upload_frame(self) -> bytes:
+        """u_k for the station (UPDATE, this round): ``num_samples`` = CLUs that carried
+        training, ``steps`` = their local steps, the tour's facts under ``express``."""
+        tour = self.tour
+        if tour is None:
+            raise RuntimeError('no tour started')
+        trained = [c for c in tour.exchanged if tour.clu_steps.get(c, 0) > 0]
+        loss = float(np.mean(tour.losses)) if tour.losses else None
+        metadata = {'num_samples': len(trained),
+                    'steps': sum(tour.clu_steps.get(c, 0) for c in trained),
+                    'train_loss': loss, 'waypoints_reached': tour.waypoints_reached,
+                    'samples_collected': 0, EXPRESS_KNOB: tour.to_metadata()}
+        return encode_frame(FrameKind.UPDATE, tour.round_index, self.uav_id, self._fingerprint,
+                            self.running_sum, metadata)

@@ -1,0 +1,136 @@
+"""The FedEx visit on the wire: a UAV hovering over a client delivers the model it carries and
+collects the client's cumulative local update (CLU), both as codec v1 frames.
+
+* delivery (UAV k -> client j, topic ``/gc<j>/express/model``): GLOBAL_MODEL, round r,
+  sender k, the carried global model x^{t0}; metadata ``client`` (j) and ``local_steps``
+  (the local SGD steps to run from it before the next visit, FedEx eq. (10)).
+* CLU (client j -> UAV k, topic ``/uav<k>/express/clu``): UPDATE, round r, sender j, the
+  CLU in the Delta = x_i - x_base sign (FedEx eq. (11) with the sign of the digest Sec. 8.2:
+  the station adds it), metadata ``uav`` (k), ``steps``, ``num_samples``, ``train_loss``,
+  ``base_round`` (round of the model it was trained from; absent before the first training)
+  and ``distance_m`` (the client's range check, for the logs).
+
+Decoding checks everything (the codec's own checks, then kind, addressee, round, metadata)
+and raises :class:`ExchangeRejected` with a counter reason; the callers count and go on.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from fl_uav.compression.codec import (
+    DecodeLimits,
+    FrameError,
+    FrameKind,
+    decode_frame,
+    encode_frame,
+)
+from fl_uav.learning.weights import Weights
+
+
+class ExchangeRejected(ValueError):
+    """A delivery or CLU frame that cannot be used; ``reason`` is the counter's key."""
+
+    def __init__(self, reason: str, detail: str = '') -> None:
+        super().__init__(f'{reason}: {detail}' if detail else reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A decoded delivery: who brought which model, and how many steps to train from it."""
+
+    uav: int
+    round_index: int
+    weights: Weights
+    local_steps: int
+
+
+@dataclass(frozen=True)
+class Clu:
+    """A decoded CLU: the client's accumulated local update and what it cost."""
+
+    client: int
+    round_index: int
+    delta: Weights
+    steps: int
+    num_samples: int
+    train_loss: float | None
+    distance_m: float
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _decode(data: bytes, limits: DecodeLimits, fingerprint: bytes,
+            shapes: dict[str, tuple[int, ...]], kind: FrameKind):
+    try:
+        frame = decode_frame(data, limits, expected_fingerprint=fingerprint,
+                             expected_shapes=shapes)
+    except FrameError as exc:
+        raise ExchangeRejected(exc.reason, str(exc)) from None
+    if frame.kind != kind:
+        raise ExchangeRejected('wrong_kind', f'{frame.kind.name}, expected {kind.name}')
+    return frame
+
+
+def encode_delivery(uav: int, round_index: int, client: int, fingerprint: bytes,
+                    weights: Weights, local_steps: int) -> bytes:
+    """The model frame UAV ``uav`` hands to ``client`` at a visit."""
+    return encode_frame(FrameKind.GLOBAL_MODEL, round_index, uav, fingerprint, weights,
+                        {'client': client, 'local_steps': local_steps})
+
+
+def decode_delivery(data: bytes, limits: DecodeLimits, fingerprint: bytes,
+                    shapes: dict[str, tuple[int, ...]], client: int,
+                    num_uavs: int) -> Delivery:
+    """Check a delivery addressed to ``client`` from one of the ``num_uavs`` UAVs."""
+    frame = _decode(data, limits, fingerprint, shapes, FrameKind.GLOBAL_MODEL)
+    if not 0 <= frame.sender < num_uavs:
+        raise ExchangeRejected('unknown_sender', f'sender {frame.sender}')
+    if frame.metadata.get('client') != client:
+        raise ExchangeRejected('wrong_client', f'addressed to {frame.metadata.get("client")}')
+    steps = frame.metadata.get('local_steps')
+    if not _is_count(steps) or steps < 1:
+        raise ExchangeRejected('metadata', f'local_steps {steps!r}')
+    weights = {n: np.asarray(t, np.float32) for n, t in frame.tensors.items()}
+    return Delivery(frame.sender, frame.round_index, weights, steps)
+
+
+def encode_clu(client: int, uav: int, round_index: int, fingerprint: bytes, delta: Weights,
+               metadata: dict[str, Any]) -> bytes:
+    """The CLU frame ``client`` hands to ``uav`` (metadata as in the module docstring)."""
+    return encode_frame(FrameKind.UPDATE, round_index, client, fingerprint, delta,
+                        {**metadata, 'uav': uav})
+
+
+def decode_clu(data: bytes, limits: DecodeLimits, fingerprint: bytes,
+               shapes: dict[str, tuple[int, ...]], uav: int, round_index: int,
+               client: int) -> Clu:
+    """Check that a CLU frame answers UAV ``uav``'s round-``round_index`` visit of
+    ``client``."""
+    frame = _decode(data, limits, fingerprint, shapes, FrameKind.UPDATE)
+    meta = frame.metadata
+    if meta.get('uav') != uav:
+        raise ExchangeRejected('wrong_uav', f'for UAV {meta.get("uav")!r}')
+    if frame.sender != client:
+        raise ExchangeRejected('wrong_client', f'from client {frame.sender}, expected {client}')
+    if frame.round_index != round_index:
+        raise ExchangeRejected('wrong_round', f'round {frame.round_index}, expected '
+                               f'{round_index}')
+    steps, samples = meta.get('steps'), meta.get('num_samples')
+    loss, distance = meta.get('train_loss'), meta.get('distance_m')
+    if not (_is_count(steps) and _is_count(samples)
+            and (loss is None or (isinstance(loss, int | float) and not isinstance(loss, bool)))
+            and isinstance(distance, int | float) and not isinstance(distance, bool)
+            and math.isfinite(distance)):
+        raise ExchangeRejected('metadata', f'{meta!r}')
+    delta = {n: np.asarray(t, np.float32) for n, t in frame.tensors.items()}
+    return Clu(client, frame.round_index, delta, steps, samples,
+               None if loss is None else float(loss), float(distance), dict(meta))

@@ -1,0 +1,238 @@
+"""FedEx in the fleet, ROS-free: station tours, range-gated ground clients, UAV running sums."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from fl_uav.configschema import ConfigError, build_config
+from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.drone_agent import DroneAgent
+from fl_uav.fleet.express_carrier import ExpressCarrier
+from fl_uav.fleet.express_exchange import encode_clu, encode_delivery
+from fl_uav.fleet.express_routes import express_layout, plan_express_routes
+from fl_uav.fleet.ground_client import GroundClient, client_dataset
+from fl_uav.fleet.ground_station import GroundStation
+from fl_uav.fleet.messages import EXPRESS_KNOB, RoundTask
+from fl_uav.fleet.world_setup import map_labeler
+from fl_uav.learning.weights import architecture_fingerprint
+
+EXPRESS = {
+    'mode': 'express', 'num_drones': 2, 'express.num_uavs': 2,
+    'ground_clients.num_clients': 4, 'ground_clients.samples_per_client': 24,
+    'ground_clients.max_local_steps': 3, 'ground_clients.exchange_timeout_s': 1.0,
+    'aggregation.strategy': 'fedex_sync', 'learning.model': 'tiny_cnn',
+    'learning.optimizer': 'sgd', 'learning.lr': 0.05,
+    'express.area_east_m': 200.0, 'express.area_north_m': 200.0, 'express.blocks_east': 2,
+    'express.blocks_north': 2, 'express.altitude_m': 30.0, 'express.radio_range_m': 45.0,
+    'express.speed_m_s': 10.0, 'express.hover_time_per_client_s': 2.0,
+    'express.step_time_s': 10.0, 'express.gibbs_sweeps': 5, 'express.gibbs_chains': 2,
+    'rounds.num_rounds': 2, 'rounds.eval_samples': 40, 'rounds.first_round_extra_s': 0.0,
+    'autopilot.home_east_m': 585.0, 'autopilot.home_north_m': 600.0,
+}
+CONFIG: FleetConfig = build_config(FleetConfig, EXPRESS)
+
+
+@pytest.fixture(scope='module')
+def station():
+    rng = np.random.default_rng(0)
+    return lambda: GroundStation(CONFIG, rng.normal(size=(40, 3, 32, 32)).astype(np.float32),
+                                 rng.integers(0, 7, 40))
+
+
+@pytest.fixture(scope='module')
+def clients():
+    layout = express_layout(CONFIG)
+    return lambda: [GroundClient(CONFIG, j, *client_dataset(CONFIG, j, tuple(layout
+                                                                                .clients_enu_m[j])))
+                    for j in range(4)]
+
+
+class FakeLink:
+    """Deliveries go straight to the clients; their CLUs come back in a queue."""
+
+    def __init__(self, clients, uav, hover_over, now_s=100.0):
+        self.clients, self.uav, self.hover_over, self.now_s = clients, uav, hover_over, now_s
+        self.replies: list[bytes] = []
+        self.extra: list[bytes] = []     # frames heard before the answer (noise)
+        self.to_train: list = []
+
+    def send(self, client, frame):
+        c = self.clients[client]
+        east, north, _ = c.position_enu_m if self.hover_over else (0.0, 0.0, 0.0)
+        c.on_uav_pose(self.uav, east, north, 30.0, self.now_s)
+        gated = c.gate(frame, self.now_s)
+        self.replies += self.extra
+        if gated is not None:
+            self.replies.append(c.exchange(*gated, self.now_s))
+            self.to_train.append(c)
+
+    async def receive(self, timeout_s):
+        return self.replies.pop(0) if self.replies else None
+
+    def train_all(self):
+        """The clients train after the UAV left (the node runs this off its message thread)."""
+        for c in self.to_train:
+            c.train()
+
+
+def _fly(station_obj, clients, round_index, hover_over=True, extra=(), sums=None):
+    opening = station_obj.open_round(0.0)
+    for uav in range(2):
+        agent = DroneAgent(CONFIG, uav, map_labeler(CONFIG.world, CONFIG.camera))
+        task = agent.accept_global_frame(opening.frame)
+        assert isinstance(task, RoundTask) and task.round_index == round_index
+        carrier = ExpressCarrier(CONFIG, uav, {n: w.shape for n, w in task.weights.items()},
+                                 architecture_fingerprint(task.weights))
+        tour = carrier.start_tour(task)
+        link = FakeLink(clients, uav, hover_over)
+        link.extra = list(extra)
+        for client in tour.clients:
+            asyncio.run(carrier.visit(client, link))
+        link.train_all()
+        if sums is not None:
+            sums.append(carrier.running_sum)
+        verdict = station_obj.receive_update(carrier.upload_frame())
+        assert verdict.accepted, verdict
+    assert station_obj.should_close(0.0)
+    return station_obj.close_round(1.0), opening
+
+
+def test_tours_cover_every_client_once_and_stay_in_the_fence():
+    routes = plan_express_routes(CONFIG)
+    assert sorted(c for t in routes.plan.tours for c in t) == [0, 1, 2, 3]
+    fence = CONFIG.geofence_enu()
+    for uav in range(2):
+        plan = routes.tour_plan(uav, 30.0)
+        assert len(plan) == len(routes.tour(uav)) + 1
+        assert (plan[-1].east_m, plan[-1].north_m) == CONFIG.autopilot.home_enu_m(0)
+        assert all(fence.east_min_m <= w.east_m <= fence.east_max_m for w in plan)
+    assert routes.local_steps == 3      # floor(Delta / 10 s) capped by max_local_steps
+
+
+def test_sync_rounds_lag_one_round_then_apply_the_running_sums_once(station, clients):
+    gs, cs = station(), clients()
+    first, opening = _fly(gs, cs, 1)
+    knobs = opening.plans
+    assert all(len(knobs[u]) == len(gs.express.tour(u)) + 1 for u in range(2))
+    # FedEx's one-round lag: round 1 only delivers (u_k = 0), the model does not move
+    assert first.participants == [] and sorted(
+        c for facts in first.express.values() for c in facts['exchanged']) == [0, 1, 2, 3]
+    before = {n: w.copy() for n, w in gs.weights.items()}
+    sums = []
+    second, _ = _fly(gs, cs, 2, sums=sums)
+    assert second.participants == [0, 1]
+    # eq. (13): x <- x + (1/N) sum_k u_k, u_k = sum of its clients' CLUs, applied once
+    for n in before:
+        np.testing.assert_allclose(gs.weights[n], before[n] + (sums[0][n] + sums[1][n]) / 4,
+                                   rtol=1e-5, atol=1e-7)
+    for c in cs:
+        rec = [r for r in c.exchanges if r.accepted]
+        assert [r.round_index for r in rec] == [1, 2]
+        assert rec[1].clu_steps == 3
+    assert gs._strategy.applied == 2
+    assert sum(float(np.abs(gs.weights[n] - before[n]).sum()) for n in before) > 0
+
+
+def test_clu_sum_is_the_sum_of_client_deltas(clients):
+    cs = clients()
+    routes = plan_express_routes(CONFIG)
+    uav, tour = 0, routes.tour(0)
+    rng = np.random.default_rng(1)
+    shapes = {n: s for n, s in cs[0]._shapes.items()}
+    fp = cs[0]._fingerprint
+    carrier = ExpressCarrier(CONFIG, uav, shapes, fp)
+    weights = {n: rng.normal(size=s).astype(np.float32) for n, s in shapes.items()}
+    plan = routes.tour_plan(uav, 30.0)
+    carrier.start_tour(RoundTask(3, weights, tuple(plan), {EXPRESS_KNOB: {
+        'clients': list(tour), 'local_steps': 2}}))
+    deltas = []
+    for c in tour:
+        delta = {n: rng.normal(size=s).astype(np.float32) for n, s in shapes.items()}
+        deltas.append(delta)
+        frame = encode_clu(c, uav, 3, fp, delta, {'steps': 2, 'num_samples': 5,
+                                                 'train_loss': 1.0, 'distance_m': 30.0})
+        assert carrier.accept_clu(frame, c)
+    for n in shapes:
+        np.testing.assert_allclose(carrier.running_sum[n], sum(d[n] for d in deltas),
+                                   rtol=1e-6)
+
+
+def test_out_of_range_or_unknown_pose_is_refused_and_counted(clients):
+    cs = clients()
+    c = cs[0]
+    shapes, fp = c._shapes, c._fingerprint
+    weights = {n: np.zeros(s, np.float32) for n, s in shapes.items()}
+    frame = encode_delivery(1, 1, 0, fp, weights, 2)
+    assert c.gate(frame, 10.0) is None                       # no pose of UAV 1 yet
+    east, north, _ = c.position_enu_m
+    c.on_uav_pose(1, east + 40.0, north, 30.0, 10.0)          # 50 m away > 45 m range
+    assert c.gate(frame, 10.0) is None
+    c.on_uav_pose(1, east, north, 30.0, 10.0)
+    assert c.gate(frame, 10.0 + CONFIG.ground_clients.pose_max_age_s + 0.1) is None  # stale
+    gated = c.gate(frame, 10.2)
+    assert gated is not None and gated[1] == pytest.approx(30.0)
+    assert c.refused == {'no_pose': 2, 'out_of_range': 1}
+    assert [r.reason for r in c.exchanges] == ['no_pose', 'out_of_range', 'no_pose']
+
+
+def test_bad_frames_are_rejected_by_reason_never_raise(clients):
+    cs = clients()
+    c = cs[1]
+    shapes, fp = c._shapes, c._fingerprint
+    weights = {n: np.zeros(s, np.float32) for n, s in shapes.items()}
+    good = encode_delivery(0, 1, 1, fp, weights, 2)
+    c.on_uav_pose(0, *c.position_enu_m[:2], 30.0, 5.0)
+    assert c.gate(b'garbage', 5.0) is None
+    assert c.gate(good[:-3], 5.0) is None
+    assert c.gate(encode_delivery(0, 1, 2, fp, weights, 2), 5.0) is None   # for client 2
+    assert c.gate(encode_delivery(7, 1, 1, fp, weights, 2), 5.0) is None   # no UAV 7
+    assert c.gate(encode_delivery(0, 1, 1, fp, weights, 0), 5.0) is None   # 0 steps
+    assert dict(c.rejected) == {'bad_magic': 1, 'truncated': 1, 'wrong_client': 1,
+                                'unknown_sender': 1, 'metadata': 1}
+    assert c.gate(good, 5.0) is not None
+    carrier = ExpressCarrier(CONFIG, 0, shapes, fp)
+    routes = plan_express_routes(CONFIG)
+    carrier.start_tour(RoundTask(1, weights, tuple(routes.tour_plan(0, 30.0)), {
+        EXPRESS_KNOB: {'clients': list(routes.tour(0)), 'local_steps': 2}}))
+    wrong_uav = encode_clu(1, 1, 1, fp, weights, {'steps': 0, 'num_samples': 0,
+                                                  'train_loss': None, 'distance_m': 1.0})
+    assert not carrier.accept_clu(b'\x00' * 10, 1)
+    assert not carrier.accept_clu(wrong_uav, 1)
+    assert dict(carrier.rejected) == {'bad_magic': 1, 'wrong_uav': 1}
+
+
+def test_noise_before_the_answer_is_skipped(station, clients):
+    gs, cs = station(), clients()
+    record, _ = _fly(gs, cs, 1, extra=[b'noise'])
+    assert sorted(c for f in record.express.values() for c in f['exchanged']) == [0, 1, 2, 3]
+
+
+def test_a_uav_out_of_range_collects_nothing(station, clients):
+    gs, cs = station(), clients()
+    record, _ = _fly(gs, cs, 1, hover_over=False)
+    assert all(f['exchanged'] == [] and sorted(f['missed']) == sorted(f['clients'])
+               for f in record.express.values())
+    assert sum(c.refused['out_of_range'] for c in cs) == 4
+
+
+@pytest.mark.parametrize('key, value, words', [
+    ('mode', 'turbo', 'choices: standard, express'),
+    ('express.mode', 'async', 'sync only'),
+    ('express.num_uavs', 3, 'must equal num_drones'),
+    ('aggregation.strategy', 'fedavg', 'fedex_sync'),
+    ('ground_clients.range_pose', 'gps', 'choices: ground_truth, telemetry'),
+    ('express.altitude_m', 4.0, 'altitude band'),
+    ('express.area_east_m', 5000.0, 'leaves the geofence'),
+    ('express.station_east_m', 10.0, 'station'),
+])
+def test_bad_express_config_names_the_key(key, value, words):
+    with pytest.raises(ConfigError, match=words):
+        build_config(FleetConfig, {**EXPRESS, key: value})
+
+
+def test_express_enabled_is_not_the_fleet_switch():
+    with pytest.raises(ConfigError, match='set mode: express'):
+        build_config(FleetConfig, {'express.enabled': True})
