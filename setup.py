@@ -5,7 +5,8 @@ from glob import glob
 from setuptools import find_packages, setup
 
 PACKAGE = 'fl_uav'
-NODES = ['ground_station_node', 'drone_node', 'sim_camera_node', 'autopilot_sim_node']
+NODES = ['ground_station_node', 'drone_node', 'sim_camera_node', 'autopilot_sim_node',
+         'ground_client_node']
 
 setup(
     name=PACKAGE,

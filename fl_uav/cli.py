@@ -27,6 +27,15 @@ def _sim(args: argparse.Namespace) -> int:
     overrides = dict(parse_override(text) for text in args.set)
     overrides['num_drones'] = args.drones
     overrides['rounds.num_rounds'] = args.rounds
+    if args.mode is not None:
+        overrides['mode'] = args.mode
+    if args.mode == 'express':   # FedEx: the drones are the transporters; eq. (13)
+        overrides['express.num_uavs'] = args.drones
+        overrides.setdefault('aggregation.strategy', 'fedex_sync')
+        if args.clients is not None:
+            overrides['ground_clients.num_clients'] = args.clients
+    elif args.clients is not None:
+        raise ConfigError('--clients needs --mode express')
     if args.time_factor is not None:
         overrides['autopilot.time_factor'] = args.time_factor
     if args.port_base is not None:
@@ -124,6 +133,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help='ROS 2 parameter file(s), later ones win (default config/fleet.yaml)')
     sim.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                      help='override one config key, e.g. --set learning.lr=0.02')
+    sim.add_argument('--mode', choices=('standard', 'express'),
+                     help='standard: drones train on their cameras; express: FedEx, the '
+                     "drones ferry the model to ground clients (default: the config's mode)")
+    sim.add_argument('--clients', type=int, help='express: number of ground clients')
     sim.add_argument('--time-factor', type=float, help='autopilot sim speed-up')
     sim.add_argument('--port-base', type=int, help='MAVLink port of drone 0 (default 14540)')
     sim.add_argument('--domain-id', type=int, help='ROS_DOMAIN_ID (default: random 1..101)')

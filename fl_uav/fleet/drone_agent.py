@@ -116,6 +116,16 @@ class DroneAgent:
         self._pending_upload: tuple[int, bool] | None = None
         self._train_config = config.learning.train_config()
 
+    @property
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Tensor shapes of the model (what frames from and to the station carry)."""
+        return dict(self._shapes)
+
+    @property
+    def fingerprint(self) -> bytes:
+        """Architecture fingerprint of the model."""
+        return self._fingerprint
+
     # --- sensing -------------------------------------------------------------------------
     def on_pose(self, pose: PoseSample) -> None:
         """Remember a telemetry pose (kept for a few seconds to match image stamps)."""

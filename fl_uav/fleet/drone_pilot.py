@@ -19,7 +19,12 @@ from dataclasses import dataclass
 
 from fl_uav.fleet.config import FlightConfig
 from fl_uav.fleet.drone_agent import DroneAgent, UpdateReport
-from fl_uav.fleet.express_carrier import ExpressCarrier, ExpressLink, ExpressTaskError
+from fl_uav.fleet.express_carrier import (
+    ExpressCarrier,
+    ExpressLink,
+    ExpressTaskError,
+    TourLog,
+)
 from fl_uav.fleet.messages import PoseSample, RoundTask
 from fl_uav.planning.geofence import Geofence, GeofenceViolationError, require_inside
 from fl_uav.vehicle.interface import Vehicle, VehicleError, WaypointEnu
@@ -150,7 +155,7 @@ class DronePilot:
             _log.warning('tour failed in round %d: %s', task.round_index, reason)
         tour.missed.extend(c for c in tour.clients
                            if c not in tour.exchanged and c not in tour.missed)
-        return carrier.upload_frame()
+        return carrier.upload_frame(self.agent.waypoints_reached)
 
     async def _fly_tour(self, task: RoundTask, carrier: ExpressCarrier, link: ExpressLink,
                         speed_m_s: float) -> None:
@@ -160,10 +165,14 @@ class DronePilot:
         await self.ensure_airborne()
         tour = carrier.tour
         for client, waypoint in zip(tour.clients, mission[:-1]):
-            tour.waypoints_reached += await self.vehicle.fly_waypoints([waypoint], speed_m_s)
+            await self._fly_leg(waypoint, tour, speed_m_s)
             await carrier.visit(client, link)
-        tour.waypoints_reached += await self.vehicle.fly_waypoints([mission[-1]], speed_m_s)
-        self.agent.waypoints_reached += tour.waypoints_reached
+        await self._fly_leg(mission[-1], tour, speed_m_s)
+
+    async def _fly_leg(self, waypoint: WaypointEnu, tour: TourLog, speed_m_s: float) -> None:
+        reached = await self.vehicle.fly_waypoints([waypoint], speed_m_s)
+        tour.waypoints_reached += reached
+        self.agent.waypoints_reached += reached
 
     async def finish(self) -> None:
         """Come home and land at the end of the run."""

@@ -61,7 +61,7 @@ class TourLog:
                 'clu_steps': {str(c): v for c, v in self.clu_steps.items()},
                 'distance_m': {str(c): round(v, 3) for c, v in self.distance_m.items()},
                 'hover_s': {str(c): round(v, 3) for c, v in self.hover_s.items()},
-                'error': self.error}
+                'waypoints_reached': self.waypoints_reached, 'error': self.error}
 
 
 class ExpressCarrier:
@@ -143,9 +143,10 @@ class ExpressCarrier:
         self.tour.hover_s[client] = time.monotonic() - start
         return ok
 
-    def upload_frame(self) -> bytes:
+    def upload_frame(self, waypoints_reached_total: int = 0) -> bytes:
         """u_k for the station (UPDATE, this round): ``num_samples`` = CLUs that carried
-        training, ``steps`` = their local steps, the tour's facts under ``express``."""
+        training, ``steps`` = their local steps, ``waypoints_reached`` = the UAV's total
+        since start (as a standard drone reports it), the tour's facts under ``express``."""
         tour = self.tour
         if tour is None:
             raise RuntimeError('no tour started')
@@ -153,7 +154,7 @@ class ExpressCarrier:
         loss = float(np.mean(tour.losses)) if tour.losses else None
         metadata = {'num_samples': len(trained),
                     'steps': sum(tour.clu_steps.get(c, 0) for c in trained),
-                    'train_loss': loss, 'waypoints_reached': tour.waypoints_reached,
+                    'train_loss': loss, 'waypoints_reached': waypoints_reached_total,
                     'samples_collected': 0, EXPRESS_KNOB: tour.to_metadata()}
         return encode_frame(FrameKind.UPDATE, tour.round_index, self.uav_id, self._fingerprint,
                             self.running_sum, metadata)

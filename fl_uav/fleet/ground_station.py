@@ -112,6 +112,7 @@ class RoundRecord:
     aggregate_seconds: float
     empty: bool
     express: dict[int, Any] = field(default_factory=dict)   # per UAV: its tour's facts
+    model_change_l2: float = 0.0         # ||x_{r+1} - x_r||_2 of the global model
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (keys of per-drone maps as strings)."""
@@ -356,7 +357,10 @@ class GroundStation:
         start = time.perf_counter()
         updates = [r.updates[d] for d in sorted(r.updates)]
         result = self._strategy.aggregate(r.index, self.weights, updates)
+        change = 0.0
         if all(np.all(np.isfinite(w)) for w in result.weights.values()):
+            change = math.sqrt(sum(float(np.sum((result.weights[n] - w) ** 2))
+                                   for n, w in self.weights.items()))
             self.weights = result.weights
         accuracy, loss = self.evaluate()
         record = RoundRecord(
@@ -375,7 +379,8 @@ class GroundStation:
             rejected=dict(r.rejected), opened_s=r.opened_s, closed_s=now_s,
             aggregate_seconds=time.perf_counter() - start, empty=result.empty,
             express={u.sender: u.metrics[EXPRESS_KNOB] for u in updates
-                     if isinstance(u.metrics.get(EXPRESS_KNOB), dict)})
+                     if isinstance(u.metrics.get(EXPRESS_KNOB), dict)},
+            model_change_l2=change)
         self.records.append(record)
         self._used_last_round = {
             d: sorted(r.lgc_layers[d][1]) if d in r.lgc_layers else None for d in r.updates}

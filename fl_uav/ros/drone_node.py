@@ -1,4 +1,9 @@
-"""drone node (one per UAV, namespace /uav<i>): flies its plan, samples the camera, trains."""
+"""drone node (one per UAV, namespace /uav<i>): flies its plan, samples the camera, trains.
+
+In ``mode: express`` it is a FedEx transporter instead: it flies the station's tour, hovers
+over each ground client for the exchange (model out on /gc<j>/express/model, CLU back on
+/uav<i>/express/clu) and uploads its running sum u_k; the camera is not used.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from std_msgs.msg import UInt8MultiArray
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.drone_agent import DroneAgent, UpdateReport
 from fl_uav.fleet.drone_pilot import DronePilot
+from fl_uav.fleet.express_carrier import ExpressCarrier
 from fl_uav.fleet.messages import FinishCommand, PoseSample, RoundTask
 from fl_uav.fleet.world_setup import map_labeler
 from fl_uav.ros import names
@@ -34,6 +40,32 @@ from fl_uav.vehicle.runner import VehicleRunner
 from fl_uav.world.geo import GeoOrigin
 
 NODE_PARAMS = {'drone_id': 0, 'exit_on_finish': False}
+
+
+class RosExpressLink:
+    """The UAV's radio to ground clients over ROS: one publisher per client, and CLU
+    frames heard on this UAV's topic queued on the vehicle loop (the tour awaits them)."""
+
+    def __init__(self, node: Node, num_clients: int, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self._pubs = {j: node.create_publisher(
+            UInt8MultiArray, names.ground_client_topic(j, names.EXPRESS_MODEL_TOPIC),
+            names.EXPRESS_QOS) for j in range(num_clients)}
+        node.create_subscription(UInt8MultiArray, names.EXPRESS_CLU_TOPIC, self._on_clu,
+                                 names.EXPRESS_QOS)
+
+    def _on_clu(self, msg: UInt8MultiArray) -> None:
+        self._loop.call_soon_threadsafe(self._queue.put_nowait, msg_to_bytes(msg))
+
+    def send(self, client: int, frame: bytes) -> None:
+        self._pubs[client].publish(bytes_to_msg(frame))
+
+    async def receive(self, timeout_s: float) -> bytes | None:
+        try:
+            return await asyncio.wait_for(self._queue.get(), timeout_s)
+        except TimeoutError:
+            return None
 
 
 class DroneNode(Node):
@@ -61,7 +93,14 @@ class DroneNode(Node):
                                                   names.TELEMETRY_QOS)
         self._update_pub = self.create_publisher(UInt8MultiArray, names.UPDATES_TOPIC,
                                                  names.UPDATES_QOS)
-        self.create_subscription(Image, names.IMAGE_TOPIC, self._on_image, names.IMAGE_QOS)
+        self.express = cfg.mode == 'express'
+        if self.express:   # FedEx transporter: no camera training (the clients train)
+            self.carrier = ExpressCarrier(cfg, self.drone_id, self.agent.shapes,
+                                          self.agent.fingerprint)
+            self.link = RosExpressLink(self, cfg.ground_clients.num_clients, self.runner.loop)
+        else:
+            self.create_subscription(Image, names.IMAGE_TOPIC, self._on_image,
+                                     names.IMAGE_QOS)
         self.create_subscription(UInt8MultiArray, names.GLOBAL_MODEL_TOPIC, self._on_global,
                                  names.GLOBAL_MODEL_QOS)
         self.runner.submit(self._telemetry()).add_done_callback(self._on_telemetry_end)
@@ -105,6 +144,14 @@ class DroneNode(Node):
         elif isinstance(work, FinishCommand):
             self.get_logger().info('run finished: returning to launch')
             self.runner.submit(self.pilot.finish()).add_done_callback(self._on_finished)
+        elif (isinstance(work, RoundTask) and work.round_index > self._last_round
+              and self.express):
+            self._last_round = work.round_index
+            self.get_logger().info(f'round {work.round_index}: express tour over '
+                                   f'{max(0, len(work.plan) - 1)} clients')
+            self.runner.submit(self.pilot.run_express_tour(
+                work, self.carrier, self.link, self.config.express.speed_m_s)
+            ).add_done_callback(self._on_tour_done)
         elif isinstance(work, RoundTask) and work.round_index > self._last_round:
             self._last_round = work.round_index
             self.get_logger().info(f'round {work.round_index}: flying '
@@ -126,6 +173,17 @@ class DroneNode(Node):
             f'round {report.round_index}: uploaded {report.bytes_sent} bytes in '
             f'{len(report.frames)} frame(s), '
             f'{report.num_samples} samples, {report.steps} steps, loss {report.train_loss:.3f}')
+
+    def _on_tour_done(self, future: Future) -> None:
+        if future.exception() is not None:
+            self.get_logger().error(f'express tour failed: {future.exception()!r}')
+            return
+        self._update_pub.publish(bytes_to_msg(future.result()))
+        tour = self.carrier.tour
+        self.get_logger().info(
+            f'round {tour.round_index}: uploaded u_k, exchanged with {tour.exchanged}, missed '
+            f'{tour.missed}, CLU frames rejected {dict(self.carrier.rejected)}'
+            + (f', error: {tour.error}' if tour.error else ''))
 
     def _on_finished(self, future: Future) -> None:
         if future.exception() is not None:

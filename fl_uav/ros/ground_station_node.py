@@ -62,10 +62,14 @@ class GroundStationNode(Node):
                            for d in self.station.drone_ids}
         self.create_subscription(UInt8MultiArray, names.UPDATES_TOPIC, self._on_update,
                                  names.UPDATES_QOS)
+        self._ground_clients = (range(cfg.ground_clients.num_clients) if self.station.express
+                         else range(0))
         self.create_timer(self.own['tick_period_s'], self._tick)
         self.get_logger().info(
             f'ground station: {cfg.num_drones} drones, {cfg.rounds.num_rounds} rounds, '
-            f'initial accuracy {self.station.initial_accuracy:.3f}')
+            f'initial accuracy {self.station.initial_accuracy:.3f}'
+            + (f', FedEx tours {self.station.express.summary()["tours"]}'
+               if self.station.express else ''))
 
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
@@ -88,7 +92,7 @@ class GroundStationNode(Node):
                 self._linger(now)
                 return
             if not self.station.round_open:
-                ready = (self._model_pub.get_subscription_count() >= self.config.num_drones
+                ready = (self._everyone_listens()
                          or now - self._started_s >= self.config.rounds.start_timeout_s)
                 if ready:
                     self._open_round(now)
@@ -96,6 +100,14 @@ class GroundStationNode(Node):
             if self.station.should_close(now):
                 self._closing = True
                 self._worker.submit(self._close_round, now)
+
+    def _everyone_listens(self) -> bool:
+        """Every drone subscribes to the global model (and, in express mode, every ground
+        client to its delivery topic, so no UAV hovers over a client that cannot hear it)."""
+        if self._model_pub.get_subscription_count() < self.config.num_drones:
+            return False
+        return all(self.count_subscribers(names.ground_client_topic(
+            j, names.EXPRESS_MODEL_TOPIC)) > 0 for j in self._ground_clients)
 
     def _open_round(self, now: float) -> None:
         opening = self.station.open_round(now)
@@ -139,6 +151,7 @@ class GroundStationNode(Node):
             'initial_loss': self.station.initial_loss,
             'rounds': [r.to_dict() for r in self.station.records],
             'rejected_total': dict(self.station.rejected_total),
+            **({'express': self.station.express.summary()} if self.station.express else {}),
         })
         self.get_logger().info('all rounds done; finish sent')
 

@@ -20,12 +20,25 @@ POSE_TOPIC = 'pose'
 BATTERY_TOPIC = 'battery'
 IMAGE_TOPIC = 'camera/image_raw'
 GROUND_TRUTH_POSE_TOPIC = 'ground_truth/pose'
+# FedEx express mode: UAV k -> client j on /gc<j>/express/model, j -> k on /uav<k>/express/clu.
+EXPRESS_MODEL_TOPIC = 'express/model'
+EXPRESS_CLU_TOPIC = 'express/clu'
 MAP_FRAME = 'map'
 
 
 def drone_namespace(drone_id: int) -> str:
     """Namespace of drone i."""
     return f'/uav{drone_id}'
+
+
+def ground_client_namespace(client_id: int) -> str:
+    """Namespace of FedEx ground client j."""
+    return f'/gc{client_id}'
+
+
+def ground_client_topic(client_id: int, relative: str) -> str:
+    """Absolute name of a ground client's topic, for nodes outside its namespace."""
+    return f'{ground_client_namespace(client_id)}/{relative}'
 
 
 def drone_topic(drone_id: int, relative: str) -> str:
@@ -38,6 +51,10 @@ GLOBAL_MODEL_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                               durability=DurabilityPolicy.TRANSIENT_LOCAL)
 # Updates: keep all, so concurrent uploads from many drones are not overwritten.
 UPDATES_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_ALL,
+                         reliability=ReliabilityPolicy.RELIABLE)
+# The FedEx visit exchange: model frames both ways, so reliable; keep all (a UAV's CLU and a
+# retransmitted delivery must not overwrite each other).
+EXPRESS_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_ALL,
                          reliability=ReliabilityPolicy.RELIABLE)
 METRICS_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
 MARKERS_QOS = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE,

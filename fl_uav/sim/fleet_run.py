@@ -23,6 +23,9 @@ from fl_uav.sim.launch_plan import fleet_plan, merged_parameters, write_params_f
 from fl_uav.sim.launcher import ProcessGroup, ros_environment
 
 AUTOPILOT_LOG_FILE = 'autopilot_log.json'
+CLIENT_LOG_DIR = 'ground_clients'      # ground_client nodes' logs: gc<j>.json
+# Nodes that run until the launcher stops them: their exit is a failure.
+_SERVICE_NODES = ('autopilot_sim_node', 'sim_camera_node', 'ground_client_node')
 SUMMARY_FILE = 'summary.json'
 PLOT_FILE = 'accuracy.png'
 
@@ -51,6 +54,8 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     out.mkdir(parents=True, exist_ok=True)
     for stale in (STATION_REPORT_FILE, 'progress.jsonl', SUMMARY_FILE, AUTOPILOT_LOG_FILE):
         (out / stale).unlink(missing_ok=True)
+    for stale in (out / CLIENT_LOG_DIR).glob('gc*.json'):
+        stale.unlink()
     flat = merged_parameters(options.config_files, options.overrides)
     config: FleetConfig = build_config(FleetConfig, flat)
     params_file = write_params_file(flat, out / 'params.yaml')
@@ -58,7 +63,9 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     env = ros_environment(domain_id, out / 'ros_logs')
     group = ProcessGroup(env, out / 'logs')
     specs = fleet_plan(config, out, exit_on_finish=True)
-    echo(f'fl-uav sim: {config.num_drones} drones, {config.rounds.num_rounds} rounds, '
+    express = (f' (FedEx express: {config.ground_clients.num_clients} ground clients)'
+               if config.mode == 'express' else '')
+    echo(f'fl-uav sim: {config.num_drones} drones{express}, {config.rounds.num_rounds} rounds, '
          f'ROS_DOMAIN_ID={domain_id}, output {out}')
     start = time.monotonic()
     status = 'running'
@@ -76,7 +83,7 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
                 status = 'finished' if (out / STATION_REPORT_FILE).exists() else 'failed'
                 break
             crashed = [n for n in group.exited() if n.process.returncode not in (0, None)
-                       or n.spec.executable in ('autopilot_sim_node', 'sim_camera_node')]
+                       or n.spec.executable in _SERVICE_NODES]
             if crashed:
                 status = 'failed'
                 for node in crashed:
@@ -138,7 +145,7 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
             'rounds_participated': sum(d in r.get('participants', []) for r in rounds),
         }
     accuracies = [r['accuracy'] for r in rounds]
-    return {
+    summary = {
         'status': status,
         'num_drones': config.num_drones,
         'num_rounds_configured': config.rounds.num_rounds,
@@ -153,11 +160,27 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
             'bytes_down_per_drone': r['bytes_down_per_drone'],
             'bytes_down_total': r['bytes_down_per_drone'] * config.num_drones,
             'rejected': r['rejected'], 'duration_s': r['closed_s'] - r['opened_s'],
+            'model_change_l2': r.get('model_change_l2'),
+            **({'express': r.get('express', {})} if config.mode == 'express' else {}),
         } for r in rounds],
         'drones': drones,
         'rejected_total': report.get('rejected_total', {}),
         'exit_codes': dict(exit_codes),
     }
+    if config.mode == 'express':
+        summary['mode'] = 'express'
+        summary['express'] = express_summary(out, config, report)
+    return summary
+
+
+def express_summary(out: Path, config: FleetConfig, report: Mapping[str, Any]
+                    ) -> dict[str, Any]:
+    """The FedEx plan (from the station) and each ground client's own log: exchanges with
+    the UAV's distance from the range source, refusals and rejected frames by reason."""
+    clients = {str(j): _read_json(out / CLIENT_LOG_DIR / f'gc{j}.json')
+               for j in range(config.ground_clients.num_clients)}
+    return {'plan': report.get('express', {}), 'radio_range_m': config.express.radio_range_m,
+            'range_pose': config.ground_clients.range_pose, 'clients': clients}
 
 
 def plot_accuracy(summary: Mapping[str, Any], path: Path) -> None:
@@ -176,7 +199,8 @@ def plot_accuracy(summary: Mapping[str, Any], path: Path) -> None:
     ax.set_ylabel('held-out accuracy')
     ax.set_ylim(0, 1)
     ax.grid(True, alpha=0.3)
-    ax.set_title(f'fl_uav fleet: {summary["num_drones"]} drones, FedAvg')
+    what = ('FedEx-Sync' if summary.get('mode') == 'express' else 'FedAvg')
+    ax.set_title(f'fl_uav fleet: {summary["num_drones"]} drones, {what}')
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

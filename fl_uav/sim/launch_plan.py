@@ -74,15 +74,22 @@ def write_params_file(flat: Mapping[str, Any], path: str | Path) -> Path:
 
 def fleet_plan(config: FleetConfig, output_dir: str | Path | None = None,
                exit_on_finish: bool = True, with_simulators: bool = True) -> list[NodeSpec]:
-    """autopilot_sim + sim_camera + ground_station + one drone node per UAV."""
+    """autopilot_sim + sim_camera + ground_station + one drone node per UAV (+ in
+    ``mode: express`` one ground_client node per FedEx ground client, namespace /gc<j>)."""
     out = str(output_dir) if output_dir else ''
     specs: list[NodeSpec] = []
     if with_simulators:
-        specs += [NodeSpec('autopilot_sim_node', 'autopilot_sim', parameters={'log_dir': out}),
-                  NodeSpec('sim_camera_node', 'sim_camera')]
+        specs.append(NodeSpec('autopilot_sim_node', 'autopilot_sim',
+                              parameters={'log_dir': out}))
+        if config.mode != 'express':    # express: the drones' cameras are not used
+            specs.append(NodeSpec('sim_camera_node', 'sim_camera'))
     specs.append(NodeSpec('ground_station_node', 'ground_station',
                           parameters={'output_dir': out, 'exit_on_finish': exit_on_finish}))
     specs += [NodeSpec('drone_node', 'drone', namespace=f'/uav{d}',
                        parameters={'drone_id': d, 'exit_on_finish': exit_on_finish})
               for d in range(config.num_drones)]
+    if config.mode == 'express':
+        specs += [NodeSpec('ground_client_node', 'ground_client', namespace=f'/gc{j}',
+                           parameters={'client_id': j, 'output_dir': out})
+                  for j in range(config.ground_clients.num_clients)]
     return specs

@@ -1,0 +1,78 @@
+"""End to end: `fl-uav sim --mode express`, FedEx UAV express delivery in the embedded fleet.
+
+Two UAVs and four ground clients (ground_client nodes), two FedEx-Sync rounds, real DDS between
+processes and real MAVLink to the autopilot simulator. Checks, from the station's results, the
+clients' own logs and the autopilot's log: both rounds completed; every client exchanged once
+per round, only with the UAV CARP assigned it, and only at a distance (by the simulator's
+ground-truth pose) within radio range; round 1 only delivers (FedEx's one-round lag) and
+round 2 applies the CLUs, so the global model changes and its accuracy is reported; both UAVs
+armed, flew every leg of their tours as missions and landed; no process is left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test.conftest import free_udp_port_block
+from test.e2e.test_fleet_sim import _processes_mentioning
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_express_round_with_two_uavs_and_four_ground_clients(tmp_path):
+    # Prepare
+    out = tmp_path / 'run'
+    port_base = free_udp_port_block(2)
+    overrides = ['learning.model=tiny_cnn', 'learning.optimizer=sgd', 'learning.lr=0.05',
+                 'rounds.eval_samples=300', 'ground_clients.samples_per_client=120',
+                 'ground_clients.max_local_steps=20', 'autopilot.time_factor=10.0',
+                 'rounds.deadline_s=60.0']
+    cmd = [sys.executable, '-m', 'fl_uav.cli', 'sim', '--mode', 'express', '--drones', '2',
+           '--clients', '4', '--rounds', '2', '--out', str(out), '--port-base', str(port_base),
+           '--timeout', '240', '--domain-id', os.environ['ROS_DOMAIN_ID']]
+    for item in overrides:
+        cmd += ['--set', item]
+    # Execute
+    result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=280)
+    # Assert: the run and the FedEx-Sync rounds
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = json.loads((out / 'summary.json').read_text())
+    assert summary['status'] == 'finished' and summary['mode'] == 'express'
+    assert [r['round'] for r in summary['rounds']] == [1, 2]
+    first, second = summary['rounds']
+    assert first['participants'] == [] and second['participants'] == [0, 1]   # one-round lag
+    assert all(r['rejected'] == {} for r in summary['rounds'])
+    # Round 1's u_k are zero (no CLU yet), round 2 applies eq. (13): the model moves
+    assert first['model_change_l2'] == 0.0 and second['model_change_l2'] > 0.0
+    assert isinstance(summary['final_accuracy'], float) and 0 <= summary['final_accuracy'] <= 1
+    # Assert: every client exchanged once a round, with its assigned UAV only, in range
+    express = summary['express']
+    tours = express['plan']['tours']
+    assigned = {c: k for k, tour in enumerate(tours) for c in tour}
+    assert sorted(assigned) == [0, 1, 2, 3] and all(tours)
+    for r in summary['rounds']:
+        for uav, facts in r['express'].items():
+            assert facts['exchanged'] == tours[int(uav)] and facts['missed'] == [], facts
+    for client, log in express['clients'].items():
+        exchanges = log['exchanges']
+        assert [e['round_index'] for e in exchanges] == [1, 2], log
+        assert all(e['accepted'] and e['uav'] == assigned[int(client)] for e in exchanges)
+        assert all(e['distance_m'] <= express['radio_range_m'] for e in exchanges)
+        assert exchanges[1]['clu_steps'] > 0 and log['refused'] == {} and log['rejected'] == {}
+    assert express['range_pose'] == 'ground_truth'
+    # Assert: both UAVs flew their tours (a mission per leg) and landed, from the autopilot
+    for uav, tour in enumerate(tours):
+        facts = summary['drones'][str(uav)]
+        assert facts['armed'] and facts['took_off'] and facts['landed'], facts
+        assert facts['missions_completed'] == 2 * (len(tour) + 1), facts
+        assert facts['waypoints_reached'] == facts['waypoints_planned'] > 0, facts
+    # Assert: nothing left behind
+    assert all(code is not None for code in summary['exit_codes'].values())
+    assert _processes_mentioning(str(out)) == []
