@@ -23,19 +23,12 @@ def _config_default() -> list[Path]:
 
 def _sim(args: argparse.Namespace) -> int:
     from fl_uav.sim.fleet_run import FleetRunOptions, run_fleet
+    from fl_uav.sim.launch_plan import mode_overrides
 
     overrides = dict(parse_override(text) for text in args.set)
     overrides['num_drones'] = args.drones
     overrides['rounds.num_rounds'] = args.rounds
-    if args.mode is not None:
-        overrides['mode'] = args.mode
-    if args.mode == 'express':   # FedEx: the drones are the transporters; eq. (13)
-        overrides['express.num_uavs'] = args.drones
-        overrides.setdefault('aggregation.strategy', 'fedex_sync')
-        if args.clients is not None:
-            overrides['ground_clients.num_clients'] = args.clients
-    elif args.clients is not None:
-        raise ConfigError('--clients needs --mode express')
+    overrides.update(mode_overrides(args.mode, args.drones, args.clients, overrides))
     if args.time_factor is not None:
         overrides['autopilot.time_factor'] = args.time_factor
     if args.port_base is not None:

@@ -1,7 +1,9 @@
 """ros2 launch fl_uav fleet_sim.launch.py [num_drones:=4] [config:=...] [output_dir:=...]
+    [mode:=standard|express] [num_clients:=N]
 
-The embedded fleet: autopilot_sim, sim_camera, ground_station and one drone per UAV. The node
-set comes from fl_uav.sim.launch_plan.fleet_plan, the same function `fl-uav sim` uses.
+The embedded fleet: autopilot_sim, sim_camera, ground_station and one drone per UAV; in
+express mode (FedEx) one ground_client per ground client instead of the camera. The node set
+comes from fl_uav.sim.launch_plan.fleet_plan, the same function `fl-uav sim` uses.
 """
 
 from pathlib import Path
@@ -13,7 +15,13 @@ from launch_ros.actions import Node
 
 from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
-from fl_uav.sim.launch_plan import PACKAGE, fleet_plan, merged_parameters, write_params_file
+from fl_uav.sim.launch_plan import (
+    PACKAGE,
+    fleet_plan,
+    merged_parameters,
+    mode_overrides,
+    write_params_file,
+)
 
 
 def _nodes(context):
@@ -23,7 +31,11 @@ def _nodes(context):
     num_drones = int(context.launch_configurations['num_drones'])
     output_dir = context.launch_configurations.get('output_dir', '')
     with_simulators = context.launch_configurations.get('with_simulators', 'true') == 'true'
-    flat = merged_parameters([config_file], {'num_drones': num_drones})
+    mode = context.launch_configurations.get('mode') or None
+    clients = context.launch_configurations.get('num_clients') or None
+    overrides = {'num_drones': num_drones,
+                 **mode_overrides(mode, num_drones, int(clients) if clients else None)}
+    flat = merged_parameters([config_file], overrides)
     config = build_config(FleetConfig, flat)
     params_file = write_params_file(flat, Path(output_dir or '/tmp') / 'fl_uav_params.yaml')
     return [Node(package=PACKAGE, executable=spec.executable, name=spec.name,
@@ -38,6 +50,10 @@ def generate_launch_description():
         DeclareLaunchArgument('num_drones', default_value='4'),
         DeclareLaunchArgument('config', default_value=''),
         DeclareLaunchArgument('output_dir', default_value=''),
+        DeclareLaunchArgument('mode', default_value='',
+                              description="standard | express (FedEx); empty: the config's"),
+        DeclareLaunchArgument('num_clients', default_value='',
+                              description="express: ground clients (empty: the config's)"),
         DeclareLaunchArgument('with_simulators', default_value='true',
                               description='false: real PX4 SITL/Gazebo instead of the embedded '
                               'autopilot and camera simulators'),

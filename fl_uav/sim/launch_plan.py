@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from fl_uav.configschema import build_config, read_params_file
+from fl_uav.configschema import ConfigError, build_config, read_params_file
 from fl_uav.fleet.config import FleetConfig
 
 PACKAGE = 'fl_uav'
@@ -62,6 +62,30 @@ def merged_parameters(config_files: Sequence[str | Path],
     flat.update(overrides)
     build_config(FleetConfig, flat)
     return flat
+
+
+def mode_overrides(mode: str | None, num_drones: int, num_clients: int | None,
+                   overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The keys ``--mode`` / ``mode:=`` sets, for ``fl-uav sim`` and the launch file alike.
+
+    express: the drones are FedEx's transporters (``express.num_uavs`` = num_drones), the
+    station applies FedEx-Sync's rule (``aggregation.strategy`` fedex_sync unless given in
+    ``overrides``) and ``num_clients`` ground clients are started. ``num_clients`` without
+    express is a ConfigError.
+    """
+    given = dict(overrides or {})
+    keys: dict[str, Any] = {}
+    if mode:
+        keys['mode'] = mode
+    if mode == 'express':
+        keys['express.num_uavs'] = num_drones
+        if 'aggregation.strategy' not in given:
+            keys['aggregation.strategy'] = 'fedex_sync'
+        if num_clients is not None:
+            keys['ground_clients.num_clients'] = num_clients
+    elif num_clients is not None:
+        raise ConfigError('the number of ground clients needs mode express')
+    return keys
 
 
 def write_params_file(flat: Mapping[str, Any], path: str | Path) -> Path:

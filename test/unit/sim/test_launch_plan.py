@@ -10,7 +10,12 @@ import yaml
 
 from fl_uav.configschema import ConfigError, build_config
 from fl_uav.fleet.config import FleetConfig
-from fl_uav.sim.launch_plan import fleet_plan, merged_parameters, write_params_file
+from fl_uav.sim.launch_plan import (
+    fleet_plan,
+    merged_parameters,
+    mode_overrides,
+    write_params_file,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -25,6 +30,27 @@ def test_fleet_plan_has_simulators_station_and_one_drone_per_uav():
     assert [s.parameters['drone_id'] for s in drones] == [0, 1, 2]
     assert [s.executable for s in fleet_plan(config, with_simulators=False)][0] == \
         'ground_station_node'
+
+
+def test_express_mode_starts_one_ground_client_each_and_no_camera():
+    overrides = {'num_drones': 2, **mode_overrides('express', 2, 3)}
+    config = build_config(FleetConfig, merged_parameters([REPO / 'config' / 'fleet.yaml'],
+                                                         overrides))
+    specs = fleet_plan(config, '/tmp/out')
+    assert [s.executable for s in specs] == ['autopilot_sim_node', 'ground_station_node'] + \
+        ['drone_node'] * 2 + ['ground_client_node'] * 3
+    clients = [s for s in specs if s.executable == 'ground_client_node']
+    assert [(s.namespace, s.parameters['client_id']) for s in clients] == [
+        ('/gc0', 0), ('/gc1', 1), ('/gc2', 2)]
+    assert config.aggregation.strategy == 'fedex_sync' and config.express.num_uavs == 2
+
+
+def test_mode_overrides_keep_a_given_strategy_and_refuse_clients_without_express():
+    assert 'aggregation.strategy' not in mode_overrides('express', 2, None,
+                                                        {'aggregation.strategy': 'fedavg'})
+    assert mode_overrides(None, 2, None) == {}
+    with pytest.raises(ConfigError, match='needs mode express'):
+        mode_overrides('standard', 2, 4)
 
 
 def test_ros_args_match_a_launch_action(tmp_path):
