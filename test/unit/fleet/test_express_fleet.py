@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from fl_uav.configschema import ConfigError, build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.drone_agent import DroneAgent
+from fl_uav.fleet.drone_pilot import DronePilot
 from fl_uav.fleet.express_carrier import ExpressCarrier
 from fl_uav.fleet.express_exchange import encode_clu, encode_delivery
 from fl_uav.fleet.express_routes import express_layout, plan_express_routes
@@ -18,6 +20,9 @@ from fl_uav.fleet.ground_station import GroundStation
 from fl_uav.fleet.messages import EXPRESS_KNOB, RoundTask
 from fl_uav.fleet.world_setup import map_labeler
 from fl_uav.learning.weights import architecture_fingerprint
+from fl_uav.planning.geofence import Geofence
+from fl_uav.vehicle.fake_vehicle import FakeVehicle
+from fl_uav.vehicle.interface import VehicleError
 
 EXPRESS = {
     'mode': 'express', 'num_drones': 2, 'express.num_uavs': 2,
@@ -236,3 +241,77 @@ def test_bad_express_config_names_the_key(key, value, words):
 def test_express_enabled_is_not_the_fleet_switch():
     with pytest.raises(ConfigError, match='set mode: express'):
         build_config(FleetConfig, {'express.enabled': True})
+
+
+# --- the UAV's tour through DronePilot (FakeVehicle: its position is the ground truth) ------
+
+class TruthLink:
+    """The clients hear the UAV at the fake vehicle's true position when a frame is sent."""
+
+    def __init__(self, clients, uav, vehicle):
+        self.clients, self.uav, self.vehicle = clients, uav, vehicle
+        self.replies: list[bytes] = []
+        self.sent_at: dict[int, tuple[float, float, float]] = {}
+
+    def send(self, client, frame):
+        east, north, up = self.vehicle.position_enu_m
+        self.sent_at[client] = (east, north, up)
+        c = self.clients[client]
+        c.on_uav_pose(self.uav, east, north, up, 0.0)
+        gated = c.gate(frame, 0.0)
+        if gated is not None:
+            self.replies.append(c.exchange(*gated, 0.0))
+
+    async def receive(self, timeout_s):
+        return self.replies.pop(0) if self.replies else None
+
+
+def _tour(clients, fence=None, fail_on=None):
+    gs = GroundStation(CONFIG, np.zeros((10, 3, 32, 32), np.float32), np.zeros(10, np.int64))
+    opening = gs.open_round(0.0)
+    agent = DroneAgent(CONFIG, 0, map_labeler(CONFIG.world, CONFIG.camera))
+    task = agent.accept_global_frame(opening.frame)
+    carrier = ExpressCarrier(CONFIG, 0, agent.shapes, agent.fingerprint)
+    vehicle = FakeVehicle(home_enu_m=(*CONFIG.autopilot.home_enu_m(0), 0.0),
+                          fail_on=fail_on)
+    link = TruthLink(clients, 0, vehicle)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = DronePilot(agent, vehicle, CONFIG.flight, pool,
+                           geofence=fence or CONFIG.geofence_enu())
+        frame = asyncio.run(pilot.run_express_tour(task, carrier, link, 10.0))
+    return gs, pilot, vehicle, carrier, link, frame
+
+
+def test_the_tour_is_flown_leg_by_leg_and_each_exchange_happens_overhead(clients):
+    cs = clients()
+    gs, pilot, vehicle, carrier, link, frame = _tour(cs)
+    tour = gs.express.tour(0)
+    legs = [call[1] for call in vehicle.calls if call[0] == 'fly_waypoints']
+    assert [len(leg) for leg in legs] == [1] * (len(tour) + 1)     # one mission per leg
+    for client in tour:
+        east, north, _ = cs[client].position_enu_m
+        assert link.sent_at[client][:2] == pytest.approx((east, north), abs=1e-6)
+    assert carrier.tour.exchanged == list(tour) and carrier.tour.missed == []
+    assert carrier.tour.waypoints_reached == len(tour) + 1
+    assert gs.receive_update(frame).accepted
+
+
+def test_a_tour_outside_the_geofence_is_not_flown_and_uploads_an_empty_sum(clients):
+    cs = clients()
+    tiny = Geofence(570.0, 590.0, 600.0, 610.0, min_up_m=5.0, max_up_m=120.0)
+    gs, pilot, vehicle, carrier, link, frame = _tour(cs, fence=tiny)
+    assert not any(call[0] in ('arm', 'fly_waypoints') for call in vehicle.calls)
+    assert pilot.plans_rejected['outside_fence'] == 1
+    assert carrier.tour.exchanged == [] and carrier.tour.missed == list(gs.express.tour(0))
+    assert 'plan rejected' in carrier.tour.error
+    assert all(not np.any(v) for v in carrier.running_sum.values())
+    assert gs.receive_update(frame).accepted
+
+
+def test_a_vehicle_failure_ends_the_tour_but_the_upload_still_goes(clients):
+    cs = clients()
+    gs, pilot, vehicle, carrier, link, frame = _tour(
+        cs, fail_on={'fly_waypoints': VehicleError('mission upload refused')})
+    assert carrier.tour.error == 'mission upload refused'
+    assert carrier.tour.missed == list(gs.express.tour(0))
+    assert gs.receive_update(frame).accepted
