@@ -202,8 +202,9 @@ class FleetConfig:
     def check_express(self) -> None:
         """Keys that must agree with ``mode: express`` (each error names the key).
 
-        The fleet runs FedEx-Sync (eq. (13)); ``express.enabled`` is the engine's switch and
-        only ``mode`` selects express in the fleet. The station stands at UAV 0's home
+        ``express.mode`` sync runs FedEx-Sync (eq. (13)), async FedEx-Async (eqs. (14)-(15));
+        ``express.enabled`` is the engine's switch and only ``mode`` selects express in the
+        fleet. The station stands at UAV 0's home
         (``autopilot.home_*``), the client area is centred on it and must lie in the
         geofence, and the UAVs hover at ``express.altitude_m`` inside the altitude band.
         """
@@ -214,16 +215,14 @@ class FleetConfig:
                                  'fleet set mode: express')
             return
         checks = (
-            (e.mode == 'sync', f'express.mode {e.mode!r}: the fleet runs sync only (FedEx-Sync, '
-                               f'eq. (13)); async is engine-only'),
             (e.num_uavs == self.num_drones, f'express.num_uavs ({e.num_uavs}) must equal '
                                             f'num_drones ({self.num_drones}) in the fleet'),
             (self.ground_clients.num_clients >= e.num_uavs,
              f'ground_clients.num_clients ({self.ground_clients.num_clients}) must be >= '
              f'express.num_uavs ({e.num_uavs})'),
-            (self.aggregation.strategy == 'fedex_sync',
-             f'aggregation.strategy must be fedex_sync with mode express (FedEx eq. (13)), '
-             f'got {self.aggregation.strategy!r}'),
+            (self.aggregation.strategy == f'fedex_{e.mode}',
+             f'aggregation.strategy must be fedex_{e.mode} with mode express and express.mode '
+             f'{e.mode} (FedEx eqs. (13)-(15)), got {self.aggregation.strategy!r}'),
             (self.learning.client_algorithm == 'sgd',
              f'learning.client_algorithm must be sgd with mode express (FedEx eq. (10)), got '
              f'{self.learning.client_algorithm!r}'),

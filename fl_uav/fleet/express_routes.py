@@ -48,13 +48,15 @@ def express_layout(config: FleetConfig) -> ExpressLayout:
 
 @dataclass(frozen=True)
 class ExpressRoutes:
-    """CARP's answer for the fleet: tours, FedEx eq. (9) Delta_k, and the clients' steps."""
+    """CARP's answer for the fleet: tours, FedEx eq. (9) Delta_k, and the clients' steps
+    (max(1, floor(P / step_time_s)) for the revisit period P of their UAV, the engine's
+    rule, capped by ``ground_clients.max_local_steps``)."""
 
     layout: ExpressLayout
     problem: RoutingProblem
     plan: RoutePlan
-    period_s: dict[int, float]           # Sync: every UAV flies on Delta = max_k Delta_k
-    local_steps: int                     # per delivered model (capped by max_local_steps)
+    period_s: dict[int, float]           # Sync: Delta = max_k Delta_k; Async: Delta_k
+    local_steps: dict[int, int]          # per UAV, per delivered model (capped)
 
     def tour(self, uav: int) -> tuple[int, ...]:
         """Client ids UAV ``uav`` visits, in order (empty: it stays at the station)."""
@@ -82,8 +84,8 @@ class ExpressRoutes:
             'clients_enu_m': np.round(self.layout.clients_enu_m, 2).tolist(),
             'tours': [list(t) for t in p.tours], 'tour_length_m': list(p.length_m),
             'round_trip_s': list(p.round_trip_s), 'energy_j': list(p.energy_j),
-            'round_length_s': max(self.period_s.values()),
-            'local_steps_per_visit': self.local_steps,
+            'period_s': {str(k): v for k, v in self.period_s.items()},
+            'local_steps_per_visit': {str(k): v for k, v in self.local_steps.items()},
         }
 
 
@@ -97,6 +99,6 @@ def plan_express_routes(config: FleetConfig) -> ExpressRoutes:
     local = layout.clients_enu_m - np.asarray(layout.area_offset_enu_m)
     problem, plan = plan_routes(e, local, seed=config.world.seed)
     period_s = revisit_periods_s(e.mode, plan)
-    steps = min(config.ground_clients.max_local_steps,
-                local_steps_per_visit(max(period_s.values()), e.step_time_s))
+    steps = {k: min(config.ground_clients.max_local_steps,
+                    local_steps_per_visit(v, e.step_time_s)) for k, v in period_s.items()}
     return ExpressRoutes(layout, problem, plan, period_s, steps)

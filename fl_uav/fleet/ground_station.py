@@ -172,6 +172,15 @@ class GroundStation:
         num_clients = (config.ground_clients.num_clients if self.express is not None
                        else config.num_drones)
         self._strategy = config.aggregation.build(num_clients, seed=config.world.seed)
+        # FedEx-Async (eqs. (14)-(15)): a round is one server update; it closes as soon as
+        # a UAV lands, and only the UAVs that landed depart again, with the new model.
+        self._async = self.express is not None and config.express.mode == 'async'
+        self._out: dict[int, int] = {}          # UAV -> round whose model it carries
+        self._landed: dict[int, tuple[ClientUpdate, int]] = {}   # u_k (and bytes) to apply
+        # Sync waits for every UAV (one with no clients uploads u_k = 0 at once); Async never
+        # sends one with no clients (it would land, and re-depart, at once: the engine skips it).
+        self._departing = [d for d in self.drone_ids
+                           if not self._async or self.express.tour(d)]
         # SCAFFOLD (Karimireddy et al. 2020, Alg. 1): c goes down and Δc_k comes up as extra
         # tensors of the v1 frames (names prefixed), beside the model and the update.
         self._scaffold = isinstance(self._strategy, Scaffold)
@@ -223,12 +232,13 @@ class GroundStation:
             duration += self.config.rounds.first_round_extra_s
         plans = self._plans(index)
         knobs = self._strategy.configure_round(index, self.drone_ids)
-        if self.express is not None:   # FedEx-Sync: every UAV departs with x_r (Sec. IV-D)
-            for d in self.drone_ids:
+        if self.express is not None:   # Sync: every UAV departs with x_r (Sec. IV-D);
+            for d in self._departing:  # Async: those that just landed (Sec. IV-E)
                 knobs[d] = {**knobs.get(d, {}), EXPRESS_KNOB: {
                     'clients': list(self.express.tour(d)),
-                    'local_steps': self.express.local_steps}}
-        for d in self.drone_ids:
+                    'local_steps': self.express.local_steps.get(d, 1)}}
+                self._out[d] = index
+        for d in plans:
             knobs[d] = {**knobs.get(d, {}),
                         'plan': [[w.east_m, w.north_m, w.up_m] for w in plans[d]]}
             if index > 1:
@@ -248,10 +258,11 @@ class GroundStation:
 
     def _plans(self, index: int) -> dict[int, list[PlanWaypoint]]:
         """This round's plan per drone: a coverage sweep, or in express mode its CARP tour
-        (the same every round: FedEx plans once and flies the tours unchanged)."""
+        (the same every round: FedEx plans once and flies the tours unchanged) for each UAV
+        departing (Async: only those that just landed)."""
         if self.express is not None:
             return {d: self.express.tour_plan(d, self.config.express.altitude_m)
-                    for d in self.drone_ids}
+                    for d in self._departing}
         return {d: coverage_plan(d, self.config.num_drones, index, self.config.world.size_m,
                                  self.config.coverage, seed=self.config.world.seed)
                 for d in self.drone_ids}
@@ -308,7 +319,10 @@ class GroundStation:
             return UpdateVerdict(False, exc.reason, exc.sender)
         if frame.sender not in self.drone_ids:
             return UpdateVerdict(False, 'unknown_sender', frame.sender)
-        if self._round is None or frame.round_index != self._round.index:
+        if self._async:    # u_k of the tour that started in round _out[k]
+            if self._out.get(frame.sender) != frame.round_index:
+                return UpdateVerdict(False, 'wrong_round', frame.sender)
+        elif self._round is None or frame.round_index != self._round.index:
             return UpdateVerdict(False, 'wrong_round', frame.sender)
         if set(frame.delta) != set(self._shapes):
             return UpdateVerdict(False, 'shape', frame.sender)
@@ -319,6 +333,13 @@ class GroundStation:
         loss = frame.metadata.get('train_loss')
         if loss is not None and (isinstance(loss, bool) or not isinstance(loss, int | float)):
             return UpdateVerdict(False, 'metadata', frame.sender)
+        if self._async:
+            if frame.sender in self._landed:
+                return UpdateVerdict(False, 'duplicate', frame.sender)
+            self._landed[frame.sender] = (ClientUpdate(
+                sender=frame.sender, round_index=frame.round_index, delta=frame.delta,
+                num_samples=counts['num_samples'], metrics=dict(frame.metadata)), len(data))
+            return UpdateVerdict(True, 'accepted', frame.sender)
         r = self._round
         if frame.sender in r.updates:
             return self._add_layer(r, frame, len(data))
@@ -344,8 +365,11 @@ class GroundStation:
         return UpdateVerdict(True, 'accepted', frame.sender)
 
     def should_close(self, now_s: float) -> bool:
-        """Every drone's update is complete, or the deadline passed."""
+        """Every drone's update is complete, or the deadline passed (FedEx-Async: a UAV
+        landed, or the deadline passed)."""
         r = self._round
+        if r is not None and self._async:     # FedEx-Async: at the first landing
+            return bool(self._landed) or now_s >= r.deadline_s
         return r is not None and (all(r.complete(d) for d in self.drone_ids)
                                   or now_s >= r.deadline_s)
 
@@ -355,6 +379,13 @@ class GroundStation:
         if r is None:
             raise RuntimeError('no round is open')
         start = time.perf_counter()
+        if self._async:   # eq. (15): every UAV landed by now, applied to the current model
+            landed, self._landed = self._landed, {}
+            r.updates = {k: u for k, (u, _) in landed.items()}
+            r.bytes_up = {k: size for k, (_, size) in landed.items()}
+            for k in landed:
+                del self._out[k]
+            self._departing = sorted(landed)
         updates = [r.updates[d] for d in sorted(r.updates)]
         result = self._strategy.aggregate(r.index, self.weights, updates)
         change = 0.0

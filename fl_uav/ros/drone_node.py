@@ -22,7 +22,7 @@ from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.drone_agent import DroneAgent, UpdateReport
 from fl_uav.fleet.drone_pilot import DronePilot
 from fl_uav.fleet.express_carrier import ExpressCarrier
-from fl_uav.fleet.messages import FinishCommand, PoseSample, RoundTask
+from fl_uav.fleet.messages import EXPRESS_KNOB, FinishCommand, PoseSample, RoundTask
 from fl_uav.fleet.world_setup import map_labeler
 from fl_uav.ros import names
 from fl_uav.ros.conversions import (
@@ -86,6 +86,7 @@ class DroneNode(Node):
                                 cfg.flight, self._train_pool, geofence=cfg.geofence_enu())
         self._last_round = 0
         self._busy: Future | None = None
+        self._tour: Future | None = None
         self.done = threading.Event()
         self._pose_pub = self.create_publisher(PoseStamped, names.POSE_TOPIC,
                                                names.TELEMETRY_QOS)
@@ -143,15 +144,19 @@ class DroneNode(Node):
             self.get_logger().warning('rejected a global model frame')
         elif isinstance(work, FinishCommand):
             self.get_logger().info('run finished: returning to launch')
+            if self._tour is not None and not self._tour.done():
+                self._tour.cancel()    # FedEx-Async: the run may end while a tour is out
             self.runner.submit(self.pilot.finish()).add_done_callback(self._on_finished)
         elif (isinstance(work, RoundTask) and work.round_index > self._last_round
               and self.express):
+            if EXPRESS_KNOB not in work.knobs:
+                return   # FedEx-Async: another UAV's departure; this one is still out
             self._last_round = work.round_index
             self.get_logger().info(f'round {work.round_index}: express tour over '
                                    f'{max(0, len(work.plan) - 1)} clients')
-            self.runner.submit(self.pilot.run_express_tour(
-                work, self.carrier, self.link, self.config.express.speed_m_s)
-            ).add_done_callback(self._on_tour_done)
+            self._tour = self.runner.submit(self.pilot.run_express_tour(
+                work, self.carrier, self.link, self.config.express.speed_m_s))
+            self._tour.add_done_callback(self._on_tour_done)
         elif isinstance(work, RoundTask) and work.round_index > self._last_round:
             self._last_round = work.round_index
             self.get_logger().info(f'round {work.round_index}: flying '
@@ -175,6 +180,9 @@ class DroneNode(Node):
             f'{report.num_samples} samples, {report.steps} steps, loss {report.train_loss:.3f}')
 
     def _on_tour_done(self, future: Future) -> None:
+        if future.cancelled():
+            self.get_logger().info('express tour cancelled: the run is over')
+            return
         if future.exception() is not None:
             self.get_logger().error(f'express tour failed: {future.exception()!r}')
             return

@@ -69,8 +69,9 @@ def mode_overrides(mode: str | None, num_drones: int, num_clients: int | None,
     """The keys ``--mode`` / ``mode:=`` sets, for ``fl-uav sim`` and the launch file alike.
 
     express: the drones are FedEx's transporters (``express.num_uavs`` = num_drones), the
-    station applies FedEx-Sync's rule (``aggregation.strategy`` fedex_sync unless given in
-    ``overrides``) and ``num_clients`` ground clients are started. ``num_clients`` without
+    station applies FedEx's rule (``aggregation.strategy`` fedex_sync, or fedex_async with
+    ``express.mode=async`` in ``overrides``, unless given there) and ``num_clients`` ground
+    clients are started. ``num_clients`` without
     express is a ConfigError.
     """
     given = dict(overrides or {})
@@ -80,7 +81,7 @@ def mode_overrides(mode: str | None, num_drones: int, num_clients: int | None,
     if mode == 'express':
         keys['express.num_uavs'] = num_drones
         if 'aggregation.strategy' not in given:
-            keys['aggregation.strategy'] = 'fedex_sync'
+            keys['aggregation.strategy'] = f'fedex_{given.get("express.mode", "sync")}'
         if num_clients is not None:
             keys['ground_clients.num_clients'] = num_clients
     elif num_clients is not None:

@@ -6,7 +6,8 @@ clients' own logs and the autopilot's log: both rounds completed; every client e
 per round, only with the UAV CARP assigned it, and only at a distance (by the simulator's
 ground-truth pose) within radio range; round 1 only delivers (FedEx's one-round lag) and
 round 2 applies the CLUs, so the global model changes and its accuracy is reported; both UAVs
-armed, flew every leg of their tours as missions and landed; no process is left.
+armed, flew every leg of their tours as missions and landed; no process is left. A second
+run checks FedEx-Async: a server update at each landing, only the landed UAV departing again.
 """
 
 from __future__ import annotations
@@ -26,24 +27,28 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_express_round_with_two_uavs_and_four_ground_clients(tmp_path):
-    # Prepare
+def _run_express(tmp_path, rounds: int, *extra: str) -> tuple[dict, Path]:
+    """`fl-uav sim --mode express --drones 2 --clients 4`; returns the summary, the run dir."""
     out = tmp_path / 'run'
     port_base = free_udp_port_block(2)
     overrides = ['learning.model=tiny_cnn', 'learning.optimizer=sgd', 'learning.lr=0.05',
                  'rounds.eval_samples=300', 'ground_clients.samples_per_client=120',
                  'ground_clients.max_local_steps=20', 'autopilot.time_factor=10.0',
-                 'rounds.deadline_s=60.0']
+                 'rounds.deadline_s=60.0', *extra]
     cmd = [sys.executable, '-m', 'fl_uav.cli', 'sim', '--mode', 'express', '--drones', '2',
-           '--clients', '4', '--rounds', '2', '--out', str(out), '--port-base', str(port_base),
-           '--timeout', '240', '--domain-id', os.environ['ROS_DOMAIN_ID']]
+           '--clients', '4', '--rounds', str(rounds), '--out', str(out), '--port-base',
+           str(port_base), '--timeout', '240', '--domain-id', os.environ['ROS_DOMAIN_ID']]
     for item in overrides:
         cmd += ['--set', item]
-    # Execute
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=280)
-    # Assert: the run and the FedEx-Sync rounds
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    summary = json.loads((out / 'summary.json').read_text())
+    return json.loads((out / 'summary.json').read_text()), out
+
+
+def test_express_round_with_two_uavs_and_four_ground_clients(tmp_path):
+    # Prepare / Execute
+    summary, out = _run_express(tmp_path, 2)
+    # Assert: the run and the FedEx-Sync rounds
     assert summary['status'] == 'finished' and summary['mode'] == 'express'
     assert [r['round'] for r in summary['rounds']] == [1, 2]
     first, second = summary['rounds']
@@ -74,5 +79,29 @@ def test_express_round_with_two_uavs_and_four_ground_clients(tmp_path):
         assert facts['missions_completed'] == 2 * (len(tour) + 1), facts
         assert facts['waypoints_reached'] == facts['waypoints_planned'] > 0, facts
     # Assert: nothing left behind
+    assert all(code is not None for code in summary['exit_codes'].values())
+    assert _processes_mentioning(str(out)) == []
+
+
+def test_express_async_updates_at_each_landing(tmp_path):
+    # Prepare / Execute: FedEx-Async (eqs. (14)-(15)), four server updates
+    summary, out = _run_express(tmp_path, 4, 'express.mode=async')
+    # Assert: every round is a landing; the landed UAV alone departs again
+    assert summary['status'] == 'finished'
+    rounds = summary['rounds']
+    assert [r['round'] for r in rounds] == [1, 2, 3, 4]
+    landed = [sorted(int(k) for k in r['express']) for r in rounds]
+    assert all(landed) and sorted({k for group in landed for k in group}) == [0, 1], landed
+    assert rounds[0]['model_change_l2'] == 0.0            # a first tour carries no CLU
+    assert any(r['model_change_l2'] > 0 for r in rounds[2:]), rounds
+    tours = summary['express']['plan']['tours']
+    assigned = {c: k for k, tour in enumerate(tours) for c in tour}
+    for client, log in summary['express']['clients'].items():
+        assert log['exchanges'] and all(e['accepted'] and e['uav'] == assigned[int(client)]
+                                        for e in log['exchanges']), log
+    # Assert: both UAVs landed (a tour still out at the end is cut short), nothing left
+    for uav in ('0', '1'):
+        facts = summary['drones'][uav]
+        assert facts['armed'] and facts['took_off'] and facts['landed'], facts
     assert all(code is not None for code in summary['exit_codes'].values())
     assert _processes_mentioning(str(out)) == []

@@ -114,7 +114,7 @@ def test_tours_cover_every_client_once_and_stay_in_the_fence():
         assert len(plan) == len(routes.tour(uav)) + 1
         assert (plan[-1].east_m, plan[-1].north_m) == CONFIG.autopilot.home_enu_m(0)
         assert all(fence.east_min_m <= w.east_m <= fence.east_max_m for w in plan)
-    assert routes.local_steps == 3      # floor(Delta / 10 s) capped by max_local_steps
+    assert routes.local_steps == {0: 3, 1: 3}   # floor(Delta / 10 s) capped at 3
 
 
 def test_sync_rounds_lag_one_round_then_apply_the_running_sums_once(station, clients):
@@ -225,7 +225,7 @@ def test_a_uav_out_of_range_collects_nothing(station, clients):
 
 @pytest.mark.parametrize('key, value, words', [
     ('mode', 'turbo', 'choices: standard, express'),
-    ('express.mode', 'async', 'sync only'),
+    ('express.mode', 'async', 'must be fedex_async'),
     ('express.num_uavs', 3, 'must equal num_drones'),
     ('aggregation.strategy', 'fedavg', 'fedex_sync'),
     ('ground_clients.range_pose', 'gps', 'choices: ground_truth, telemetry'),
@@ -315,3 +315,62 @@ def test_a_vehicle_failure_ends_the_tour_but_the_upload_still_goes(clients):
     assert carrier.tour.error == 'mission upload refused'
     assert carrier.tour.missed == list(gs.express.tour(0))
     assert gs.receive_update(frame).accepted
+
+
+# --- FedEx-Async in the fleet: a round per landing, only the landed UAVs depart ----------------
+
+ASYNC = build_config(FleetConfig, {**EXPRESS, 'express.mode': 'async', 'rounds.num_rounds': 4,
+                                   'aggregation.strategy': 'fedex_async'})
+
+
+def _tour_of(station_obj, opening, uav, clients, sums=None):
+    """UAV ``uav`` flies the tour of ``opening`` (if it departs in it) and returns u_k's frame."""
+    agent = DroneAgent(ASYNC, uav, map_labeler(ASYNC.world, ASYNC.camera))
+    task = agent.accept_global_frame(opening.frame)
+    if EXPRESS_KNOB not in task.knobs:
+        return None
+    carrier = ExpressCarrier(ASYNC, uav, agent.shapes, agent.fingerprint)
+    link = FakeLink(clients, uav, True)
+    for client in carrier.start_tour(task).clients:
+        asyncio.run(carrier.visit(client, link))
+    link.train_all()
+    if sums is not None:
+        sums[uav] = carrier.running_sum
+    return carrier.upload_frame()
+
+
+def test_async_applies_each_landing_to_the_current_model_and_redeparts_only_it():
+    rng = np.random.default_rng(0)
+    gs = GroundStation(ASYNC, rng.normal(size=(40, 3, 32, 32)).astype(np.float32),
+                       rng.integers(0, 7, 40))
+    layout = express_layout(ASYNC)
+    cs = [GroundClient(ASYNC, j, *client_dataset(ASYNC, j, tuple(layout.clients_enu_m[j])))
+          for j in range(4)]
+    first = gs.open_round(0.0)
+    frames = {k: _tour_of(gs, first, k, cs) for k in range(2)}   # both depart in round 1
+    assert all(frames.values())
+    # UAV 0 lands first: round 1 closes on it alone (u_0 = 0: FedEx's lag), it departs again
+    assert not gs.should_close(0.0) and gs.receive_update(frames[0]).accepted
+    assert gs.should_close(0.0)
+    record = gs.close_round(1.0)
+    assert list(record.express) == [0] and record.model_change_l2 == 0.0
+    second = gs.open_round(1.0)
+    assert set(second.plans) == {0}
+    assert _tour_of(gs, second, 1, cs) is None            # UAV 1 is still out on its tour
+    sums = {}
+    frame_0 = _tour_of(gs, second, 0, cs, sums)
+    # UAV 1 lands with its round-1 tour (a stale base is expected in Async), then UAV 0 again
+    assert gs.receive_update(frames[1]).accepted
+    assert gs.receive_update(frames[1]).reason == 'duplicate'
+    gs.close_round(2.0)
+    third = gs.open_round(2.0)
+    assert set(third.plans) == {1}
+    before = {n: w.copy() for n, w in gs.weights.items()}
+    assert gs.receive_update(frames[0]).reason == 'wrong_round'   # round 1's tour, again
+    assert gs.receive_update(frame_0).accepted
+    record = gs.close_round(3.0)
+    # eq. (14): x <- x + (1/N) u_0 on the current model; UAV 0's CLUs were trained
+    for n in before:
+        np.testing.assert_allclose(gs.weights[n], before[n] + sums[0][n] / 4, rtol=1e-5,
+                                   atol=1e-7)
+    assert record.participants == [0] and record.model_change_l2 > 0
