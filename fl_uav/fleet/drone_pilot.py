@@ -130,7 +130,8 @@ class DronePilot:
         exchange (:meth:`ExpressCarrier.visit`), so the hover lasts as long as the exchange
         and never less. The tour is bounded by the round's deadline like a standard flight;
         a rejected plan, a vehicle error or the deadline end the tour early and the UAV
-        uploads what it collected (a bad knob: nothing collected).
+        uploads what it collected. A task whose express knob is unusable raises
+        ExpressTaskError (nothing flown, nothing uploaded; the station's deadline covers it).
         """
         try:
             tour = carrier.start_tour(task)

@@ -6,6 +6,12 @@ are summed as they arrive, LGC eq. (2); each validated; bad ones counted by reas
 and never shown to the strategy) → close when every drone answered (all its LGC layers) or the
 deadline passed → aggregate with the configured Strategy → evaluate on
 the world's held-out set → next round. Time comes from the caller (wall or simulated clock).
+
+In ``mode: express`` (FedEx) the drones are transporters: CARP is planned once at start
+(:mod:`fl_uav.fleet.express_routes`), each round's plan is a UAV's tour and its ``express``
+knob, the updates are the UAVs' running sums u_k (FedEx eq. (12)) and the strategy is
+FedEx's: Sync waits for every u_k and applies eq. (13) once; Async closes a round at each
+landing (eqs. (14)-(15)) and sends only the landed UAVs out again.
 """
 
 from __future__ import annotations
