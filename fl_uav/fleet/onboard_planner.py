@@ -291,7 +291,10 @@ class OnboardPlanner:
                           total_path_m(plan.start_enu_m, plan.waypoints), plan.budget_m,
                           plan.solve_time_s)
                 if self._on_plan is not None:
-                    self._on_plan(plan)
+                    try:
+                        self._on_plan(plan)
+                    except Exception:  # noqa: BLE001 - a display hook must not stop the flight
+                        _log.exception('drone %d: on_plan callback failed', self.drone_id)
                 return ''
         _log.warning("drone %d round %d: no 2CEOAFL plan (%s), flying the station's coverage "
                      'plan instead: %s', self.drone_id, first_round, cause, detail)

@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from fl_uav.compression.codec import FrameKind, encode_frame
 from fl_uav.configschema import ConfigError, build_config
 from fl_uav.fleet.config import (
     FleetConfig,
@@ -19,6 +20,7 @@ from fl_uav.fleet.config import (
     sampling_pattern_length_m,
 )
 from fl_uav.fleet.drone_pilot import DronePilot
+from fl_uav.fleet.ground_station import GroundStation
 from fl_uav.fleet.messages import PoseSample, RoundTask
 from fl_uav.fleet.onboard_planner import (
     NO_POSITION,
@@ -29,6 +31,7 @@ from fl_uav.fleet.onboard_planner import (
 from fl_uav.planning.coverage import PlanInfeasibleError, PlanWaypoint
 from fl_uav.planning.geofence import plan_violations
 from fl_uav.vehicle.fake_vehicle import FakeVehicle
+from test.unit.fleet.test_roles import _eval_set, _update
 
 CLUSTERS = {0: (300.0, 300.0), 1: (700.0, 500.0), 2: (500.0, 850.0)}
 STATION_PLAN = (PlanWaypoint(100.0, 100.0, 30.0), PlanWaypoint(100.0, 200.0, 30.0))
@@ -261,3 +264,19 @@ def test_an_onboard_plan_outside_the_fence_is_rejected_by_the_pilot_not_flown():
     # Assert: nothing uploaded, the rejection counted, the drone still trained
     assert not [c for c in vehicle.calls if c[0] == 'fly_waypoints']
     assert vehicle.rejected == {'outside_fence': 1} and len(agent.tasks) == 1
+
+
+def test_the_station_records_the_mission_size_the_drone_reports():
+    # Arrange: a drone flying its own 6-waypoint mission, another silent about its mission
+    config = build_config(FleetConfig, {'num_drones': 2, 'learning.model': 'tiny_cnn'})
+    station = GroundStation(config, *_eval_set())
+    opening = station.open_round(now_s=0.0)
+    delta = {n: np.zeros_like(w) for n, w in station.weights.items()}
+    own = encode_frame(FrameKind.UPDATE, 1, 0, station._fingerprint, delta,
+                       {'num_samples': 5, 'mission_waypoints': 6})
+    # Act
+    assert station.receive_update(own).accepted
+    assert station.receive_update(_update(station, 1, 1, 0.0)).accepted
+    record = station.close_round(now_s=1.0)
+    # Assert
+    assert record.waypoints_planned == {0: 6, 1: len(opening.plans[1])}
