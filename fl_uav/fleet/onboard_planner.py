@@ -306,6 +306,16 @@ class OnboardPlanner:
         return task if mission.waypoints is task.plan else replace(task, plan=mission.waypoints)
 
     # --- what happened ---------------------------------------------------------------------
+    def describe_round(self, round_index: int) -> str:
+        """What the drone flew in a round, for log lines: '2ceoafl mission', 'fallback mission:
+        no_class_regions', ..."""
+        with self._lock:
+            flown = next((m for m in reversed(self.missions) if m.round_index == round_index),
+                         None)
+        if flown is None:
+            return 'no mission chosen'
+        return f'{flown.source} mission' + (f': {flown.cause}' if flown.cause else '')
+
     def record(self) -> dict[str, Any]:
         """JSON-ready account: the plan (regions, q_t, objective) and every round's mission."""
         with self._lock:

@@ -158,12 +158,9 @@ class DroneNode(Node):
         for frame in report.frames:         # one frame, or one per LGC layer
             self._update_pub.publish(bytes_to_msg(frame))
         self._write_record()
-        flown = next((m for m in reversed(self.onboard.missions)
-                      if m.round_index == report.round_index), None)
-        source = f' ({flown.source} mission{", " + flown.cause if flown.cause else ""})' \
-            if flown is not None else ''
         self.get_logger().info(
-            f'round {report.round_index}{source}: uploaded {report.bytes_sent} bytes in '
+            f'round {report.round_index} ({self.onboard.describe_round(report.round_index)}): '
+            f'uploaded {report.bytes_sent} bytes in '
             f'{len(report.frames)} frame(s), '
             f'{report.num_samples} samples, {report.steps} steps, loss {report.train_loss:.3f}')
 

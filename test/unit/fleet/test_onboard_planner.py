@@ -132,6 +132,7 @@ def test_no_labelled_samples_is_a_typed_infeasibility_and_a_counted_fallback():
     assert mission.source == 'fallback' and mission.cause == 'no_class_regions'
     assert mission.waypoints == STATION_PLAN
     assert planner.fallbacks == {'no_class_regions': 1}
+    assert planner.describe_round(2) == 'fallback mission: no_class_regions'
     assert planner.record()['rounds'][0]['cause'] == 'no_class_regions'
 
 
