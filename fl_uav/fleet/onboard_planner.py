@@ -317,13 +317,16 @@ class OnboardPlanner:
         return f'{flown.source} mission' + (f': {flown.cause}' if flown.cause else '')
 
     def record(self) -> dict[str, Any]:
-        """JSON-ready account: the plan (regions, q_t, objective) and every round's mission."""
+        """JSON-ready account: the plan (regions, q_t, objective), every round's mission, and the
+        class counts of the geo-tagged samples now."""
         with self._lock:
             plan = self.trajectory
             missions = list(self.missions)
             sources, fallbacks = dict(self.sources), dict(self.fallbacks)
+        labels = self._samples()[1]
         out: dict[str, Any] = {
             'drone_id': self.drone_id, 'planner': self.config.trajectory.planner,
+            'sample_class_counts': np.bincount(labels, minlength=self.num_classes).tolist(),
             'survey_rounds': self.config.trajectory.survey_rounds,
             'sources': sources, 'fallbacks': fallbacks, 'plan': None,
             'rounds': [{'round': m.round_index, 'source': m.source, 'cause': m.cause,

@@ -118,6 +118,7 @@ def test_rounds_after_the_survey_fly_q_t_and_its_sampling_diamond():
     record = planner.record()
     assert record['plan']['first_round'] == 2 and len(record['plan']['waypoints_enu_m']) == 5
     assert [r['source'] for r in record['rounds']] == ['survey', '2ceoafl', '2ceoafl']
+    assert record['sample_class_counts'][:4] == [60, 60, 60, 3]
 
 
 def test_no_labelled_samples_is_a_typed_infeasibility_and_a_counted_fallback():
