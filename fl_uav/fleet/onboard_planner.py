@@ -348,8 +348,10 @@ class OnboardPlanner:
         return out
 
     def write_record(self, path: str | Path) -> None:
-        """Write :meth:`record` as JSON (via a temporary file and a rename)."""
+        """Write :meth:`record` as JSON (via a temporary file and a rename; creates the
+        directory)."""
         path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + '.tmp')
         tmp.write_text(json.dumps(self.record(), indent=2))
         tmp.replace(path)
