@@ -1,4 +1,4 @@
-"""ros2 launch fl_uav drone.launch.py drone_id:=0 [config:=drone.yaml] [output_dir:=/var/log/fl_uav]
+"""ros2 launch fl_uav drone.launch.py drone_id:=0 [config:=drone.yaml] [output_dir:=/tmp/fl]
 
 One drone on a companion computer: the drone node in namespace /uav<drone_id>, talking to its
 PX4 autopilot over MAVLink (flight.url_template in the config) and reading its camera topic
