@@ -1,8 +1,9 @@
-"""ros2 launch fl_uav drone.launch.py drone_id:=0 [config:=drone.yaml]
+"""ros2 launch fl_uav drone.launch.py drone_id:=0 [config:=drone.yaml] [output_dir:=/tmp/fl]
 
 One drone on a companion computer: the drone node in namespace /uav<drone_id>, talking to its
 PX4 autopilot over MAVLink (flight.url_template in the config) and reading its camera topic
-/uav<drone_id>/camera/image_raw (remap it to your camera driver's topic).
+/uav<drone_id>/camera/image_raw (remap it to your camera driver's topic). With output_dir the
+drone writes its trajectory record (trajectory_uav<id>.json: plan, missions, fallbacks) there.
 """
 
 from pathlib import Path
@@ -18,10 +19,11 @@ def _nodes(context):
     config = context.launch_configurations.get('config') or str(share / 'config' / 'drone.yaml')
     drone_id = int(context.launch_configurations['drone_id'])
     camera_topic = context.launch_configurations.get('camera_topic', '')
+    output_dir = context.launch_configurations.get('output_dir', '')
     remaps = [('camera/image_raw', camera_topic)] if camera_topic else []
     return [Node(package='fl_uav', executable='drone_node', name='drone',
                  namespace=f'/uav{drone_id}', output='screen', remappings=remaps,
-                 parameters=[config, {'drone_id': drone_id}])]
+                 parameters=[config, {'drone_id': drone_id, 'output_dir': output_dir}])]
 
 
 def generate_launch_description():
@@ -29,5 +31,6 @@ def generate_launch_description():
         DeclareLaunchArgument('drone_id', default_value='0'),
         DeclareLaunchArgument('config', default_value=''),
         DeclareLaunchArgument('camera_topic', default_value=''),
+        DeclareLaunchArgument('output_dir', default_value=''),
         OpaqueFunction(function=_nodes),
     ])

@@ -147,6 +147,75 @@ class GroundClientConfig:
                 raise ValueError(f'{key} must be finite and > 0, got {value}')
 
 
+TRAJECTORY_PLANNERS = ('coverage', '2ceoafl')
+# The sampling diamond flown around q_t: q → E → N → W → S → q, radius r.
+SAMPLING_DIAMOND_LENGTH_PER_RADIUS = 2.0 + 3.0 * math.sqrt(2.0)
+
+
+def sampling_pattern_length_m(radius_m: float) -> float:
+    """Length of the sampling diamond around q_t (out r, three sides r√2, back r)."""
+    return SAMPLING_DIAMOND_LENGTH_PER_RADIUS * radius_m
+
+
+@dataclass(frozen=True)
+class TrajectoryConfig:
+    """Where each drone flies (fl_uav/fleet/onboard_planner.py).
+
+    planner: 'coverage' (fly the station's lawnmower sweep every round) or '2ceoafl' (fly the
+    sweep for survey_rounds rounds, then plan onboard one waypoint q_t per remaining round with
+    2CEOAFL eqs. (1)-(5) from the drone's own geo-tagged samples, and fly q_t plus a sampling
+    diamond of sample_radius_m around it).
+    components_per_class: Gaussians per class of the fitted mixture (2CEOAFL eq. (1));
+    min_samples_per_class: classes with fewer geo-tagged samples get no region.
+    zeta: ζ of 2CEOAFL eq. (3) (association radius ζ λ).
+    round_flight_time_s: autopilot seconds a round's flight may take (0: rounds.deadline_s less
+    flight.train_reserve_s, exact in the field, conservative in the sim with time_factor > 1);
+    reach_fraction: share of flight.speed_m_s x that time a plan may use per round (the rest
+    absorbs acceleration, turns and the mission upload).
+    battery_wh, battery_reserve_fraction, cruise_power_w, hover_power_w: the energy budget of
+    the plan (pack energy, share kept in reserve, power in level flight at flight.speed_m_s and
+    hovering).
+    solver_time_limit_s: HiGHS time limit per SCA iteration (planning runs once, onboard).
+    """
+
+    planner: str = 'coverage'
+    survey_rounds: int = 1
+    components_per_class: int = 1
+    min_samples_per_class: int = 10
+    zeta: float = 1.0
+    round_flight_time_s: float = 0.0
+    reach_fraction: float = 0.8
+    sample_radius_m: float = 15.0
+    battery_wh: float = 300.0
+    battery_reserve_fraction: float = 0.2
+    cruise_power_w: float = 300.0
+    hover_power_w: float = 250.0
+    solver_time_limit_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.planner not in TRAJECTORY_PLANNERS:
+            raise ValueError(f'planner {self.planner!r} unknown; choices: '
+                             f'{", ".join(TRAJECTORY_PLANNERS)}')
+        if self.survey_rounds < 1:
+            raise ValueError(f'survey_rounds must be >= 1 (the regions are fitted from the '
+                             f"survey's samples), got {self.survey_rounds}")
+        if self.components_per_class < 1 or self.min_samples_per_class < 1:
+            raise ValueError('components_per_class and min_samples_per_class must be >= 1')
+        if not 0.0 < self.zeta <= 1.0:
+            raise ValueError(f'zeta must be in (0, 1], got {self.zeta}')
+        if not 0.0 < self.reach_fraction <= 1.0:
+            raise ValueError(f'reach_fraction must be in (0, 1], got {self.reach_fraction}')
+        if not 0.0 <= self.battery_reserve_fraction < 1.0:
+            raise ValueError(f'battery_reserve_fraction must be in [0, 1), got '
+                             f'{self.battery_reserve_fraction}')
+        for name in ('round_flight_time_s', 'sample_radius_m'):
+            if not getattr(self, name) >= 0.0:
+                raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
+        for name in ('battery_wh', 'cruise_power_w', 'hover_power_w', 'solver_time_limit_s'):
+            if not getattr(self, name) > 0.0:
+                raise ValueError(f'{name} must be > 0, got {getattr(self, name)}')
+
+
 @dataclass(frozen=True)
 class FleetConfig:
     """Everything shared by the fleet's nodes.
@@ -167,6 +236,7 @@ class FleetConfig:
     rounds: RoundConfig = field(default_factory=RoundConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
     coverage: CoverageConfig = field(default_factory=CoverageConfig)
+    trajectory: TrajectoryConfig = field(default_factory=TrajectoryConfig)
     geofence: GeofenceConfig = field(default_factory=GeofenceConfig)
     flight: FlightConfig = field(default_factory=FlightConfig)
     autopilot: AutopilotSimConfig = field(default_factory=AutopilotSimConfig)
@@ -198,6 +268,9 @@ class FleetConfig:
             raise ValueError(f'learning.client_algorithm scaffold needs compression.method none '
                              f'in the fleet (Δc travels as dense tensors beside the update), got '
                              f'{self.compression.method!r}')
+
+        if self.trajectory.planner == '2ceoafl':
+            self._check_onboard_planning()
 
     def check_express(self) -> None:
         """Keys that must agree with ``mode: express`` (each error names the key).
@@ -231,6 +304,9 @@ class FleetConfig:
              f'{self.compression.method!r}'),
             (self.learning.structured_keep == 1.0,
              'learning.structured_keep must be 1.0 with mode express'),
+            (self.trajectory.planner == 'coverage',
+             f'trajectory.planner must be coverage with mode express (the UAVs fly the '
+             f"station's FedEx tours), got {self.trajectory.planner!r}"),
             (e.station_east_m < 0 and e.station_north_m < 0,
              'express.station_east_m / station_north_m must be negative in the fleet: the '
              'station is where the UAVs take off (autopilot.home_*), the area is centred on it'),
@@ -253,6 +329,35 @@ class FleetConfig:
             raise ValueError(f'express.area_east_m x area_north_m ({e.area_east_m} x '
                              f'{e.area_north_m} m) centred on the station ({east_m}, '
                              f'{north_m}) leaves the geofence {fence.describe()}')
+
+    def _check_onboard_planning(self) -> None:
+        """2CEOAFL onboard: rounds are left after the survey, and a round's reach covers the
+        sampling diamond around q_t."""
+        traj = self.trajectory
+        if traj.survey_rounds >= self.rounds.num_rounds:
+            raise ValueError(f'trajectory.survey_rounds ({traj.survey_rounds}) leaves no round '
+                             f'to plan: it must be < rounds.num_rounds '
+                             f'({self.rounds.num_rounds}) with trajectory.planner 2ceoafl')
+        pattern_m = sampling_pattern_length_m(traj.sample_radius_m)
+        if self.round_reach_m() <= pattern_m:
+            raise ValueError(f'a round reaches {self.round_reach_m():.1f} m (flight.speed_m_s x '
+                             f'round flight time x trajectory.reach_fraction), not more than '
+                             f'the {pattern_m:.1f} m sampling diamond of '
+                             f'trajectory.sample_radius_m {traj.sample_radius_m} m')
+
+    def round_flight_time_s(self) -> float:
+        """Seconds of flight per round: trajectory.round_flight_time_s, or the round's deadline
+        less the training reserve (as the pilot cuts a flight short)."""
+        if self.trajectory.round_flight_time_s > 0.0:
+            return self.trajectory.round_flight_time_s
+        return max(self.flight.min_flight_budget_s,
+                   self.rounds.deadline_s - self.flight.train_reserve_s)
+
+    def round_reach_m(self) -> float:
+        """Horizontal distance a drone may plan to fly in one round (speed x flight time x
+        reach_fraction)."""
+        return (self.flight.speed_m_s * self.round_flight_time_s()
+                * self.trajectory.reach_fraction)
 
     def geofence_enu(self) -> Geofence:
         """The drones' geofence (ENU m): geofence.source 'world' is the world less

@@ -104,6 +104,10 @@ class DroneAgent:
         self._client = config.learning.build_client()       # one per drone (scaffold: c_k)
         self._lock = threading.Lock()
         self._poses: deque[PoseSample] = deque()
+        # Geo-tags (east_m, north_m, label) of the samples the buffer accepted, newest
+        # capacity_samples: 2CEOAFL eq. (1) regions are fitted from them onboard.
+        self._geotags: deque[tuple[float, float, int]] = deque(
+            maxlen=config.buffer.capacity_samples)
         self._pose_history_s = pose_history_s
         self.frames_received = 0
         self.frames_skipped = 0
@@ -145,6 +149,11 @@ class DroneAgent:
         best = min(candidates, key=lambda p: abs(p.stamp_s - stamp_s))
         return best if abs(best.stamp_s - stamp_s) <= self._pose_history_s else None
 
+    def latest_pose(self) -> PoseSample | None:
+        """The newest telemetry pose, or None before the first one."""
+        with self._lock:
+            return self._poses[-1] if self._poses else None
+
     def on_camera_frame(self, image_rgb: np.ndarray, stamp_s: float) -> bool:
         """Label a frame at the drone's pose and buffer it; False if it was not kept."""
         self.frames_received += 1
@@ -157,7 +166,18 @@ class DroneAgent:
         px = self.config.learning.input_px
         small = cv2.resize(image_rgb, (px, px), interpolation=cv2.INTER_AREA)
         with self._lock:
-            return self._buffer.add(small, label)
+            kept = self._buffer.add(small, label)
+            if kept:
+                self._geotags.append((pose.east_m, pose.north_m, label))
+            return kept
+
+    def geotagged_samples(self) -> tuple[np.ndarray, np.ndarray]:
+        """Positions (N x 2, ENU m, where the frame was taken) and labels (N,) of the newest
+        samples the buffer accepted (the buffer's content under fifo and append_only)."""
+        with self._lock:
+            tags = list(self._geotags)
+        positions = np.array([(e, n) for e, n, _ in tags], np.float64).reshape(-1, 2)
+        return positions, np.array([label for _, _, label in tags], np.int64)
 
     @property
     def buffered_samples(self) -> int:
@@ -247,6 +267,7 @@ class DroneAgent:
             'train_loss': loss if np.isfinite(loss) else None,
             'samples_collected': self.samples_collected,
             'waypoints_reached': self.waypoints_reached,
+            'mission_waypoints': len(task.plan),
             'class_counts': self.class_counts().tolist(),
         }
         frames = self._encode(task, delta, mask, delta_c, metadata)

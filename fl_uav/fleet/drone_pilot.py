@@ -4,7 +4,9 @@ Asynchronous and ROS-free; the drone node runs it on the vehicle's event loop
 (:class:`fl_uav.vehicle.runner.VehicleRunner`) and publishes what it returns. Every plan is
 checked against the drone's own geofence (:mod:`fl_uav.planning.geofence`) before anything is
 sent to the autopilot; a plan that leaves it is rejected whole, counted by reason and logged,
-and the drone flies nothing that round (it holds in the air, or stays on the ground).
+and the drone flies nothing that round (it holds in the air, or stays on the ground). With an
+:class:`~fl_uav.fleet.onboard_planner.OnboardPlanner`, the round's plan is first replaced by the
+drone's own mission (its 2CEOAFL q_t after the survey rounds), which passes the same check.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from fl_uav.fleet.express_carrier import (
     TourLog,
 )
 from fl_uav.fleet.messages import PoseSample, RoundTask
+from fl_uav.fleet.onboard_planner import OnboardPlanner
 from fl_uav.planning.geofence import Geofence, GeofenceViolationError, require_inside
 from fl_uav.vehicle.interface import Vehicle, VehicleError, WaypointEnu
 
@@ -47,8 +50,10 @@ class DronePilot:
     """Flies each round's plan and hands the buffer to the agent for training."""
 
     def __init__(self, agent: DroneAgent, vehicle: Vehicle, flight: FlightConfig,
-                 train_executor: Executor, *, geofence: Geofence) -> None:
+                 train_executor: Executor, *, geofence: Geofence,
+                 planner: OnboardPlanner | None = None) -> None:
         self.agent = agent
+        self.planner = planner
         self.vehicle = vehicle
         self.flight = flight
         self.geofence = geofence
@@ -100,9 +105,24 @@ class DronePilot:
         return max(self.flight.min_flight_budget_s,
                    task.deadline_s - self.flight.train_reserve_s)
 
+    async def own_mission(self, task: RoundTask) -> RoundTask:
+        """The task with the onboard planner's mission for this round as its plan (planning,
+        when due, runs on the training executor, off the vehicle loop)."""
+        if self.planner is None:
+            return task
+        pose = self.agent.latest_pose()
+        start_enu_m = None if pose is None else (pose.east_m, pose.north_m)
+        if not self.planner.onboard:
+            return self.planner.round_task(task, start_enu_m)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._train_executor, self.planner.round_task, task,
+                                          start_enu_m)
+
     async def run_round(self, task: RoundTask) -> UpdateReport:
-        """Fly (bounded by the round's deadline), then train; a failed or cut-short flight is
-        recorded and the drone still reports what it learned."""
+        """Choose the round's mission (onboard planner), fly it (bounded by the round's
+        deadline), then train; a failed or cut-short flight is recorded and the drone still
+        reports what it learned."""
+        task = await self.own_mission(task)
         try:
             reached = await asyncio.wait_for(self.fly_plan(task), self.flight_budget_s(task))
             self.agent.waypoints_reached += reached

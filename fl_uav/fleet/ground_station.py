@@ -61,7 +61,8 @@ from fl_uav.planning.coverage import PlanWaypoint, coverage_plan
 from fl_uav.world.landcover import CLASS_NAMES
 
 # Non-negative integer counts a drone reports with its update (anything else is rejected).
-_COUNT_METRICS = ('num_samples', 'steps', 'samples_collected', 'waypoints_reached')
+_COUNT_METRICS = ('num_samples', 'steps', 'samples_collected', 'waypoints_reached',
+                  'mission_waypoints')
 # Codec v2 kinds a drone may upload (an LGC update is several LGC_LAYER frames).
 _V2_UPDATE_KINDS = (FrameKindV2.QSGD, FrameKindV2.RANGE, FrameKindV2.RAW, FrameKindV2.LGC_LAYER)
 _VERSION_OFFSET = 4
@@ -412,7 +413,7 @@ class GroundStation:
                                for u in updates},
             waypoints_reached={u.sender: int(u.metrics.get('waypoints_reached', 0))
                                for u in updates},
-            waypoints_planned=dict(r.plan_lengths),
+            waypoints_planned=self._waypoints_planned(r),
             rejected=dict(r.rejected), opened_s=r.opened_s, closed_s=now_s,
             aggregate_seconds=time.perf_counter() - start, empty=result.empty,
             express={u.sender: u.metrics[EXPRESS_KNOB] for u in updates
@@ -423,6 +424,17 @@ class GroundStation:
             d: sorted(r.lgc_layers[d][1]) if d in r.lgc_layers else None for d in r.updates}
         self._round = None
         return record
+
+    @staticmethod
+    def _waypoints_planned(r: _OpenRound) -> dict[int, int]:
+        """Per drone, the waypoints of the mission it was to fly: what it reported (a drone
+        planning onboard flies its own mission), else the length of the station's plan."""
+        planned = dict(r.plan_lengths)
+        for drone, update in r.updates.items():
+            reported = update.metrics.get('mission_waypoints')
+            if isinstance(reported, int) and not isinstance(reported, bool):
+                planned[drone] = reported
+        return planned
 
     def finish_frame(self) -> bytes:
         """The control frame telling drones the run is over."""

@@ -1,5 +1,11 @@
 """drone node (one per UAV, namespace /uav<i>): flies its plan, samples the camera, trains.
 
+With ``trajectory.planner: 2ceoafl`` the drone plans its own trajectory onboard
+(:class:`~fl_uav.fleet.onboard_planner.OnboardPlanner`) and publishes it, latched, as
+nav_msgs/Path on ``trajectory`` and as a MarkerArray (fitted class regions and the path) on
+``trajectory/markers``; with ``output_dir`` set it writes the planner's record there after every
+round.
+
 In ``mode: express`` it is a FedEx transporter instead: it flies the station's tour, hovers
 over each ground client for the exchange (model out on /gc<j>/express/model, CLU back on
 /uav<i>/express/clu) and uploads its running sum u_k; the camera is not used.
@@ -10,19 +16,23 @@ from __future__ import annotations
 import asyncio
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path as PathLib
 
 import rclpy
 from geometry_msgs.msg import PoseStamped
+from nav_msgs.msg import Path
 from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from sensor_msgs.msg import BatteryState, Image
 from std_msgs.msg import UInt8MultiArray
+from visualization_msgs.msg import MarkerArray
 
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.drone_agent import DroneAgent, UpdateReport
 from fl_uav.fleet.drone_pilot import DronePilot
 from fl_uav.fleet.express_carrier import ExpressCarrier
 from fl_uav.fleet.messages import EXPRESS_KNOB, FinishCommand, PoseSample, RoundTask
+from fl_uav.fleet.onboard_planner import OnboardPlanner, OnboardTrajectory, record_file_name
 from fl_uav.fleet.world_setup import map_labeler
 from fl_uav.ros import names
 from fl_uav.ros.conversions import (
@@ -31,15 +41,17 @@ from fl_uav.ros.conversions import (
     bytes_to_msg,
     image_to_rgb,
     msg_to_bytes,
+    plan_to_path,
     pose_to_msg,
     stamp_to_s,
 )
+from fl_uav.ros.markers import class_region_markers, clear_markers, planned_path_markers
 from fl_uav.ros.params import declare_config
 from fl_uav.vehicle.mavsdk_vehicle import MavsdkVehicle
 from fl_uav.vehicle.runner import VehicleRunner
 from fl_uav.world.geo import GeoOrigin
 
-NODE_PARAMS = {'drone_id': 0, 'exit_on_finish': False}
+NODE_PARAMS = {'drone_id': 0, 'exit_on_finish': False, 'output_dir': ''}
 
 
 class RosExpressLink:
@@ -81,9 +93,16 @@ class DroneNode(Node):
                            cfg.autopilot.origin_alt_amsl_m)
         self.runner = VehicleRunner()
         self._train_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix='train')
+        self._trajectory_pub = self.create_publisher(Path, names.TRAJECTORY_TOPIC,
+                                                     names.PLAN_QOS)
+        self._trajectory_markers_pub = self.create_publisher(
+            MarkerArray, names.TRAJECTORY_MARKERS_TOPIC, names.MARKERS_QOS)
+        self.onboard = OnboardPlanner(cfg, self.drone_id, self.agent.geotagged_samples,
+                                      on_plan=self._publish_trajectory)
         self.pilot = DronePilot(self.agent, MavsdkVehicle(cfg.flight.url_for(self.drone_id),
                                                            origin),
-                                cfg.flight, self._train_pool, geofence=cfg.geofence_enu())
+                                cfg.flight, self._train_pool, geofence=cfg.geofence_enu(),
+                                planner=self.onboard)
         self._last_round = 0
         self._busy: Future | None = None
         self._tour: Future | None = None
@@ -119,6 +138,7 @@ class DroneNode(Node):
 
     async def _battery_stream(self) -> None:
         async for battery in self.pilot.vehicle.batteries():
+            self.onboard.on_battery(battery.remaining_fraction)
             self._battery_pub.publish(battery_to_msg(battery.remaining_fraction,
                                                      battery.voltage_v, self._now()))
 
@@ -131,6 +151,20 @@ class DroneNode(Node):
 
     def _publish_pose(self, pose: PoseSample) -> None:
         self._pose_pub.publish(pose_to_msg(pose, names.MAP_FRAME))
+
+    def _publish_trajectory(self, plan: OnboardTrajectory) -> None:
+        """The drone's own plan: Path of q_t, markers of its fitted regions and the path."""
+        now = self._now()
+        self._trajectory_pub.publish(plan_to_path(plan.waypoints, names.MAP_FRAME, now))
+        markers = MarkerArray()
+        markers.markers = [clear_markers(names.MAP_FRAME, now),
+                           *class_region_markers(plan.regions, names.MAP_FRAME, now).markers,
+                           *planned_path_markers({self.drone_id: plan.waypoints},
+                                                 names.MAP_FRAME, now).markers]
+        self._trajectory_markers_pub.publish(markers)
+        self.get_logger().info(f'2CEOAFL trajectory published: {len(plan.waypoints)} '
+                               f'waypoints from round {plan.first_round}, '
+                               f'{len(plan.regions)} fitted class regions')
 
     def _on_image(self, msg: Image) -> None:
         try:
@@ -174,8 +208,10 @@ class DroneNode(Node):
                                       f'{dict(self.pilot.plans_rejected)})')
         for frame in report.frames:         # one frame, or one per LGC layer
             self._update_pub.publish(bytes_to_msg(frame))
+        self._write_record()
         self.get_logger().info(
-            f'round {report.round_index}: uploaded {report.bytes_sent} bytes in '
+            f'round {report.round_index} ({self.onboard.describe_round(report.round_index)}): '
+            f'uploaded {report.bytes_sent} bytes in '
             f'{len(report.frames)} frame(s), '
             f'{report.num_samples} samples, {report.steps} steps, loss {report.train_loss:.3f}')
 
@@ -192,6 +228,16 @@ class DroneNode(Node):
             f'round {tour.round_index}: uploaded u_k, exchanged with {tour.exchanged}, missed '
             f'{tour.missed}, CLU frames rejected {dict(self.carrier.rejected)}'
             + (f', error: {tour.error}' if tour.error else ''))
+
+    def _write_record(self) -> None:
+        if not self.own['output_dir']:
+            return
+        try:
+            self.onboard.write_record(PathLib(self.own['output_dir'])
+                                      / record_file_name(self.drone_id))
+        except OSError as exc:
+            self.get_logger().warning(f'trajectory record not written: {exc}',
+                                      throttle_duration_sec=60.0)
 
     def _on_finished(self, future: Future) -> None:
         if future.exception() is not None:

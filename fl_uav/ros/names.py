@@ -15,7 +15,9 @@ UPDATES_TOPIC = '/fl/updates'
 METRICS_TOPIC = '/fl/metrics'
 MARKERS_TOPIC = '/fl/markers'
 # Relative names: resolved in the drone's namespace (/uav<i>/...).
-PLAN_TOPIC = 'plan'
+PLAN_TOPIC = 'plan'                       # the station's plan for the round (nav_msgs/Path)
+TRAJECTORY_TOPIC = 'trajectory'           # the drone's own 2CEOAFL plan, q_t per round (Path)
+TRAJECTORY_MARKERS_TOPIC = 'trajectory/markers'   # its fitted class regions and path (rviz)
 POSE_TOPIC = 'pose'
 BATTERY_TOPIC = 'battery'
 IMAGE_TOPIC = 'camera/image_raw'

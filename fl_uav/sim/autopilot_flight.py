@@ -676,7 +676,8 @@ class FlightController:
     def _item_reached(self, advance: bool) -> None:
         seq = self.mission_current
         self.mission_items_reached.append(seq)
-        self.record_event('mission_item_reached', seq=seq)
+        self.record_event('mission_item_reached', seq=seq, position_enu_m=[
+            round(float(v), 3) for v in self.kinematics.position_enu_m])
         self.listener.on_mission_item_reached(seq)
         if advance:
             self.mission_current += 1

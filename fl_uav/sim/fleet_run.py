@@ -18,6 +18,7 @@ from typing import Any
 
 from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.onboard_planner import record_file_name
 from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
 from fl_uav.sim.launch_plan import fleet_plan, merged_parameters, write_params_file
 from fl_uav.sim.launcher import ProcessGroup, ros_environment
@@ -132,6 +133,7 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
         kinds = [e.get('event') for e in mine]
         last = next((r for r in reversed(rounds) if str(d) in r.get('samples_collected', {})),
                     None)
+        trajectory = _read_json(out / record_file_name(d))
         drones[str(d)] = {
             'armed': 'armed' in kinds,
             'took_off': 'takeoff' in kinds,
@@ -143,6 +145,8 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
                                      for r in rounds),
             'samples_collected': last['samples_collected'][str(d)] if last else 0,
             'rounds_participated': sum(d in r.get('participants', []) for r in rounds),
+            'mission_sources': trajectory.get('sources', {}),
+            'plan_fallbacks': trajectory.get('fallbacks', {}),
         }
     accuracies = [r['accuracy'] for r in rounds]
     summary = {

@@ -111,7 +111,8 @@ def fleet_plan(config: FleetConfig, output_dir: str | Path | None = None,
     specs.append(NodeSpec('ground_station_node', 'ground_station',
                           parameters={'output_dir': out, 'exit_on_finish': exit_on_finish}))
     specs += [NodeSpec('drone_node', 'drone', namespace=f'/uav{d}',
-                       parameters={'drone_id': d, 'exit_on_finish': exit_on_finish})
+                       parameters={'drone_id': d, 'exit_on_finish': exit_on_finish,
+                                   'output_dir': out})
               for d in range(config.num_drones)]
     if config.mode == 'express':
         specs += [NodeSpec('ground_client_node', 'ground_client', namespace=f'/gc{j}',

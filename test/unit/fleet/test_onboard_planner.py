@@ -1,0 +1,284 @@
+"""OnboardPlanner: a drone's own 2CEOAFL trajectory from its geo-tagged samples (ROS-free)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from fl_uav.compression.codec import FrameKind, encode_frame
+from fl_uav.configschema import ConfigError, build_config
+from fl_uav.fleet.config import (
+    FleetConfig,
+    GeofenceConfig,
+    RoundConfig,
+    TrajectoryConfig,
+    sampling_pattern_length_m,
+)
+from fl_uav.fleet.drone_pilot import DronePilot
+from fl_uav.fleet.ground_station import GroundStation
+from fl_uav.fleet.messages import PoseSample, RoundTask
+from fl_uav.fleet.onboard_planner import (
+    NO_POSITION,
+    OnboardPlanner,
+    OnboardTrajectory,
+    sampling_diamond,
+)
+from fl_uav.planning.coverage import PlanInfeasibleError, PlanWaypoint
+from fl_uav.planning.geofence import plan_violations
+from fl_uav.vehicle.fake_vehicle import FakeVehicle
+from test.unit.fleet.test_roles import _eval_set, _update
+
+CLUSTERS = {0: (300.0, 300.0), 1: (700.0, 500.0), 2: (500.0, 850.0)}
+STATION_PLAN = (PlanWaypoint(100.0, 100.0, 30.0), PlanWaypoint(100.0, 200.0, 30.0))
+START = (600.0, 600.0)
+
+
+def _config(**trajectory) -> FleetConfig:
+    return FleetConfig(num_drones=1, rounds=RoundConfig(num_rounds=6, deadline_s=60.0),
+                       trajectory=TrajectoryConfig(**{'planner': '2ceoafl', **trajectory}))
+
+
+def _samples(per_class: int = 60, sparse_class_samples: int = 3):
+    rng = np.random.default_rng(0)
+    positions, labels = [], []
+    for label, centre in CLUSTERS.items():
+        positions.append(rng.normal(centre, 25.0, (per_class, 2)))
+        labels += [label] * per_class
+    positions.append(rng.normal((900.0, 900.0), 5.0, (sparse_class_samples, 2)))
+    labels += [3] * sparse_class_samples
+    return lambda: (np.vstack(positions), np.array(labels, np.int64))
+
+
+def _no_samples():
+    return np.zeros((0, 2)), np.zeros(0, np.int64)
+
+
+def _task(round_index: int) -> RoundTask:
+    return RoundTask(round_index=round_index, weights={}, plan=STATION_PLAN, deadline_s=60.0)
+
+
+def test_regions_are_fitted_per_class_from_the_geotagged_samples():
+    # Arrange
+    planner = OnboardPlanner(_config(min_samples_per_class=10), 0, _samples())
+    # Act
+    regions = planner.fit_regions()
+    # Assert: one Gaussian per class with enough samples, centred on its cluster
+    assert sorted(r.class_id for r in regions) == [0, 1, 2]     # class 3: 3 samples < 10
+    for region in regions:
+        assert np.allclose(region.center_enu_m, CLUSTERS[region.class_id], atol=10.0)
+        assert 15.0 < region.radius_m < 35.0
+    assert math.isclose(sum(r.weight for r in regions), 1.0)
+
+
+def test_plan_keeps_to_fence_altitude_band_reach_and_battery():
+    # Arrange: a fence box that cuts class 2's cluster (north 850 m) out
+    config = replace(_config(), geofence=GeofenceConfig(
+        source='box', east_min_m=100.0, north_min_m=100.0, east_max_m=800.0,
+        north_max_m=780.0, min_up_m=10.0, max_up_m=60.0))
+    planner = OnboardPlanner(config, 0, _samples())
+    # Act
+    plan = planner.plan(2, START)
+    # Assert: q_t for rounds 2..6, all inside the fence and band
+    assert plan.first_round == 2 and len(plan.waypoints) == 5
+    fence = config.geofence_enu()
+    assert plan_violations(plan.waypoints, fence) == []
+    assert all(w.up_m == config.coverage.altitude_m for w in plan.waypoints)
+    # reach per round: speed x flight time x reach_fraction, less the sampling diamond
+    step_m = config.round_reach_m() - sampling_pattern_length_m(15.0)
+    assert math.isclose(plan.step_m, step_m)
+    points = np.array([START, *[(w.east_m, w.north_m) for w in plan.waypoints]])
+    assert np.all(np.linalg.norm(np.diff(points, axis=0), axis=1) <= step_m + 1e-6)
+    assert np.linalg.norm(np.diff(points, axis=0), axis=1).sum() <= plan.budget_m + 1e-6
+    # and the plan is data-aware: it visits the reachable classes' regions
+    assert {0, 1} <= set(plan.classes)
+
+
+def test_rounds_after_the_survey_fly_q_t_and_its_sampling_diamond():
+    # Arrange
+    planned: list[OnboardTrajectory] = []
+    planner = OnboardPlanner(_config(), 0, _samples(), on_plan=planned.append)
+    # Act
+    survey = planner.mission_for(_task(1), START)
+    second = planner.mission_for(_task(2), START)
+    third = planner.mission_for(_task(3), (0.0, 0.0))     # no replanning once planned
+    # Assert
+    assert survey.source == 'survey' and survey.waypoints == STATION_PLAN
+    assert len(planned) == 1 and planner.trajectory is planned[0]
+    for mission, round_index in ((second, 2), (third, 3)):
+        q_t = planned[0].target_for(round_index)
+        assert mission.source == '2ceoafl' and mission.target == q_t
+        assert mission.waypoints[0] == q_t and mission.waypoints[-1] == q_t
+        assert len(mission.waypoints) == 6
+    assert planner.sources == {'survey': 1, '2ceoafl': 2} and not planner.fallbacks
+    record = planner.record()
+    assert record['plan']['first_round'] == 2 and len(record['plan']['waypoints_enu_m']) == 5
+    assert [r['source'] for r in record['rounds']] == ['survey', '2ceoafl', '2ceoafl']
+    assert record['sample_class_counts'][:4] == [60, 60, 60, 3]
+
+
+def test_no_labelled_samples_is_a_typed_infeasibility_and_a_counted_fallback():
+    # Arrange
+    planner = OnboardPlanner(_config(), 0, _no_samples)
+    # Act + Assert: the planner raises the typed error ...
+    with pytest.raises(PlanInfeasibleError) as error:
+        planner.plan(2, START)
+    assert error.value.cause == 'no_class_regions'
+    # ... and a round falls back to the station's plan, counted and recorded
+    mission = planner.mission_for(_task(2), START)
+    assert mission.source == 'fallback' and mission.cause == 'no_class_regions'
+    assert mission.waypoints == STATION_PLAN
+    assert planner.fallbacks == {'no_class_regions': 1}
+    assert planner.describe_round(2) == 'fallback mission: no_class_regions'
+    assert planner.record()['rounds'][0]['cause'] == 'no_class_regions'
+
+
+def test_a_flat_battery_and_a_missing_position_fall_back_with_their_cause():
+    # Arrange
+    planner = OnboardPlanner(_config(), 0, _samples())
+    planner.on_battery(0.25)        # 5 % above the 20 % reserve: not even the hover fits
+    # Act
+    flat = planner.mission_for(_task(2), START)
+    lost = planner.mission_for(_task(3), None)
+    # Assert
+    assert planner.energy_budget_m(5) == 0.0
+    assert flat.cause == 'budget_below_step' and lost.cause == NO_POSITION
+    assert planner.fallbacks == {'budget_below_step': 1, NO_POSITION: 1}
+    assert planner.trajectory is None
+
+
+def test_energy_budget_follows_the_documented_model():
+    # Arrange: 300 Wh, 20 % reserve, hover 250 W, level flight 300 W at 12 m/s
+    planner = OnboardPlanner(_config(), 0, _samples())
+    fence = planner.fence
+    diagonal_m = math.hypot(fence.east_max_m - fence.east_min_m,
+                            fence.north_max_m - fence.north_min_m)
+    usable_j = 300.0 * 3600.0 * 0.8
+    fixed_j = 250.0 * 5 * 60.0 + 300.0 * diagonal_m / 12.0
+    expected = (usable_j - fixed_j) / (50.0 / 12.0) - 5 * sampling_pattern_length_m(15.0)
+    # Act + Assert
+    assert math.isclose(planner.energy_budget_m(5), expected)
+    cheap = OnboardPlanner(_config(cruise_power_w=200.0), 0, _samples())
+    assert cheap.energy_budget_m(5) == math.inf     # level flight cheaper than hover
+
+
+def test_coverage_planner_flies_the_station_plan_every_round():
+    # Arrange
+    planner = OnboardPlanner(_config(planner='coverage'), 0, _samples())
+    # Act
+    missions = [planner.mission_for(_task(r), START) for r in (1, 2, 3)]
+    # Assert
+    assert all(m.source == 'coverage' and m.waypoints == STATION_PLAN for m in missions)
+    assert planner.trajectory is None and planner.round_task(_task(2), START) == _task(2)
+
+
+def test_sampling_diamond_shrinks_to_stay_inside_the_fence():
+    # Arrange
+    fence = _config().geofence_enu()
+    near_edge = PlanWaypoint(fence.east_max_m - 4.0, 500.0, 30.0)
+    on_edge = PlanWaypoint(fence.east_max_m, 500.0, 30.0)
+    # Act
+    diamond = sampling_diamond(near_edge, 15.0, fence)
+    # Assert
+    assert len(diamond) == 6 and plan_violations(diamond, fence) == []
+    assert max(w.east_m for w in diamond) == pytest.approx(fence.east_max_m)
+    assert sampling_diamond(on_edge, 15.0, fence) == (on_edge,)
+
+
+@pytest.mark.parametrize('flat, needle', [
+    ({'trajectory.planner': 'lawnmower'}, "planner 'lawnmower' unknown; choices: coverage, "
+                                          '2ceoafl'),
+    ({'trajectory.planner': '2ceoafl', 'rounds.num_rounds': 2, 'trajectory.survey_rounds': 2},
+     'trajectory.survey_rounds (2) leaves no round to plan'),
+    ({'trajectory.planner': '2ceoafl', 'trajectory.sample_radius_m': 100.0},
+     'sampling diamond'),
+])
+def test_bad_trajectory_config_fails_at_start_naming_the_key(flat, needle):
+    # Act + Assert
+    with pytest.raises(ConfigError) as error:
+        build_config(FleetConfig, flat)
+    assert needle in str(error.value)
+    if 'unknown' in needle:
+        assert "'trajectory'" in str(error.value)
+
+
+class _Agent:
+    """What the pilot needs of a DroneAgent, with a telemetry position."""
+
+    def __init__(self, east_m: float, north_m: float) -> None:
+        self.waypoints_reached = 0
+        self.tasks: list[RoundTask] = []
+        self._pose = PoseSample(east_m, north_m, 30.0, 0.0, 0.0)
+
+    def latest_pose(self) -> PoseSample:
+        return self._pose
+
+    def train_round(self, task: RoundTask) -> int:
+        self.tasks.append(task)
+        return task.round_index
+
+
+def _run_rounds(planner: OnboardPlanner, rounds: list[int]) -> tuple[FakeVehicle, _Agent]:
+    vehicle = FakeVehicle(home_enu_m=(*START, 0.0))
+    agent = _Agent(*START)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = DronePilot(agent, vehicle, planner.config.flight, pool,
+                           geofence=planner.fence, planner=planner)
+
+        async def fly() -> None:
+            for r in rounds:
+                await pilot.run_round(_task(r))
+        asyncio.run(fly())
+        pilot_rejected = dict(pilot.plans_rejected)
+    vehicle.rejected = pilot_rejected
+    return vehicle, agent
+
+
+def test_the_pilot_flies_the_onboard_mission_through_its_geofence_check():
+    # Arrange
+    planner = OnboardPlanner(_config(), 0, _samples())
+    # Act: survey round 1, then rounds 2 and 3 of the drone's own plan
+    vehicle, agent = _run_rounds(planner, [1, 2, 3])
+    # Assert: the vehicle flew the station's sweep, then q_2 + diamond, then q_3 + diamond
+    flown = [call[1] for call in vehicle.calls if call[0] == 'fly_waypoints']
+    assert len(flown) == 3 and not vehicle.rejected
+    assert [(w.east_m, w.north_m) for w in flown[0]] == [(w.east_m, w.north_m)
+                                                         for w in STATION_PLAN]
+    for waypoints, round_index in ((flown[1], 2), (flown[2], 3)):
+        q_t = planner.trajectory.target_for(round_index)
+        assert (waypoints[0].east_m, waypoints[0].north_m) == (q_t.east_m, q_t.north_m)
+    assert [len(t.plan) for t in agent.tasks] == [2, 6, 6]      # what the drone reports
+    assert agent.waypoints_reached == 2 + 6 + 6
+
+
+def test_an_onboard_plan_outside_the_fence_is_rejected_by_the_pilot_not_flown():
+    # Arrange: a corrupted plan whose q_2 is outside the fence
+    planner = OnboardPlanner(_config(), 0, _samples())
+    outside = PlanWaypoint(planner.fence.east_max_m + 50.0, 500.0, 30.0)
+    planner.trajectory = OnboardTrajectory(2, (outside,), (-1,), 0.0, (), START, 100.0,
+                                           math.inf, 0.0)
+    # Act
+    vehicle, agent = _run_rounds(planner, [2])
+    # Assert: nothing uploaded, the rejection counted, the drone still trained
+    assert not [c for c in vehicle.calls if c[0] == 'fly_waypoints']
+    assert vehicle.rejected == {'outside_fence': 1} and len(agent.tasks) == 1
+
+
+def test_the_station_records_the_mission_size_the_drone_reports():
+    # Arrange: a drone flying its own 6-waypoint mission, another silent about its mission
+    config = build_config(FleetConfig, {'num_drones': 2, 'learning.model': 'tiny_cnn'})
+    station = GroundStation(config, *_eval_set())
+    opening = station.open_round(now_s=0.0)
+    delta = {n: np.zeros_like(w) for n, w in station.weights.items()}
+    own = encode_frame(FrameKind.UPDATE, 1, 0, station._fingerprint, delta,
+                       {'num_samples': 5, 'mission_waypoints': 6})
+    # Act
+    assert station.receive_update(own).accepted
+    assert station.receive_update(_update(station, 1, 1, 0.0)).accepted
+    record = station.close_round(now_s=1.0)
+    # Assert
+    assert record.waypoints_planned == {0: 6, 1: len(opening.plans[1])}
