@@ -232,6 +232,7 @@ def test_a_uav_out_of_range_collects_nothing(station, clients):
     ('express.altitude_m', 4.0, 'altitude band'),
     ('express.area_east_m', 5000.0, 'leaves the geofence'),
     ('express.station_east_m', 10.0, 'station'),
+    ('trajectory.planner', '2ceoafl', 'must be coverage with mode express'),
 ])
 def test_bad_express_config_names_the_key(key, value, words):
     with pytest.raises(ConfigError, match=words):
