@@ -120,6 +120,9 @@ class RoundRecord:
     empty: bool
     express: dict[int, Any] = field(default_factory=dict)   # per UAV: its tour's facts
     model_change_l2: float = 0.0         # ||x_{r+1} - x_r||_2 of the global model
+    # The strategy's numeric report (e.g. FedEx-Async's max_lag: server updates between the
+    # model a landed tour carried and the one its u_k is applied to, digest Sec. 8 item 11).
+    aggregation: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (keys of per-drone maps as strings)."""
@@ -418,7 +421,10 @@ class GroundStation:
             aggregate_seconds=time.perf_counter() - start, empty=result.empty,
             express={u.sender: u.metrics[EXPRESS_KNOB] for u in updates
                      if isinstance(u.metrics.get(EXPRESS_KNOB), dict)},
-            model_change_l2=change)
+            model_change_l2=change,
+            aggregation={k: v for k, v in result.metrics.items()
+                         if isinstance(v, int | float) and not isinstance(v, bool)
+                         and math.isfinite(v)})
         self.records.append(record)
         self._used_last_round = {
             d: sorted(r.lgc_layers[d][1]) if d in r.lgc_layers else None for d in r.updates}

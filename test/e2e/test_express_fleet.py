@@ -93,6 +93,7 @@ def test_express_async_updates_at_each_landing(tmp_path):
     landed = [sorted(int(k) for k in r['express']) for r in rounds]
     assert all(landed) and sorted({k for group in landed for k in group}) == [0, 1], landed
     assert rounds[0]['model_change_l2'] == 0.0            # a first tour carries no CLU
+    assert all(r['aggregation']['max_lag'] >= 0 for r in rounds)   # FedEx-Async's report
     assert any(r['model_change_l2'] > 0 for r in rounds[2:]), rounds
     tours = summary['express']['plan']['tours']
     assigned = {c: k for k, tour in enumerate(tours) for c in tour}

@@ -375,3 +375,4 @@ def test_async_applies_each_landing_to_the_current_model_and_redeparts_only_it()
         np.testing.assert_allclose(gs.weights[n], before[n] + sums[0][n] / 4, rtol=1e-5,
                                    atol=1e-7)
     assert record.participants == [0] and record.model_change_l2 > 0
+    assert record.aggregation['max_lag'] == 1     # UAV 0's u_k: from round 2, applied in 3
