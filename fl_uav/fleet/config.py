@@ -119,6 +119,9 @@ class GroundClientConfig:
     max_local_steps: cap on the local SGD steps a client trains per delivered model (the
         station asks for max(1, floor(Delta / express.step_time_s)), as the engine).
     exchange_timeout_s: how long a hovering UAV waits for a client's CLU before it moves on.
+    delivery_attempts: how many times within that wait the UAV sends its delivery (again
+        every exchange_timeout_s / delivery_attempts while no CLU came: a radio retries); a
+        client answers a repeated delivery with the same CLU frame.
     range_pose: whose pose the client's radio-range check trusts: ground_truth (the
         simulator's /uav<k>/ground_truth/pose, the default in the embedded fleet) or
         telemetry (/uav<k>/pose, what the UAV reports, e.g. with PX4 SITL).
@@ -131,6 +134,7 @@ class GroundClientConfig:
     data_seed: int = 11
     max_local_steps: int = 50
     exchange_timeout_s: float = 5.0
+    delivery_attempts: int = 3
     range_pose: str = 'ground_truth'
     pose_max_age_s: float = 1.0
 
@@ -138,7 +142,8 @@ class GroundClientConfig:
         if self.range_pose not in RANGE_POSE_SOURCES:
             raise ValueError(f'range_pose {self.range_pose!r} unknown; choices: '
                              f'{", ".join(RANGE_POSE_SOURCES)}')
-        for key in ('num_clients', 'samples_per_client', 'max_local_steps'):
+        for key in ('num_clients', 'samples_per_client', 'max_local_steps',
+                    'delivery_attempts'):
             if getattr(self, key) < 1:
                 raise ValueError(f'{key} must be >= 1, got {getattr(self, key)}')
         for key in ('data_radius_m', 'exchange_timeout_s', 'pose_max_age_s'):

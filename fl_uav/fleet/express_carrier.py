@@ -128,16 +128,22 @@ class ExpressCarrier:
 
     async def visit(self, client: int, link: ExpressLink) -> bool:
         """Hovering over ``client``: deliver, then wait up to exchange_timeout_s for its CLU
-        (frames that are not its answer are counted and skipped). False: missed."""
+        (frames that are not its answer are counted and skipped), sending the delivery again
+        ``delivery_attempts`` times in all while none came. False: missed."""
+        g = self.config.ground_clients
         start = time.monotonic()
-        deadline = start + self.config.ground_clients.exchange_timeout_s
-        link.send(client, self.delivery_frame(client))
+        frame = self.delivery_frame(client)
         ok = False
-        while not ok and (remaining := deadline - time.monotonic()) > 0:
-            data = await link.receive(remaining)
-            if data is None:
+        for attempt in range(1, g.delivery_attempts + 1):
+            link.send(client, frame)
+            deadline = start + g.exchange_timeout_s * attempt / g.delivery_attempts
+            while not ok and (remaining := deadline - time.monotonic()) > 0:
+                data = await link.receive(remaining)
+                if data is None:
+                    break
+                ok = self.accept_clu(data, client)
+            if ok:
                 break
-            ok = self.accept_clu(data, client)
         if not ok:
             self.tour.missed.append(client)
         self.tour.hover_s[client] = time.monotonic() - start

@@ -131,6 +131,8 @@ class GroundClient:
         self.rejected: Counter[str] = Counter()     # bad frames, by reason
         self.refused: Counter[str] = Counter()      # good frames from a UAV out of range
         self.training_failures = 0
+        self.repeats = 0                           # repeated deliveries answered again
+        self._last_reply: tuple[tuple[int, int], bytes] | None = None
         self.train_seconds = 0.0
         self.exchanges: list[ExchangeRecord] = []
 
@@ -175,7 +177,13 @@ class GroundClient:
     # --- FedEx ---------------------------------------------------------------------------
     def exchange(self, delivery: Delivery, distance_m: float, now_s: float) -> bytes:
         """Answer a gated delivery with the CLU (FedEx eq. (11)) and take its model as the
-        new base; call :meth:`train` next. The CLU is zero before the first training."""
+        new base; call :meth:`train` next. The CLU is zero before the first training. A
+        repeated delivery (same UAV and round: the UAV did not hear the answer) gets the
+        same CLU frame again and changes nothing."""
+        key = (delivery.uav, delivery.round_index)
+        if self._last_reply is not None and self._last_reply[0] == key:
+            self.repeats += 1
+            return self._last_reply[1]
         if self._base is not None and self._local is not None:
             delta = {n: self._local[n] - self._base[n] for n in self._base}
         else:
@@ -194,6 +202,7 @@ class GroundClient:
         self._pending_steps = delivery.local_steps
         self.exchanges.append(ExchangeRecord(delivery.uav, delivery.round_index, True,
                                              'exchanged', distance_m, steps, now_s))
+        self._last_reply = (key, frame)
         return frame
 
     def train(self) -> int:
@@ -227,5 +236,6 @@ class GroundClient:
             'radio_range_m': self.radio_range_m, 'samples': len(self._labels),
             'exchanges': [dataclasses.asdict(r) for r in self.exchanges],
             'refused': dict(self.refused), 'rejected': dict(self.rejected),
+            'repeats': self.repeats,
             'training_failures': self.training_failures,
         }

@@ -220,7 +220,9 @@ def test_a_uav_out_of_range_collects_nothing(station, clients):
     record, _ = _fly(gs, cs, 1, hover_over=False)
     assert all(f['exchanged'] == [] and sorted(f['missed']) == sorted(f['clients'])
                for f in record.express.values())
-    assert sum(c.refused['out_of_range'] for c in cs) == 4
+    # every delivery attempt was refused: 4 clients x ground_clients.delivery_attempts
+    attempts = CONFIG.ground_clients.delivery_attempts
+    assert sum(c.refused['out_of_range'] for c in cs) == 4 * attempts
 
 
 @pytest.mark.parametrize('key, value, words', [
@@ -376,3 +378,38 @@ def test_async_applies_each_landing_to_the_current_model_and_redeparts_only_it()
                                    atol=1e-7)
     assert record.participants == [0] and record.model_change_l2 > 0
     assert record.aggregation['max_lag'] == 1     # UAV 0's u_k: from round 2, applied in 3
+
+
+class LossyLink(FakeLink):
+    """The first delivery to each client is lost on the way; later attempts arrive."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.lost: set[int] = set()
+
+    def send(self, client, frame):
+        if client not in self.lost:
+            self.lost.add(client)
+            return
+        super().send(client, frame)
+
+
+def test_a_lost_delivery_is_sent_again_and_a_repeat_gets_the_same_answer(clients):
+    cs = clients()
+    gs = GroundStation(CONFIG, np.zeros((10, 3, 32, 32), np.float32), np.zeros(10, np.int64))
+    opening = gs.open_round(0.0)
+    agent = DroneAgent(CONFIG, 0, map_labeler(CONFIG.world, CONFIG.camera))
+    task = agent.accept_global_frame(opening.frame)
+    carrier = ExpressCarrier(CONFIG, 0, agent.shapes, agent.fingerprint)
+    link = LossyLink(cs, 0, True)
+    tour = carrier.start_tour(task)
+    assert all(asyncio.run(carrier.visit(c, link)) for c in tour.clients)
+    assert tour.exchanged == list(tour.clients)
+    # A client that answered but was asked again (its answer was lost) answers the same
+    c = cs[tour.clients[0]]
+    c.on_uav_pose(0, *c.position_enu_m[:2], 30.0, 0.0)
+    gated = c.gate(carrier.delivery_frame(c.client_id), 0.0)
+    first = [r for r in c.exchanges if r.accepted]
+    again = c.exchange(*gated, 0.0)
+    assert c.repeats == 1 and [r for r in c.exchanges if r.accepted] == first
+    assert carrier.accept_clu(again, c.client_id)     # the same CLU (zero: nothing trained)
