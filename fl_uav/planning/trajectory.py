@@ -50,9 +50,10 @@ Formulation (choices documented here; see also the 2CEOAFL digest §7):
   its linearisation point or after ``max_iterations``. A window's solution replaces the
   incumbent only if the true eq. (4) of the whole plan improves and the exact step, fence and
   budget checks pass, so the plan is never worse than its warm start. Sweeps of
-  half-overlapping windows run until one no longer improves, then a sweep of wider windows
-  (only the regions of the classes served in the window or missed by the plan) allows long
-  detours; this repeats up to ``window_passes`` times or until ``time_budget_s`` is spent.
+  half-overlapping windows (``window_rounds``) run until one no longer improves; then the whole
+  horizon is one window (SCA from tangents at that incumbent, for global moves such as a long
+  detour to a class) with the time left; this repeats while the whole-horizon stage improves,
+  up to ``window_passes`` times or until ``time_budget_s`` is spent.
   Small windows solve to ``mip_rel_gap`` and the plan is deterministic; when a time limit
   binds (large instances on a loaded machine) the result depends on wall-clock time.
 * ``upper_bound`` is :func:`relaxation_upper_bound` (teleporting drone, C4 and reachability
@@ -64,7 +65,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -89,9 +90,6 @@ IMPROVEMENT_TOLERANCE = 1e-9
 # from the fixed mass A_c + ε to its maximum, so the first piecewise-linear log is already
 # within a few % of the true one (5 points span ratios of up to 10^4 with ratio-10 steps).
 INITIAL_TANGENTS = 5
-# Wide windows span this many narrow windows: twice the rounds doubles the detour a window can
-# make (out and back), enough to reach a region across the default world at 100 m steps.
-WIDE_WINDOW_FACTOR = 2
 # Frank-Wolfe iterations of the relaxation bound: the duality gap falls as O(1/k); 500 gives
 # bounds within ~0.01 of the relaxation's optimum on T = 100, C = 10 in about 0.1 s.
 RELAXATION_ITERATIONS = 500
@@ -352,8 +350,7 @@ class _WindowModel:
 
     def __init__(self, geometry: _Geometry, psi_window: np.ndarray, prev_xy: np.ndarray,
                  next_xy: np.ndarray | None, budget_m: float, offset_mass: np.ndarray,
-                 c5_caps: list[tuple[list[int], int, float]],
-                 allowed: np.ndarray | None = None) -> None:
+                 c5_caps: list[tuple[list[int], int, float]]) -> None:
         g, c = geometry, geometry.c
         self.g, self.c = g, c
         self.W, self.C = psi_window.shape
@@ -414,8 +411,6 @@ class _WindowModel:
             hi = np.maximum(hi, lo)   # rounding only: the fixed incumbent lies in the box
             lo_box[j], hi_box[j] = lo, hi
         reachable &= g.usable[None, :]
-        if allowed is not None:
-            reachable &= allowed[None, :]
         # C2: d_i·q_j + M I_{j,r} <= d_i·μ_r + ζλ_r cos(π/m) + M, with the smallest M that
         # leaves the row slack at I = 0 anywhere in q_j's box (never-binding rows dropped).
         for j in range(W):
@@ -648,34 +643,35 @@ class _SearchState:
     deadline: float
     iterations: int = 0
     out_of_time: bool = False
+    version: int = 0                                  # incremented on every accepted window
+    solved_at: dict[tuple[int, int], int] = field(default_factory=dict)  # window -> version
 
 
 def _sweep(state: _SearchState, g: _Geometry, regions: Sequence[GaussianRegion],
            psi: np.ndarray, start: np.ndarray, c: TrajectoryConstraints, size: int,
-           restrict: bool, score: Callable[[np.ndarray], float]) -> bool:
-    """One sweep of SCA over half-overlapping windows of ``size`` rounds; True if it improved
-    the incumbent. ``restrict``: only regions of classes the window serves or the plan misses."""
+           score: Callable[[np.ndarray], float]) -> bool:
+    """One sweep of SCA over half-overlapping windows of ``size`` rounds (size >= T: the whole
+    horizon); True if it improved the incumbent. A window solved at the current incumbent is
+    skipped (its MILP would be the same)."""
     num_rounds, num_classes = psi.shape
     improved = False
     for first, last in _windows(num_rounds, size):
         if time.perf_counter() >= state.deadline:
             state.out_of_time = True
             return improved
+        if state.solved_at.get((first, last)) == state.version:
+            continue   # same incumbent as when this window was last solved: same result
         xy = state.xy
         indicator = association(xy, regions, num_classes, c.zeta)
         mass = (indicator * psi).sum(0)
         inside = (indicator[first:last] * psi[first:last]).sum(0)
-        allowed = None
-        if restrict:
-            wanted = (indicator[first:last].sum(0) > 0) | (mass <= 0)
-            allowed = wanted[g.region_class]
         prev_xy = start if first == 0 else xy[first - 1]
         next_xy = xy[last] if last < num_rounds else None
         path = np.linalg.norm(np.diff(np.vstack([start[None], xy]), axis=0), axis=1)
         window_edges = slice(first, last + 1 if next_xy is not None else last)
         budget_left = c.budget_m - (float(path.sum()) - float(path[window_edges].sum()))
         model = _WindowModel(g, psi[first:last], prev_xy, next_xy, budget_left, mass - inside,
-                             _c5_caps(indicator, first, last, c), allowed)
+                             _c5_caps(indicator, first, last, c))
         for cls in range(num_classes):
             offset = model.offset[cls] + c.eps_tol
             model.add_tangent(cls, offset + inside[cls])
@@ -695,12 +691,15 @@ def _sweep(state: _SearchState, g: _Geometry, regions: Sequence[GaussianRegion],
             if (candidate_objective > state.objective + IMPROVEMENT_TOLERANCE
                     and _respects(candidate, start, c)):
                 state.xy, state.objective, improved = candidate, candidate_objective, True
+                state.version += 1
             window_mass = model.window_mass(x)
             predicted = float(-np.dot(model.cost, x))
             if predicted - float(np.log(window_mass).sum()) <= c.tolerance:
                 break
             for cls in range(num_classes):
                 model.add_tangent(cls, window_mass[cls])
+        if time.perf_counter() < state.deadline:
+            state.solved_at[(first, last)] = state.version
     return improved
 
 
@@ -730,19 +729,19 @@ def plan_trajectory_detailed(regions: Sequence[GaussianRegion], priorities: np.n
         c.step_m * g.shrink, c.budget_m * g.shrink, c.eps_tol, c.warm_start_iterations, score)
     warm_objective = objective
     # 2. Windowed SCA (Algorithm 1 on eq. (5) restricted to a window of rounds, the rest
-    #    fixed): sweep half-overlapping windows of W rounds until a sweep no longer improves;
-    #    then one sweep of wide windows (WIDE_WINDOW_FACTOR x W rounds, only the regions of the
-    #    classes the window serves or the plan misses, so the MILP stays small) that can make
-    #    the long detours a missed class needs; repeat while the wide sweep improves. A window's
-    #    solution is accepted only if the true eq. (4) of the whole plan improves and the plan
-    #    still respects step, fence and budget, so the objective never falls below the warm
-    #    start's.
+    #    fixed): sweep half-overlapping windows of W rounds until a sweep no longer improves
+    #    (cheap MILPs, local moves); then SCA on the whole horizon with the time left (global
+    #    moves such as a long detour to a class, from tangents at a good incumbent); repeat
+    #    while the whole-horizon stage improves. A solution is accepted only if the true eq. (4)
+    #    of the whole plan improves and the plan still respects step, fence and budget, so the
+    #    objective never falls below the warm start's.
     state = _SearchState(xy, objective, started + c.time_budget_s)
+    num_rounds = psi.shape[0]
     for _ in range(c.window_passes):
-        while _sweep(state, g, regions, psi, start, c, c.window_rounds, False, score):
+        while _sweep(state, g, regions, psi, start, c, c.window_rounds, score):
             pass
-        if state.out_of_time or not _sweep(state, g, regions, psi, start, c,
-                                           WIDE_WINDOW_FACTOR * c.window_rounds, True, score):
+        if (state.out_of_time
+                or not _sweep(state, g, regions, psi, start, c, num_rounds, score)):
             break
     xy, objective, iterations = state.xy, state.objective, state.iterations
     waypoints = [PlanWaypoint(float(e), float(n), float(c.altitude_m)) for e, n in xy]
