@@ -50,10 +50,12 @@ Formulation (choices documented here; see also the 2CEOAFL digest §7):
   its linearisation point or after ``max_iterations``. A window's solution replaces the
   incumbent only if the true eq. (4) of the whole plan improves and the exact step, fence and
   budget checks pass, so the plan is never worse than its warm start. Sweeps of
-  half-overlapping windows (``window_rounds``) run until one no longer improves; then the whole
-  horizon is one window (SCA from tangents at that incumbent, for global moves such as a long
-  detour to a class) with the time left; this repeats while the whole-horizon stage improves,
-  up to ``window_passes`` times or until ``time_budget_s`` is spent.
+  half-overlapping windows (``window_rounds``) run until one no longer improves; then, if a
+  class is never visited, the best detour to one of its regions (leave the path as late and
+  rejoin it as early as the step allows; scored by the true eq. (4)) is inserted and the
+  sweeps resume; otherwise the whole horizon is one window (SCA from tangents at that
+  incumbent, for global moves) with the time left. This repeats up to ``window_passes`` times
+  or until ``time_budget_s`` is spent.
   Small windows solve to ``mip_rel_gap`` and the plan is deterministic; when a time limit
   binds (large instances on a loaded machine) the result depends on wall-clock time.
 * ``upper_bound`` is :func:`relaxation_upper_bound` (teleporting drone, C4 and reachability
@@ -90,6 +92,10 @@ IMPROVEMENT_TOLERANCE = 1e-9
 # from the fixed mass A_c + ε to its maximum, so the first piecewise-linear log is already
 # within a few % of the true one (5 points span ratios of up to 10^4 with ratio-10 steps).
 INITIAL_TANGENTS = 5
+# Longest dwell tried by a detour to a missed class: a class's ψ is smooth in t (eq. (2)'s
+# sinusoidal basis), so a few rounds at its peak take most of what one visit can add; longer
+# stays are the windows' job.
+MAX_DETOUR_DWELL = 4
 # Frank-Wolfe iterations of the relaxation bound: the duality gap falls as O(1/k); 500 gives
 # bounds within ~0.01 of the relaxation's optimum on T = 100, C = 10 in about 0.1 s.
 RELAXATION_ITERATIONS = 500
@@ -703,6 +709,78 @@ def _sweep(state: _SearchState, g: _Geometry, regions: Sequence[GaussianRegion],
     return improved
 
 
+def _detour(xy: np.ndarray, start: np.ndarray, anchor: np.ndarray, arrive: int, dwell: int,
+            step_m: float) -> np.ndarray | None:
+    """xy with a detour to ``anchor``: leave the plan as late as possible, arrive at round
+    ``arrive``, stay ``dwell`` rounds, rejoin the plan as early as possible (or stay to the
+    end); straight legs in equal steps of at most step_m. None if the anchor is out of reach."""
+    num_rounds = len(xy)
+    last = arrive + dwell - 1
+    if last >= num_rounds:
+        return None
+    leave = None                           # first replaced round; the drone is at xy[leave - 1]
+    for first in range(arrive, -1, -1):
+        origin = start if first == 0 else xy[first - 1]
+        if math.ceil(np.linalg.norm(anchor - origin) / step_m - 1e-12) <= arrive - first + 1:
+            leave = first
+            break
+    if leave is None:
+        return None
+    out = xy.copy()
+    origin = start if leave == 0 else xy[leave - 1]
+    legs = arrive - leave + 1
+    for j in range(1, legs + 1):
+        out[leave + j - 1] = origin + (j / legs) * (anchor - origin)
+    out[arrive:last + 1] = anchor
+    for rejoin in range(last + 1, num_rounds):
+        if math.ceil(np.linalg.norm(xy[rejoin] - anchor) / step_m - 1e-12) <= rejoin - last:
+            legs = rejoin - last
+            for j in range(1, legs):
+                out[last + j] = anchor + (j / legs) * (xy[rejoin] - anchor)
+            return out
+    out[last + 1:] = anchor
+    return out
+
+
+def _insert_missed_classes(state: _SearchState, g: _Geometry, regions: Sequence[GaussianRegion],
+                           psi: np.ndarray, start: np.ndarray, c: TrajectoryConstraints,
+                           score: Callable[[np.ndarray], float]) -> bool:
+    """Detour insertion (the orienteering insertion move) for classes the plan never visits:
+    eq. (4) loses about log(ε_tol) for each, and a narrow window cannot reach a region more
+    than W / 2 steps off the path. For each such class, each of its regions (centre clipped to
+    the fence), each arrival round and dwell of 1..MAX_DETOUR_DWELL rounds, the detour is
+    scored by the true eq. (4); the best that improves and respects step, fence and budget is
+    accepted. True if the plan changed."""
+    indicator = association(state.xy, regions, psi.shape[1], c.zeta)
+    mass = (indicator * psi).sum(0)
+    east_min, north_min, east_max, north_max = c.fence
+    best_xy, best_objective = None, state.objective
+    for r in range(len(g.centres)):
+        cls = g.region_class[r]
+        if mass[cls] > 0 or not g.usable[r]:
+            continue
+        anchor = np.clip(g.centres[r], [east_min, north_min], [east_max, north_max])
+        if np.linalg.norm(anchor - g.centres[r]) > g.radii[r] * g.shrink:
+            continue
+        for arrive in range(psi.shape[0]):
+            if time.perf_counter() >= state.deadline:
+                state.out_of_time = True
+                break
+            for dwell in range(1, MAX_DETOUR_DWELL + 1):
+                candidate = _detour(state.xy, start, anchor, arrive, dwell, c.step_m * g.shrink)
+                if candidate is None:
+                    break
+                objective = score(candidate)
+                if objective > best_objective + IMPROVEMENT_TOLERANCE and _respects(
+                        candidate, start, c):
+                    best_xy, best_objective = candidate, objective
+    if best_xy is None:
+        return False
+    state.xy, state.objective = best_xy, best_objective
+    state.version += 1
+    return True
+
+
 def plan_trajectory_detailed(regions: Sequence[GaussianRegion], priorities: np.ndarray,
                              start_enu_m: Sequence[float], constraints: TrajectoryConstraints,
                              seed: int = 0) -> TrajectoryPlan:
@@ -730,9 +808,10 @@ def plan_trajectory_detailed(regions: Sequence[GaussianRegion], priorities: np.n
     warm_objective = objective
     # 2. Windowed SCA (Algorithm 1 on eq. (5) restricted to a window of rounds, the rest
     #    fixed): sweep half-overlapping windows of W rounds until a sweep no longer improves
-    #    (cheap MILPs, local moves); then SCA on the whole horizon with the time left (global
-    #    moves such as a long detour to a class, from tangents at a good incumbent); repeat
-    #    while the whole-horizon stage improves. A solution is accepted only if the true eq. (4)
+    #    (cheap MILPs, local moves); then insert a detour to a class the plan misses (a move
+    #    too long for a window) and sweep again, or else run SCA on the whole horizon with the
+    #    time left (global moves, from tangents at a good incumbent); repeat while either
+    #    improves. A solution is accepted only if the true eq. (4)
     #    of the whole plan improves and the plan still respects step, fence and budget, so the
     #    objective never falls below the warm start's.
     state = _SearchState(xy, objective, started + c.time_budget_s)
@@ -740,6 +819,8 @@ def plan_trajectory_detailed(regions: Sequence[GaussianRegion], priorities: np.n
     for _ in range(c.window_passes):
         while _sweep(state, g, regions, psi, start, c, c.window_rounds, score):
             pass
+        if _insert_missed_classes(state, g, regions, psi, start, c, score):
+            continue
         if (state.out_of_time
                 or not _sweep(state, g, regions, psi, start, c, num_rounds, score)):
             break

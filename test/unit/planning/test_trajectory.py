@@ -237,3 +237,17 @@ def test_relaxation_bound_hand_checked():
     psi2 = np.full((3, 2), 0.5)
     bound2 = relaxation_upper_bound(far, psi2, START, _constraints(budget_m=120.0))
     assert bound2 == pytest.approx(math.log(1.5 + 1e-3) + math.log(1e-3), abs=1e-3)
+
+
+def test_detour_reaches_the_anchor_on_time_and_rejoins_within_the_step():
+    from fl_uav.planning.trajectory import _detour
+    T, step = 12, 100.0
+    xy = np.array([[100.0 + 10.0 * t, 100.0] for t in range(T)])
+    anchor = np.array([100.0, 450.0])
+    out = _detour(xy, np.array([100.0, 100.0]), anchor, arrive=5, dwell=2, step_m=step)
+    assert np.allclose(out[5], anchor) and np.allclose(out[6], anchor)
+    steps = np.linalg.norm(np.diff(np.vstack([[100.0, 100.0], out]), axis=0), axis=1)
+    assert steps.max() <= step + 1e-9
+    assert np.allclose(out[-1], xy[-1])              # back on the plan before the end
+    assert np.allclose(out[0], xy[0])                # left the plan as late as possible
+    assert _detour(xy, np.array([100.0, 100.0]), anchor, arrive=2, dwell=1, step_m=step) is None
