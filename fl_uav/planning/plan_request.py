@@ -67,7 +67,8 @@ class TrajectoryRequest:
     start_north_m: where the drone starts (inside the fence). altitude_m in [min_altitude_m,
     max_altitude_m]. max_speed_m_s x round_time_s: the longest step. budget_m: battery budget on
     the path length. zeta, eps_tol: ζ of eq. (3) and ε_tol of eq. (4). max_iterations,
-    time_limit_s: SCA iterations and the HiGHS time limit per MILP.
+    time_limit_s: SCA iterations per window and the HiGHS time limit per MILP (the windowed
+    SCA of :mod:`fl_uav.planning.trajectory`).
     """
 
     regions: str = 'map'
@@ -238,8 +239,9 @@ def plan_trajectory_request(config: PlanConfig) -> TrajectoryOutcome:
         'num_classes': world.num_classes, 'num_regions': len(regions),
         'fence_enu_m': list(fence), 'start_enu_m': list(start),
         'step_m': constraints.step_m, 'budget_m': request.budget_m,
-        'sca': {'iterations': plan.iterations,      # no proven bound (time limit): null
+        'sca': {'iterations': plan.iterations,      # window MILPs solved
                 'upper_bound': plan.upper_bound if math.isfinite(plan.upper_bound) else None,
+                'warm_start_objective': plan.warm_start_objective,
                 'solve_time_s': plan.solve_time_s},
         'methods': {name: _method_figures(wps, regions, psi, start, request.zeta,
                                           request.eps_tol)

@@ -15,9 +15,11 @@ from fl_uav.planning.trajectory import (
     plan_trajectory,
     plan_trajectory_detailed,
     random_baseline,
+    relaxation_upper_bound,
     total_path_m,
     two_ceoafl_objective,
 )
+from fl_uav.planning.trajectory_tour import region_tour_warm_start
 
 FENCE = (0.0, 0.0, 300.0, 300.0)
 START = (150.0, 150.0)
@@ -124,3 +126,128 @@ def test_gmm_recovers_two_separated_clusters():
     assert sum(r.weight for r in regions) == pytest.approx(1.0)
     again = fit_class_regions(positions, labels, 3, 2, seed=1)
     assert again == regions
+
+
+# --------------------------------------------------------------------------------------------
+# Warm start, windowed SCA and the relaxation bound (T = 100-style instances, scaled down)
+
+WIDE_FENCE = (0.0, 0.0, 1000.0, 1000.0)
+WIDE_START = (500.0, 500.0)
+
+
+def _spread_regions() -> list[GaussianRegion]:
+    """Six classes on a 300 m circle around the start, plus a seventh outside the fence."""
+    angles = 2.0 * math.pi * np.arange(6) / 6.0 + 0.3
+    regions = [_region(k, 500.0 + 300.0 * math.cos(a), 500.0 + 300.0 * math.sin(a), 25.0)
+               for k, a in enumerate(angles)]
+    return regions + [_region(6, 1500.0, 500.0, 25.0)]
+
+
+def _wide_constraints(**kwargs) -> TrajectoryConstraints:
+    # Short HiGHS limits keep the test fast; every assertion below holds whether or not a
+    # limit binds (feasibility and "never below the warm start" hold by construction).
+    base = dict(fence=WIDE_FENCE, max_speed_m_s=5.0, round_time_s=20.0, budget_m=2400.0,
+                time_limit_s=2.0, time_budget_s=10.0)
+    base.update(kwargs)
+    return TrajectoryConstraints(**base)
+
+
+def _check_wide(xy: np.ndarray, c: TrajectoryConstraints) -> None:
+    east_min, north_min, east_max, north_max = c.fence
+    assert np.all((xy[:, 0] >= east_min) & (xy[:, 0] <= east_max))
+    assert np.all((xy[:, 1] >= north_min) & (xy[:, 1] <= north_max))
+    steps = np.linalg.norm(np.diff(np.vstack([np.array(WIDE_START)[None], xy]), axis=0), axis=1)
+    assert steps.max() <= c.step_m + 1e-6
+    assert steps.sum() <= c.budget_m + 1e-6
+
+
+def test_warm_start_is_feasible_and_scored_by_eq4():
+    T = 30
+    psi = class_priorities(T, 7, 5)
+    regions = _spread_regions()
+    c = _wide_constraints()
+    shrink = math.cos(math.pi / c.polygon_sides)
+    radii = np.array([r.radius_m * shrink for r in regions])
+    xy, objective = region_tour_warm_start(
+        regions, psi, np.array(WIDE_START), c.fence, radii, c.step_m * shrink,
+        c.budget_m * shrink, c.eps_tol, 10,
+        lambda p: two_ceoafl_objective(p, regions, psi, c.zeta, c.eps_tol))
+    assert xy.shape == (T, 2)
+    _check_wide(xy, c)
+    assert objective == pytest.approx(two_ceoafl_objective(xy, regions, psi))
+    # It beats staying put and the random walk the SCA used to start from, and it never goes
+    # to the region outside the fence.
+    stay = np.repeat(np.array(WIDE_START)[None], T, axis=0)
+    assert objective > two_ceoafl_objective(stay, regions, psi)
+    assert objective > two_ceoafl_objective(random_baseline(c, WIDE_START, T, 0), regions, psi)
+    assert expected_class_samples(xy, regions, psi)[6] == 0
+    again, _ = region_tour_warm_start(
+        regions, psi, np.array(WIDE_START), c.fence, radii, c.step_m * shrink,
+        c.budget_m * shrink, c.eps_tol, 10,
+        lambda p: two_ceoafl_objective(p, regions, psi, c.zeta, c.eps_tol))
+    assert np.array_equal(xy, again)   # deterministic
+
+
+def test_plan_reaches_every_reachable_class_and_respects_limits():
+    T = 30
+    psi = class_priorities(T, 7, 5)
+    regions = _spread_regions()
+    c = _wide_constraints()
+    plan = plan_trajectory_detailed(regions, psi, WIDE_START, c)
+    xy = np.array([(w.east_m, w.north_m) for w in plan.waypoints])
+    _check_wide(xy, c)
+    samples = expected_class_samples(plan.waypoints, regions, psi)
+    assert (samples[:6] > 0).all() and samples[6] == 0   # class 6 is outside the fence
+    # Windows never make the plan worse than the warm start they start from.
+    assert plan.objective >= plan.warm_start_objective - 1e-12
+    assert plan.iterations >= 1
+    # No plan beats the relaxation bound; baselines of equal length are far below.
+    assert plan.objective <= plan.upper_bound + 1e-9
+    length = total_path_m(WIDE_START, plan.waypoints)
+    lawn = lawnmower_baseline(c.fence, WIDE_START, T, length, c.altitude_m, c.step_m)
+    rand = random_baseline(c, WIDE_START, T, 0)
+    assert plan.objective > two_ceoafl_objective(lawn, regions, psi)
+    assert plan.objective > two_ceoafl_objective(rand, regions, psi)
+
+
+def test_no_windows_returns_the_warm_start():
+    psi = class_priorities(20, 7, 6)
+    c = _wide_constraints(window_passes=0)
+    plan = plan_trajectory_detailed(_spread_regions(), psi, WIDE_START, c)
+    assert plan.iterations == 0
+    assert plan.objective == pytest.approx(plan.warm_start_objective)
+
+
+def test_budget_binds_and_is_respected_on_a_long_horizon():
+    psi = class_priorities(40, 7, 7)
+    c = _wide_constraints(budget_m=900.0)
+    plan = plan_trajectory_detailed(_spread_regions(), psi, WIDE_START, c)
+    _check_wide(np.array([(w.east_m, w.north_m) for w in plan.waypoints]), c)
+
+
+def test_relaxation_bound_hand_checked():
+    # One class, its region at the start: every round can be associated, bound = log(T + ε).
+    psi = np.ones((3, 1))
+    regions = [_region(0, 150.0, 150.0, 20.0)]
+    bound = relaxation_upper_bound(regions, psi, START, _constraints())
+    assert bound == pytest.approx(math.log(3.0 + 1e-3), abs=1e-3)
+    assert bound >= math.log(3.0 + 1e-3) - 1e-9
+    # A class whose region is out of reach of the whole budget adds only log(ε).
+    far = regions + [_region(1, 290.0, 290.0, 5.0)]
+    psi2 = np.full((3, 2), 0.5)
+    bound2 = relaxation_upper_bound(far, psi2, START, _constraints(budget_m=120.0))
+    assert bound2 == pytest.approx(math.log(1.5 + 1e-3) + math.log(1e-3), abs=1e-3)
+
+
+def test_detour_reaches_the_anchor_on_time_and_rejoins_within_the_step():
+    from fl_uav.planning.trajectory import _detour
+    T, step = 12, 100.0
+    xy = np.array([[100.0 + 10.0 * t, 100.0] for t in range(T)])
+    anchor = np.array([100.0, 450.0])
+    out = _detour(xy, np.array([100.0, 100.0]), anchor, arrive=5, dwell=2, step_m=step)
+    assert np.allclose(out[5], anchor) and np.allclose(out[6], anchor)
+    steps = np.linalg.norm(np.diff(np.vstack([[100.0, 100.0], out]), axis=0), axis=1)
+    assert steps.max() <= step + 1e-9
+    assert np.allclose(out[-1], xy[-1])              # back on the plan before the end
+    assert np.allclose(out[0], xy[0])                # left the plan as late as possible
+    assert _detour(xy, np.array([100.0, 100.0]), anchor, arrive=2, dwell=1, step_m=step) is None
