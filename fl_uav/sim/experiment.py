@@ -765,8 +765,14 @@ def _target_cells(summary: dict[str, Any]) -> str:
             f'{(str(rounds) if rounds is not None else "-"):>6}')
 
 
-def compare_runs(run_dirs: list[Path], out_dir: Path) -> str:
-    """Overlay runs in one set of plots and return a table of their figures."""
+def compare_runs(run_dirs: list[Path], out_dir: Path, target_accuracy: float | None = None
+                 ) -> str:
+    """Overlay runs in one set of plots and return a table of their figures.
+
+    The energy-to-target columns use each run's own ``target_accuracy`` or, if given,
+    ``target_accuracy`` for every run (recomputed from its rounds.csv)."""
+    if target_accuracy is not None and not 0.0 < target_accuracy <= 1.0:
+        raise ExperimentError(f'--target must be in (0, 1], got {target_accuracy}')
     runs, lines = [], []
     header = (f'{"run":<28} {"rounds":>6} {"final acc":>9} {"best acc":>9} '
               f'{"uplink MB":>10} {"sim s":>9} {"wall s":>8} {"target":>6} '
@@ -778,6 +784,8 @@ def compare_runs(run_dirs: list[Path], out_dir: Path) -> str:
             raise ExperimentError(f'{summary_path} does not exist (not an experiment directory)')
         summary = json.loads(summary_path.read_text())
         rows = _read_rows(Path(run_dir) / ROUNDS_FILE)
+        if target_accuracy is not None:
+            summary.update(energy_to_target(rows, target_accuracy))
         label = f'{summary["name"]} ({Path(run_dir).name})'
         runs.append((label, rows))
         lines.append(f'{label[:28]:<28} {len(rows):>6} '

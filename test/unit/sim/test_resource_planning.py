@@ -13,7 +13,12 @@ from fl_uav.learning.client_algorithms import LOCAL_STEPS_KNOB, PRUNE_FRACTION_K
 from fl_uav.planning.feddpq_opt import BITS_KNOB, PRUNE_KNOB, TOPUP_KNOB, TX_POWER_KNOB
 from fl_uav.planning.lgc_control import ENTRIES_KNOB
 from fl_uav.planning.lgc_control import LOCAL_STEPS_KNOB as LGC_STEPS_KNOB
-from fl_uav.sim.experiment import ExperimentEngine, energy_to_target, run_experiment
+from fl_uav.sim.experiment import (
+    ExperimentEngine,
+    compare_runs,
+    energy_to_target,
+    run_experiment,
+)
 from fl_uav.sim.experiment_config import ExperimentConfig
 from fl_uav.sim.resource_planning import KNOBS_FILE, FeddpqRoundResources
 
@@ -239,3 +244,20 @@ def test_feddpq_plan_is_deterministic_for_a_seed_and_uses_the_engine_fleet():
     assert fleet.class_counts.astype(int).tolist() == counts
     assert fleet.num_params == sum(w.size for w in first.weights.values())
     assert fleet.batch_size == config.learning.batch_size * config.learning.kappa_steps
+
+
+def test_compare_shows_energy_to_a_given_target(tmp_path):
+    # Setup: one tiny run without a target of its own
+    run_experiment(_config(), tmp_path / 'run', echo=lambda _: None)
+    # Execute
+    own = compare_runs([tmp_path / 'run'], tmp_path / 'cmp')
+    given = compare_runs([tmp_path / 'run'], tmp_path / 'cmp', target_accuracy=0.01)
+    # Assert: '-' without a target; with 1 % the first round's fleet energy (kJ) and round 1
+    assert own.splitlines()[1].split()[-3:] == ['-', '-', '-']
+    energy_kj = run_rows_energy(tmp_path / 'run') / 1e3
+    assert given.splitlines()[1].split()[-3:] == ['0.010', f'{energy_kj:.1f}', '1']
+
+
+def run_rows_energy(run: Path) -> float:
+    rows = (run / 'rounds.csv').read_text().splitlines()
+    return float(rows[1].split(',')[rows[0].split(',').index('energy_total_j')])
