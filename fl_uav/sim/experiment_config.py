@@ -154,6 +154,9 @@ class ResourcesConfig:
     feddpq_*: the optimiser's budget (BCD rounds, trials of the q block and of each vector
         block) and its fallback when one common packet-error target is infeasible (clip |
         error). The engine's system section, partition, model and batch define the fleet.
+        feddpq_heterogeneity_label_scale: Z_u² += scale · TV_u² in the convergence model
+        (fl_uav.planning.feddpq_opt.ConvergenceConstants; not in the paper, whose Z_u does not
+        depend on Δ: 0 = FedDPQ's literal form; the default 400 is that module's).
     lgc_*: each drone's channels: one price (LGC Table 1, J/MB) and one bandwidth (Hz) per
         channel, as many as compression.lgc_channel_entries; lgc_channel_max_entries is D_n^max;
         lgc_max_local_steps is H_max (LGC eq. (10c)); lgc_hover_power_w is charged while the
@@ -168,6 +171,7 @@ class ResourcesConfig:
     feddpq_q_trials: int = 5
     feddpq_block_trials: int = 20
     feddpq_fallback: str = 'clip'
+    feddpq_heterogeneity_label_scale: float = 400.0
     lgc_channel_energy_j_per_mb: tuple[float, ...] = (1296.0, 2851.2, 7128.0)
     lgc_channel_bandwidth_hz: tuple[float, ...] = (1e6, 5e6, 20e6)
     lgc_channel_max_entries: int = 6000
@@ -188,6 +192,9 @@ class ResourcesConfig:
                      'lgc_channel_max_entries', 'lgc_max_local_steps', 'lgc_ddpg_train_steps'):
             if getattr(self, name) < 1:
                 raise ValueError(f'resources.{name} must be >= 1, got {getattr(self, name)}')
+        if not self.feddpq_heterogeneity_label_scale >= 0:
+            raise ValueError(f'resources.feddpq_heterogeneity_label_scale must be >= 0, got '
+                             f'{self.feddpq_heterogeneity_label_scale}')
         prices, bandwidths = self.lgc_channel_energy_j_per_mb, self.lgc_channel_bandwidth_hz
         if not prices or len(prices) != len(bandwidths):
             raise ValueError(f'resources.lgc_channel_energy_j_per_mb and '

@@ -29,6 +29,7 @@ the drone's multi-channel upload.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,11 +86,13 @@ class FeddpqRoundResources:
     kind = 'feddpq'
 
     def __init__(self, engine: ExperimentEngine) -> None:
-        from fl_uav.planning.feddpq_opt import optimise_feddpq
+        from fl_uav.planning.feddpq_opt import ConvergenceConstants, optimise_feddpq
 
         r = engine.config.resources
         self.fleet = feddpq_fleet(engine)
-        self.plan = optimise_feddpq(self.fleet, seed=engine.config.seed,
+        self.constants = ConvergenceConstants(
+            heterogeneity_label_scale=r.feddpq_heterogeneity_label_scale)
+        self.plan = optimise_feddpq(self.fleet, self.constants, seed=engine.config.seed,
                                     fallback=r.feddpq_fallback,
                                     max_bcd_rounds=r.feddpq_max_bcd_rounds,
                                     q_trials=r.feddpq_q_trials, block_trials=r.feddpq_block_trials)
@@ -108,6 +111,7 @@ class FeddpqRoundResources:
                 'packet_error_target': self.plan.packet_error_target,
                 'predicted_energy_j': p.energy_j, 'predicted_rounds': p.rounds,
                 'model_batch_per_round': self.fleet.batch_size,
+                'constants': dataclasses.asdict(self.constants),
                 'history_j': list(self.plan.history_j),
                 'knobs_by_drone': {str(d): k for d, k in self.plan.knobs_by_drone().items()}}
 

@@ -261,3 +261,12 @@ def test_compare_shows_energy_to_a_given_target(tmp_path):
 def run_rows_energy(run: Path) -> float:
     rows = (run / 'rounds.csv').read_text().splitlines()
     return float(rows[1].split(',')[rows[0].split(',').index('energy_total_j')])
+
+
+def test_label_scale_default_is_the_convergence_model_default():
+    # Setup
+    from fl_uav.planning.feddpq_opt import ConvergenceConstants
+    from fl_uav.sim.experiment_config import ResourcesConfig
+    # Assert: the config does not drift from the model it parameterises
+    assert (ResourcesConfig().feddpq_heterogeneity_label_scale
+            == ConvergenceConstants().heterogeneity_label_scale)
