@@ -6,6 +6,9 @@ mode) → every drone trains from the global model (all at once, vectorised over
 after another as the reference) → the simulated clock advances by each drone's compute time
 (FedDPQ eqs. (35)-(36)) and upload airtime over a Rayleigh-faded link (eqs. (14)-(15)) → late
 drones are dropped at the deadline → the Strategy aggregates → the global model is evaluated.
+With ``resources.planner`` (fl_uav.sim.resource_planning) each drone's knobs come from a
+controller: FedDPQ's plan (transmit power, top-up Δ_u, pruning ρ_u, range bits δ_u) or LGC's
+per-round policy (local steps H, entries per channel D_n over priced channels).
 
 Results go to DIR/rounds.csv (one row per round, appended as it happens), DIR/summary.json and
 plots; DIR/checkpoint.npz after every ``checkpoint_every`` rounds makes ``--resume`` possible.
