@@ -67,7 +67,7 @@ def _compare(args: argparse.Namespace) -> int:
     from fl_uav.sim.experiment import ExperimentError, compare_runs
 
     try:
-        print(compare_runs([Path(d) for d in args.dirs], Path(args.out)))
+        print(compare_runs([Path(d) for d in args.dirs], Path(args.out), args.target))
     except ExperimentError as exc:
         print(f'fl-uav: {exc}', file=sys.stderr)
         return 1
@@ -146,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_ = sub.add_parser('compare', help='overlay experiment runs in one plot and one table')
     cmp_.add_argument('dirs', nargs='+', help='experiment output directories')
     cmp_.add_argument('--out', default='comparison', help='where to write the plots')
+    cmp_.add_argument('--target', type=float, default=None,
+                      help='accuracy for the energy-to-target column (default: the '
+                      'target_accuracy of each run)')
     cmp_.set_defaults(func=_compare)
     plan = sub.add_parser('plan', help='plan a 2CEOAFL trajectory or FedEx routes from a config '
                           'and write PNG plots and a JSON of the figures')

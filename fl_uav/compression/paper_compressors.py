@@ -73,6 +73,8 @@ class LgcCompressor(Compressor):
     at the next round and Σ(received) + e stays equal to the accumulated updates. The returned
     bytes are the sent layer frames concatenated (each frame self-delimiting; all of them used
     airtime), the reconstructed delta is the sum of the received layers (eq. (2)).
+    ``channel_entries`` may be changed between rounds (a controller's D_n, LGC eq. (13));
+    ``last_frame_bytes`` holds the bytes sent on each channel by the last call.
     :meth:`upload_lost` (the whole upload missed the deadline) puts the received layers back
     into the residual; :meth:`upload_used` (the server summed only some of the sent layers, as
     the fleet's ground station reports) keeps exactly those acknowledged. The error memory is
@@ -96,6 +98,7 @@ class LgcCompressor(Compressor):
         self.channel_entries, self.drop_probabilities = entries, np.asarray(drops)
         self.encoder: LgcEncoder | None = None
         self.last_received: list[int] = []
+        self.last_frame_bytes: list[int] = []   # per channel, of the last compress
         self._before_ack: np.ndarray | None = None
         self._sent_layers: list = []
 
@@ -104,11 +107,11 @@ class LgcCompressor(Compressor):
         """``mask`` is implied (only the top-ranked indices travel); every layer frame carries
         ``metadata`` (codec v2 metadata section), so any layer that arrives brings it."""
         vector, layout = flatten(delta)
+        check_lgc_entries(self.channel_entries, layout.dim)   # a planner may change them
         if self.encoder is None:
-            check_lgc_entries(self.channel_entries, layout.dim)   # the config's own check
             self.encoder = LgcEncoder(layout.dim, self.channel_entries)
         accumulated = self.encoder.residual + vector.astype(np.float32)
-        layers = self.encoder.encode(vector)
+        layers = self.encoder.encode(vector, self.channel_entries)
         frames = encode_lgc(layers, layout.dim, round_index=round_index, sender=sender,
                             fingerprint=fingerprint, metadata=metadata)
         dropped = rng.random(len(layers)) < self.drop_probabilities
@@ -117,6 +120,7 @@ class LgcCompressor(Compressor):
         self._before_ack = accumulated
         self._sent_layers = layers
         self.last_received = received
+        self.last_frame_bytes = [len(f) for f in frames]
         parts, bad = decode_lgc_parts([frames[c] for c in received])
         if bad:
             raise RuntimeError(f'LGC frames failed to decode: {bad}')

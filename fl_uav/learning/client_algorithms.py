@@ -71,6 +71,10 @@ CLIENT_ALGORITHMS = ('sgd', '2ceoafl', 'feddpq', 'osafl', 'scaffold')
 #: (the engine) it is the arrays themselves; on the wire it travels as prefixed tensors
 #: (fl_uav.aggregation.scaffold.CONTROL_TENSOR_PREFIX).
 SERVER_CONTROL_KNOB = 'scaffold_server_control'
+# Per-drone resource knobs a planner sends (fl_uav.planning.resources): exactly this many local
+# steps (LGC's H, eq. (13)), and this pruning ratio (FedDPQ's ρ_u) instead of the config's.
+LOCAL_STEPS_KNOB = 'local_steps'
+PRUNE_FRACTION_KNOB = 'prune_fraction'
 # Metric PRUNE_FRACTION_KEY (the pruning ratio δ_u^t of 2CEOAFL or ρ_u of FedDPQ the drone
 # used this round) lives in fl_uav.aggregation._common and is imported from here as well.
 #: Metric: the fraction of weights the drone's pruned model kept (FedDPQ).
@@ -194,6 +198,8 @@ class SgdClient(ClientAlgorithm):
         _check_data(inputs, labels)
         mu = float(knobs.get(PROXIMAL_MU_KNOB, config.proximal_mu))
         config = dataclasses.replace(config, proximal_mu=mu)
+        if knobs.get(LOCAL_STEPS_KNOB) is not None:   # a planner's H: exactly that many steps
+            config = exact_steps_config(config, len(labels), int(knobs[LOCAL_STEPS_KNOB]))
         start, index_map = global_weights, None
         if self.structured_keep < 1.0:
             model, start, index_map = pruned_training_model(model, global_weights,
@@ -247,7 +253,8 @@ class FedDpqClient(ClientAlgorithm):
     """FedDPQ's device round (Hou et al.; digest 001 §1.4, eqs. (5), (9), (10), (18)).
 
     Magnitude pruning of the received model with ratio ρ_u (``prune_fraction``, or uniform in
-    [prune_fraction, prune_fraction_max] per drone and round), then ``local_steps`` SGD steps
+    [prune_fraction, prune_fraction_max] per drone and round, or the planner's
+    ``prune_fraction`` knob when sent: FedDPQ Algorithm 2's ρ_u), then ``local_steps`` SGD steps
     with every gradient taken at a pruned point (the paper: one step,
     :func:`~fl_uav.learning.pruning.feddpq_local_update`). Δ = −η Σ g(w̃), applied by the
     feddpq strategy to the dense model (eq. (18)). Compute: steps · (1 − ρ_u) dense steps
@@ -270,7 +277,10 @@ class FedDpqClient(ClientAlgorithm):
         if config.momentum or config.weight_decay or config.optimizer != 'sgd':
             raise ValueError('feddpq runs plain SGD (FedDPQ eq. (5)): optimizer must be sgd '
                              'and momentum and weight_decay 0')
-        ratio = _draw_fraction(self.prune_fraction, self.prune_fraction_max, seed)
+        ratio = (float(knobs[PRUNE_FRACTION_KNOB]) if knobs.get(PRUNE_FRACTION_KNOB) is not None
+                 else _draw_fraction(self.prune_fraction, self.prune_fraction_max, seed))
+        if not 0.0 <= ratio < 1.0:
+            raise ValueError(f'knob {PRUNE_FRACTION_KNOB} must be in [0, 1), got {ratio}')
         delta, mask, losses = feddpq_local_update(model, global_weights, (inputs, labels), ratio,
                                                   self.local_steps, config.lr,
                                                   config.batch_size, seed)

@@ -6,6 +6,9 @@ mode) → every drone trains from the global model (all at once, vectorised over
 after another as the reference) → the simulated clock advances by each drone's compute time
 (FedDPQ eqs. (35)-(36)) and upload airtime over a Rayleigh-faded link (eqs. (14)-(15)) → late
 drones are dropped at the deadline → the Strategy aggregates → the global model is evaluated.
+With ``resources.planner`` (fl_uav.sim.resource_planning) each drone's knobs come from a
+controller: FedDPQ's plan (transmit power, top-up Δ_u, pruning ρ_u, range bits δ_u) or LGC's
+per-round policy (local steps H, entries per channel D_n over priced channels).
 
 Results go to DIR/rounds.csv (one row per round, appended as it happens), DIR/summary.json and
 plots; DIR/checkpoint.npz after every ``checkpoint_every`` rounds makes ``--resume`` possible.
@@ -35,11 +38,12 @@ from fl_uav.aggregation.feddpq import DRAWS_KNOB
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.aggregation.scaffold import Scaffold
 from fl_uav.compression.codec import encoded_size
-from fl_uav.compression.compressor import Compressor, NoCompression
+from fl_uav.compression.compressor import Compressor, NoCompression, RangeCompressor
 from fl_uav.configschema import to_flat
 from fl_uav.learning import partition
 from fl_uav.learning.buffer import retained_positions
 from fl_uav.learning.client_algorithms import (
+    LOCAL_STEPS_KNOB,
     SERVER_CONTROL_KNOB,
     ClientAlgorithm,
     ClientResult,
@@ -60,8 +64,17 @@ from fl_uav.learning.vectorized import VectorizedTrainer
 from fl_uav.learning.weights import Weights, architecture_fingerprint, get_weights, set_weights
 from fl_uav.netmodel.compute import CpuDevice
 from fl_uav.netmodel.radio import RadioLink
+from fl_uav.planning.feddpq_opt import BITS_KNOB, TOPUP_KNOB, TX_POWER_KNOB
+from fl_uav.planning.lgc_control import ENTRIES_KNOB
+from fl_uav.planning.resources import merge_knobs
 from fl_uav.sim.experiment_config import ExperimentConfig
 from fl_uav.sim.express import EngineExpress
+from fl_uav.sim.resource_planning import (
+    KNOBS_FILE,
+    LgcRoundResources,
+    build_round_resources,
+    write_knobs,
+)
 
 ROUNDS_FILE = 'rounds.csv'
 SUMMARY_FILE = 'summary.json'
@@ -69,9 +82,11 @@ CHECKPOINT_FILE = 'checkpoint.npz'
 CONFIG_FILE = 'config.json'
 EXPRESS_FILE = 'express.json'
 TOPUP_SEED_TAG = 0x746F7075   # 'topu': keeps the top-up's seeds apart from (seed, round, drone)
-ROUND_COLUMNS = ('round', 'accuracy', 'loss', 'participants', 'late', 'uplink_bytes',
+PER_SEED_TAG = 4               # the packet-error draws' stream of (seed, round, tag)
+ROUND_COLUMNS = ('round', 'accuracy', 'loss', 'participants', 'late', 'lost', 'uplink_bytes',
                  'downlink_bytes', 'sim_round_s', 'sim_time_s', 'energy_mean_j',
-                 'energy_max_j', 'train_loss_mean', 'wall_s')
+                 'energy_max_j', 'energy_total_j', 'train_loss_mean', 'wall_s')
+_INT_COLUMNS = ('round', 'participants', 'late', 'lost')
 
 
 class ExperimentError(RuntimeError):
@@ -147,6 +162,12 @@ def partition_data(config: ExperimentConfig, data: TrainTestData) -> list[np.nda
     return partition.by_location(data.train_positions_m, k, seed)
 
 
+def _epoch_steps(config: TrainConfig, num_samples: int) -> int:
+    """The mini-batch steps ``config`` takes on ``num_samples`` samples (epochs, max_steps)."""
+    steps = math.ceil(num_samples / config.batch_size) * config.local_epochs
+    return min(steps, config.max_steps) if config.max_steps else steps
+
+
 def _round_seed(seed: int, round_index: int, drone: int = 0) -> int:
     return int(np.random.SeedSequence([seed, round_index, drone]).generate_state(1)[0])
 
@@ -196,6 +217,7 @@ class ExperimentEngine:
                             and config.learning.build_client().vectorizable)
         self.round_index = 0
         self.sim_time_s = 0.0
+        self.last_round_drones: dict[int, dict[str, float]] = {}
         self.buffers: list[np.ndarray] = [np.zeros(0, np.int64) for _ in self.parts]
         self.consumed = np.zeros(config.num_drones, np.int64)
         self.topup_generator = (build_generator(config.data.topup_generator, 'chw',
@@ -206,6 +228,10 @@ class ExperimentEngine:
                                            config.engine.max_clients_per_chunk,
                                            config.engine.torch_threads)
                          if config.engine.vectorized else None)
+        self._range_compressors: dict[int, Compressor] = {}   # by bits (FedDPQ's δ_u)
+        # Per-drone resource decisions (config.resources): FedDPQ's plan is made here, once.
+        down_s = 8 * encoded_size(self.weights, {'round': 1}) / config.system.downlink_rate_bit_s
+        self.resources = build_round_resources(self, down_s)
 
     # --- data ----------------------------------------------------------------------------
     def _client_indices(self, round_index: int) -> list[np.ndarray]:
@@ -228,7 +254,8 @@ class ExperimentEngine:
                 labels[self.buffers[k]], labels[fresh], capacity, self.config.buffer.policy)]
         return self.buffers
 
-    def _training_data(self, k: int, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    def _training_data(self, k: int, indices: np.ndarray, topup_factor: float | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, int]:
         """Drone k's (inputs, labels) this round, and how many samples to charge as generated.
 
         With data.topup, FedDPQ eqs. (1)-(3) add synthetic samples to the drone's real ones.
@@ -236,13 +263,14 @@ class ExperimentEngine:
         data: unchanged data give the same synthetic set (FedDPQ's one-time generation), and a
         resumed run the same set as an uninterrupted one. Generation is charged (FedDPQ eqs.
         (33)-(34)) only when the real data differ from those the drone last generated from.
+        ``topup_factor``: the drone's own Δ_u (a planner's knob), else data.topup_factor.
         """
         x, y = self.data.train_x[indices], self.data.train_y[indices]
         if self.topup_generator is None:
             return x, y, 0
         rng = np.random.default_rng(np.random.SeedSequence([self.config.seed, TOPUP_SEED_TAG, k]))
-        made = top_up(x, y, self.data.num_classes, self.config.data.topup_factor,
-                      self.topup_generator, rng)
+        factor = self.config.data.topup_factor if topup_factor is None else float(topup_factor)
+        made = top_up(x, y, self.data.num_classes, factor, self.topup_generator, rng)
         source = hashlib.blake2b(np.ascontiguousarray(indices, np.int64).tobytes(),
                                  digest_size=8).hexdigest()
         charged = made.generated_total if source != self.topup_sources[k] else 0
@@ -264,13 +292,22 @@ class ExperimentEngine:
         mu = max((float(k.get(PROXIMAL_MU_KNOB, 0.0)) for k in knobs.values()), default=0.0)
         # Strategies that select drones (FedDPQ's draws) leave the others idle this round.
         active = [k for k in active if knobs.get(k, {}).get(DRAWS_KNOB, 1) > 0]
-        mixed = {k: self._training_data(k, indices[k]) for k in active}   # (x, y, generated)
+        if self.resources is not None:   # the planner's per-drone knobs (config.resources)
+            knobs = merge_knobs(knobs, self.resources.knobs(r, active))
+            self.resources.record(r, knobs)
+        mixed = {k: self._training_data(k, indices[k], knobs.get(k, {}).get(TOPUP_KNOB))
+                 for k in active}   # (x, y, generated)
         client_data = [mixed[k][:2] for k in active]
         seeds = [_round_seed(self.config.seed, r, 10 + k) for k in active]
         config = dataclasses.replace(self.train_config, lr=lr, proximal_mu=mu)
         results = self._train_clients(r, active, client_data, seeds, config, knobs)
-        updates, times, energies, losses, uplink = [], [], [], [], 0
+        updates, times, energies, losses, uplink, lost = [], [], [], [], 0, 0
+        self.last_round_drones: dict[int, dict[str, float]] = {}   # per drone, for inspection
         rng = np.random.default_rng(_round_seed(self.config.seed, r, 3))
+        per_rng = np.random.default_rng(_round_seed(self.config.seed, r, PER_SEED_TAG))
+        system = self.config.system
+        hover_w = (self.resources.hover_power_w
+                   if isinstance(self.resources, LgcRoundResources) else 0.0)
         down_bits = 8 * encoded_size(self.weights, {'round': r})
         down_s = down_bits / self.config.system.downlink_rate_bit_s
         late = []
@@ -283,18 +320,27 @@ class ExperimentEngine:
                                                   for v in result.delta.values()):
                 raise ExperimentError(f'round {r}, drone {k}: non-finite training loss '
                                       f'({loss}); partial results are in {self.out_dir}')
-            up_bytes, delta = self._compress(k, r, result)
+            knob = knobs.get(k, {})
+            up_bytes, delta, channel_bytes = self._compress(k, r, result, knob)
             up_bits = 8 * up_bytes
-            rate = float(self.link.sample_rate_bit_s(self.distance_m[k], rng))
-            up_s = up_bits / max(rate, 1e-9)
+            power_w = float(knob.get(TX_POWER_KNOB, system.tx_power_w))   # FedDPQ's p_u
+            if channel_bytes is not None:   # LGC's channels: eq. (15b) with Table 1 prices
+                up_s, comm_j = self.resources.upload(k, channel_bytes)
+            else:                           # FedDPQ eqs. (14), (37)-(38)
+                rate = float(self.link.sample_rate_bit_s(self.distance_m[k], rng,
+                                                         tx_power_w=power_w))
+                up_s = up_bits / max(rate, 1e-9)
+                comm_j = power_w * up_s
             steps, dense_steps = result.steps, result.compute_dense_steps
             comp_s = (dense_steps * step_s
                       + float(self.cpu.gen_time_s(mixed[k][2])))   # FedDPQ eq. (34)
+            total_s = down_s + comp_s + up_s
             energy = (dense_steps * step_j
                       + float(self.cpu.gen_energy_j(mixed[k][2]))   # FedDPQ eq. (33)
-                      + self.config.system.tx_power_w * up_s)
-            total_s = down_s + comp_s + up_s
+                      + comm_j + hover_w * total_s)                  # hover: FedEx eq. (8)
             energies.append(energy)
+            self.last_round_drones[k] = {'energy_j': energy, 'uplink_bytes': up_bytes,
+                                         'steps': steps, 'upload_s': up_s}
             deadline = self.config.system.deadline_s
             if deadline and total_s > deadline:
                 late.append(k)
@@ -303,6 +349,12 @@ class ExperimentEngine:
                 self._compressor(k).upload_lost()
                 continue
             times.append(total_s)
+            if system.packet_errors and per_rng.random() < float(   # FedDPQ eqs. (16)-(17)
+                    self.link.packet_error_prob(self.distance_m[k], power_w)):
+                lost += 1
+                self._client(k).upload_lost()
+                self._compressor(k).upload_lost()
+                continue
             losses.append(loss)
             uplink += up_bits // 8
             counts = np.bincount(mixed[k][1], minlength=self.data.num_classes)
@@ -322,11 +374,13 @@ class ExperimentEngine:
         self.round_index = r
         return {
             'round': r, 'accuracy': accuracy, 'loss': test_loss,
-            'participants': len(updates), 'late': len(late), 'uplink_bytes': uplink,
+            'participants': len(updates), 'late': len(late), 'lost': lost,
+            'uplink_bytes': uplink,
             'downlink_bytes': (down_bits // 8) * len(active), 'sim_round_s': round_s,
             'sim_time_s': self.sim_time_s,
             'energy_mean_j': float(np.mean(energies)) if energies else 0.0,
             'energy_max_j': float(np.max(energies)) if energies else 0.0,
+            'energy_total_j': float(np.sum(energies)),   # every drone that trained
             'train_loss_mean': float(np.mean(losses)) if losses else math.nan,
             'wall_s': time.perf_counter() - wall_start,
         }
@@ -370,9 +424,15 @@ class ExperimentEngine:
         κ_u^t from ``vectorized_steps``) trains all drones at once (fl_uav.learning.vectorized);
         every other algorithm runs drone by drone on its instance.
         """
-        if self._vectorized:
-            steps = [self._client(k).vectorized_steps(seed) for k, seed in zip(active, seeds)]
-            steps = None if all(s is None for s in steps) else steps
+        if self._vectorized:   # a planner's H (knob) per drone, else the client's own count
+            steps = [knobs.get(k, {}).get(LOCAL_STEPS_KNOB) for k in active]
+            steps = [int(s) if s is not None else self._client(k).vectorized_steps(seed)
+                     for k, s, seed in zip(active, steps, seeds)]
+            if all(s is None for s in steps):
+                steps = None
+            else:   # mixed: the others take the steps their epochs would (the same batches)
+                steps = [s if s is not None else _epoch_steps(config, len(labels))
+                         for s, (_, labels) in zip(steps, client_data)]
             return self._train_vectorized(r, active, client_data, seeds, config, steps)
         shared = {}
         if isinstance(self.strategy, Scaffold):   # c travels with the model (in process)
@@ -411,17 +471,36 @@ class ExperimentEngine:
         return [local_steps_result(update, start, len(labels), keep, index_map, self.shapes)
                 for (_, labels), update in zip(client_data, updates)]
 
-    def _compress(self, drone: int, r: int, result: ClientResult) -> tuple[int, Weights]:
-        """Encode one drone's update; returns (frame bytes sent, what the station decodes)."""
+    def _compress(self, drone: int, r: int, result: ClientResult, knob: dict | None = None
+                  ) -> tuple[int, Weights, list[int] | None]:
+        """Encode one drone's update; returns (frame bytes sent, what the station decodes,
+        bytes per LGC channel when a planner chose the entries, else None).
+
+        Planner knobs: ``range_bits`` (FedDPQ's δ_u) picks that drone's range quantizer,
+        ``lgc_channel_entries`` (LGC's D_n) that drone's layer sizes this round."""
+        knob = knob or {}
         compressor = self._compressor(drone)
+        if knob.get(BITS_KNOB) is not None and self.config.compression.method == 'range':
+            bits = int(knob[BITS_KNOB])
+            if bits not in self._range_compressors:
+                self._range_compressors[bits] = RangeCompressor(
+                    bits, self.config.compression.per_layer)
+            compressor = self._range_compressors[bits]
+        entries = knob.get(ENTRIES_KNOB)
+        if entries is not None:
+            compressor.channel_entries = tuple(int(e) for e in entries)
         if isinstance(compressor, NoCompression) and result.mask is None:
             # A dense v1 frame carries the delta unchanged: charge its exact length unbuilt.
-            return compressor.frame_size(result.delta), result.delta
+            return compressor.frame_size(result.delta), result.delta, None
         frame, delta = compressor.compress(
             result.delta, np.random.default_rng(_round_seed(self.config.seed, r, 20 + drone)),
             round_index=r, sender=drone, fingerprint=self.fingerprint, mask=result.mask,
             metrics=result.metrics)
-        return len(frame), delta
+        channel_bytes = None
+        if entries is not None:   # an unused channel (0 entries) sends nothing
+            channel_bytes = [n if e > 0 else 0
+                             for n, e in zip(compressor.last_frame_bytes, entries)]
+        return len(frame), delta, channel_bytes
 
     @staticmethod
     def _first_diverging_drone(trainer: VectorizedTrainer, start: Weights, active: list[int],
@@ -456,6 +535,7 @@ class ExperimentEngine:
         In express mode express.json is written first: the update log a resume reads back.
         """
         self.write_express()
+        write_knobs(self.resources, self.out_dir)
         meta = {'round_index': self.round_index, 'sim_time_s': self.sim_time_s,
                 'consumed': self.consumed.tolist(), 'topup_sources': self.topup_sources,
                 'strategy': None}
@@ -495,6 +575,10 @@ class ExperimentEngine:
                     owner(k).load_state_dict(state)
         self.round_index = int(meta['round_index'])
         self.sim_time_s = float(meta['sim_time_s'])
+        knobs_path = self.out_dir / KNOBS_FILE
+        if isinstance(self.resources, LgcRoundResources) and knobs_path.is_file():
+            self.resources.load_log(json.loads(knobs_path.read_text()).get('decisions', {}),
+                                    self.round_index)
         self.consumed = np.asarray(meta['consumed'], np.int64)
         self.topup_sources = list(meta.get('topup_sources', self.topup_sources))
         self.strategy.load_state_dict(strategy_state)
@@ -542,8 +626,13 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     with open(path, newline='') as f:
-        return [{k: float(v) if k not in ('round', 'participants', 'late') else int(v)
+        rows = [{k: (0 if v in ('', None) else int(v)) if k in _INT_COLUMNS else
+                 (math.nan if v in ('', None) else float(v))   # a column older runs lack
                  for k, v in row.items()} for row in csv.DictReader(f)]
+    for row in rows:
+        if math.isnan(row.get('energy_total_j', math.nan)):   # older runs: mean × trained
+            row['energy_total_j'] = row['energy_mean_j'] * (row['participants'] + row['late'])
+    return rows
 
 
 def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False,
@@ -565,6 +654,10 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
         writer.writeheader()
         writer.writerows(rows)
     (out_dir / CONFIG_FILE).write_text(json.dumps(to_flat(config), indent=2))
+    write_knobs(engine.resources, out_dir)   # FedDPQ's plan, before round 1
+    if engine.resources is not None:
+        echo(f'resources: {config.resources.planner} planner ready; decisions in '
+             f'{out_dir / KNOBS_FILE}')
     status, error = 'finished', ''
     try:
         while engine.round_index < config.num_rounds:
@@ -583,6 +676,7 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
         status, error = 'failed', str(exc)
         echo(f'error: {exc}')
     engine.write_express()   # the log up to the last completed update
+    write_knobs(engine.resources, out_dir)
     summary = write_summary(config, out_dir, rows, status, error,
                             time.perf_counter() - wall_start)
     return summary
@@ -593,6 +687,26 @@ def _progress_line(row: dict[str, Any], num_rounds: int, width: int = 20) -> str
     return (f'[{"#" * done}{"." * (width - done)}] round {row["round"]}/{num_rounds}  '
             f'acc {row["accuracy"]:.3f}  sim {row["sim_time_s"]:.1f} s  '
             f'up {row["uplink_bytes"] / 1e6:.2f} MB  wall {row["wall_s"]:.2f} s')
+
+
+def energy_to_target(rows: list[dict[str, Any]], target_accuracy: float) -> dict[str, Any]:
+    """The fleet's cumulative modelled energy (every drone that trained: compute, generation,
+    radio and, with an LGC planner, hover; the rounds.csv ``energy_total_j`` column) up to and
+    including the first round whose accuracy is >= ``target_accuracy``, and that round.
+
+    Both are None when the target was never reached (or ``target_accuracy`` is 0: not asked).
+    """
+    out: dict[str, Any] = {'target_accuracy': target_accuracy or None,
+                           'energy_to_target_j': None, 'rounds_to_target': None}
+    if not target_accuracy:
+        return out
+    spent = 0.0
+    for row in rows:
+        spent += float(row['energy_total_j'])
+        if row['accuracy'] >= target_accuracy:
+            out.update(energy_to_target_j=spent, rounds_to_target=int(row['round']))
+            break
+    return out
 
 
 def write_summary(config: ExperimentConfig, out_dir: Path, rows: list[dict[str, Any]],
@@ -607,6 +721,9 @@ def write_summary(config: ExperimentConfig, out_dir: Path, rows: list[dict[str, 
         'best_accuracy': max((r['accuracy'] for r in rows), default=None),
         'sim_time_s': rows[-1]['sim_time_s'] if rows else 0.0,
         'uplink_bytes_total': sum(r['uplink_bytes'] for r in rows),
+        'energy_total_j': float(sum(r['energy_total_j'] for r in rows)),
+        'resources_planner': config.resources.planner,
+        **energy_to_target(rows, config.target_accuracy),
         'engine_wall_s': sum(r['wall_s'] for r in rows),
         'wall_s': wall_s,
     }
@@ -642,11 +759,27 @@ def plot_runs(runs: list[tuple[str, list[dict[str, Any]]]], out_dir: Path) -> No
         fig.savefig(out_dir / name)
 
 
-def compare_runs(run_dirs: list[Path], out_dir: Path) -> str:
-    """Overlay runs in one set of plots and return a table of their figures."""
+def _target_cells(summary: dict[str, Any]) -> str:
+    """Target accuracy, energy to it (kJ) and its round, or '-' (not asked or not reached)."""
+    target = summary.get('target_accuracy')
+    energy, rounds = summary.get('energy_to_target_j'), summary.get('rounds_to_target')
+    return (f'{(f"{target:.3f}" if target else "-"):>6} '
+            f'{(f"{energy / 1e3:.1f}" if energy is not None else "-"):>12} '
+            f'{(str(rounds) if rounds is not None else "-"):>6}')
+
+
+def compare_runs(run_dirs: list[Path], out_dir: Path, target_accuracy: float | None = None
+                 ) -> str:
+    """Overlay runs in one set of plots and return a table of their figures.
+
+    The energy-to-target columns use each run's own ``target_accuracy`` or, if given,
+    ``target_accuracy`` for every run (recomputed from its rounds.csv)."""
+    if target_accuracy is not None and not 0.0 < target_accuracy <= 1.0:
+        raise ExperimentError(f'--target must be in (0, 1], got {target_accuracy}')
     runs, lines = [], []
     header = (f'{"run":<28} {"rounds":>6} {"final acc":>9} {"best acc":>9} '
-              f'{"uplink MB":>10} {"sim s":>9} {"wall s":>8}')
+              f'{"uplink MB":>10} {"sim s":>9} {"wall s":>8} {"target":>6} '
+              f'{"kJ to target":>12} {"rounds":>6}')
     lines.append(header)
     for run_dir in run_dirs:
         summary_path = Path(run_dir) / SUMMARY_FILE
@@ -654,6 +787,8 @@ def compare_runs(run_dirs: list[Path], out_dir: Path) -> str:
             raise ExperimentError(f'{summary_path} does not exist (not an experiment directory)')
         summary = json.loads(summary_path.read_text())
         rows = _read_rows(Path(run_dir) / ROUNDS_FILE)
+        if target_accuracy is not None:
+            summary.update(energy_to_target(rows, target_accuracy))
         label = f'{summary["name"]} ({Path(run_dir).name})'
         runs.append((label, rows))
         lines.append(f'{label[:28]:<28} {len(rows):>6} '
@@ -661,7 +796,7 @@ def compare_runs(run_dirs: list[Path], out_dir: Path) -> str:
                      f'{max((r["accuracy"] for r in rows), default=math.nan):>9.4f} '
                      f'{sum(r["uplink_bytes"] for r in rows) / 1e6:>10.2f} '
                      f'{(rows[-1]["sim_time_s"] if rows else 0.0):>9.1f} '
-                     f'{summary.get("wall_s", 0.0):>8.1f}')
+                     f'{summary.get("wall_s", 0.0):>8.1f} ' + _target_cells(summary))
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     plot_runs(runs, Path(out_dir))
     table = '\n'.join(lines)

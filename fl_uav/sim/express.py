@@ -537,11 +537,12 @@ class EngineExpress:
                 raise FloatingPointError(f'FedEx update {step.update_index}: non-finite '
                                          f'local training loss')
         return {
-            'weights': step.weights, 'participants': step.participants, 'late': 0,
+            'weights': step.weights, 'participants': step.participants, 'late': 0, 'lost': 0,
             'uplink_bytes': frame_bytes * step.participants,
             'downlink_bytes': frame_bytes * step.visited,
             'sim_round_s': step.time_s - previous_s, 'sim_time_s': step.time_s,
             'energy_mean_j': float(np.mean(step.energy_j)),
             'energy_max_j': float(np.max(step.energy_j)),
+            'energy_total_j': float(np.sum(step.energy_j)),
             'train_loss_mean': float(np.mean(step.losses)) if step.losses else math.nan,
         }

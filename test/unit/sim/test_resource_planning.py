@@ -1,0 +1,272 @@
+"""Per-drone resource decisions in the engine (issue 5 item 3): config, knobs, energy to target."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fl_uav.configschema import ConfigError, build_config, read_params_file
+from fl_uav.learning.client_algorithms import LOCAL_STEPS_KNOB, PRUNE_FRACTION_KNOB
+from fl_uav.planning.feddpq_opt import BITS_KNOB, PRUNE_KNOB, TOPUP_KNOB, TX_POWER_KNOB
+from fl_uav.planning.lgc_control import ENTRIES_KNOB
+from fl_uav.planning.lgc_control import LOCAL_STEPS_KNOB as LGC_STEPS_KNOB
+from fl_uav.sim.experiment import (
+    ExperimentEngine,
+    compare_runs,
+    energy_to_target,
+    run_experiment,
+)
+from fl_uav.sim.experiment_config import ExperimentConfig
+from fl_uav.sim.resource_planning import KNOBS_FILE, FeddpqRoundResources
+
+REPO = Path(__file__).resolve().parents[3]
+QUICK = REPO / 'config' / 'experiments' / 'quick_digits.yaml'
+FEDDPQ = {'learning.client_algorithm': 'feddpq', 'learning.kappa_steps': 2,
+          'compression.method': 'range', 'aggregation.strategy': 'feddpq',
+          'aggregation.num_selected': 4, 'data.topup': True, 'data.partition': 'dirichlet'}
+LGC = {'compression.method': 'lgc', 'compression.lgc_channel_entries': [100, 200, 300],
+       'aggregation.strategy': 'lgc', 'resources.lgc_channel_max_entries': 400,
+       'resources.lgc_max_local_steps': 6}
+
+
+def _config(**overrides) -> ExperimentConfig:
+    flat = read_params_file(QUICK)
+    flat.update({'num_drones': 5, 'num_rounds': 2, **overrides})
+    return build_config(ExperimentConfig, flat)
+
+
+class _Knobs:
+    """A stub planner: fixed knobs for some drones, none for the others."""
+
+    def __init__(self, by_drone: dict[int, dict]) -> None:
+        self.by_drone = by_drone
+
+    def knobs(self, round_index, drone_ids):
+        return {int(d): dict(self.by_drone.get(int(d), {})) for d in drone_ids}
+
+    def record(self, round_index, knobs):
+        pass
+
+
+def _one_round(config: ExperimentConfig, planner=None) -> dict[int, dict]:
+    engine = ExperimentEngine(config, Path('/nonexistent'))
+    if planner is not None:
+        engine.resources = planner
+    engine.run_round()
+    return engine.last_round_drones
+
+
+# --- config -----------------------------------------------------------------------------------
+
+def test_knob_names_agree_between_planners_and_clients():
+    # Assert: the planners send what the client algorithms read
+    assert LGC_STEPS_KNOB == LOCAL_STEPS_KNOB and PRUNE_KNOB == PRUNE_FRACTION_KNOB
+
+
+def test_unknown_planner_names_the_key_and_the_choices():
+    # Execute / Assert
+    with pytest.raises(ConfigError, match=r"resources\.planner 'ddpg' unknown; choices: none, "
+                                          r"feddpq, lgc_ddpg, lgc_fixed, lgc_heuristic"):
+        _config(**{'resources.planner': 'ddpg'})
+
+
+@pytest.mark.parametrize('overrides, key', [
+    ({**FEDDPQ, 'resources.planner': 'feddpq', 'learning.client_algorithm': 'sgd'},
+     'learning.client_algorithm'),
+    ({**FEDDPQ, 'resources.planner': 'feddpq', 'data.topup': False}, 'data.topup'),
+    ({**FEDDPQ, 'resources.planner': 'feddpq', 'compression.method': 'qsgd'},
+     'compression.method'),
+    ({**FEDDPQ, 'resources.planner': 'feddpq', 'aggregation.num_selected': 0},
+     'aggregation.num_selected'),
+    ({**LGC, 'resources.planner': 'lgc_fixed', 'compression.method': 'range'},
+     'compression.method'),
+    ({**LGC, 'resources.planner': 'lgc_ddpg', 'compression.lgc_channel_entries': [10, 20]},
+     'lgc_channel_entries'),
+])
+def test_planner_without_the_procedure_it_drives_is_refused_at_start(overrides, key):
+    # Execute / Assert: the message names the key that must change
+    with pytest.raises(ConfigError, match=key):
+        _config(**overrides)
+
+
+def test_bad_resource_values_are_refused():
+    # Execute / Assert
+    with pytest.raises(ConfigError, match='lgc_channel_bandwidth_hz'):
+        _config(**{'resources.lgc_channel_bandwidth_hz': [1e6]})
+    with pytest.raises(ConfigError, match='target_accuracy'):
+        _config(target_accuracy=1.5)
+
+
+# --- energy to target -------------------------------------------------------------------------
+
+def test_energy_to_target_sums_up_to_the_first_round_at_the_target():
+    # Setup
+    rows = [{'round': 1, 'accuracy': 0.2, 'energy_total_j': 10.0},
+            {'round': 2, 'accuracy': 0.6, 'energy_total_j': 20.0},
+            {'round': 3, 'accuracy': 0.5, 'energy_total_j': 40.0},
+            {'round': 4, 'accuracy': 0.9, 'energy_total_j': 80.0}]
+    # Execute / Assert
+    assert energy_to_target(rows, 0.6) == {'target_accuracy': 0.6, 'energy_to_target_j': 30.0,
+                                           'rounds_to_target': 2}
+    assert energy_to_target(rows, 0.85)['energy_to_target_j'] == 150.0
+    assert energy_to_target(rows, 0.95)['energy_to_target_j'] is None
+    assert energy_to_target(rows, 0.0)['rounds_to_target'] is None
+
+
+# --- a knob changes its drone and only its drone ------------------------------------------------
+
+def _only_drone_changed(base: dict[int, dict], other: dict[int, dict], drone: int, key: str
+                        ) -> None:
+    assert set(base) == set(other) and drone in base
+    assert base[drone][key] != other[drone][key]
+    for k in base:
+        if k != drone:
+            assert base[k] == other[k]
+
+
+def test_local_steps_knob_changes_one_drone_in_the_vectorised_path():
+    # Setup
+    config = _config(**{'engine.vectorized': True})
+    # Execute
+    base = _one_round(config)
+    knobbed = _one_round(config, _Knobs({2: {LOCAL_STEPS_KNOB: 7}}))
+    # Assert: 7 steps for drone 2 (its energy with them), the others as without a planner
+    assert knobbed[2]['steps'] == 7 and base[2]['steps'] != 7
+    _only_drone_changed(base, knobbed, 2, 'energy_j')
+
+
+def test_local_steps_knob_is_the_same_in_the_sequential_path():
+    # Execute
+    vec = _one_round(_config(), _Knobs({1: {LOCAL_STEPS_KNOB: 3}}))
+    seq = _one_round(_config(**{'engine.vectorized': False}), _Knobs({1: {LOCAL_STEPS_KNOB: 3}}))
+    # Assert
+    assert vec[1]['steps'] == seq[1]['steps'] == 3
+    assert vec[1]['energy_j'] == pytest.approx(seq[1]['energy_j'])
+
+
+@pytest.mark.parametrize('knob, value, key', [
+    (TX_POWER_KNOB, 0.01, 'energy_j'),   # a slower link: longer airtime at a tenth the power
+    (BITS_KNOB, 12, 'uplink_bytes'),     # 12 instead of 4 bits per entry
+    (PRUNE_KNOB, 0.5, 'energy_j'),       # FedDPQ eq. (36): (1 - rho) of the dense step
+    (TOPUP_KNOB, 1.0, 'energy_j'),       # more generated samples, eq. (33)
+])
+def test_feddpq_knob_changes_one_drone(knob, value, key):
+    # Setup: FedDPQ's client and quantizer, every drone trains (fedavg), Delta 0.2 by default
+    config = _config(**{**FEDDPQ, 'aggregation.strategy': 'fedavg', 'data.topup_factor': 0.2,
+                        'learning.prune_fraction': 0.2, 'engine.vectorized': False})
+    # Execute
+    base = _one_round(config)
+    knobbed = _one_round(config, _Knobs({3: {knob: value}}))
+    # Assert
+    _only_drone_changed(base, knobbed, 3, key)
+
+
+def test_tx_power_knob_sets_the_airtime_and_energy_of_the_upload():
+    # Setup
+    config = _config(**{**FEDDPQ, 'aggregation.strategy': 'fedavg', 'engine.vectorized': False})
+    # Execute
+    base = _one_round(config)
+    low = _one_round(config, _Knobs({0: {TX_POWER_KNOB: 0.001}}))
+    # Assert: less power, lower rate (eq. (14)), longer upload; the compute part is unchanged
+    assert low[0]['upload_s'] > base[0]['upload_s']
+    compute_j = base[0]['energy_j'] - 0.1 * base[0]['upload_s']
+    assert low[0]['energy_j'] == pytest.approx(compute_j + 0.001 * low[0]['upload_s'])
+
+
+def test_lgc_entries_knob_changes_one_drone_bytes_and_channel_energy():
+    # Setup: the LGC channel model (fixed policy), one drone's entries overridden
+    config = _config(**{**LGC, 'resources.planner': 'lgc_fixed'})
+    engine = ExperimentEngine(config, Path('/nonexistent'))
+    fixed = engine.resources.knobs
+
+    def knobs(round_index, drone_ids):
+        out = fixed(round_index, drone_ids)
+        out[4][ENTRIES_KNOB] = [400, 0, 0]   # all on the cheapest channel
+        return out
+
+    base = _one_round(config)
+    engine.resources.knobs = knobs
+    # Execute
+    engine.run_round()
+    knobbed = engine.last_round_drones
+    # Assert: drone 4 sends 400 entries (not 3 x 200) and pays 3G only; the rest unchanged
+    _only_drone_changed(base, knobbed, 4, 'uplink_bytes')
+    assert knobbed[4]['energy_j'] < base[4]['energy_j']
+
+
+# --- tiny engine runs with each planner -------------------------------------------------------
+
+@pytest.mark.parametrize('planner', ['feddpq', 'lgc_ddpg', 'lgc_fixed', 'lgc_heuristic'])
+def test_tiny_run_with_each_planner_finishes_and_records_its_knobs(tmp_path, planner):
+    # Setup
+    extra = (FEDDPQ if planner == 'feddpq'
+             else {**LGC, 'resources.lgc_ddpg_train_steps': 150})
+    config = _config(**{**extra, 'resources.planner': planner, 'target_accuracy': 0.05,
+                        'system.packet_errors': planner == 'feddpq'})
+    # Execute
+    summary = run_experiment(config, tmp_path, echo=lambda _: None)
+    knobs = json.loads((tmp_path / KNOBS_FILE).read_text())
+    # Assert
+    assert summary['status'] == 'finished' and summary['resources_planner'] == planner
+    assert summary['rounds_to_target'] == 1   # 5 % is reached at once: energy of round 1
+    rows = (tmp_path / 'rounds.csv').read_text().splitlines()
+    col = rows[0].split(',').index('energy_total_j')
+    assert summary['energy_to_target_j'] == pytest.approx(float(rows[1].split(',')[col]))
+    if planner == 'feddpq':
+        by_drone = knobs['knobs_by_drone']
+        assert sorted(by_drone) == [str(k) for k in range(5)]
+        assert all(0.01 <= k[TX_POWER_KNOB] <= 0.1 and 6 <= k[BITS_KNOB] <= 16
+                   and 0.1 <= k[PRUNE_KNOB] <= 0.3 for k in by_drone.values())
+    else:
+        decisions = knobs['decisions']
+        assert sorted(decisions) == ['1', '2'] and len(decisions['1']) == 5
+        steps = {d[LGC_STEPS_KNOB] for r in decisions.values() for d in r.values()}
+        assert all(1 <= s <= 6 for s in steps)
+        if planner == 'lgc_fixed':   # the mid action every round: H = 1 + round(2.5)
+            assert steps == {3} and all(d[ENTRIES_KNOB] == [200, 200, 200]
+                                        for r in decisions.values() for d in r.values())
+
+
+def test_feddpq_plan_is_deterministic_for_a_seed_and_uses_the_engine_fleet():
+    # Setup
+    config = _config(**{**FEDDPQ, 'resources.planner': 'feddpq'})
+    # Execute
+    first = ExperimentEngine(config, Path('/nonexistent'))
+    second = FeddpqRoundResources(first)
+    # Assert: the same knobs; the fleet is the engine's partition, distances and model
+    assert first.resources.plan.knobs_by_drone() == second.plan.knobs_by_drone()
+    fleet = second.fleet
+    assert np.array_equal(fleet.distance_m, first.distance_m)
+    counts = [np.bincount(first.data.train_y[p], minlength=10).tolist() for p in first.parts]
+    assert fleet.class_counts.astype(int).tolist() == counts
+    assert fleet.num_params == sum(w.size for w in first.weights.values())
+    assert fleet.batch_size == config.learning.batch_size * config.learning.kappa_steps
+
+
+def test_compare_shows_energy_to_a_given_target(tmp_path):
+    # Setup: one tiny run without a target of its own
+    run_experiment(_config(), tmp_path / 'run', echo=lambda _: None)
+    # Execute
+    own = compare_runs([tmp_path / 'run'], tmp_path / 'cmp')
+    given = compare_runs([tmp_path / 'run'], tmp_path / 'cmp', target_accuracy=0.01)
+    # Assert: '-' without a target; with 1 % the first round's fleet energy (kJ) and round 1
+    assert own.splitlines()[1].split()[-3:] == ['-', '-', '-']
+    energy_kj = run_rows_energy(tmp_path / 'run') / 1e3
+    assert given.splitlines()[1].split()[-3:] == ['0.010', f'{energy_kj:.1f}', '1']
+
+
+def run_rows_energy(run: Path) -> float:
+    rows = (run / 'rounds.csv').read_text().splitlines()
+    return float(rows[1].split(',')[rows[0].split(',').index('energy_total_j')])
+
+
+def test_label_scale_default_is_the_convergence_model_default():
+    # Setup
+    from fl_uav.planning.feddpq_opt import ConvergenceConstants
+    from fl_uav.sim.experiment_config import ResourcesConfig
+    # Assert: the config does not drift from the model it parameterises
+    assert (ResourcesConfig().feddpq_heterogeneity_label_scale
+            == ConvergenceConstants().heterogeneity_label_scale)
