@@ -21,8 +21,8 @@ Formulation (choices documented here; see also the 2CEOAFL digest §7):
 * C3 (eq. (4c), I = 0 forces q outside; reverse-convex, linearised by the paper) is not
   imposed: the objective is non-decreasing in every I, so the optimiser sets I = 1 wherever C2
   and C4 allow. The objective reported for any plan (ours or a baseline) is recomputed from the
-  waypoints by :func:`association` (eq. (3) exactly, with C4 resolved by the nearest region in
-  units of its radius), never taken from the MILP.
+  waypoints by :func:`association` (eq. (3) exactly, with C4 resolved by the densest
+  component of eq. (1) among the circles holding the point), never taken from the MILP.
 * C6 (eq. (4f), minimum step d_min, reverse-convex) is not imposed: hovering is allowed (the
   digest notes C6 contradicts the paper's own text). C5 (eq. (4e)) is optional
   (``max_visits_per_window``) on non-overlapping windows of C rounds.
@@ -62,8 +62,11 @@ from fl_uav.planning.trajectory_regions import (
     regions_from_landcover,
 )
 
+_TINY = 1e-300          # floor of a covariance determinant before its log
+
 __all__ = [
-    'GaussianRegion', 'TrajectoryConstraints', 'TrajectoryPlan', 'association',
+    'GaussianRegion', 'TrajectoryConstraints', 'TrajectoryPlan', 'associated_regions',
+    'association',
     'class_balance', 'class_priorities', 'expected_class_samples', 'fit_class_regions',
     'lawnmower_baseline', 'plan_trajectory', 'plan_trajectory_detailed', 'random_baseline',
     'regions_from_landcover', 'total_path_m', 'two_ceoafl_objective',
@@ -133,23 +136,49 @@ def _xy(waypoints: Sequence[PlanWaypoint] | np.ndarray) -> np.ndarray:
     return np.array([[w.east_m, w.north_m] for w in waypoints], np.float64).reshape(-1, 2)
 
 
+def associated_regions(waypoints: Sequence[PlanWaypoint] | np.ndarray,
+                       regions: Sequence[GaussianRegion], zeta: float = 1.0) -> np.ndarray:
+    """Index of the region each waypoint is associated with (-1: none), eq. (3) with C4: among
+    the regions whose circle ||q - μ|| ≤ ζ λ contains it, the component of eq. (1) with the
+    largest density N(q | μ_r, Λ_r) at q, so a tight region inside a broad one (a background
+    class) keeps its points. Π_r is left out: it is a class's share of the area, not where q
+    is, and would hand every overlap to the broad background."""
+    points = _xy(waypoints)
+    out = np.full(len(points), -1, np.int64)
+    if not regions or len(points) == 0:
+        return out
+    centres = np.array([r.center_enu_m for r in regions], np.float64)
+    radii = np.array([zeta * r.radius_m for r in regions], np.float64)
+    inside = np.linalg.norm(points[:, None, :] - centres[None], axis=2) <= radii[None] + 1e-9
+    log_density = np.empty((len(points), len(regions)))
+    for index, region in enumerate(regions):
+        cov = np.array(region.covariance_m2, np.float64)
+        diff = points - centres[index]
+        try:
+            mahalanobis = np.einsum('ij,jk,ik->i', diff, np.linalg.inv(cov), diff)
+            log_det = float(np.log(max(np.linalg.det(cov), _TINY)))
+        except np.linalg.LinAlgError:
+            mahalanobis, log_det = np.full(len(points), np.inf), 0.0
+        log_density[:, index] = -0.5 * log_det - 0.5 * mahalanobis
+    scores = np.where(inside, log_density, -np.inf)
+    best = np.argmax(scores, axis=1)
+    hit = inside[np.arange(len(points)), best]
+    out[hit] = best[hit]
+    return out
+
+
 def association(waypoints: Sequence[PlanWaypoint] | np.ndarray,
                 regions: Sequence[GaussianRegion], num_classes: int,
                 zeta: float = 1.0) -> np.ndarray:
-    """I (T x C, 0/1) of 2CEOAFL eq. (3) with C4: waypoint t is associated with the class of the
-    region whose circle ||q - μ|| ≤ ζ λ contains it, the nearest in units of ζ λ if several."""
+    """I (T x C, 0/1) of 2CEOAFL eq. (3) with C4: waypoint t is associated with the class of
+    its region by :func:`associated_regions` (the densest component of eq. (1) at q among
+    those whose circle ||q - μ|| ≤ ζ λ contains it)."""
     points = _xy(waypoints)
     indicator = np.zeros((len(points), num_classes), np.int64)
-    if not regions or len(points) == 0:
-        return indicator
-    centres = np.array([r.center_enu_m for r in regions], np.float64)
-    radii = np.array([zeta * r.radius_m for r in regions], np.float64)
-    classes = np.array([r.class_id for r in regions])
-    dist = np.linalg.norm(points[:, None, :] - centres[None], axis=2)
-    scaled = np.where(dist <= radii[None] + 1e-9, dist / np.maximum(radii[None], 1e-12), np.inf)
-    best = np.argmin(scaled, axis=1)
-    inside = np.isfinite(scaled[np.arange(len(points)), best])
-    indicator[np.nonzero(inside)[0], classes[best[inside]]] = 1
+    best = associated_regions(points, regions, zeta)
+    classes = np.array([r.class_id for r in regions] or [0])
+    hit = np.nonzero(best >= 0)[0]
+    indicator[hit, classes[best[hit]]] = 1
     return indicator
 
 
@@ -168,10 +197,24 @@ def expected_class_samples(waypoints: Sequence[PlanWaypoint] | np.ndarray,
 
 def two_ceoafl_objective(waypoints: Sequence[PlanWaypoint] | np.ndarray,
                          regions: Sequence[GaussianRegion], priorities: np.ndarray,
-                         zeta: float = 1.0, eps_tol: float = 1e-3) -> float:
-    """2CEOAFL eq. (4): Σ_c log(Σ_t I_{c,t} ψ_{c,t} + ε_tol), I from :func:`association`."""
+                         zeta: float = 1.0, eps_tol: float = 1e-3,
+                         held_mass: np.ndarray | None = None) -> float:
+    """2CEOAFL eq. (4): Σ_c log(Σ_t I_{c,t} ψ_{c,t} + ε_tol + h_c), I from
+    :func:`association`; h_c (``held_mass``, default 0) is class mass the drone already holds,
+    in the units of Σ_t I ψ (see :func:`plan_trajectory_detailed`)."""
     samples = expected_class_samples(waypoints, regions, priorities, zeta)
-    return float(np.log(samples + eps_tol).sum())
+    return float(np.log(samples + eps_tol + _held(held_mass, samples.shape[0])).sum())
+
+
+def _held(held_mass: np.ndarray | None, num_classes: int) -> np.ndarray:
+    """The per-class held mass h_c (zeros if None); PlanError if malformed."""
+    if held_mass is None:
+        return np.zeros(num_classes)
+    held = np.asarray(held_mass, np.float64).reshape(-1)
+    if held.shape[0] != num_classes or not np.all(np.isfinite(held)) or held.min() < 0:
+        raise PlanError(f'held_mass must be {num_classes} finite non-negative values, got '
+                        f'{held_mass!r}')
+    return held
 
 
 def class_balance(samples: np.ndarray) -> dict[str, float]:
@@ -300,11 +343,12 @@ class _Model:
     """The MILP of one SCA iteration, built once; only the tangent cuts grow."""
 
     def __init__(self, regions: Sequence[GaussianRegion], psi: np.ndarray, start: np.ndarray,
-                 c: TrajectoryConstraints) -> None:
+                 c: TrajectoryConstraints, held: np.ndarray) -> None:
         self.T, self.C = psi.shape
         self.R = len(regions)
         self.psi = psi
         self.c = c
+        self.offset = c.eps_tol + held      # ε_tol + h_c inside the log of eq. (4)
         T, R, C = self.T, self.R, self.C
         self.n_var = 3 * T + T * R + C
         m = c.polygon_sides
@@ -382,8 +426,8 @@ class _Model:
                 ub[self.ind(t, r)] = 0.0 if fixed_zero[t, r] else 1.0
         self.max_mass = psi.sum(0)
         for cls in range(C):
-            lb[self.s(cls)] = math.log(c.eps_tol)
-            ub[self.s(cls)] = math.log(self.max_mass[cls] + c.eps_tol)
+            lb[self.s(cls)] = math.log(self.offset[cls])
+            ub[self.s(cls)] = math.log(self.max_mass[cls] + self.offset[cls])
         self.bounds = Bounds(lb, ub)
         self.integrality = np.zeros(self.n_var)
         self.integrality[3 * T:3 * T + T * R] = 1
@@ -406,8 +450,8 @@ class _Model:
         return 3 * self.T + self.T * self.R + cls
 
     def add_tangent(self, cls: int, point: float) -> None:
-        """Linearise log at x_c = point: s_c <= log(a) - 1 + x_c / a, x_c = Σ ψ I + ε."""
-        point = max(float(point), self.c.eps_tol)
+        """Linearise log at x_c = point: s_c <= log(a) - 1 + x_c / a, x_c = Σ ψ I + ε + h_c."""
+        point = max(float(point), float(self.offset[cls]))
         if any(cl == cls and abs(a - point) <= 1e-9 * max(1.0, point) for cl, a in self.cuts):
             return
         self.cuts.append((cls, point))
@@ -431,7 +475,7 @@ class _Model:
                     cols.append(self.ind(t, int(r)))
                     vals.append(-weight)
             lower.append(-np.inf)
-            upper.append(math.log(a) - 1.0 + self.c.eps_tol / a)
+            upper.append(math.log(a) - 1.0 + float(self.offset[cls]) / a)
         matrix = coo_matrix((vals, (rows, cols)), shape=(n_rows + len(self.cuts), self.n_var))
         result = milp(self.cost, integrality=self.integrality, bounds=self.bounds,
                       constraints=LinearConstraint(matrix.tocsr(), lower, upper),
@@ -454,28 +498,36 @@ class _Model:
         per_class = np.zeros((self.T, self.C))
         for r in range(self.R):
             per_class[:, self.region_class[r]] += ind[:, r]
-        return (per_class * self.psi).sum(0) + self.c.eps_tol
+        return (per_class * self.psi).sum(0) + self.offset
 
 
 def plan_trajectory_detailed(regions: Sequence[GaussianRegion], priorities: np.ndarray,
                              start_enu_m: Sequence[float], constraints: TrajectoryConstraints,
-                             seed: int = 0) -> TrajectoryPlan:
+                             seed: int = 0,
+                             held_mass: np.ndarray | None = None) -> TrajectoryPlan:
     """Plan T waypoints (T = rows of priorities) by SCA on the 2CEOAFL MICP, eqs. (4)-(5) and
     Algorithm 1; see the module docstring. Raises PlanInfeasibleError (its ``cause`` says
-    which constraint) for requests no plan can meet, PlanError for malformed ones."""
+    which constraint) for requests no plan can meet, PlanError for malformed ones.
+
+    held_mass (C,), optional: class mass h_c the drone already holds, in the units of
+    Σ_t I_{c,t} ψ_{c,t} (rounds' worth of samples when ψ = 1). It is added to ε_tol inside the
+    log of eq. (4), so the proportional fairness covers the drone's whole dataset (eq. (7)
+    appends to it) rather than only the planned visits: a class the drone lacks gains most from
+    a visit. None (default): h = 0, the paper's eq. (4) exactly."""
     started = time.perf_counter()
     psi = np.asarray(priorities, np.float64)
     start = np.asarray(start_enu_m, np.float64).reshape(-1)[:2]
     c = constraints
     _validate(regions, psi, start, c)
-    model = _Model(regions, psi, start, c)
+    held = _held(held_mass, psi.shape[1])
+    model = _Model(regions, psi, start, c, held)
     # Initial linearisation: a seeded random feasible walk, plus a geometric grid of points.
     initial = random_baseline(c, start, psi.shape[0], seed)
-    initial_mass = expected_class_samples(initial, regions, psi, c.zeta) + c.eps_tol
+    initial_mass = expected_class_samples(initial, regions, psi, c.zeta) + model.offset
     for cls in range(model.C):
         model.add_tangent(cls, initial_mass[cls])
-        top = model.max_mass[cls] + c.eps_tol
-        for point in np.geomspace(max(c.eps_tol, top * 1e-3), top, 5):
+        top = model.max_mass[cls] + model.offset[cls]
+        for point in np.geomspace(max(model.offset[cls], top * 1e-3), top, 5):
             model.add_tangent(cls, point)
     best_xy = _xy(initial)
     best_obj = float(np.log(initial_mass).sum())
@@ -490,7 +542,7 @@ def plan_trajectory_detailed(regions: Sequence[GaussianRegion], priorities: np.n
             break
         x, bound = solved
         xy = model.positions(x)
-        true_obj = two_ceoafl_objective(xy, regions, psi, c.zeta, c.eps_tol)
+        true_obj = two_ceoafl_objective(xy, regions, psi, c.zeta, c.eps_tol, held)
         if true_obj > best_obj + 1e-12:
             best_obj, best_xy = true_obj, xy
         mass = model.class_mass(x)

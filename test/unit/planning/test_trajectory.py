@@ -124,3 +124,29 @@ def test_gmm_recovers_two_separated_clusters():
     assert sum(r.weight for r in regions) == pytest.approx(1.0)
     again = fit_class_regions(positions, labels, 3, 2, seed=1)
     assert again == regions
+
+
+@pytest.mark.parametrize('held, expected_classes', [
+    ([4.0, 0.0, 0.0], [1, 2]),      # class 0 held: the two rounds go to the lacking classes
+    ([0.0, 4.0, 4.0], [0, 0]),      # classes 1 and 2 held: both rounds on class 0
+])
+def test_held_mass_steers_the_plan_to_the_classes_the_drone_lacks(held, expected_classes):
+    # Arrange: ψ = 1 (no time preference), two rounds, three reachable classes
+    psi = np.ones((2, 3))
+    constraints = _constraints(round_time_s=60.0, budget_m=math.inf)
+    # Act
+    plan = plan_trajectory_detailed(_regions(), psi, START, constraints, seed=0,
+                                    held_mass=np.array(held))
+    # Assert: eq. (4) with h_c inside the log, maximised over which classes get the rounds
+    assert sorted(plan.classes) == expected_classes
+    expected = sum(math.log(h + plan.classes.count(c) + 1e-3) for c, h in enumerate(held))
+    assert plan.objective == pytest.approx(expected)
+    assert two_ceoafl_objective(plan.waypoints, _regions(), psi,
+                                held_mass=np.array(held)) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize('held', [[1.0, 2.0], [1.0, -1.0, 0.0], [np.nan, 0.0, 0.0]])
+def test_malformed_held_mass_is_a_plan_error(held):
+    with pytest.raises(PlanError, match='held_mass'):
+        plan_trajectory_detailed(_regions(), np.ones((2, 3)), START, _constraints(),
+                                 held_mass=np.array(held))
