@@ -362,17 +362,27 @@ class OnboardPlanner:
         return counts / per_round if per_round > 0.0 else counts
 
     def pattern_length_m(self) -> float:
-        """Longest sampling diamond flown around q_t each round."""
+        """Longest sampling diamond flown around q_t each round (the reach per round keeps
+        room for it; a sweep takes what is left of the round)."""
         return sampling_pattern_length_m(self.config.trajectory.sample_radius_m)
+
+    def round_pattern_energy_m(self) -> float:
+        """Sampling path per round the energy budget reserves: the diamond, or with sampling
+        sweep all the flight a round allows (flight.speed_m_s x round flight time; the pilot
+        cuts a longer flight at the round's flight budget)."""
+        if self.config.trajectory.sampling == 'sweep':
+            return self.config.flight.speed_m_s * self.config.round_flight_time_s()
+        return self.pattern_length_m()
 
     def energy_budget_m(self, rounds_left: int) -> float:
         """Path length (start through every q_t) the battery allows for the remaining rounds.
 
         Usable energy = pack x (battery fraction now - reserve fraction); it must cover hovering
         through every remaining round (rounds.deadline_s each), the extra power of level flight
-        over hover on the path, the sampling diamonds, and a return leg across the fence
-        diagonal. With level flight cheaper than hover, the path costs nothing extra and the
-        budget is unlimited if hovering and the return fit (else 0: infeasible).
+        over hover on the path, the sampling patterns (:meth:`round_pattern_energy_m`), and a
+        return leg across the fence diagonal. With level flight cheaper than hover, the path
+        costs nothing extra and the budget is unlimited if hovering and the return fit (else 0:
+        infeasible).
         """
         traj, speed = self.config.trajectory, self.config.flight.speed_m_s
         usable_j = traj.battery_wh * _J_PER_WH * (self.battery_fraction
@@ -388,7 +398,7 @@ class OnboardPlanner:
             return 0.0
         if extra_j_per_m <= 0.0:
             return math.inf
-        return (usable_j - fixed_j) / extra_j_per_m - rounds_left * self.pattern_length_m()
+        return (usable_j - fixed_j) / extra_j_per_m - rounds_left * self.round_pattern_energy_m()
 
     def constraints(self, rounds_left: int) -> TrajectoryConstraints:
         """The drone's limits as the planner takes them (reach per round, fence, band, budget)."""

@@ -174,6 +174,10 @@ def test_energy_budget_follows_the_documented_model():
     assert math.isclose(planner.energy_budget_m(5), expected)
     cheap = OnboardPlanner(_config(cruise_power_w=200.0), 0, _samples())
     assert cheap.energy_budget_m(5) == math.inf     # level flight cheaper than hover
+    # a sweep may fly all of each round's flight time (60 s deadline - 20 s reserve)
+    sweep = OnboardPlanner(_config(sampling='sweep'), 0, _samples())
+    assert math.isclose(sweep.energy_budget_m(5),
+                        (usable_j - fixed_j) / (50.0 / 12.0) - 5 * 12.0 * 40.0)
 
 
 def test_coverage_planner_flies_the_station_plan_every_round():
