@@ -105,7 +105,7 @@ TRAJECTORY_PLANNERS = ('coverage', '2ceoafl')
 # trajectory.sampling: what a planned round flies after q_t (fl_uav/fleet/onboard_planner.py).
 SAMPLING_PATTERNS = ('sweep', 'diamond')
 # trajectory.priorities: ψ of 2CEOAFL eq. (2) as the paper draws it, or from the buffer's need.
-PRIORITY_MODES = ('deficit', 'paper')
+PRIORITY_MODES = ('paper', 'deficit')
 # trajectory.regions: where the eq. (1) class regions are fitted from.
 REGION_SOURCES = ('map', 'survey')
 # The sampling diamond flown around q_t: q → E → N → W → S → q, radius r.
@@ -127,9 +127,10 @@ class TrajectoryConfig:
     sampling: 'sweep' (after q_t, a lawnmower over the target class region for the rest of the
     round's flight length: as far as the station's sweep of the round, at least the reach) or
     'diamond' (q_t and a diamond of sample_radius_m around it).
-    priorities: 'deficit' (re-plan every round; ψ = 1 and the buffer's class counts enter
-    eq. (4) as held mass, so the plan goes for the classes the buffer lacks) or 'paper'
-    (eq. (2)'s random time-varying ψ, planned once).
+    priorities: 'paper' (eq. (2)'s random time-varying ψ, planned once) or 'deficit' (re-plan
+    every round; ψ = 1 and the buffer's class counts enter eq. (4) as held mass, so the plan
+    goes for the classes the buffer lacks). 'paper' is the default: it measured as well or
+    better in the fleet (docs/benchmarks.md) and plans once.
     regions: 'map' (fit eq. (1) to labels of the onboard land-cover raster the drone labels its
     frames with, one per camera footprint: every class, from round survey_rounds + 1) or
     'survey' (fit it to the drone's own geo-tagged samples: only the classes it has seen).
@@ -148,7 +149,7 @@ class TrajectoryConfig:
 
     planner: str = 'coverage'
     sampling: str = 'sweep'
-    priorities: str = 'deficit'
+    priorities: str = 'paper'
     regions: str = 'map'
     survey_rounds: int = 1
     # A generated world has num_regions 24 warped blobs over 7 classes (3.4 per class) plus the

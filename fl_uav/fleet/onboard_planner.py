@@ -21,15 +21,16 @@ class regions of its spatial Gaussian mixture (eq. (1)) and the time-varying cla
    (``FleetConfig.round_reach_m`` less the sampling diamond) and a battery budget on the path
    length (:meth:`OnboardPlanner.energy_budget_m`). The priorities ψ:
 
-   * ``trajectory.priorities: paper``: ψ of eq. (2) for the remaining rounds
+   * ``trajectory.priorities: paper`` (default): ψ of eq. (2) for the remaining rounds
      (:func:`class_priorities`, M_u seeded by the world seed and the drone id), planned once in
      the first round after the survey (retried each round until it succeeds).
-   * ``deficit`` (default): re-planned every round for the remaining rounds with ψ = 1 and the
-     buffer's class counts as held mass h_c inside eq. (4)'s log (:meth:`held_mass`: counts in
-     rounds' worth of samples), so the proportional fairness of eq. (4) is over the drone's
-     whole dataset and a visit pays most for the class the buffer lacks. Eq. (2)'s ψ is random
-     by design (the paper's time-varying "data availability"); it is not aimed at the drone's
-     need, which is what a user training one model wants.
+   * ``deficit``: re-planned every round for the remaining rounds with ψ = 1 and the buffer's
+     class counts as held mass h_c inside eq. (4)'s log (:meth:`held_mass`: counts in rounds'
+     worth of samples), so the proportional fairness of eq. (4) is over the drone's whole
+     dataset and a visit pays most for the class the buffer lacks (eq. (2)'s ψ is random by
+     design, not aimed at the drone's need). It gives the more even buffers but did not learn
+     better in the fleet (docs/benchmarks.md): it keeps going back to classes whose regions
+     yield few frames of the class (thin roads), and it plans every round.
 3. Fly: round t's mission starts at q_t (2CEOAFL senses at q_t, eq. (6)); the mission goes
    through DronePilot's geofence check like any plan. Then, with ``trajectory.sampling``:
 
