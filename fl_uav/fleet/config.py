@@ -153,6 +153,12 @@ class GroundClientConfig:
 
 
 TRAJECTORY_PLANNERS = ('coverage', '2ceoafl')
+# trajectory.sampling: what a planned round flies after q_t (fl_uav/fleet/onboard_planner.py).
+SAMPLING_PATTERNS = ('sweep', 'diamond')
+# trajectory.priorities: ψ of 2CEOAFL eq. (2) as the paper draws it, or from the buffer's need.
+PRIORITY_MODES = ('paper', 'deficit')
+# trajectory.regions: where the eq. (1) class regions are fitted from.
+REGION_SOURCES = ('map', 'survey')
 # The sampling diamond flown around q_t: q → E → N → W → S → q, radius r.
 SAMPLING_DIAMOND_LENGTH_PER_RADIUS = 2.0 + 3.0 * math.sqrt(2.0)
 
@@ -168,8 +174,17 @@ class TrajectoryConfig:
 
     planner: 'coverage' (fly the station's lawnmower sweep every round) or '2ceoafl' (fly the
     sweep for survey_rounds rounds, then plan onboard one waypoint q_t per remaining round with
-    2CEOAFL eqs. (1)-(5) from the drone's own geo-tagged samples, and fly q_t plus a sampling
-    diamond of sample_radius_m around it).
+    2CEOAFL eqs. (1)-(5), and fly q_t plus a sampling pattern).
+    sampling: 'sweep' (after q_t, a lawnmower over the target class region for the rest of the
+    round's flight length: as far as the station's sweep of the round, at least the reach) or
+    'diamond' (q_t and a diamond of sample_radius_m around it).
+    priorities: 'paper' (eq. (2)'s random time-varying ψ, planned once) or 'deficit' (re-plan
+    every round; ψ = 1 and the buffer's class counts enter eq. (4) as held mass, so the plan
+    goes for the classes the buffer lacks). 'paper' is the default: it measured as well or
+    better in the fleet (docs/benchmarks.md) and plans once.
+    regions: 'map' (fit eq. (1) to labels of the onboard land-cover raster the drone labels its
+    frames with, one per camera footprint: every class, from round survey_rounds + 1) or
+    'survey' (fit it to the drone's own geo-tagged samples: only the classes it has seen).
     components_per_class: Gaussians per class of the fitted mixture (2CEOAFL eq. (1));
     min_samples_per_class: classes with fewer geo-tagged samples get no region.
     zeta: ζ of 2CEOAFL eq. (3) (association radius ζ λ).
@@ -184,8 +199,13 @@ class TrajectoryConfig:
     """
 
     planner: str = 'coverage'
+    sampling: str = 'sweep'
+    priorities: str = 'paper'
+    regions: str = 'map'
     survey_rounds: int = 1
-    components_per_class: int = 1
+    # A generated world has num_regions 24 warped blobs over 7 classes (3.4 per class) plus the
+    # background: one Gaussian per class would centre between a class's blobs.
+    components_per_class: int = 8
     min_samples_per_class: int = 10
     zeta: float = 1.0
     round_flight_time_s: float = 0.0
@@ -198,9 +218,11 @@ class TrajectoryConfig:
     solver_time_limit_s: float = 5.0
 
     def __post_init__(self) -> None:
-        if self.planner not in TRAJECTORY_PLANNERS:
-            raise ValueError(f'planner {self.planner!r} unknown; choices: '
-                             f'{", ".join(TRAJECTORY_PLANNERS)}')
+        for name, choices in (('planner', TRAJECTORY_PLANNERS), ('sampling', SAMPLING_PATTERNS),
+                              ('priorities', PRIORITY_MODES), ('regions', REGION_SOURCES)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f'trajectory.{name} {getattr(self, name)!r} unknown; choices: '
+                                 f'{", ".join(choices)}')
         if self.survey_rounds < 1:
             raise ValueError(f'survey_rounds must be >= 1 (the regions are fitted from the '
                              f"survey's samples), got {self.survey_rounds}")

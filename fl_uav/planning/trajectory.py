@@ -23,8 +23,8 @@ Formulation (choices documented here; see also the 2CEOAFL digest §7):
 * C3 (eq. (4c), I = 0 forces q outside; reverse-convex, linearised by the paper) is not
   imposed: the objective is non-decreasing in every I, so the optimiser sets I = 1 wherever C2
   and C4 allow. The objective reported for any plan (ours or a baseline) is recomputed from the
-  waypoints by :func:`association` (eq. (3) exactly, with C4 resolved by the nearest region in
-  units of its radius), never taken from the MILP.
+  waypoints by :func:`association` (eq. (3) exactly, with C4 resolved by the densest
+  component of eq. (1) among the circles holding the point), never taken from the MILP.
 * C6 (eq. (4f), minimum step d_min, reverse-convex) is not imposed: hovering is allowed (the
   digest notes C6 contradicts the paper's own text). C5 (eq. (4e)) is optional
   (``max_visits_per_window``) on non-overlapping windows of C rounds.
@@ -61,6 +61,12 @@ Formulation (choices documented here; see also the 2CEOAFL digest §7):
   binds (large instances on a loaded machine) the result depends on wall-clock time.
 * ``upper_bound`` is :func:`relaxation_upper_bound` (teleporting drone, C4 and reachability
   per round kept), a true bound on eq. (4) for any plan, not a MILP bound.
+* Held mass (optional, ``held_mass`` of :func:`plan_trajectory_detailed`): class mass h_c the
+  drone already holds is added to ε_tol inside the log of eq. (4), i.e. Σ_c log(Σ_t I ψ + ε_tol
+  + h_c), everywhere the objective is evaluated or linearised: the warm start's weights and
+  score, every window MILP (h_c joins the fixed rounds' mass A_c), the detours, the
+  whole-horizon solve, the reported objective and the relaxation bound. h = 0 (the default) is
+  the paper's eq. (4) exactly.
 """
 
 from __future__ import annotations
@@ -105,9 +111,11 @@ MAX_DETOUR_DWELL = 4
 # Frank-Wolfe iterations of the relaxation bound: the duality gap falls as O(1/k); 500 gives
 # bounds within ~0.01 of the relaxation's optimum on T = 100, C = 10 in about 0.1 s.
 RELAXATION_ITERATIONS = 500
+_TINY = 1e-300          # floor of a covariance determinant before its log
 
 __all__ = [
-    'GaussianRegion', 'TrajectoryConstraints', 'TrajectoryPlan', 'association',
+    'GaussianRegion', 'TrajectoryConstraints', 'TrajectoryPlan', 'associated_regions',
+    'association',
     'class_balance', 'class_priorities', 'expected_class_samples', 'fit_class_regions',
     'lawnmower_baseline', 'plan_trajectory', 'plan_trajectory_detailed', 'random_baseline',
     'regions_from_landcover', 'relaxation_upper_bound', 'total_path_m', 'two_ceoafl_objective',
@@ -188,23 +196,49 @@ def _xy(waypoints: Sequence[PlanWaypoint] | np.ndarray) -> np.ndarray:
     return np.array([[w.east_m, w.north_m] for w in waypoints], np.float64).reshape(-1, 2)
 
 
+def associated_regions(waypoints: Sequence[PlanWaypoint] | np.ndarray,
+                       regions: Sequence[GaussianRegion], zeta: float = 1.0) -> np.ndarray:
+    """Index of the region each waypoint is associated with (-1: none), eq. (3) with C4: among
+    the regions whose circle ||q - μ|| ≤ ζ λ contains it, the component of eq. (1) with the
+    largest density N(q | μ_r, Λ_r) at q, so a tight region inside a broad one (a background
+    class) keeps its points. Π_r is left out: it is a class's share of the area, not where q
+    is, and would hand every overlap to the broad background."""
+    points = _xy(waypoints)
+    out = np.full(len(points), -1, np.int64)
+    if not regions or len(points) == 0:
+        return out
+    centres = np.array([r.center_enu_m for r in regions], np.float64)
+    radii = np.array([zeta * r.radius_m for r in regions], np.float64)
+    inside = np.linalg.norm(points[:, None, :] - centres[None], axis=2) <= radii[None] + 1e-9
+    log_density = np.empty((len(points), len(regions)))
+    for index, region in enumerate(regions):
+        cov = np.array(region.covariance_m2, np.float64)
+        diff = points - centres[index]
+        try:
+            mahalanobis = np.einsum('ij,jk,ik->i', diff, np.linalg.inv(cov), diff)
+            log_det = float(np.log(max(np.linalg.det(cov), _TINY)))
+        except np.linalg.LinAlgError:
+            mahalanobis, log_det = np.full(len(points), np.inf), 0.0
+        log_density[:, index] = -0.5 * log_det - 0.5 * mahalanobis
+    scores = np.where(inside, log_density, -np.inf)
+    best = np.argmax(scores, axis=1)
+    hit = inside[np.arange(len(points)), best]
+    out[hit] = best[hit]
+    return out
+
+
 def association(waypoints: Sequence[PlanWaypoint] | np.ndarray,
                 regions: Sequence[GaussianRegion], num_classes: int,
                 zeta: float = 1.0) -> np.ndarray:
-    """I (T x C, 0/1) of 2CEOAFL eq. (3) with C4: waypoint t is associated with the class of the
-    region whose circle ||q - μ|| ≤ ζ λ contains it, the nearest in units of ζ λ if several."""
+    """I (T x C, 0/1) of 2CEOAFL eq. (3) with C4: waypoint t is associated with the class of
+    its region by :func:`associated_regions` (the densest component of eq. (1) at q among
+    those whose circle ||q - μ|| ≤ ζ λ contains it)."""
     points = _xy(waypoints)
     indicator = np.zeros((len(points), num_classes), np.int64)
-    if not regions or len(points) == 0:
-        return indicator
-    centres = np.array([r.center_enu_m for r in regions], np.float64)
-    radii = np.array([zeta * r.radius_m for r in regions], np.float64)
-    classes = np.array([r.class_id for r in regions])
-    dist = np.linalg.norm(points[:, None, :] - centres[None], axis=2)
-    scaled = np.where(dist <= radii[None] + 1e-9, dist / np.maximum(radii[None], 1e-12), np.inf)
-    best = np.argmin(scaled, axis=1)
-    inside = np.isfinite(scaled[np.arange(len(points)), best])
-    indicator[np.nonzero(inside)[0], classes[best[inside]]] = 1
+    best = associated_regions(points, regions, zeta)
+    classes = np.array([r.class_id for r in regions] or [0])
+    hit = np.nonzero(best >= 0)[0]
+    indicator[hit, classes[best[hit]]] = 1
     return indicator
 
 
@@ -223,10 +257,24 @@ def expected_class_samples(waypoints: Sequence[PlanWaypoint] | np.ndarray,
 
 def two_ceoafl_objective(waypoints: Sequence[PlanWaypoint] | np.ndarray,
                          regions: Sequence[GaussianRegion], priorities: np.ndarray,
-                         zeta: float = 1.0, eps_tol: float = 1e-3) -> float:
-    """2CEOAFL eq. (4): Σ_c log(Σ_t I_{c,t} ψ_{c,t} + ε_tol), I from :func:`association`."""
+                         zeta: float = 1.0, eps_tol: float = 1e-3,
+                         held_mass: np.ndarray | None = None) -> float:
+    """2CEOAFL eq. (4): Σ_c log(Σ_t I_{c,t} ψ_{c,t} + ε_tol + h_c), I from
+    :func:`association`; h_c (``held_mass``, default 0) is class mass the drone already holds,
+    in the units of Σ_t I ψ (see :func:`plan_trajectory_detailed`)."""
     samples = expected_class_samples(waypoints, regions, priorities, zeta)
-    return float(np.log(samples + eps_tol).sum())
+    return float(np.log(samples + eps_tol + _held(held_mass, samples.shape[0])).sum())
+
+
+def _held(held_mass: np.ndarray | None, num_classes: int) -> np.ndarray:
+    """The per-class held mass h_c (zeros if None); PlanError if malformed."""
+    if held_mass is None:
+        return np.zeros(num_classes)
+    held = np.asarray(held_mass, np.float64).reshape(-1)
+    if held.shape[0] != num_classes or not np.all(np.isfinite(held)) or held.min() < 0:
+        raise PlanError(f'held_mass must be {num_classes} finite non-negative values, got '
+                        f'{held_mass!r}')
+    return held
 
 
 def class_balance(samples: np.ndarray) -> dict[str, float]:
@@ -357,8 +405,8 @@ class _WindowModel:
     Variables per window round j: q_j = (east, north), l_j (a bound on the step into q_j), and
     I_{j,r} (binary); one more step bound l_W for the step out of the window into the fixed
     next waypoint (if any); and the log epigraph s_c per class. ``offset_mass`` is A_c, the mass
-    Σ_t I ψ of the fixed rounds, so the window maximises Σ_c log(A_c + Σ_{j,r∈c} ψ_{j,c} I_{j,r}
-    + ε_tol), eq. (4) restricted to the window.
+    Σ_t I ψ of the fixed rounds plus the held mass h_c, so the window maximises
+    Σ_c log(A_c + Σ_{j,r∈c} ψ_{j,c} I_{j,r} + ε_tol), eq. (4) restricted to the window.
     """
 
     def __init__(self, geometry: _Geometry, psi_window: np.ndarray, prev_xy: np.ndarray,
@@ -580,20 +628,22 @@ def _respects(xy: np.ndarray, start: np.ndarray, c: TrajectoryConstraints) -> bo
 
 
 def relaxation_upper_bound(regions: Sequence[GaussianRegion], priorities: np.ndarray,
-                           start_enu_m: Sequence[float], constraints: TrajectoryConstraints
-                           ) -> float:
+                           start_enu_m: Sequence[float], constraints: TrajectoryConstraints,
+                           held_mass: np.ndarray | None = None) -> float:
     """An upper bound on eq. (4) for any plan meeting the constraints: the drone may teleport
     but is associated with at most one class per round (C4) and only with classes having a
     region it can reach by round t (reach (t + 1) x step and the budget, inside the fence).
 
-    The relaxation max Σ_c log(Σ_t x_{t,c} ψ_{t,c} + ε), Σ_c x_{t,c} <= 1, 0 <= x <= 1 is
-    concave; Frank-Wolfe gives a point x_k and, by concavity, f* <= f(x_k) + duality gap_k. The
-    smallest such bound over the iterations is returned."""
+    The relaxation max Σ_c log(Σ_t x_{t,c} ψ_{t,c} + ε + h_c), Σ_c x_{t,c} <= 1, 0 <= x <= 1
+    (h_c: ``held_mass``, default 0, as in :func:`two_ceoafl_objective`) is concave; Frank-Wolfe
+    gives a point x_k and, by concavity, f* <= f(x_k) + duality gap_k. The smallest such bound
+    over the iterations is returned."""
     psi = np.asarray(priorities, np.float64)
     c = constraints
     start = np.asarray(start_enu_m, np.float64).reshape(-1)[:2]
     g = _geometry(regions, c)
     num_rounds, num_classes = psi.shape
+    floor = c.eps_tol + _held(held_mass, num_classes)
     gap_m = np.linalg.norm(g.centres - start[None], axis=1) - g.radii
     available = np.zeros((num_rounds, num_classes), bool)
     for t in range(num_rounds):
@@ -604,7 +654,7 @@ def relaxation_upper_bound(regions: Sequence[GaussianRegion], priorities: np.nda
     rows = np.arange(num_rounds)
     best = math.inf
     for k in range(RELAXATION_ITERATIONS):
-        mass = (x * weights).sum(0) + c.eps_tol
+        mass = (x * weights).sum(0) + floor
         grad = weights / mass[None, :]
         vertex = np.zeros_like(x)
         top = np.argmax(grad, axis=1)
@@ -662,10 +712,10 @@ class _SearchState:
 
 def _sweep(state: _SearchState, g: _Geometry, regions: Sequence[GaussianRegion],
            psi: np.ndarray, start: np.ndarray, c: TrajectoryConstraints, size: int,
-           score: Callable[[np.ndarray], float]) -> bool:
+           score: Callable[[np.ndarray], float], held: np.ndarray) -> bool:
     """One sweep of SCA over half-overlapping windows of ``size`` rounds (size >= T: the whole
     horizon); True if it improved the incumbent. A window solved at the current incumbent is
-    skipped (its MILP would be the same)."""
+    skipped (its MILP would be the same). ``held`` (h_c) joins the fixed rounds' mass A_c."""
     num_rounds, num_classes = psi.shape
     improved = False
     for first, last in _windows(num_rounds, size):
@@ -684,8 +734,8 @@ def _sweep(state: _SearchState, g: _Geometry, regions: Sequence[GaussianRegion],
         path = np.linalg.norm(np.diff(np.vstack([start[None], xy]), axis=0), axis=1)
         window_edges = slice(first, last + 1 if next_xy is not None else last)
         budget_left = c.budget_m - (float(path.sum()) - float(path[window_edges].sum()))
-        model = _WindowModel(g, psi[first:last], prev_xy, next_xy, budget_left, mass - inside,
-                             _c5_caps(indicator, first, last, c))
+        model = _WindowModel(g, psi[first:last], prev_xy, next_xy, budget_left,
+                             mass - inside + held, _c5_caps(indicator, first, last, c))
         for cls in range(num_classes):
             offset = model.offset[cls] + c.eps_tol
             model.add_tangent(cls, offset + inside[cls])
@@ -794,28 +844,39 @@ def _insert_missed_classes(state: _SearchState, g: _Geometry, regions: Sequence[
 
 def plan_trajectory_detailed(regions: Sequence[GaussianRegion], priorities: np.ndarray,
                              start_enu_m: Sequence[float], constraints: TrajectoryConstraints,
-                             seed: int = 0) -> TrajectoryPlan:
+                             seed: int = 0,
+                             held_mass: np.ndarray | None = None) -> TrajectoryPlan:
     """Plan T waypoints (T = rows of priorities) maximising 2CEOAFL eq. (4) under eq. (5) and
     the multirotor constraints; see the module docstring. Raises PlanInfeasibleError (its
     ``cause`` says which constraint) for requests no plan can meet, PlanError for malformed
     ones. ``seed`` is kept for API stability (the planner is deterministic when no HiGHS time
-    limit binds)."""
+    limit binds).
+
+    held_mass (C,), optional: class mass h_c the drone already holds, in the units of
+    Σ_t I_{c,t} ψ_{c,t} (rounds' worth of samples when ψ = 1). It is added to ε_tol inside the
+    log of eq. (4), so the proportional fairness covers the drone's whole dataset (eq. (7)
+    appends to it) rather than only the planned visits: a class the drone lacks gains most from
+    a visit. Every stage (warm start, windows, detours, whole horizon) optimises, and
+    ``objective``, ``warm_start_objective`` and ``upper_bound`` report, eq. (4) with h_c. None
+    (default): h = 0, the paper's eq. (4) exactly."""
     del seed
     started = time.perf_counter()
     psi = np.asarray(priorities, np.float64)
     start = np.asarray(start_enu_m, np.float64).reshape(-1)[:2]
     c = constraints
     _validate(regions, psi, start, c)
+    held = _held(held_mass, psi.shape[1])
     g = _geometry(regions, c)
 
     def score(xy: np.ndarray) -> float:
-        return two_ceoafl_objective(xy, regions, psi, c.zeta, c.eps_tol)
+        return two_ceoafl_objective(xy, regions, psi, c.zeta, c.eps_tol, held)
 
     # 1. Warm start: the DP region tour, with the MILP's conservative step, budget and circles
     #    so that it is a feasible point of every window MILP.
     xy, objective = region_tour_warm_start(
         regions, psi, start, c.fence, np.where(g.usable, g.radii * g.shrink, 0.0),
-        c.step_m * g.shrink, c.budget_m * g.shrink, c.eps_tol, c.warm_start_iterations, score)
+        c.step_m * g.shrink, c.budget_m * g.shrink, c.eps_tol + held, c.warm_start_iterations,
+        score)
     warm_objective = objective
     # 2. Windowed SCA (Algorithm 1 on eq. (5) restricted to a window of rounds, the rest
     #    fixed): sweep half-overlapping windows of W rounds until a sweep no longer improves
@@ -828,25 +889,25 @@ def plan_trajectory_detailed(regions: Sequence[GaussianRegion], priorities: np.n
     state = _SearchState(xy, objective, started + c.time_budget_s)
     num_rounds = psi.shape[0]
     for _ in range(c.window_passes):
-        while _sweep(state, g, regions, psi, start, c, c.window_rounds, score):
+        while _sweep(state, g, regions, psi, start, c, c.window_rounds, score, held):
             pass
         if _insert_missed_classes(state, g, regions, psi, start, c, score):
             continue
         if (state.out_of_time
-                or not _sweep(state, g, regions, psi, start, c, num_rounds, score)):
+                or not _sweep(state, g, regions, psi, start, c, num_rounds, score, held)):
             break
     xy, objective, iterations = state.xy, state.objective, state.iterations
     waypoints = [PlanWaypoint(float(e), float(n), float(c.altitude_m)) for e, n in xy]
     indicator = association(xy, regions, psi.shape[1], c.zeta)
     classes = [int(np.argmax(row)) if row.any() else -1 for row in indicator]
     return TrajectoryPlan(waypoints, classes, objective,
-                          relaxation_upper_bound(regions, psi, start, c), iterations,
+                          relaxation_upper_bound(regions, psi, start, c, held), iterations,
                           time.perf_counter() - started, warm_objective)
 
 
 def plan_trajectory(regions: Sequence[GaussianRegion], priorities: np.ndarray,
                     start_enu_m: Sequence[float], constraints: TrajectoryConstraints,
-                    seed: int = 0) -> list[PlanWaypoint]:
+                    seed: int = 0, held_mass: np.ndarray | None = None) -> list[PlanWaypoint]:
     """One waypoint per round maximising 2CEOAFL eq. (4) under the constraints (SCA, Alg. 1)."""
     return plan_trajectory_detailed(regions, priorities, start_enu_m, constraints,
-                                    seed).waypoints
+                                    seed, held_mass).waypoints

@@ -10,8 +10,9 @@ to the fence, associated with that region's class by eq. (3)), or *in transit* o
 line between anchors, taking ``ceil(distance / step)`` rounds (transit rounds count as
 unassociated). For class weights w_c, the best tour maximising the linear surrogate
 Σ_t w_{c(t)} ψ_{c(t),t} − λ × path length is found exactly by a dynamic program over
-(round, anchor) states. The weights are the slopes of eq. (4)'s log, w_c = 1 / (m_c + ε_tol),
-the same first-order Taylor step as Algorithm 1, taken at the running average m of the class
+(round, anchor) states. The weights are the slopes of eq. (4)'s log, w_c = 1 / (m_c + ε_tol
++ h_c) (h_c: class mass the drone already holds, 0 by default; ``eps_tol`` may be per class), the
+same first-order Taylor step as Algorithm 1, taken at the running average m of the class
 masses of the tours found so far (fictitious play: a single tangent makes the linear surrogate
 jump between extreme tours; the average damps it). λ ≥ 0 is the Lagrange multiplier of the
 battery budget, found by bisection when the λ = 0 tour is too long. Every tour is scored with the
@@ -116,10 +117,12 @@ def tour_waypoints(tour: Sequence[tuple[int, int]], anchors: np.ndarray,
 
 def region_tour_warm_start(regions: Sequence[GaussianRegion], psi: np.ndarray,
                            start_enu_m: np.ndarray, fence: Box, inner_radius_m: np.ndarray,
-                           step_m: float, budget_m: float, eps_tol: float, iterations: int,
+                           step_m: float, budget_m: float, eps_tol: float | np.ndarray,
+                           iterations: int,
                            score: Callable[[np.ndarray], float]) -> tuple[np.ndarray, float]:
     """Best tour found (waypoints T x 2, its eq. (4) objective by ``score``); see the module
-    docstring. ``step_m`` and ``budget_m`` are the (already conservative) step and budget."""
+    docstring. ``step_m`` and ``budget_m`` are the (already conservative) step and budget;
+    ``eps_tol`` is ε_tol, or ε_tol + h_c per class (C,) with held mass."""
     num_rounds, num_classes = psi.shape
     start = np.asarray(start_enu_m, np.float64)
     stay = np.repeat(start[None], num_rounds, axis=0)

@@ -32,7 +32,12 @@ from fl_uav.fleet.drone_agent import DroneAgent, UpdateReport
 from fl_uav.fleet.drone_pilot import DronePilot
 from fl_uav.fleet.express_carrier import ExpressCarrier
 from fl_uav.fleet.messages import EXPRESS_KNOB, FinishCommand, PoseSample, RoundTask
-from fl_uav.fleet.onboard_planner import OnboardPlanner, OnboardTrajectory, record_file_name
+from fl_uav.fleet.onboard_planner import (
+    OnboardPlanner,
+    OnboardTrajectory,
+    map_geotags,
+    record_file_name,
+)
 from fl_uav.fleet.world_setup import map_labeler
 from fl_uav.ros import names
 from fl_uav.ros.conversions import (
@@ -88,7 +93,8 @@ class DroneNode(Node):
         self.config, self.own = declare_config(self, FleetConfig, NODE_PARAMS)
         cfg: FleetConfig = self.config
         self.drone_id = int(self.own['drone_id'])
-        self.agent = DroneAgent(cfg, self.drone_id, map_labeler(cfg.world, cfg.camera))
+        labeler = map_labeler(cfg.world, cfg.camera)
+        self.agent = DroneAgent(cfg, self.drone_id, labeler)
         origin = GeoOrigin(cfg.autopilot.origin_lat_deg, cfg.autopilot.origin_lon_deg,
                            cfg.autopilot.origin_alt_amsl_m)
         self.runner = VehicleRunner()
@@ -97,8 +103,9 @@ class DroneNode(Node):
                                                      names.PLAN_QOS)
         self._trajectory_markers_pub = self.create_publisher(
             MarkerArray, names.TRAJECTORY_MARKERS_TOPIC, names.MARKERS_QOS)
-        self.onboard = OnboardPlanner(cfg, self.drone_id, self.agent.geotagged_samples,
-                                      on_plan=self._publish_trajectory)
+        self.onboard = OnboardPlanner(
+            cfg, self.drone_id, self.agent.geotagged_samples, on_plan=self._publish_trajectory,
+            map_samples=lambda: map_geotags(labeler, cfg.geofence_enu(), cfg.coverage.altitude_m))
         self.pilot = DronePilot(self.agent, MavsdkVehicle(cfg.flight.url_for(self.drone_id),
                                                            origin),
                                 cfg.flight, self._train_pool, geofence=cfg.geofence_enu(),

@@ -16,10 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.onboard_planner import record_file_name
 from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
+from fl_uav.planning.trajectory import class_balance
 from fl_uav.sim.launch_plan import fleet_plan, merged_parameters, write_params_file
 from fl_uav.sim.launcher import ProcessGroup, ros_environment
 
@@ -120,6 +123,16 @@ def _read_json(path: Path) -> dict[str, Any]:
         return {}
 
 
+def buffer_balance(class_counts: Sequence[int] | None) -> dict[str, Any]:
+    """A drone's buffered samples per class (its planner record's sample_class_counts) and
+    their normalised entropy (1: every class alike, 0: one class; None without counts)."""
+    if not class_counts:
+        return {'buffer_class_counts': None, 'buffer_entropy_norm': None}
+    balance = class_balance(np.asarray(class_counts, np.float64))
+    return {'buffer_class_counts': [int(c) for c in class_counts],
+            'buffer_entropy_norm': round(balance['entropy_norm'], 4)}
+
+
 def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
                   exit_codes: Mapping[str, int | None], domain_id: int) -> dict[str, Any]:
     """Per-round results from the station, per-drone flight facts from the autopilot log."""
@@ -147,6 +160,7 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
             'rounds_participated': sum(d in r.get('participants', []) for r in rounds),
             'mission_sources': trajectory.get('sources', {}),
             'plan_fallbacks': trajectory.get('fallbacks', {}),
+            **buffer_balance(trajectory.get('sample_class_counts')),
         }
     accuracies = [r['accuracy'] for r in rounds]
     summary = {

@@ -1,12 +1,13 @@
 """End to end: a drone of the embedded fleet plans its own 2CEOAFL trajectory onboard and flies
 it as MAVLink missions (`fl-uav sim`, real DDS between processes, real MAVLink over UDP).
 
-One drone, four rounds, ``trajectory.planner: 2ceoafl``: round 1 is the survey (the station's
-sweep); at round 2 the drone fits its class regions (2CEOAFL eq. (1)) from its own geo-tagged
-samples and plans q_2..q_4 (eqs. (2)-(5)). Checks, from the autopilot's own event log (ground
-truth: where the simulated vehicle was when it reached each mission item), that rounds 2-4
-flew missions through the drone's planned q_t and its sampling diamond, that the drone landed,
-that no planning fell back, and that no process is left.
+One drone, four rounds, ``trajectory.planner: 2ceoafl`` with the default modes (regions map,
+priorities paper, sampling sweep): round 1 is the survey (the station's sweep); at round 2 the
+drone fits its class regions (2CEOAFL eq. (1)) to its land-cover raster and plans q_2..q_4
+(eqs. (2)-(5)). Checks,
+from the autopilot's own event log (ground truth: where the simulated vehicle was when it
+reached each mission item), that rounds 2-4 flew missions through the drone's q_t and its
+region sweep, that the drone landed, that no planning fell back, and that no process is left.
 """
 
 from __future__ import annotations
@@ -75,17 +76,19 @@ def test_a_drone_flies_its_own_2ceoafl_plan_as_missions(tmp_path):
     facts = summary['drones']['0']
     assert facts['mission_sources'] == {'survey': 1, '2ceoafl': NUM_ROUNDS - 1}, facts
     assert facts['plan_fallbacks'] == {}, facts
-    # Assert: the drone's own plan (its record), fitted from its samples
+    # Assert: the drone's own plan (its record), fitted to its raster, one plan
     record = json.loads((out / 'trajectory_uav0.json').read_text())
     plan = record['plan']
+    assert record['plans_made'] == 1 and record['regions_source'] == 'map'
     assert plan['first_round'] == 2 and len(plan['waypoints_enu_m']) == NUM_ROUNDS - 1
     assert len(plan['regions']) >= 1
     rounds = {r['round']: r for r in record['rounds']}
     for t in range(2, NUM_ROUNDS + 1):
         assert rounds[t]['target_enu_m'] == plan['waypoints_enu_m'][t - 2]
         assert rounds[t]['mission_enu_m'][0] == rounds[t]['target_enu_m']
+        assert rounds[t]['class_id'] >= 0 and rounds[t]['sample_m'] > 100.0   # a sweep
     # Assert: the autopilot (ground truth) flew one mission per round; in rounds 2.. it reached
-    # q_t first, then every point of the sampling diamond, in order
+    # q_t first, then every point of the region sweep, in order
     log = json.loads((out / 'autopilot_log.json').read_text())
     events = [e for e in log['events'] if e['vehicle'] == 0]
     missions = _missions(events)

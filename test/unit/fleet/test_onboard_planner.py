@@ -26,10 +26,15 @@ from fl_uav.fleet.onboard_planner import (
     NO_POSITION,
     OnboardPlanner,
     OnboardTrajectory,
+    pure_regions,
+    raster_geotags,
+    region_sweep,
     sampling_diamond,
+    sweep_box,
 )
-from fl_uav.planning.coverage import PlanInfeasibleError, PlanWaypoint
+from fl_uav.planning.coverage import PlanInfeasibleError, PlanWaypoint, path_length_m
 from fl_uav.planning.geofence import plan_violations
+from fl_uav.planning.trajectory import GaussianRegion
 from fl_uav.vehicle.fake_vehicle import FakeVehicle
 from test.unit.fleet.test_roles import _eval_set, _update
 
@@ -38,9 +43,14 @@ STATION_PLAN = (PlanWaypoint(100.0, 100.0, 30.0), PlanWaypoint(100.0, 200.0, 30.
 START = (600.0, 600.0)
 
 
+# The paper's mode: regions from the drone's own samples, eq. (2) ψ planned once, a diamond.
+PAPER_MODE = {'planner': '2ceoafl', 'sampling': 'diamond', 'priorities': 'paper',
+              'regions': 'survey', 'components_per_class': 1}
+
+
 def _config(**trajectory) -> FleetConfig:
     return FleetConfig(num_drones=1, rounds=RoundConfig(num_rounds=6, deadline_s=60.0),
-                       trajectory=TrajectoryConfig(**{'planner': '2ceoafl', **trajectory}))
+                       trajectory=TrajectoryConfig(**{**PAPER_MODE, **trajectory}))
 
 
 def _samples(per_class: int = 60, sparse_class_samples: int = 3):
@@ -164,6 +174,10 @@ def test_energy_budget_follows_the_documented_model():
     assert math.isclose(planner.energy_budget_m(5), expected)
     cheap = OnboardPlanner(_config(cruise_power_w=200.0), 0, _samples())
     assert cheap.energy_budget_m(5) == math.inf     # level flight cheaper than hover
+    # a sweep may fly all of each round's flight time (60 s deadline - 20 s reserve)
+    sweep = OnboardPlanner(_config(sampling='sweep'), 0, _samples())
+    assert math.isclose(sweep.energy_budget_m(5),
+                        (usable_j - fixed_j) / (50.0 / 12.0) - 5 * 12.0 * 40.0)
 
 
 def test_coverage_planner_flies_the_station_plan_every_round():
@@ -196,6 +210,10 @@ def test_sampling_diamond_shrinks_to_stay_inside_the_fence():
      'trajectory.survey_rounds (2) leaves no round to plan'),
     ({'trajectory.planner': '2ceoafl', 'trajectory.sample_radius_m': 100.0},
      'sampling diamond'),
+    ({'trajectory.sampling': 'spiral'}, "trajectory.sampling 'spiral' unknown; choices: sweep, "
+                                        'diamond'),
+    ({'trajectory.priorities': 'random'}, "trajectory.priorities 'random' unknown"),
+    ({'trajectory.regions': 'gps'}, "trajectory.regions 'gps' unknown"),
 ])
 def test_bad_trajectory_config_fails_at_start_naming_the_key(flat, needle):
     # Act + Assert
@@ -282,3 +300,162 @@ def test_the_station_records_the_mission_size_the_drone_reports():
     record = station.close_round(now_s=1.0)
     # Assert
     assert record.waypoints_planned == {0: 6, 1: len(opening.plans[1])}
+
+
+# --- the user's mode: regions from the raster, priorities from need, a sweep after q_t -------
+USER_MODE = {'planner': '2ceoafl', 'sampling': 'sweep', 'priorities': 'deficit',
+             'regions': 'map', 'components_per_class': 1}
+
+
+def _raster_label(east_m: float, north_m: float) -> int:
+    """A toy land-cover raster: class 0 in a west square, class 1 in an east one, else 2."""
+    if 200.0 <= east_m <= 400.0 and 500.0 <= north_m <= 700.0:
+        return 0
+    if 800.0 <= east_m <= 1000.0 and 500.0 <= north_m <= 700.0:
+        return 1
+    return 2
+
+
+def _user_planner(buffer_labels: list[int]) -> OnboardPlanner:
+    config = _config(**USER_MODE)
+    fence = config.geofence_enu()
+    held = (np.tile(START, (len(buffer_labels), 1)), np.array(buffer_labels, np.int64))
+    return OnboardPlanner(config, 0, lambda: held,
+                          map_samples=lambda: raster_geotags(_raster_label, fence, 20.0))
+
+
+def test_raster_geotags_label_one_point_per_cell_of_the_fence():
+    # Arrange
+    fence = _config().geofence_enu()
+    # Act
+    positions, labels = raster_geotags(_raster_label, fence, 20.0)
+    # Assert: cell centres, inside the fence, labelled by the callable
+    cells = round((fence.east_max_m - fence.east_min_m) / 20.0)
+    assert len(labels) == cells * round((fence.north_max_m - fence.north_min_m) / 20.0)
+    assert positions[:, 0].min() == pytest.approx(fence.east_min_m + 10.0)
+    assert positions[:, 0].max() < fence.east_max_m
+    assert [_raster_label(e, n) for e, n in positions[:50]] == list(labels[:50])
+    assert set(labels) == {0, 1, 2}
+
+
+def test_regions_whose_class_is_not_the_majority_in_their_circle_are_dropped():
+    # Arrange: class 0 samples around (0, 0) and class 1 samples around (100, 0)
+    positions = np.array([(0.0, 0.0)] * 8 + [(100.0, 0.0)] * 8)
+    labels = np.array([0] * 8 + [1] * 8)
+    on_zero = GaussianRegion(0, (0.0, 0.0), ((100.0, 0.0), (0.0, 100.0)), 0.5)
+    class_1_on_zero = GaussianRegion(1, (5.0, 0.0), ((100.0, 0.0), (0.0, 100.0)), 0.5)
+    empty = GaussianRegion(1, (500.0, 0.0), ((100.0, 0.0), (0.0, 100.0)), 0.5)
+    # Act
+    kept = pure_regions([on_zero, class_1_on_zero, empty], positions, labels, zeta=1.0)
+    # Assert
+    assert kept == [on_zero, empty]
+
+
+def test_the_deficit_plan_goes_for_the_class_the_buffer_lacks_and_replans_each_round():
+    # Arrange: the buffer holds classes 0 and 2 (2 rounds' worth each after 4 rounds); the
+    # raster also has class 1, east; rounds 5 and 6 are left
+    planner = _user_planner([0] * 150 + [2] * 150)
+    # Act
+    fifth = planner.mission_for(_task(5), START)
+    first_plan = planner.trajectory
+    sixth = planner.mission_for(_task(6), START)
+    # Assert: eq. (4) with the held mass sends both rounds to class 1 (log 2 + log 2 + log 2
+    # beats log 3 + log 1 + log 2), and round 6 is a new plan
+    assert fifth.source == '2ceoafl' and first_plan.classes == (1, 1) and fifth.class_id == 1
+    assert sixth.class_id == 1 and planner.trajectory is not first_plan
+    assert planner.plans_made == 2 and planner.record()['plans_made'] == 2
+    # ... and class 0 when the buffer lacks class 0
+    other = _user_planner([1] * 150 + [2] * 150)
+    assert other.mission_for(_task(5), START).class_id == 0
+    assert other.trajectory.classes == (0, 0)
+
+
+def test_a_sweep_round_flies_as_far_as_the_station_sweep_inside_the_target_region():
+    # Arrange: the station's sweep of this round is long (a 200 x 200 m lawnmower)
+    planner = _user_planner([0] * 150 + [2] * 150)
+    station = tuple(PlanWaypoint(e, n, 30.0) for e, n in
+                    ((100.0, 100.0), (100.0, 300.0), (140.0, 300.0), (140.0, 100.0),
+                     (180.0, 100.0), (180.0, 300.0)))
+    task = RoundTask(round_index=2, weights={}, plan=station, deadline_s=60.0)
+    # Act
+    mission = planner.mission_for(task, START)
+    # Assert: q_t first, then the region's box, for the station's length less the transit
+    station_m = math.hypot(100.0 - START[0], 100.0 - START[1]) + path_length_m(list(station))
+    assert planner.round_length_m(task, START) == pytest.approx(
+        max(station_m, planner.config.round_reach_m()))
+    q_t = mission.target
+    transit_m = math.hypot(q_t.east_m - START[0], q_t.north_m - START[1])
+    assert mission.waypoints[0] == q_t
+    assert mission.sample_m == pytest.approx(planner.round_length_m(task, START) - transit_m)
+    # The sweep stays in the square of the class q_t targets (plus the fit's spread). With
+    # ψ = 1 eq. (4) does not depend on the order of the visits, so whether the plan flies to
+    # class 1 (the class the drone lacks) or class 0 first is a tie (equal objectives); either
+    # way class 1 is in the plan.
+    squares = {0: (190.0, 410.0), 1: (790.0, 1010.0)}
+    assert mission.class_id in squares and 1 in planner.trajectory.classes
+    east_lo, east_hi = squares[mission.class_id]
+    assert all(east_lo <= w.east_m <= east_hi and 490.0 <= w.north_m <= 710.0
+               for w in mission.waypoints[1:])
+    assert plan_violations(mission.waypoints, planner.fence) == []
+
+
+def test_region_sweep_starts_at_the_nearest_corner_and_is_cut_at_the_length():
+    # Arrange
+    box = (100.0, 100.0, 180.0, 160.0)
+    q_t = PlanWaypoint(170.0, 150.0, 30.0)          # nearest corner: (180, 160)
+    # Act
+    sweep = region_sweep(q_t, [box], 500.0, 40.0)
+    # Assert
+    assert sweep[0] == q_t and (sweep[1].east_m, sweep[1].north_m) == (180.0, 160.0)
+    assert path_length_m(list(sweep)) == pytest.approx(500.0)
+    assert all(100.0 <= w.east_m <= 180.0 and 100.0 <= w.north_m <= 160.0 for w in sweep[1:])
+    assert region_sweep(q_t, [box], 0.5, 40.0) == (q_t,)
+    with pytest.raises(ValueError, match='leg spacing'):
+        region_sweep(q_t, [box], 100.0, 0.0)
+
+
+def test_region_sweep_covers_every_box_nearest_first_before_repeating():
+    # Arrange: q_t's box, a far box and a near box of the same class
+    q_t = PlanWaypoint(10.0, 10.0, 30.0)
+    own, far, near = (0.0, 0.0, 40.0, 40.0), (500.0, 0.0, 540.0, 40.0), (100.0, 0.0, 140.0, 40.0)
+    # Act
+    sweep = region_sweep(q_t, [own, far, near], 2000.0, 40.0)
+    # Assert: own box, then the near one, then the far one, then back
+    def box_of(w: PlanWaypoint) -> int:
+        return next((i for i, b in enumerate((own, far, near))
+                     if b[0] <= w.east_m <= b[2] and b[1] <= w.north_m <= b[3]), -1)
+    visits = [box_of(w) for w in sweep[1:-1]]     # the last point is cut, maybe in transit
+    assert -1 not in visits
+    first_pass = [b for i, b in enumerate(visits) if i == 0 or b != visits[i - 1]]
+    assert first_pass[:4] == [0, 2, 1, 2]
+    assert path_length_m(list(sweep)) == pytest.approx(2000.0)
+
+
+def test_sweep_box_is_the_association_square_clipped_to_the_fence():
+    # Arrange
+    fence = _config().geofence_enu()
+    region = GaussianRegion(0, (fence.east_min_m + 10.0, 500.0), ((900.0, 0.0), (0.0, 900.0)),
+                            1.0)                                   # λ = 30 m
+    # Act + Assert
+    assert sweep_box(region, fence, 40.0) == (fence.east_min_m, 470.0,
+                                               fence.east_min_m + 40.0, 530.0)
+    assert sweep_box(region, fence, 100.0, zeta=0.5) == (fence.east_min_m, 450.0,
+                                                         fence.east_min_m + 60.0, 550.0)
+    outside = GaussianRegion(0, (fence.east_min_m - 100.0, 500.0), region.covariance_m2, 1.0)
+    assert sweep_box(outside, fence, 40.0) is None
+
+
+def test_map_regions_without_a_raster_fail_at_construction():
+    with pytest.raises(ValueError, match='trajectory.regions map'):
+        OnboardPlanner(_config(**USER_MODE), 0, _samples())
+
+
+def test_the_pilot_flies_the_sweep_mission_through_its_geofence_check():
+    # Arrange
+    planner = _user_planner([0] * 150 + [2] * 150)
+    # Act
+    vehicle, agent = _run_rounds(planner, [1, 2])
+    # Assert: the survey, then q_2 and its sweep, both accepted by the fence check
+    flown = [call[1] for call in vehicle.calls if call[0] == 'fly_waypoints']
+    assert len(flown) == 2 and not vehicle.rejected
+    assert len(flown[1]) == len(agent.tasks[1].plan) > 6

@@ -251,3 +251,57 @@ def test_detour_reaches_the_anchor_on_time_and_rejoins_within_the_step():
     assert np.allclose(out[-1], xy[-1])              # back on the plan before the end
     assert np.allclose(out[0], xy[0])                # left the plan as late as possible
     assert _detour(xy, np.array([100.0, 100.0]), anchor, arrive=2, dwell=1, step_m=step) is None
+
+
+@pytest.mark.parametrize('held, expected_classes', [
+    ([4.0, 0.0, 0.0], [1, 2]),      # class 0 held: the two rounds go to the lacking classes
+    ([0.0, 4.0, 4.0], [0, 0]),      # classes 1 and 2 held: both rounds on class 0
+])
+def test_held_mass_steers_the_plan_to_the_classes_the_drone_lacks(held, expected_classes):
+    # Arrange: ψ = 1 (no time preference), two rounds, three reachable classes
+    psi = np.ones((2, 3))
+    constraints = _constraints(round_time_s=60.0, budget_m=math.inf)
+    # Act
+    plan = plan_trajectory_detailed(_regions(), psi, START, constraints, seed=0,
+                                    held_mass=np.array(held))
+    # Assert: eq. (4) with h_c inside the log, maximised over which classes get the rounds
+    assert sorted(plan.classes) == expected_classes
+    expected = sum(math.log(h + plan.classes.count(c) + 1e-3) for c, h in enumerate(held))
+    assert plan.objective == pytest.approx(expected)
+    assert two_ceoafl_objective(plan.waypoints, _regions(), psi,
+                                held_mass=np.array(held)) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize('held', [[1.0, 2.0], [1.0, -1.0, 0.0], [np.nan, 0.0, 0.0]])
+def test_malformed_held_mass_is_a_plan_error(held):
+    with pytest.raises(PlanError, match='held_mass'):
+        plan_trajectory_detailed(_regions(), np.ones((2, 3)), START, _constraints(),
+                                 held_mass=np.array(held))
+
+
+def test_relaxation_bound_counts_the_held_mass():
+    # One class, its region at the start: bound = log(T + h + ε).
+    bound = relaxation_upper_bound([_region(0, 150.0, 150.0, 20.0)], np.ones((3, 1)), START,
+                                   _constraints(), held_mass=np.array([2.0]))
+    assert bound == pytest.approx(math.log(5.0 + 1e-3), abs=1e-3)
+    assert bound >= math.log(5.0 + 1e-3) - 1e-9
+
+
+def test_windowed_pipeline_honours_the_held_mass():
+    # The warm start, windows, detours and bound all see h_c: the reported objectives are
+    # eq. (4) with h_c, the plan never falls below its warm start and never beats the bound.
+    T = 30
+    psi = class_priorities(T, 7, 5)
+    regions = _spread_regions()
+    c = _wide_constraints()
+    held = np.array([6.0, 6.0, 6.0, 0.0, 0.0, 0.0, 0.0])
+    plan = plan_trajectory_detailed(regions, psi, WIDE_START, c, held_mass=held)
+    _check_wide(np.array([(w.east_m, w.north_m) for w in plan.waypoints]), c)
+    assert plan.objective == pytest.approx(
+        two_ceoafl_objective(plan.waypoints, regions, psi, c.zeta, c.eps_tol, held))
+    assert plan.warm_start_objective - 1e-12 <= plan.objective <= plan.upper_bound + 1e-9
+    assert plan.upper_bound == pytest.approx(
+        relaxation_upper_bound(regions, psi, WIDE_START, c, held))
+    # The classes the drone lacks get more of the plan than those it holds.
+    samples = expected_class_samples(plan.waypoints, regions, psi)
+    assert samples[3:6].sum() > samples[:3].sum()

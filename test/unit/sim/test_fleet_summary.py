@@ -1,0 +1,24 @@
+"""fl-uav sim summary: per-drone buffer balance from the planner record."""
+
+import math
+
+import pytest
+
+from fl_uav.sim.fleet_run import buffer_balance
+
+
+def test_buffer_balance_is_the_normalised_entropy_of_the_class_counts():
+    # Arrange: two of four classes, alike
+    counts = [5, 0, 5, 0]
+    # Act
+    balance = buffer_balance(counts)
+    # Assert: entropy log 2 over the maximum log 4
+    assert balance['buffer_class_counts'] == counts
+    assert balance['buffer_entropy_norm'] == pytest.approx(math.log(2) / math.log(4), abs=1e-4)
+    assert buffer_balance([3, 3, 3])['buffer_entropy_norm'] == pytest.approx(1.0)
+    assert buffer_balance([7, 0, 0])['buffer_entropy_norm'] == pytest.approx(0.0)
+
+
+def test_buffer_balance_without_a_record_is_none():
+    assert buffer_balance(None) == {'buffer_class_counts': None, 'buffer_entropy_norm': None}
+    assert buffer_balance([]) == {'buffer_class_counts': None, 'buffer_entropy_norm': None}
