@@ -10,9 +10,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-import rclpy
 from geometry_msgs.msg import PoseStamped
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 
 from fl_uav.fleet.config import FleetConfig
@@ -20,6 +18,7 @@ from fl_uav.fleet.messages import PoseSample
 from fl_uav.ros import names
 from fl_uav.ros.conversions import pose_to_msg
 from fl_uav.ros.params import declare_config
+from fl_uav.ros.spin import run_node
 from fl_uav.sim.autopilot import AutopilotSim
 
 NODE_PARAMS = {'log_dir': '', 'ground_truth_rate_hz': 20.0}
@@ -64,16 +63,7 @@ class AutopilotSimNode(Node):
 
 def main(args: list[str] | None = None) -> None:
     """Spin until shutdown, then stop the simulator."""
-    rclpy.init(args=args)
-    node = AutopilotSimNode()
-    try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
+    run_node(AutopilotSimNode, args)
 
 
 if __name__ == '__main__':

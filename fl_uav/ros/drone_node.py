@@ -18,10 +18,8 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path as PathLib
 
-import rclpy
 from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Path
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from sensor_msgs.msg import BatteryState, Image
 from std_msgs.msg import UInt8MultiArray
@@ -52,6 +50,7 @@ from fl_uav.ros.conversions import (
 )
 from fl_uav.ros.markers import class_region_markers, clear_markers, planned_path_markers
 from fl_uav.ros.params import declare_config
+from fl_uav.ros.spin import run_node
 from fl_uav.vehicle.mavsdk_vehicle import MavsdkVehicle
 from fl_uav.vehicle.runner import VehicleRunner
 from fl_uav.world.geo import GeoOrigin
@@ -265,17 +264,7 @@ class DroneNode(Node):
 
 def main(args: list[str] | None = None) -> None:
     """Run the node until shutdown (or until the run is over with exit_on_finish)."""
-    rclpy.init(args=args)
-    node = DroneNode()
-    try:
-        while rclpy.ok() and not node.done.is_set():
-            rclpy.spin_once(node, timeout_sec=0.1)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
+    run_node(DroneNode, args)
 
 
 if __name__ == '__main__':

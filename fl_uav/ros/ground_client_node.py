@@ -14,9 +14,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import rclpy
 from geometry_msgs.msg import PoseStamped
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from std_msgs.msg import UInt8MultiArray
 
@@ -27,6 +25,7 @@ from fl_uav.fleet.ground_client import GroundClient, client_dataset
 from fl_uav.ros import names
 from fl_uav.ros.conversions import bytes_to_msg, msg_to_bytes
 from fl_uav.ros.params import declare_config
+from fl_uav.ros.spin import run_node
 
 NODE_PARAMS = {'client_id': 0, 'output_dir': ''}
 LOG_SUBDIR = 'ground_clients'
@@ -122,16 +121,7 @@ class GroundClientNode(Node):
 
 def main(args: list[str] | None = None) -> None:
     """Spin until shutdown."""
-    rclpy.init(args=args)
-    node = GroundClientNode()
-    try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
+    run_node(GroundClientNode, args)
 
 
 if __name__ == '__main__':

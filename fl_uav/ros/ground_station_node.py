@@ -5,10 +5,8 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Path
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from std_msgs.msg import UInt8MultiArray
 from visualization_msgs.msg import MarkerArray
@@ -26,6 +24,7 @@ from fl_uav.ros.conversions import (
     plans_and_regions_to_markers,
 )
 from fl_uav.ros.params import declare_config
+from fl_uav.ros.spin import run_node
 from fl_uav.world.dataset import heldout_set, to_model_input
 
 NODE_PARAMS = {'output_dir': '', 'exit_on_finish': False, 'tick_period_s': 0.1,
@@ -165,16 +164,7 @@ class GroundStationNode(Node):
 
 def main(args: list[str] | None = None) -> None:
     """Run the node until shutdown (or until the run is over with exit_on_finish)."""
-    rclpy.init(args=args)
-    node = GroundStationNode()
-    try:
-        while rclpy.ok() and not node.done.is_set():
-            rclpy.spin_once(node, timeout_sec=0.1)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
+    run_node(GroundStationNode, args)
 
 
 if __name__ == '__main__':

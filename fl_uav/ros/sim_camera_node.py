@@ -7,9 +7,7 @@ camera driver would use, so the drone node cannot tell the embedded world from t
 from __future__ import annotations
 
 import numpy as np
-import rclpy
 from geometry_msgs.msg import PoseStamped
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from sensor_msgs.msg import Image
 
@@ -19,6 +17,7 @@ from fl_uav.fleet.world_setup import world_map
 from fl_uav.ros import names
 from fl_uav.ros.conversions import msg_to_pose, rgb_to_image
 from fl_uav.ros.params import declare_config
+from fl_uav.ros.spin import run_node
 from fl_uav.world.camera import AerialRenderer
 
 
@@ -56,15 +55,7 @@ class SimCameraNode(Node):
 
 def main(args: list[str] | None = None) -> None:
     """Spin until shutdown."""
-    rclpy.init(args=args)
-    node = SimCameraNode()
-    try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
+    run_node(SimCameraNode, args)
 
 
 if __name__ == '__main__':
