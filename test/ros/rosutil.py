@@ -1,11 +1,23 @@
-"""Helpers for node tests: spin until a condition holds, with a timeout (never fixed sleeps)."""
+"""Helpers for node tests: spin until a condition holds, with a timeout (never fixed sleeps),
+and one drone node under test beside the embedded autopilot simulator."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
-from rclpy.executors import Executor
+import rclpy
+from rclpy.executors import Executor, SingleThreadedExecutor
+from rclpy.node import Node
+from std_msgs.msg import UInt8MultiArray
+
+from fl_uav.ros.drone_node import DroneNode
+from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig
+from fl_uav.sim.launch_plan import write_params_file
+from test.conftest import tiny_fleet_overrides
 
 
 def spin_until(executor: Executor, condition: Callable[[], bool], timeout_s: float) -> bool:
@@ -16,3 +28,43 @@ def spin_until(executor: Executor, condition: Callable[[], bool], timeout_s: flo
             return True
         executor.spin_once(timeout_sec=0.05)
     return condition()
+
+
+def frame_msg(data: bytes) -> UInt8MultiArray:
+    """A codec frame (or any bytes) as the message the fleet's frame topics carry."""
+    msg = UInt8MultiArray()
+    msg.data = data
+    return msg
+
+
+@contextmanager
+def drone_under_test(tmp_path: Path, port_base: int, home_enu_m: tuple[float, float],
+                     overrides: Mapping[str, Any], node_params: Mapping[str, Any]
+                     ) -> Iterator[tuple[AutopilotSim, DroneNode, Node, SingleThreadedExecutor]]:
+    """Drone 0 (namespace /uav0, exit_on_finish) on a one-vehicle autopilot simulator at
+    ``home_enu_m`` (time factor 10), plus a ``probe`` node on the same executor; the fleet
+    config is the tiny fleet with ``overrides``. Everything is stopped on exit."""
+    sim = AutopilotSim(AutopilotSimConfig(
+        num_vehicles=1, remote_base_port=port_base, bind_base_port=port_base + 1000,
+        time_factor=10.0, home_east_m=home_enu_m[0], home_north_m=home_enu_m[1],
+        heartbeat_rate_hz=2.0, cruise_speed_m_s=12.0, rtl_return_alt_m=20.0))
+    handle = sim.run_in_thread()
+    params = write_params_file({**tiny_fleet_overrides(1, port_base), **overrides},
+                               tmp_path / 'params.yaml')
+    extra = [arg for key, value in {'drone_id': 0, **node_params, 'exit_on_finish': 'true'}
+             .items() for arg in ('-p', f'{key}:={value}')]
+    rclpy.init(args=['--ros-args', '-r', '__ns:=/uav0', '--params-file', str(params), *extra])
+    node = DroneNode()
+    probe = rclpy.create_node('probe')
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    executor.add_node(probe)
+    try:
+        yield sim, node, probe, executor
+    finally:
+        executor.shutdown()
+        node.shutdown()
+        probe.destroy_node()
+        node.destroy_node()
+        rclpy.try_shutdown()
+        handle.stop()

@@ -10,9 +10,7 @@ import time
 
 import numpy as np
 import pytest
-import rclpy
 from geometry_msgs.msg import PoseStamped
-from rclpy.executors import SingleThreadedExecutor
 from sensor_msgs.msg import Image
 from std_msgs.msg import UInt8MultiArray
 
@@ -27,12 +25,8 @@ from fl_uav.learning.models import build_model
 from fl_uav.learning.weights import architecture_fingerprint, get_weights
 from fl_uav.ros import names
 from fl_uav.ros.conversions import rgb_to_image
-from fl_uav.ros.drone_node import DroneNode
-from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig
-from fl_uav.sim.launch_plan import write_params_file
 from fl_uav.world.landcover import CLASS_NAMES
-from test.conftest import tiny_fleet_overrides
-from test.ros.rosutil import spin_until
+from test.ros.rosutil import drone_under_test, frame_msg, spin_until
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
 HOME = (585.0, 600.0)
@@ -45,35 +39,11 @@ COMPRESSION = {
 
 @pytest.fixture(params=sorted(COMPRESSION))
 def drone(request, tmp_path, port_base):
-    sim = AutopilotSim(AutopilotSimConfig(
-        num_vehicles=1, remote_base_port=port_base, bind_base_port=port_base + 1000,
-        time_factor=10.0, home_east_m=HOME[0], home_north_m=HOME[1], heartbeat_rate_hz=2.0,
-        cruise_speed_m_s=12.0, rtl_return_alt_m=20.0))
-    handle = sim.run_in_thread()
-    overrides = {**tiny_fleet_overrides(1, port_base), 'flight.takeoff_altitude_m': 20.0,
-                 'learning.min_samples_to_train': 4, **COMPRESSION[request.param]}
-    params = write_params_file(overrides, tmp_path / 'params.yaml')
-    rclpy.init(args=['--ros-args', '-r', '__ns:=/uav0', '--params-file', str(params),
-                     '-p', 'drone_id:=0',
-                     '-p', 'exit_on_finish:=true'])
-    node = DroneNode()
-    probe = rclpy.create_node('probe')
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    executor.add_node(probe)
-    yield sim, node, probe, executor, request.param
-    executor.shutdown()
-    node.shutdown()
-    probe.destroy_node()
-    node.destroy_node()
-    rclpy.try_shutdown()
-    handle.stop()
-
-
-def _frame_msg(data: bytes) -> UInt8MultiArray:
-    msg = UInt8MultiArray()
-    msg.data = data
-    return msg
+    overrides = {'flight.takeoff_altitude_m': 20.0, 'learning.min_samples_to_train': 4,
+                 **COMPRESSION[request.param]}
+    with drone_under_test(tmp_path, port_base, HOME, overrides, {}) as (sim, node, probe,
+                                                                       executor):
+        yield sim, node, probe, executor, request.param
 
 
 def test_drone_flies_samples_trains_uploads_and_lands(drone):
@@ -102,9 +72,9 @@ def test_drone_flies_samples_trains_uploads_and_lands(drone):
         return len(uploads) >= expected_frames
 
     # Execute: a malformed frame first (must be ignored), then the round
-    model_pub.publish(_frame_msg(b'not a frame'))
+    model_pub.publish(frame_msg(b'not a frame'))
     assert spin_until(executor, lambda: node.agent.rejected_frames == 1, 15.0)
-    model_pub.publish(_frame_msg(model_frame))
+    model_pub.publish(frame_msg(model_frame))
     uploaded = spin_until(executor, fly_and_film, 120.0)
     # Assert: the update
     assert uploaded, f'no update uploaded; pilot state {node.pilot.state}'
@@ -131,6 +101,6 @@ def test_drone_flies_samples_trains_uploads_and_lands(drone):
     # Execute + Assert: finish -> return to launch, land, node done
     finish = encode_frame(FrameKind.CONTROL, 1, GROUND_STATION_ID, fingerprint, {},
                           {'command': 'finish'})
-    model_pub.publish(_frame_msg(finish))
+    model_pub.publish(frame_msg(finish))
     assert spin_until(executor, node.done.is_set, 90.0)
     assert 'landed' in [e['event'] for e in sim.events_of(0)]

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 import rclpy
 from nav_msgs.msg import Path
-from rclpy.executors import SingleThreadedExecutor
 from sensor_msgs.msg import Image
 from std_msgs.msg import UInt8MultiArray
 from visualization_msgs.msg import Marker, MarkerArray
@@ -23,13 +22,9 @@ from fl_uav.learning.models import build_model
 from fl_uav.learning.weights import architecture_fingerprint, get_weights
 from fl_uav.ros import names
 from fl_uav.ros.conversions import path_to_plan, rgb_to_image
-from fl_uav.ros.drone_node import DroneNode
 from fl_uav.ros.markers import PATH_NS, REGION_NS
-from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig
-from fl_uav.sim.launch_plan import write_params_file
 from fl_uav.world.landcover import CLASS_NAMES
-from test.conftest import tiny_fleet_overrides
-from test.ros.rosutil import spin_until
+from test.ros.rosutil import drone_under_test, frame_msg, spin_until
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
 HOME = (585.0, 600.0)
@@ -40,37 +35,12 @@ SURVEY = [[HOME[0] + 60.0, HOME[1], 20.0], [HOME[0] + 60.0, HOME[1] + 60.0, 20.0
 
 @pytest.fixture
 def drone(tmp_path, port_base):
-    sim = AutopilotSim(AutopilotSimConfig(
-        num_vehicles=1, remote_base_port=port_base, bind_base_port=port_base + 1000,
-        time_factor=10.0, home_east_m=HOME[0], home_north_m=HOME[1], heartbeat_rate_hz=2.0,
-        cruise_speed_m_s=12.0, rtl_return_alt_m=20.0))
-    handle = sim.run_in_thread()
-    overrides = {**tiny_fleet_overrides(1, port_base), 'flight.takeoff_altitude_m': 20.0,
-                 'coverage.altitude_m': 20.0, 'learning.min_samples_to_train': 4,
-                 'rounds.num_rounds': NUM_ROUNDS, 'trajectory.planner': '2ceoafl',
-                 'trajectory.min_samples_per_class': 3}
-    params = write_params_file(overrides, tmp_path / 'params.yaml')
-    rclpy.init(args=['--ros-args', '-r', '__ns:=/uav0', '--params-file', str(params),
-                     '-p', 'drone_id:=0', '-p', f'output_dir:={tmp_path}',
-                     '-p', 'exit_on_finish:=true'])
-    node = DroneNode()
-    probe = rclpy.create_node('probe')
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    executor.add_node(probe)
-    yield sim, node, probe, executor
-    executor.shutdown()
-    node.shutdown()
-    probe.destroy_node()
-    node.destroy_node()
-    rclpy.try_shutdown()
-    handle.stop()
-
-
-def _frame_msg(data: bytes) -> UInt8MultiArray:
-    msg = UInt8MultiArray()
-    msg.data = data
-    return msg
+    overrides = {'flight.takeoff_altitude_m': 20.0, 'coverage.altitude_m': 20.0,
+                 'learning.min_samples_to_train': 4, 'rounds.num_rounds': NUM_ROUNDS,
+                 'trajectory.planner': '2ceoafl', 'trajectory.min_samples_per_class': 3}
+    with drone_under_test(tmp_path, port_base, HOME, overrides,
+                          {'output_dir': tmp_path}) as handles:
+        yield handles
 
 
 def test_drone_plans_publishes_and_flies_its_own_trajectory(drone, tmp_path):
@@ -100,9 +70,9 @@ def test_drone_plans_publishes_and_flies_its_own_trajectory(drone, tmp_path):
         return step
 
     # Execute: the survey round, then round 2 (planning, publishing, flying q_2)
-    model_pub.publish(_frame_msg(round_frame(1)))
+    model_pub.publish(frame_msg(round_frame(1)))
     assert spin_until(executor, film_until(1), 120.0), f'no round 1 upload: {node.pilot.state}'
-    model_pub.publish(_frame_msg(round_frame(2)))
+    model_pub.publish(frame_msg(round_frame(2)))
     assert spin_until(executor, film_until(2), 120.0), f'no round 2 upload: {node.pilot.state}'
     # A late subscriber still gets the latched trajectory and markers
     paths: list[Path] = []
@@ -139,7 +109,7 @@ def test_drone_plans_publishes_and_flies_its_own_trajectory(drone, tmp_path):
     # Execute + Assert: finish -> land
     finish = encode_frame(FrameKind.CONTROL, 2, GROUND_STATION_ID, fingerprint, {},
                           {'command': 'finish'})
-    model_pub.publish(_frame_msg(finish))
+    model_pub.publish(frame_msg(finish))
     assert spin_until(executor, node.done.is_set, 90.0)
     assert 'landed' in [e['event'] for e in sim.events_of(0)]
     late.destroy_node()
