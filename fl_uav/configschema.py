@@ -32,6 +32,13 @@ class ConfigError(ValueError):
 _SCALARS = (bool, int, float, str)
 
 
+def require_choice(key: str, value: Any, choices: typing.Collection[str]) -> None:
+    """ValueError naming ``key``, the bad ``value`` and the allowed ``choices`` unless
+    ``value`` is one of them (what every config section's ``__post_init__`` checks)."""
+    if value not in choices:
+        raise ValueError(f'{key} {value!r} unknown; choices: {", ".join(choices)}')
+
+
 def _field_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from fl_uav.aggregation.config import AggregationConfig
 from fl_uav.compression.compressor import CompressionConfig
+from fl_uav.configschema import require_choice
 from fl_uav.learning.buffer import BufferConfig
 from fl_uav.learning.config import LearningConfig
 from fl_uav.planning.coverage import CoverageConfig
@@ -139,9 +140,7 @@ class GroundClientConfig:
     pose_max_age_s: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.range_pose not in RANGE_POSE_SOURCES:
-            raise ValueError(f'range_pose {self.range_pose!r} unknown; choices: '
-                             f'{", ".join(RANGE_POSE_SOURCES)}')
+        require_choice('range_pose', self.range_pose, RANGE_POSE_SOURCES)
         for key in ('num_clients', 'samples_per_client', 'max_local_steps',
                     'delivery_attempts'):
             if getattr(self, key) < 1:
@@ -220,9 +219,7 @@ class TrajectoryConfig:
     def __post_init__(self) -> None:
         for name, choices in (('planner', TRAJECTORY_PLANNERS), ('sampling', SAMPLING_PATTERNS),
                               ('priorities', PRIORITY_MODES), ('regions', REGION_SOURCES)):
-            if getattr(self, name) not in choices:
-                raise ValueError(f'trajectory.{name} {getattr(self, name)!r} unknown; choices: '
-                                 f'{", ".join(choices)}')
+            require_choice(f'trajectory.{name}', getattr(self, name), choices)
         if self.survey_rounds < 1:
             raise ValueError(f'survey_rounds must be >= 1 (the regions are fitted from the '
                              f"survey's samples), got {self.survey_rounds}")
@@ -275,8 +272,7 @@ class FleetConfig:
     def __post_init__(self) -> None:
         if not (1 <= self.num_drones <= 250):
             raise ValueError(f'num_drones must be in [1, 250], got {self.num_drones}')
-        if self.mode not in FLEET_MODES:
-            raise ValueError(f'mode {self.mode!r} unknown; choices: {", ".join(FLEET_MODES)}')
+        require_choice('mode', self.mode, FLEET_MODES)
         self.check_express()
         fence = self.geofence_enu()      # the take-off is flown too: it must be in the band
         for key, up_m in (('flight.takeoff_altitude_m', self.flight.takeoff_altitude_m),

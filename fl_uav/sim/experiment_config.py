@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from fl_uav.aggregation.config import AggregationConfig
 from fl_uav.compression.compressor import CompressionConfig
+from fl_uav.configschema import require_choice
 from fl_uav.learning.buffer import BufferConfig
 from fl_uav.learning.config import LearningConfig
 from fl_uav.learning.topup import TOPUP_GENERATORS
@@ -61,11 +62,8 @@ class DataConfig:
     topup_generator: str = 'auto'
 
     def __post_init__(self) -> None:
-        if self.dataset not in DATASETS:
-            raise ValueError(f'dataset {self.dataset!r} unknown; choices: {", ".join(DATASETS)}')
-        if self.partition not in PARTITIONS:
-            raise ValueError(f'partition {self.partition!r} unknown; choices: '
-                             f'{", ".join(PARTITIONS)}')
+        require_choice('dataset', self.dataset, DATASETS)
+        require_choice('partition', self.partition, PARTITIONS)
         if self.partition == 'location' and self.dataset != 'world':
             raise ValueError('partition location needs dataset world (samples with positions)')
         if not self.dirichlet_alpha > 0:
@@ -182,12 +180,8 @@ class ResourcesConfig:
     lgc_ddpg_train_steps: int = 600
 
     def __post_init__(self) -> None:
-        if self.planner not in PLANNERS:
-            raise ValueError(f'resources.planner {self.planner!r} unknown; choices: '
-                             f'{", ".join(PLANNERS)}')
-        if self.feddpq_fallback not in ('clip', 'error'):
-            raise ValueError(f'resources.feddpq_fallback {self.feddpq_fallback!r} unknown; '
-                             f'choices: clip, error')
+        require_choice('resources.planner', self.planner, PLANNERS)
+        require_choice('resources.feddpq_fallback', self.feddpq_fallback, ('clip', 'error'))
         for name in ('feddpq_max_bcd_rounds', 'feddpq_q_trials', 'feddpq_block_trials',
                      'lgc_channel_max_entries', 'lgc_max_local_steps', 'lgc_ddpg_train_steps'):
             if getattr(self, name) < 1:

@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from fl_uav.aggregation.strategy import ClientUpdate, Strategy
-from fl_uav.configschema import ConfigError
+from fl_uav.configschema import ConfigError, require_choice
 from fl_uav.learning.weights import Weights
 from fl_uav.netmodel.flight import (
     FEDEX_ALTITUDE_M,
@@ -148,9 +148,7 @@ class ExpressConfig:
         for key, value, choices in (('mode', self.mode, EXPRESS_MODES),
                                     ('route_objective', self.route_objective, ROUTE_OBJECTIVES),
                                     ('partition', self.partition, EXPRESS_PARTITIONS)):
-            if value not in choices:
-                raise ValueError(f'express.{key} {value!r} unknown; choices: '
-                                 f'{", ".join(choices)}')
+            require_choice(f'express.{key}', value, choices)
         for key in ('num_uavs', 'blocks_east', 'blocks_north', 'gibbs_sweeps', 'gibbs_chains'):
             if getattr(self, key) < 1:
                 raise ValueError(f'express.{key} must be >= 1, got {getattr(self, key)}')
