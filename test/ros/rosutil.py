@@ -38,6 +38,30 @@ def frame_msg(data: bytes) -> UInt8MultiArray:
 
 
 @contextmanager
+def node_with_probe(factory: Callable[[], Node], ros_args: list[str]
+                    ) -> Iterator[tuple[Node, Node, SingleThreadedExecutor]]:
+    """rclpy initialised with ``ros_args``, the node from ``factory`` and a ``probe`` node on
+    one executor; on exit the node's ``shutdown()`` (if it has one) runs, both are destroyed
+    and rclpy is shut down."""
+    rclpy.init(args=ros_args)
+    node = factory()
+    probe = rclpy.create_node('probe')
+    executor = SingleThreadedExecutor()
+    executor.add_node(node)
+    executor.add_node(probe)
+    try:
+        yield node, probe, executor
+    finally:
+        executor.shutdown()
+        probe.destroy_node()
+        shutdown = getattr(node, 'shutdown', None)
+        if callable(shutdown):
+            shutdown()
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+
+@contextmanager
 def drone_under_test(tmp_path: Path, port_base: int, home_enu_m: tuple[float, float],
                      overrides: Mapping[str, Any], node_params: Mapping[str, Any]
                      ) -> Iterator[tuple[AutopilotSim, DroneNode, Node, SingleThreadedExecutor]]:
@@ -53,18 +77,9 @@ def drone_under_test(tmp_path: Path, port_base: int, home_enu_m: tuple[float, fl
                                tmp_path / 'params.yaml')
     extra = [arg for key, value in {'drone_id': 0, **node_params, 'exit_on_finish': 'true'}
              .items() for arg in ('-p', f'{key}:={value}')]
-    rclpy.init(args=['--ros-args', '-r', '__ns:=/uav0', '--params-file', str(params), *extra])
-    node = DroneNode()
-    probe = rclpy.create_node('probe')
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    executor.add_node(probe)
+    args = ['--ros-args', '-r', '__ns:=/uav0', '--params-file', str(params), *extra]
     try:
-        yield sim, node, probe, executor
+        with node_with_probe(DroneNode, args) as (node, probe, executor):
+            yield sim, node, probe, executor
     finally:
-        executor.shutdown()
-        node.shutdown()
-        probe.destroy_node()
-        node.destroy_node()
-        rclpy.try_shutdown()
         handle.stop()

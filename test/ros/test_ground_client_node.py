@@ -7,9 +7,7 @@ import json
 
 import numpy as np
 import pytest
-import rclpy
 from geometry_msgs.msg import PoseStamped
-from rclpy.executors import SingleThreadedExecutor
 from std_msgs.msg import UInt8MultiArray
 
 from fl_uav.compression.codec import DecodeLimits
@@ -23,7 +21,7 @@ from fl_uav.ros import names
 from fl_uav.ros.ground_client_node import GroundClientNode
 from fl_uav.sim.launch_plan import write_params_file
 from fl_uav.world.landcover import CLASS_NAMES
-from test.ros.rosutil import spin_until
+from test.ros.rosutil import node_with_probe, spin_until
 from test.unit.fleet.test_express_fleet import EXPRESS
 
 pytestmark = pytest.mark.ros
@@ -33,19 +31,10 @@ pytestmark = pytest.mark.ros
 def client_node(tmp_path):
     params = write_params_file({**EXPRESS, 'ground_clients.samples_per_client': 16},
                                tmp_path / 'params.yaml')
-    rclpy.init(args=['--ros-args', '-r', '__ns:=/gc1', '--params-file', str(params),
-                     '-p', 'client_id:=1', '-p', f'output_dir:={tmp_path}'])
-    node = GroundClientNode()
-    probe = rclpy.create_node('probe')
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    executor.add_node(probe)
-    yield node, probe, executor
-    executor.shutdown()
-    probe.destroy_node()
-    node.shutdown()
-    node.destroy_node()
-    rclpy.try_shutdown()
+    args = ['--ros-args', '-r', '__ns:=/gc1', '--params-file', str(params),
+            '-p', 'client_id:=1', '-p', f'output_dir:={tmp_path}']
+    with node_with_probe(GroundClientNode, args) as handles:
+        yield handles
 
 
 def _pose(east, north, up):

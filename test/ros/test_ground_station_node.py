@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
-from rclpy.executors import SingleThreadedExecutor
 from std_msgs.msg import UInt8MultiArray
 from visualization_msgs.msg import MarkerArray
 
@@ -16,7 +14,7 @@ from fl_uav.ros import names
 from fl_uav.ros.ground_station_node import GroundStationNode
 from fl_uav.sim.launch_plan import write_params_file
 from test.conftest import tiny_fleet_overrides
-from test.ros.rosutil import spin_until
+from test.ros.rosutil import node_with_probe, spin_until
 
 pytestmark = pytest.mark.ros
 
@@ -27,18 +25,9 @@ def station(tmp_path):
                  'rounds.deadline_s': 4.0, 'rounds.first_round_extra_s': 0.0,
                  'rounds.start_timeout_s': 0.5}
     params = write_params_file(overrides, tmp_path / 'params.yaml')
-    rclpy.init(args=['--ros-args', '--params-file', str(params),
-                     '-p', f'output_dir:={tmp_path}'])
-    node = GroundStationNode()
-    probe = rclpy.create_node('probe')
-    executor = SingleThreadedExecutor()
-    executor.add_node(node)
-    executor.add_node(probe)
-    yield node, probe, executor
-    executor.shutdown()
-    probe.destroy_node()
-    node.destroy_node()
-    rclpy.try_shutdown()
+    args = ['--ros-args', '--params-file', str(params), '-p', f'output_dir:={tmp_path}']
+    with node_with_probe(GroundStationNode, args) as handles:
+        yield handles
 
 
 def test_round_survives_bad_frames_and_closes_at_deadline(station, tmp_path):
