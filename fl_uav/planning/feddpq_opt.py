@@ -221,7 +221,11 @@ class FeddpqFleet:
     distance_m, interference_w, cpu_freq_hz: d_u, I_u, f_u (scalars broadcast to all drones).
     num_params: V. batch_size: b (one SGD step per round, eq. (5)). draws_per_round: S.
     overhead_bits: o of eq. (13); None means V + 64 (one sign bit per element and two float32
-    range endpoints, digest §1.5). The rest are the radio and CPU constants of Table I.
+    range endpoints, digest §1.5). generator_makes_absent_classes: whether the top-up
+    generator can make a class a drone has no sample of (True: the paper's diffusion model;
+    False: label-preserving augmentation, which makes nothing for such a class, so the plan
+    neither charges eqs. (33)-(34) for those samples nor counts them in the label mix).
+    The rest are the radio and CPU constants of Table I.
     """
 
     drone_ids: tuple[int, ...]
@@ -240,6 +244,7 @@ class FeddpqFleet:
     cpu_exponent: float = 3.0
     train_cycles_per_sample: float = FEDDPQ_TRAIN_CYCLES_PER_SAMPLE
     gen_cycles_per_sample: float = FEDDPQ_GEN_CYCLES_PER_SAMPLE
+    generator_makes_absent_classes: bool = True
 
     def __post_init__(self) -> None:
         ids = tuple(int(d) for d in self.drone_ids)
@@ -396,8 +401,10 @@ class FeddpqModel:
     # -- FedDPQ eqs. (1)-(3) ---------------------------------------------------------------
     def generated_counts(self, topup_factor: NDArray[np.float64]) -> NDArray[np.float64]:
         """D_gen,u,c = max(⌈Δ_u D'_u⌉ − D_loc,u,c, 0) (FedDPQ eq. (1)): the engine's top-up
-        rule itself (fl_uav.learning.topup), so the planner and the drones cannot drift."""
-        return topup_counts_per_device(self.fleet.class_counts, topup_factor)
+        rule itself (fl_uav.learning.topup), so the planner and the drones cannot drift; 0 for
+        a class a drone lacks when the generator cannot make absent classes."""
+        return topup_counts_per_device(self.fleet.class_counts, topup_factor,
+                                       self.fleet.generator_makes_absent_classes)
 
     def _radio(self, tx_power_w: NDArray[np.float64]
                ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:

@@ -77,7 +77,9 @@ def feddpq_fleet(engine: ExperimentEngine):
                        draws_per_round=config.aggregation.num_selected,
                        bandwidth_hz=s.bandwidth_hz,
                        train_cycles_per_sample=s.train_cycles_per_sample,
-                       gen_cycles_per_sample=s.gen_cycles_per_sample)
+                       gen_cycles_per_sample=s.gen_cycles_per_sample,
+                       generator_makes_absent_classes=bool(
+                           getattr(engine.topup_generator, 'makes_absent_classes', True)))
 
 
 class FeddpqRoundResources:
