@@ -37,6 +37,8 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
+from fl_uav.configschema import require_choice
+
 SAMPLE_LAYOUTS = ('hwc', 'chw')
 AUGMENTATION_GENERATORS = ('augment_dihedral', 'augment_hflip', 'augment_shift')
 TOPUP_GENERATORS = ('auto', *AUGMENTATION_GENERATORS)
@@ -150,12 +152,8 @@ class AugmentationGenerator:
     layout: str = 'hwc'
 
     def __post_init__(self) -> None:
-        if self.transforms not in ('dihedral', 'hflip', 'none'):
-            raise ValueError(f'transforms {self.transforms!r} unknown; choices: '
-                             'dihedral, hflip, none')
-        if self.layout not in SAMPLE_LAYOUTS:
-            raise ValueError(f'layout {self.layout!r} unknown; choices: '
-                             f'{", ".join(SAMPLE_LAYOUTS)}')
+        require_choice('transforms', self.transforms, ('dihedral', 'hflip', 'none'))
+        require_choice('layout', self.layout, SAMPLE_LAYOUTS)
         if not 0.0 <= self.max_shift_fraction < 0.5 or not 0.0 <= self.brightness_jitter < 1.0:
             raise ValueError('max_shift_fraction must be in [0, 0.5) and brightness_jitter in '
                              '[0, 1)')

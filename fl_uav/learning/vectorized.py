@@ -52,6 +52,7 @@ import torch.fx
 from torch import nn
 from torch.nn import functional
 
+from fl_uav.configschema import require_choice
 from fl_uav.learning.training import (
     NonFiniteLossError,
     TrainConfig,
@@ -332,8 +333,7 @@ class VectorizedTrainer:
             raise ValueError(f'max_clients_per_chunk must be >= 1, got {max_clients_per_chunk}')
         if num_threads is not None and num_threads < 1:
             raise ValueError(f'num_threads must be >= 1 or None, got {num_threads}')
-        if backend not in BACKENDS:
-            raise ValueError(f'backend {backend!r} unknown; choices: {", ".join(BACKENDS)}')
+        require_choice('backend', backend, BACKENDS)
         buffers = [name for name, _ in model.named_buffers()]
         if buffers:
             raise ValueError(f'models with buffers are not supported: {buffers}')

@@ -85,6 +85,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fl_uav.configschema import require_choice
 from fl_uav.learning.topup import topup_counts_per_device
 from fl_uav.netmodel.compute import (
     FEDDPQ_ENERGY_COEFF,
@@ -510,8 +511,7 @@ class PacketErrorRange:
 def packet_error_range(fleet: FeddpqFleet, bounds: FeddpqBounds, fallback: str = 'clip'
                        ) -> PacketErrorRange:
     """The q interval of FedDPQ P2 under (40e) and (40g), or the documented fallback."""
-    if fallback not in FALLBACKS:
-        raise ValueError(f'fallback must be one of {FALLBACKS}, got {fallback!r}')
+    require_choice('fallback', fallback, FALLBACKS)
     q_at_max = fleet.packet_error(np.full(fleet.size, bounds.tx_power_max_w))
     q_at_min = fleet.packet_error(np.full(fleet.size, bounds.tx_power_min_w))
     common_low, common_high = float(q_at_max.max()), float(q_at_min.min())
@@ -608,8 +608,7 @@ def optimise_feddpq(fleet: FeddpqFleet, constants: ConvergenceConstants | None =
                         ('block_trials', block_trials)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f'{name} must be an integer >= 1, got {value!r}')
-    if q_sampler not in ('gp', 'tpe'):
-        raise ValueError(f"q_sampler must be 'gp' or 'tpe', got {q_sampler!r}")
+    require_choice('q_sampler', q_sampler, ('gp', 'tpe'))
     from fl_uav.learning.training import one_torch_thread  # torch: imported on use
 
     with one_torch_thread():   # optuna's GP sampler runs on torch; the machine is shared

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from fl_uav.configschema import require_choice
 from fl_uav.netmodel.flight import FEDEX_ENERGY_BUDGET_J, FEDEX_SPEED_M_S
 from fl_uav.planning.coverage import Box, PlanWaypoint, geofence_box
 from fl_uav.planning.placement import (
@@ -90,9 +91,7 @@ class TrajectoryRequest:
     time_limit_s: float = 6.0
 
     def __post_init__(self) -> None:
-        if self.regions not in REGION_SOURCES:
-            raise ValueError(f'regions {self.regions!r} unknown; choices: '
-                             f'{", ".join(REGION_SOURCES)}')
+        require_choice('regions', self.regions, REGION_SOURCES)
         if self.fit_samples < 10 or self.components_per_class < 1:
             raise ValueError(f'fit_samples must be >= 10 and components_per_class >= 1, got '
                              f'{self.fit_samples}, {self.components_per_class}')
@@ -137,12 +136,8 @@ class RoutesRequest:
     n_chains: int = 6
 
     def __post_init__(self) -> None:
-        if self.placement not in CLIENT_PLACEMENTS:
-            raise ValueError(f'placement {self.placement!r} unknown; choices: '
-                             f'{", ".join(CLIENT_PLACEMENTS)}')
-        if self.objective not in ROUTE_OBJECTIVES:
-            raise ValueError(f'objective {self.objective!r} unknown; choices: '
-                             f'{", ".join(ROUTE_OBJECTIVES)}')
+        require_choice('placement', self.placement, CLIENT_PLACEMENTS)
+        require_choice('objective', self.objective, ROUTE_OBJECTIVES)
         if not (1 <= self.num_clients <= 1000 and 1 <= self.num_uavs <= 100):
             raise ValueError(f'num_clients must be in [1, 1000] and num_uavs in [1, 100], got '
                              f'{self.num_clients}, {self.num_uavs}')
@@ -166,8 +161,7 @@ class PlanConfig:
     routes: RoutesRequest = field(default_factory=RoutesRequest)
 
     def __post_init__(self) -> None:
-        if self.kind not in PLAN_KINDS:
-            raise ValueError(f'kind {self.kind!r} unknown; choices: {", ".join(PLAN_KINDS)}')
+        require_choice('kind', self.kind, PLAN_KINDS)
         if self.seed < 0:
             raise ValueError(f'seed must be >= 0, got {self.seed}')
 

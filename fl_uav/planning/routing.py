@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fl_uav.configschema import require_choice
 from fl_uav.netmodel.flight import (
     FEDEX_ENERGY_BUDGET_J,
     FEDEX_PAYLOAD_BITS,
@@ -169,8 +170,7 @@ class RoutePlan:
 
 
 def _check_objective(objective: str) -> None:
-    if objective not in OBJECTIVES:
-        raise ValueError(f'objective {objective!r} unknown; choices: {", ".join(OBJECTIVES)}')
+    require_choice('objective', objective, OBJECTIVES)
 
 
 def objective_value(objective: str, round_trip_s: Sequence[float],

@@ -79,9 +79,7 @@ class DataConfig:
         if not 0.0 < self.topup_factor <= 1.0:
             raise ValueError(f'data.topup_factor (FedDPQ Delta) must be in (0, 1], got '
                              f'{self.topup_factor}')
-        if self.topup_generator not in TOPUP_GENERATORS:
-            raise ValueError(f'data.topup_generator {self.topup_generator!r} unknown; choices: '
-                             f'{", ".join(TOPUP_GENERATORS)}')
+        require_choice('data.topup_generator', self.topup_generator, TOPUP_GENERATORS)
 
 
 @dataclass(frozen=True)

@@ -184,7 +184,7 @@ def test_bad_fleet_inputs_are_named():
         FeddpqFleet((0, 1), np.array([[1, 2], [0, 0]]), [100.0, 100.0], num_params=10)
     with pytest.raises(ValueError, match='distance_m'):
         FeddpqFleet((0, 1), np.ones((2, 2)), [100.0, -1.0], num_params=10)
-    with pytest.raises(ValueError, match='fallback'):
+    with pytest.raises(ValueError, match="fallback 'drop' unknown; choices: clip, error"):
         packet_error_range(_fleet([100.0]), FeddpqBounds(), fallback='drop')
 
 
