@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +51,8 @@ class RunLog:
     def _write(self, name: str, payload: dict[str, Any]) -> None:
         if self.out_dir is None:
             return
-        tmp = self.out_dir / (name + '.tmp')
+        # A temporary name of this thread's own: two threads may write the same file.
+        tmp = self.out_dir / f'{name}.{os.getpid()}.{threading.get_ident()}.tmp'
         tmp.write_text(json.dumps(_clean(payload), indent=2))
         tmp.replace(self.out_dir / name)
 

@@ -27,9 +27,10 @@ decisions, eqs. (40)-(41), Algorithm 2); LGC's policies decide every round (LGC 
 channel rates the station draws at each drone's d_u (one Rayleigh draw per channel, eq. (14),
 the engine's model: the drones measure no rates). ``lgc_ddpg`` pre-trains one DDPG agent per
 drone on the surrogate when it plans, as the engine does before round 1
-(``resources.lgc_ddpg_train_steps``, about 2-3 s per drone at the default 600 steps): the
-station's round close is that much longer once. A planning error is logged and recorded
-(``status: failed``); the rounds go on without knobs.
+(``resources.lgc_ddpg_train_steps``: at the default 600 steps about 4 s per drone on the
+shared 2-core machine, 7.6 s for 2 drones): the station's round close is that much longer,
+once. A planning error is logged and recorded (``status: failed``); the rounds go on without
+knobs.
 """
 
 from __future__ import annotations

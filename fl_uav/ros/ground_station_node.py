@@ -131,7 +131,8 @@ class GroundStationNode(Node):
                 self._closing = False
         row = record.to_dict()
         self.log.append_round(row)
-        self._write_knobs()
+        with self._lock:    # the tick thread writes it too, when it opens a round
+            self._write_knobs()
         if record.knobs_rejected:
             self.get_logger().warning(f'round {record.round_index}: drones rejected resource '
                                       f'knobs {record.knobs_rejected}')
@@ -148,7 +149,8 @@ class GroundStationNode(Node):
             self._finish()
 
     def _write_knobs(self) -> None:
-        """DIR/knobs.json: the resource planner's inputs, plan and knobs sent so far."""
+        """DIR/knobs.json: the resource planner's inputs, plan and knobs sent so far (call
+        with ``self._lock`` held: the report is read while rounds open and close)."""
         resources = self.station.resources
         if resources.enabled:
             self.log.write_knobs(resources.report())
