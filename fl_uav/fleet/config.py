@@ -17,6 +17,7 @@ from fl_uav.learning.config import LearningConfig
 from fl_uav.planning.coverage import CoverageConfig
 from fl_uav.planning.geofence import Geofence, GeofenceConfig, resolve_geofence
 from fl_uav.sim.autopilot import AutopilotSimConfig
+from fl_uav.sim.experiment_config import ResourcesConfig, check_planner_procedures
 from fl_uav.sim.express import ExpressConfig
 from fl_uav.world.camera import CameraConfig
 from fl_uav.world.landcover import WorldConfig
@@ -248,6 +249,11 @@ class FleetConfig:
     (FedEx UAV express delivery: the drones are transporters ferrying the model to
     ``ground_clients`` and their cumulative local updates back; ``express.*`` plans and
     sizes it, see :meth:`check_express`).
+    resources: per-drone resource knobs the ground station plans and sends with each round
+    (the engine's section, :class:`~fl_uav.sim.experiment_config.ResourcesConfig`; planner
+    none | feddpq | lgc_fixed | lgc_heuristic | lgc_ddpg). The station builds the planner
+    once every drone has reported a pose and a non-empty class histogram (after round 1) and
+    sends its knobs from the next round on (fl_uav.fleet.ground_station); standard mode only.
     """
 
     num_drones: int = 4
@@ -268,6 +274,7 @@ class FleetConfig:
     compression: CompressionConfig = field(default_factory=CompressionConfig)
     express: ExpressConfig = field(default_factory=ExpressConfig)
     ground_clients: GroundClientConfig = field(default_factory=GroundClientConfig)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
 
     def __post_init__(self) -> None:
         if not (1 <= self.num_drones <= 250):
@@ -294,6 +301,11 @@ class FleetConfig:
 
         if self.trajectory.planner == '2ceoafl':
             self._check_onboard_planning()
+        if self.resources.planner != 'none' and self.mode != 'standard':
+            raise ValueError(f'resources.planner {self.resources.planner} needs mode standard '
+                             f'(the drones train and upload), got mode {self.mode}')
+        check_planner_procedures(self.resources, self.learning, self.compression,
+                                 self.aggregation)
 
     def check_express(self) -> None:
         """Keys that must agree with ``mode: express`` (each error names the key).

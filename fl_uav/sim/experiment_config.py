@@ -202,6 +202,38 @@ class ResourcesConfig:
                              f'{self.lgc_steps_scale}')
 
 
+def check_planner_procedures(resources: ResourcesConfig, learning: LearningConfig,
+                             compression: CompressionConfig,
+                             aggregation: AggregationConfig) -> None:
+    """The procedures a planner's knobs drive must be configured (the engine and the fleet):
+    FedDPQ's ρ_u needs the feddpq client, δ_u the range quantizer, S the feddpq strategy;
+    LGC's H the sgd client (dense model) and D_n the lgc compressor with one entry count per
+    priced channel. Fails naming the key and the value it needs."""
+    planner = resources.planner
+    if planner == 'none':
+        return
+    if planner == 'feddpq':
+        need = {'learning.client_algorithm': (learning.client_algorithm, 'feddpq'),
+                'compression.method': (compression.method, 'range'),
+                'aggregation.strategy': (aggregation.strategy, 'feddpq')}
+        if aggregation.num_selected < 1:
+            raise ValueError('resources.planner feddpq needs aggregation.num_selected >= 1 '
+                             '(S, the draws per round of FedDPQ eq. (7))')
+    else:
+        need = {'learning.client_algorithm': (learning.client_algorithm, 'sgd'),
+                'compression.method': (compression.method, 'lgc'),
+                'learning.structured_keep': (learning.structured_keep, 1.0)}
+        channels = len(resources.lgc_channel_energy_j_per_mb)
+        if len(compression.lgc_channel_entries) != channels:
+            raise ValueError(f'resources.planner {planner}: compression.lgc_channel_entries has '
+                             f'{len(compression.lgc_channel_entries)} channels, '
+                             f'resources.lgc_channel_energy_j_per_mb {channels}')
+    for key, (value, wanted) in need.items():
+        if value != wanted:
+            raise ValueError(f'resources.planner {planner} needs {key} = {wanted!r}, got '
+                             f'{value!r}')
+
+
 def check_resources(config: ExperimentConfig) -> None:
     """The planner's decisions need the procedures that consume them: fail at start, naming
     the keys, instead of silently ignoring a knob."""
@@ -210,28 +242,10 @@ def check_resources(config: ExperimentConfig) -> None:
         return
     if config.express.enabled:
         raise ValueError(f'resources.planner {planner} does not run with express.enabled')
-    need: dict[str, tuple[object, object]] = {}
-    if planner == 'feddpq':
-        need = {'learning.client_algorithm': (config.learning.client_algorithm, 'feddpq'),
-                'compression.method': (config.compression.method, 'range'),
-                'aggregation.strategy': (config.aggregation.strategy, 'feddpq'),
-                'data.topup': (config.data.topup, True)}
-        if config.aggregation.num_selected < 1:
-            raise ValueError('resources.planner feddpq needs aggregation.num_selected >= 1 '
-                             '(S, the draws per round of FedDPQ eq. (7))')
-    else:
-        need = {'learning.client_algorithm': (config.learning.client_algorithm, 'sgd'),
-                'compression.method': (config.compression.method, 'lgc'),
-                'learning.structured_keep': (config.learning.structured_keep, 1.0)}
-        channels = len(config.resources.lgc_channel_energy_j_per_mb)
-        if len(config.compression.lgc_channel_entries) != channels:
-            raise ValueError(f'resources.planner {planner}: compression.lgc_channel_entries has '
-                             f'{len(config.compression.lgc_channel_entries)} channels, '
-                             f'resources.lgc_channel_energy_j_per_mb {channels}')
-    for key, (value, wanted) in need.items():
-        if value != wanted:
-            raise ValueError(f'resources.planner {planner} needs {key} = {wanted!r}, got '
-                             f'{value!r}')
+    check_planner_procedures(config.resources, config.learning, config.compression,
+                             config.aggregation)
+    if planner == 'feddpq' and not config.data.topup:
+        raise ValueError(f'resources.planner {planner} needs data.topup = True, got False')
 
 
 @dataclass(frozen=True)

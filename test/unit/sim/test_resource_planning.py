@@ -20,7 +20,7 @@ from fl_uav.sim.experiment import (
     run_experiment,
 )
 from fl_uav.sim.experiment_config import ExperimentConfig
-from fl_uav.sim.resource_planning import KNOBS_FILE, FeddpqRoundResources
+from fl_uav.sim.resource_planning import KNOBS_FILE, FeddpqRoundResources, engine_inputs
 
 REPO = Path(__file__).resolve().parents[3]
 QUICK = REPO / 'config' / 'experiments' / 'quick_digits.yaml'
@@ -235,7 +235,7 @@ def test_feddpq_plan_is_deterministic_for_a_seed_and_uses_the_engine_fleet():
     config = _config(**{**FEDDPQ, 'resources.planner': 'feddpq'})
     # Execute
     first = ExperimentEngine(config, Path('/nonexistent'))
-    second = FeddpqRoundResources(first)
+    second = FeddpqRoundResources(engine_inputs(first))
     # Assert: the same knobs; the fleet is the engine's partition, distances and model
     assert first.resources.plan.knobs_by_drone() == second.plan.knobs_by_drone()
     fleet = second.fleet
