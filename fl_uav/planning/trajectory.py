@@ -108,7 +108,7 @@ WINDOW_TIME_LIMIT_S = 20.0
 # (Σ_t I ψ + ε_tol + h_c) is below half the relaxation's: the stage costs a HiGHS root node
 # on T x R binaries (9-21 s under load on the bench cases) and pays off when the windows stall
 # far from the bound (T = 50 map case: gap 0.95 per class, -1.10 -> 3.35), not near it
-# (fitted 0.61, T = 100 synth 0.17: nothing found).
+# (fitted 0.55; T = 100 synth 0.17, where a forced call found nothing).
 HORIZON_MIN_GAP = math.log(2.0)
 # Slack on the exact step/fence/budget checks: HiGHS's primal feasibility tolerance (1e-7)
 # times the polygon's 1/cos(π/m) stays far below it.
