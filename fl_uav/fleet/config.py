@@ -195,7 +195,14 @@ class TrajectoryConfig:
     battery_wh, battery_reserve_fraction, cruise_power_w, hover_power_w: the energy budget of
     the plan (pack energy, share kept in reserve, power in level flight at flight.speed_m_s and
     hovering).
-    solver_time_limit_s: HiGHS time limit per SCA iteration (planning runs once, onboard).
+    The planner's work is bounded by counts, so a plan is a deterministic function of its
+    inputs (fl_uav/planning/trajectory.py): window_passes: passes of the windowed SCA (each:
+    window sweeps, detours to missed classes, the whole-horizon MILP; fewer passes, cheaper
+    plans); horizon_iterations: SCA iterations (HiGHS root-node MILPs over all T x R
+    binaries) of the whole-horizon stage per pass, the costliest stage (0: skip it).
+    Wall-clock safety caps, not meant to bind (if one does, the plan depends on the CPU's load
+    and the record's plan.time_capped is true): plan_time_budget_s per plan (a re-planning
+    drone, priorities deficit, plans within its round), solver_time_limit_s per window MILP.
     """
 
     planner: str = 'coverage'
@@ -216,6 +223,9 @@ class TrajectoryConfig:
     cruise_power_w: float = 300.0
     hover_power_w: float = 250.0
     solver_time_limit_s: float = 5.0
+    plan_time_budget_s: float = 28.0
+    window_passes: int = 2
+    horizon_iterations: int = 1
 
     def __post_init__(self) -> None:
         for name, choices in (('planner', TRAJECTORY_PLANNERS), ('sampling', SAMPLING_PATTERNS),
@@ -239,6 +249,12 @@ class TrajectoryConfig:
         for name in ('battery_wh', 'cruise_power_w', 'hover_power_w', 'solver_time_limit_s'):
             if not getattr(self, name) > 0.0:
                 raise ValueError(f'{name} must be > 0, got {getattr(self, name)}')
+        if not (math.isfinite(self.plan_time_budget_s) and self.plan_time_budget_s > 0.0):
+            raise ValueError(f'trajectory.plan_time_budget_s must be finite and > 0 (a safety '
+                             f'cap on one plan, in s), got {self.plan_time_budget_s}')
+        for name in ('window_passes', 'horizon_iterations'):
+            if getattr(self, name) < 0:
+                raise ValueError(f'trajectory.{name} must be >= 0, got {getattr(self, name)}')
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from fl_uav.planning.routing import (
     gibbs_plan,
 )
 from fl_uav.planning.trajectory import (
+    WINDOW_TIME_LIMIT_S,
     GaussianRegion,
     TrajectoryConstraints,
     TrajectoryPlan,
@@ -67,9 +68,10 @@ class TrajectoryRequest:
     waypoint per round). margin_m: the geofence is the world less this margin. start_east_m,
     start_north_m: where the drone starts (inside the fence). altitude_m in [min_altitude_m,
     max_altitude_m]. max_speed_m_s x round_time_s: the longest step. budget_m: battery budget on
-    the path length. zeta, eps_tol: ζ of eq. (3) and ε_tol of eq. (4). max_iterations,
-    time_limit_s: SCA iterations per window and the HiGHS time limit per MILP (the windowed
-    SCA of :mod:`fl_uav.planning.trajectory`).
+    the path length. zeta, eps_tol: ζ of eq. (3) and ε_tol of eq. (4). max_iterations:
+    SCA iterations per window (a work limit of the windowed SCA of
+    :mod:`fl_uav.planning.trajectory`); time_limit_s: wall-clock safety cap of HiGHS per window
+    MILP (if it binds, the plan depends on the machine's load; figures' sca.time_capped).
     """
 
     regions: str = 'map'
@@ -87,8 +89,8 @@ class TrajectoryRequest:
     budget_m: float = 3000.0
     zeta: float = 1.0
     eps_tol: float = 1e-3
-    max_iterations: int = 4
-    time_limit_s: float = 6.0
+    max_iterations: int = 3
+    time_limit_s: float = WINDOW_TIME_LIMIT_S
 
     def __post_init__(self) -> None:
         require_choice('regions', self.regions, REGION_SOURCES)
@@ -236,7 +238,7 @@ def plan_trajectory_request(config: PlanConfig) -> TrajectoryOutcome:
         'sca': {'iterations': plan.iterations,      # window MILPs solved
                 'upper_bound': plan.upper_bound if math.isfinite(plan.upper_bound) else None,
                 'warm_start_objective': plan.warm_start_objective,
-                'solve_time_s': plan.solve_time_s},
+                'solve_time_s': plan.solve_time_s, 'time_capped': plan.time_capped},
         'methods': {name: _method_figures(wps, regions, psi, start, request.zeta,
                                           request.eps_tol)
                     for name, wps in methods.items()}}
