@@ -43,6 +43,7 @@ def _sim(args: argparse.Namespace) -> int:
 
 def _experiment(args: argparse.Namespace) -> int:
     from fl_uav.configschema import build_config, read_params_file
+    from fl_uav.sim.allocator import keep_large_allocations
     from fl_uav.sim.experiment import ExperimentError, run_experiment
     from fl_uav.sim.experiment_config import ExperimentConfig
 
@@ -52,6 +53,7 @@ def _experiment(args: argparse.Namespace) -> int:
     flat = read_params_file(args.config)
     flat.update(dict(parse_override(text) for text in args.set))
     config = build_config(ExperimentConfig, flat)
+    keep_large_allocations()   # the trainer's big buffers reused, not mapped afresh per step
     try:
         summary = run_experiment(config, out, resume=args.resume is not None)
     except ExperimentError as exc:
