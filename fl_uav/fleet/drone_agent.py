@@ -52,11 +52,12 @@ from fl_uav.fleet.resource_knobs import (
     KnobCheck,
     check_resource_knobs,
     drone_topup_generator,
+    valid_position,
 )
 from fl_uav.learning.buffer import OnboardBuffer
 from fl_uav.learning.client_algorithms import SERVER_CONTROL_KNOB, ScaffoldClient
 from fl_uav.learning.models import build_model
-from fl_uav.learning.topup import top_up
+from fl_uav.learning.topup import TOPUP_SEED_TAG, top_up
 from fl_uav.learning.weights import (
     architecture_fingerprint,
     get_weights,
@@ -70,7 +71,6 @@ from fl_uav.world.labeler import MapLabeler
 from fl_uav.world.landcover import CLASS_NAMES
 
 _log = logging.getLogger(__name__)
-TOPUP_SEED_TAG = 0x746F7075   # 'topu': the top-up's draws, apart from (seed, drone, round)
 
 
 @dataclass(frozen=True)
@@ -313,8 +313,10 @@ class DroneAgent:
             'class_counts': self.class_counts().tolist(),
         }
         pose = self.latest_pose()
-        if pose is not None:    # where the upload leaves from (the station's planner: d_u)
-            metadata[POSITION_KEY] = [pose.east_m, pose.north_m, pose.up_m]
+        position = None if pose is None else [pose.east_m, pose.north_m, pose.up_m]
+        if valid_position(position):   # where the upload left, for the station's d_u; a pose
+            metadata[POSITION_KEY] = position   # with a NaN is left out (encoding would fail)
+
         if check.applied:
             metadata[KNOBS_APPLIED_KEY] = check.applied
         if check.rejected:

@@ -44,6 +44,7 @@ from fl_uav.compression.codec import (
     FrameKind,
     decode_frame,
     encode_frame,
+    encoded_size,
 )
 from fl_uav.compression.codec_v2 import VERSION_V2, FrameKindV2, LgcPart, decode_v2
 from fl_uav.compression.lgc import decode as lgc_sum
@@ -51,13 +52,8 @@ from fl_uav.compression.quantization import flatten, unflatten
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.express_routes import ExpressRoutes, plan_express_routes
 from fl_uav.fleet.messages import EXPRESS_KNOB, UPLOAD_ACK_KNOB
-from fl_uav.fleet.resource_knobs import KNOBS_REJECTED_KEY, POSITION_KEY
-from fl_uav.fleet.station_resources import (
-    CLASS_COUNTS_KEY,
-    StationResources,
-    valid_class_counts,
-    valid_position,
-)
+from fl_uav.fleet.resource_knobs import KNOBS_REJECTED_KEY, POSITION_KEY, valid_position
+from fl_uav.fleet.station_resources import CLASS_COUNTS_KEY, StationResources, valid_class_counts
 from fl_uav.learning.models import build_model
 from fl_uav.learning.training import evaluate
 from fl_uav.learning.weights import (
@@ -466,8 +462,10 @@ class GroundStation:
         if self.resources.enabled:   # the planner's inputs: each drone's histogram and pose
             for u in updates:
                 self.resources.observe(u.sender, u.metrics)
-            self.resources.plan_if_ready(r.index, self.drone_ids,
-                                         self._layout.dim, r.bytes_down)
+            # The model download alone, as the engine charges it (LGC's round time), not the
+            # whole frame with every drone's plan and knobs.
+            self.resources.plan_if_ready(r.index, self.drone_ids, self._layout.dim,
+                                         encoded_size(self.weights, {'round': r.index}))
         self._used_last_round = {
             d: sorted(r.lgc_layers[d][1]) if d in r.lgc_layers else None for d in r.updates}
         self._round = None

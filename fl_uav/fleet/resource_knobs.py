@@ -82,8 +82,18 @@ def _is_int(value: Any) -> bool:
 
 
 def _is_number(value: Any) -> bool:
-    return (isinstance(value, int | float) and not isinstance(value, bool)
-            and math.isfinite(value))
+    """A finite int or float (JSON may carry an int too large for a float: not a number)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def valid_position(value: Any) -> bool:
+    """An upload position (``POSITION_KEY``): three finite ENU metres."""
+    return isinstance(value, list | tuple) and len(value) == 3 and all(map(_is_number, value))
 
 
 def _malformed(knob: str, value: Any) -> str | None:

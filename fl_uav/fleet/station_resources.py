@@ -36,14 +36,13 @@ knobs.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from fl_uav.fleet.config import FleetConfig
-from fl_uav.fleet.resource_knobs import POSITION_KEY, drone_topup_generator
+from fl_uav.fleet.resource_knobs import POSITION_KEY, drone_topup_generator, valid_position
 from fl_uav.sim.experiment_config import SystemConfig
 from fl_uav.sim.resource_planning import PlannerInputs, build_planner
 
@@ -56,13 +55,6 @@ def valid_class_counts(value: Any, num_classes: int) -> bool:
     """A drone's reported histogram: ``num_classes`` integer counts >= 0."""
     return (isinstance(value, list) and len(value) == num_classes
             and all(isinstance(c, int) and not isinstance(c, bool) and c >= 0 for c in value))
-
-
-def valid_position(value: Any) -> bool:
-    """A drone's reported upload position: three finite ENU metres."""
-    return (isinstance(value, list) and len(value) == 3
-            and all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-                    for v in value))
 
 
 class StationResources:

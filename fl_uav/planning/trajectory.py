@@ -965,7 +965,8 @@ def plan_trajectory_detailed(regions: Sequence[GaussianRegion], priorities: np.n
                 break
             sweeps()
         gap_per_class = (upper_bound - state.objective) / num_classes
-        if (not state.time_capped and gap_per_class > c.horizon_min_gap
+        if (not state.time_capped and c.horizon_iterations > 0
+                and gap_per_class > c.horizon_min_gap
                 and _sweep(state, g, regions, psi, start, c, score, held, horizon=True)):
             sweeps()
         if state.time_capped or state.objective - pass_start <= c.convergence_tolerance:

@@ -312,3 +312,30 @@ def test_feddpq_knobs_travel_from_the_station_to_the_drones_uploads():
             assert meta[KNOBS_APPLIED_KEY]['tx_power_w'] == plan[d]['tx_power_w']
     assert station.records[1].resource_knobs == station.records[2].resource_knobs
     assert station.resources.inputs.class_counts.shape == (2, len(CLASS_NAMES))
+
+
+def test_an_integer_too_large_for_a_float_is_a_malformed_knob_not_a_crash():
+    # Arrange: JSON carries 10**400 as a plain int; math.isfinite on it raises OverflowError
+    config = build_config(FleetConfig, FEDDPQ)
+    agent = _agent(config)
+    _fill(agent, 10, seed=8)
+    knobs = {'prune_fraction': 10 ** 400, 'topup_factor': -(10 ** 400), 'range_bits': 6}
+    # Act
+    report = agent.train_round(_task(agent, config, knobs))
+    # Assert: both rejected as malformed, the well-formed knob applied, the upload sent
+    assert set(report.knobs_rejected) == {'prune_fraction', 'topup_factor'}
+    assert {kind for kind, _ in report.knobs_rejected.values()} == {'malformed'}
+    assert decode_v2(report.frame).update.payload.bits == 6
+
+
+def test_a_pose_with_a_nan_altitude_leaves_the_position_out_and_the_upload_goes():
+    # Arrange: an autopilot altitude can be NaN; the codec refuses NaN in metadata
+    config = build_config(FleetConfig, LGC)
+    agent = _agent(config)
+    _fill(agent, 10, seed=9)
+    agent.on_pose(PoseSample(250.0, 400.0, float('nan'), 0.0, stamp_s=20.0))
+    # Act: two rounds (an LGC encode that failed would block every later round)
+    reports = [agent.train_round(_task(agent, config, {}, round_index=r)) for r in (1, 2)]
+    # Assert
+    for report in reports:
+        assert report.frames and POSITION_KEY not in decode_v2(report.frames[0]).metadata
