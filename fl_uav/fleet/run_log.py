@@ -11,7 +11,7 @@ from typing import Any
 
 PROGRESS_FILE = 'progress.jsonl'
 STATION_REPORT_FILE = 'ground_station.json'
-KNOBS_FILE = 'knobs.json'     # resources.planner: the plan and the knobs sent (as the engine's)
+KNOBS_FILE = 'knobs.json'   # resources.planner's record: the fleet's and the engine's
 
 
 def _clean(value: Any) -> Any:

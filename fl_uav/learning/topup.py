@@ -40,6 +40,7 @@ import numpy as np
 from fl_uav.configschema import require_choice
 
 SAMPLE_LAYOUTS = ('hwc', 'chw')
+TOPUP_SEED_TAG = 0x746F7075   # 'topu': keeps a top-up's random draws apart from other seeds
 AUGMENTATION_GENERATORS = ('augment_dihedral', 'augment_hflip', 'augment_shift')
 TOPUP_GENERATORS = ('auto', *AUGMENTATION_GENERATORS)
 AUTO_GENERATOR_BY_DATASET = {

@@ -58,7 +58,7 @@ from fl_uav.learning.datasets import (
 )
 from fl_uav.learning.models import build_model
 from fl_uav.learning.pruning import pruned_training_model
-from fl_uav.learning.topup import build_generator, top_up
+from fl_uav.learning.topup import TOPUP_SEED_TAG, build_generator, top_up
 from fl_uav.learning.training import NonFiniteLossError, TrainConfig, evaluate
 from fl_uav.learning.vectorized import VectorizedTrainer
 from fl_uav.learning.weights import Weights, architecture_fingerprint, get_weights, set_weights
@@ -81,7 +81,6 @@ SUMMARY_FILE = 'summary.json'
 CHECKPOINT_FILE = 'checkpoint.npz'
 CONFIG_FILE = 'config.json'
 EXPRESS_FILE = 'express.json'
-TOPUP_SEED_TAG = 0x746F7075   # 'topu': keeps the top-up's seeds apart from (seed, round, drone)
 PER_SEED_TAG = 4               # the packet-error draws' stream of (seed, round, tag)
 ROUND_COLUMNS = ('round', 'accuracy', 'loss', 'participants', 'late', 'lost', 'uplink_bytes',
                  'downlink_bytes', 'sim_round_s', 'sim_time_s', 'energy_mean_j',

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fl_uav.fleet.run_log import KNOBS_FILE
 from fl_uav.netmodel.compute import CpuDevice
 from fl_uav.netmodel.payload import BYTES_PER_MB
 from fl_uav.netmodel.radio import RadioLink
@@ -61,7 +62,6 @@ from fl_uav.sim.experiment_config import ResourcesConfig, SystemConfig
 if TYPE_CHECKING:
     from fl_uav.sim.experiment import ExperimentEngine
 
-KNOBS_FILE = 'knobs.json'
 RATES_SEED_TAG = 0x6C676372   # 'lgcr': the LGC channels' fading draws, apart from (seed, round)
 
 
