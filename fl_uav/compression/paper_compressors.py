@@ -112,8 +112,12 @@ class LgcCompressor(Compressor):
             self.encoder = LgcEncoder(layout.dim, self.channel_entries)
         accumulated = self.encoder.residual + vector.astype(np.float32)
         layers = self.encoder.encode(vector, self.channel_entries)
-        frames = encode_lgc(layers, layout.dim, round_index=round_index, sender=sender,
-                            fingerprint=fingerprint, metadata=metadata)
+        try:
+            frames = encode_lgc(layers, layout.dim, round_index=round_index, sender=sender,
+                                fingerprint=fingerprint, metadata=metadata)
+        except Exception:   # nothing left the drone: u stays whole in the residual, and the
+            self.encoder.acknowledge([])   # next round can encode again
+            raise
         dropped = rng.random(len(layers)) < self.drop_probabilities
         received = [layer.layer_id for layer, lost in zip(layers, dropped) if not lost]
         self.encoder.acknowledge(received)
