@@ -39,8 +39,7 @@ from fl_uav.compression.codec import (
     decode_frame,
 )
 from fl_uav.compression.codec_v2 import split_frames
-from fl_uav.compression.compressor import Compressor, RangeCompressor
-from fl_uav.compression.paper_compressors import LgcCompressor
+from fl_uav.compression.paper_compressors import LgcCompressor, PlannedCompressors
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.messages import UPLOAD_ACK_KNOB, FinishCommand, PoseSample, RoundTask
 from fl_uav.fleet.resource_knobs import (
@@ -121,7 +120,7 @@ class DroneAgent:
         self._compressor = config.compression.build()     # one per drone (lgc keeps state)
         self._model_dim = sum(int(np.prod(shape)) for shape in self._shapes.values())
         config.compression.check_model_dim(self._model_dim)   # fail at start
-        self._range_compressors: dict[int, Compressor] = {}   # by a planner's bits (δ_u)
+        self._planned = PlannedCompressors(config.compression)   # a planner's δ_u, D_n
         self._topup_generator = drone_topup_generator()
         self._client = config.learning.build_client()       # one per drone (scaffold: c_k)
         self._lock = threading.Lock()
@@ -402,16 +401,8 @@ class DroneAgent:
                 delta_c = {name: np.zeros_like(w) for name, w in delta.items()}
             delta = {**delta, **with_prefix(delta_c, DELTA_C_TENSOR_PREFIX)}
         rng = np.random.default_rng((self.config.world.seed, self.drone_id, task.round_index))
-        compressor = self._compressor
-        if BITS_KNOB in applied:
-            bits = int(applied[BITS_KNOB])
-            if bits not in self._range_compressors:
-                self._range_compressors[bits] = RangeCompressor(
-                    bits, self.config.compression.per_layer)
-            compressor = self._range_compressors[bits]
-        if isinstance(compressor, LgcCompressor):    # this round's D_n, else the config's
-            compressor.channel_entries = tuple(applied.get(
-                ENTRIES_KNOB, self.config.compression.lgc_channel_entries))
+        compressor = self._planned.select(self._compressor, applied.get(BITS_KNOB),
+                                          applied.get(ENTRIES_KNOB))
         sent, _ = compressor.compress(delta, rng, round_index=task.round_index,
                                       sender=self.drone_id, fingerprint=self._fingerprint,
                                       mask=mask, metadata=metadata, metrics=metadata)

@@ -38,7 +38,8 @@ from fl_uav.aggregation.feddpq import DRAWS_KNOB
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.aggregation.scaffold import Scaffold
 from fl_uav.compression.codec import encoded_size
-from fl_uav.compression.compressor import Compressor, NoCompression, RangeCompressor
+from fl_uav.compression.compressor import Compressor, NoCompression
+from fl_uav.compression.paper_compressors import PlannedCompressors
 from fl_uav.configschema import to_flat
 from fl_uav.learning import partition
 from fl_uav.learning.buffer import retained_positions
@@ -227,7 +228,7 @@ class ExperimentEngine:
                                            config.engine.max_clients_per_chunk,
                                            config.engine.torch_threads)
                          if config.engine.vectorized else None)
-        self._range_compressors: dict[int, Compressor] = {}   # by bits (FedDPQ's δ_u)
+        self._planned = PlannedCompressors(config.compression)   # FedDPQ's δ_u, LGC's D_n
         # Per-drone resource decisions (config.resources): FedDPQ's plan is made here, once.
         down_s = 8 * encoded_size(self.weights, {'round': 1}) / config.system.downlink_rate_bit_s
         self.resources = build_round_resources(self, down_s)
@@ -478,16 +479,8 @@ class ExperimentEngine:
         Planner knobs: ``range_bits`` (FedDPQ's δ_u) picks that drone's range quantizer,
         ``lgc_channel_entries`` (LGC's D_n) that drone's layer sizes this round."""
         knob = knob or {}
-        compressor = self._compressor(drone)
-        if knob.get(BITS_KNOB) is not None and self.config.compression.method == 'range':
-            bits = int(knob[BITS_KNOB])
-            if bits not in self._range_compressors:
-                self._range_compressors[bits] = RangeCompressor(
-                    bits, self.config.compression.per_layer)
-            compressor = self._range_compressors[bits]
         entries = knob.get(ENTRIES_KNOB)
-        if entries is not None:
-            compressor.channel_entries = tuple(int(e) for e in entries)
+        compressor = self._planned.select(self._compressor(drone), knob.get(BITS_KNOB), entries)
         if isinstance(compressor, NoCompression) and result.mask is None:
             # A dense v1 frame carries the delta unchanged: charge its exact length unbuilt.
             return compressor.frame_size(result.delta), result.delta, None
