@@ -37,6 +37,7 @@ import time
 T_START = time.perf_counter()
 
 import argparse  # noqa: E402
+import io  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import resource  # noqa: E402
@@ -179,26 +180,31 @@ def run_flower_worker(num_clients: int, rounds: int) -> dict:
 
 
 def run_experiment_worker(engine: str, num_clients: int, rounds: int, chunk: int) -> dict:
-    """The experiment engine through its own config path (what `fl-uav experiment
-    config/experiments/yardstick_digits.yaml --set num_drones=N --set num_rounds=R` runs):
+    """The experiment engine through its command line, in this process (`fl-uav experiment
+    config/experiments/yardstick_digits.yaml --set num_drones=N --set num_rounds=R`):
     its data loader and split, partition, Strategy, netmodel clock, rounds.csv, checkpoints,
     summary and plots. 'experiment_seq' is the same with engine.vectorized=false, the engine's
     sequential reference path."""
+    import contextlib
     import csv
     import tempfile
 
-    from fl_uav.configschema import build_config, read_params_file
-    from fl_uav.sim.experiment import ROUNDS_FILE, run_experiment
-    from fl_uav.sim.experiment_config import ExperimentConfig
+    from fl_uav.cli import main as fl_uav_main
+    from fl_uav.sim.experiment import ROUNDS_FILE, SUMMARY_FILE
 
     t_imported = time.perf_counter()
-    flat = read_params_file(YARDSTICK_CONFIG)
-    flat.update({'num_drones': num_clients, 'num_rounds': rounds,
-                 'engine.vectorized': engine == 'experiment',
-                 'engine.max_clients_per_chunk': chunk})
-    config = build_config(ExperimentConfig, flat)
+    overrides = {'num_drones': num_clients, 'num_rounds': rounds,
+                 'engine.vectorized': str(engine == 'experiment').lower(),
+                 'engine.max_clients_per_chunk': chunk}
     with tempfile.TemporaryDirectory() as out:
-        summary = run_experiment(config, Path(out), echo=lambda line: None)
+        argv = ['experiment', str(YARDSTICK_CONFIG), '--out', out]
+        for key, value in overrides.items():
+            argv += ['--set', f'{key}={value}']
+        with contextlib.redirect_stdout(io.StringIO()):   # the progress bar
+            code = fl_uav_main(argv)
+        if code:
+            raise RuntimeError(f'fl-uav {" ".join(argv)} exited with {code}')
+        summary = json.loads((Path(out) / SUMMARY_FILE).read_text())
         with open(Path(out) / ROUNDS_FILE, newline='') as f:
             rows = list(csv.DictReader(f))
     round_times = [float(r['wall_s']) for r in rows]

@@ -42,10 +42,16 @@ def _sim(args: argparse.Namespace) -> int:
 
 
 def _experiment(args: argparse.Namespace) -> int:
+    from fl_uav.sim.allocator import (
+        collector_paused_for_imports,
+        keep_large_allocations,
+        skip_exit_collection,
+    )
+
+    with collector_paused_for_imports() as fresh_process:
+        from fl_uav.sim.experiment import ExperimentError, run_experiment
+        from fl_uav.sim.experiment_config import ExperimentConfig
     from fl_uav.configschema import build_config, read_params_file
-    from fl_uav.sim.allocator import keep_large_allocations
-    from fl_uav.sim.experiment import ExperimentError, run_experiment
-    from fl_uav.sim.experiment_config import ExperimentConfig
 
     out = Path(args.out or args.resume or '')
     if not str(out):
@@ -59,6 +65,9 @@ def _experiment(args: argparse.Namespace) -> int:
     except ExperimentError as exc:
         print(f'fl-uav: {exc}', file=sys.stderr)
         return 1
+    finally:
+        if fresh_process:      # the command is about to exit
+            skip_exit_collection()
     print(f'{summary["status"]}: {summary["rounds_completed"]} rounds, final accuracy '
           f'{summary["final_accuracy"]}, simulated {summary["sim_time_s"]:.1f} s, '
           f'wall {summary["wall_s"]:.1f} s; results in {out}')

@@ -205,29 +205,61 @@ def _conv_geometry(size: int, kernel: int, stride: int, padding: int, dilation: 
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
-def _stacked_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                    k: int, conv: nn.Conv2d) -> torch.Tensor:
+def _to_grouped(x: torch.Tensor, k: int) -> torch.Tensor:
+    """(k·B, C, H, W) samples of k clients -> (B, k·C, H, W), channels-last: client c's
+    channels are the c-th group, the layout of a grouped convolution (groups = k)."""
+    n, channels, height, width = x.shape
+    return (x.permute(0, 2, 3, 1).reshape(k, n // k, height, width, channels)
+            .permute(1, 2, 3, 0, 4).reshape(n // k, height, width, k * channels)
+            .permute(0, 3, 1, 2))
+
+
+def _to_stacked(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Inverse of :func:`_to_grouped`: (k·B, C, H, W) logical, stored channels-last."""
+    per_client, grouped_channels, height, width = x.shape
+    channels = grouped_channels // k
+    return (x.permute(0, 2, 3, 1).reshape(per_client, height, width, k, channels)
+            .permute(3, 0, 1, 2, 4).reshape(k * per_client, height, width, channels)
+            .permute(0, 3, 1, 2))
+
+
+@dataclass(frozen=True)
+class _Grouped:
+    """A (B, k·C, H, W) activation in the grouped layout of :func:`_to_grouped`.
+
+    Between two convolutions, per-element layers and per-channel pooling work on it as they
+    are, so the samples are regrouped only where a layer needs them per client (Flatten,
+    Linear, the output), not around every convolution.
+    """
+
+    data: torch.Tensor
+    k: int
+
+    def stacked(self) -> torch.Tensor:
+        return _to_stacked(self.data, self.k)
+
+
+def _stacked_conv2d(x: torch.Tensor | _Grouped, weight: torch.Tensor,
+                    bias: torch.Tensor | None, k: int,
+                    conv: nn.Conv2d) -> torch.Tensor | _Grouped:
     """Conv2d of k clients on (k·B, C, H, W) samples with weights (k, C_out, C, kh, kw).
 
-    The result is logically (k·B, C_out, H', W') and stored channels-last.
+    The result is either grouped (:class:`_Grouped`) or logically (k·B, C_out, H', W') and
+    stored channels-last.
     """
-    n, channels, height, width = x.shape
-    out_channels, _, kh, kw = weight.shape[1:]
+    out_channels, channels, kh, kw = weight.shape[1:]
     if channels * kh * kw > IM2COL_MAX_PATCH:
         # One grouped convolution (group c = client c) on channels-last data: oneDNN's
         # channels-last kernels, and the pooling after them, are several times faster here.
-        per_client = n // k
-        grouped = (x.permute(0, 2, 3, 1).reshape(k, per_client, height, width, channels)
-                   .permute(1, 2, 3, 0, 4).reshape(per_client, height, width, k * channels)
-                   .permute(0, 3, 1, 2))
+        grouped = x.data if isinstance(x, _Grouped) else _to_grouped(x, k)
         out = functional.conv2d(
             grouped, weight.reshape(k * out_channels, channels, kh, kw),
             None if bias is None else bias.reshape(-1),
             conv.stride, conv.padding, conv.dilation, groups=k)
-        out_h, out_w = out.shape[-2:]
-        return (out.permute(0, 2, 3, 1).reshape(per_client, out_h, out_w, k, out_channels)
-                .permute(3, 0, 1, 2, 4).reshape(n, out_h, out_w, out_channels)
-                .permute(0, 3, 1, 2))
+        return _Grouped(out, k)
+    if isinstance(x, _Grouped):
+        x = x.stacked()
+    n, _, height, width = x.shape
     (sh, sw), (ph, pw), (dh, dw) = conv.stride, conv.padding, conv.dilation
     out_h = _conv_geometry(height, kh, sh, ph, dh)
     out_w = _conv_geometry(width, kw, sw, pw, dw)
@@ -244,6 +276,24 @@ def _stacked_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
         out = torch.baddbmm(bias.unsqueeze(1), rows, kernel)
     # Channels-last memory, logical NCHW: what the model's following layers expect.
     return out.reshape(n, out_h, out_w, out_channels).permute(0, 3, 1, 2)
+
+
+# Parameter-free layers that act on each (sample, channel) plane on its own, so they run on a
+# grouped activation unchanged (every other layer gets the activation regrouped per client).
+_PER_CHANNEL_LAYERS = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Sigmoid,
+                       nn.Tanh, nn.Hardtanh, nn.Identity, nn.AvgPool2d,
+                       nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d)
+
+
+def _per_channel(module: nn.Module) -> bool:
+    if isinstance(module, nn.MaxPool2d):
+        return not module.return_indices
+    return isinstance(module, _PER_CHANNEL_LAYERS) and not getattr(module, 'inplace', False)
+
+
+def _ungrouped(value):
+    return torch.fx.node.map_aggregate(
+        value, lambda v: v.stacked() if isinstance(v, _Grouped) else v)
 
 
 class _StackedProgram:
@@ -291,23 +341,29 @@ class _StackedProgram:
             if node.op == 'placeholder':
                 env[node] = x
             elif node.op == 'output':
-                return value(node.args[0])
+                return _ungrouped(value(node.args[0]))
             elif node.op == 'call_module':
                 module = self._modules[node.target]
                 args = value(node.args)
                 if isinstance(module, nn.Linear):
-                    env[node] = _stacked_linear(args[0], params[f'{node.target}.weight'],
+                    env[node] = _stacked_linear(_ungrouped(args[0]),
+                                                params[f'{node.target}.weight'],
                                                 params.get(f'{node.target}.bias'), k)
                 elif isinstance(module, nn.Conv2d):
                     env[node] = _stacked_conv2d(args[0], params[f'{node.target}.weight'],
                                                 params.get(f'{node.target}.bias'), k, module)
+                elif (len(args) == 1 and isinstance(args[0], _Grouped) and not node.kwargs
+                      and _per_channel(module)):
+                    env[node] = _Grouped(module(args[0].data), k)
                 else:
-                    env[node] = module(*args, **value(node.kwargs))
+                    env[node] = module(*_ungrouped(args), **_ungrouped(value(node.kwargs)))
             elif node.op == 'call_function':
-                env[node] = node.target(*value(node.args), **value(node.kwargs))
+                env[node] = node.target(*_ungrouped(value(node.args)),
+                                        **_ungrouped(value(node.kwargs)))
             elif node.op == 'call_method':
-                self_arg, *args = value(node.args)
-                env[node] = getattr(self_arg, node.target)(*args, **value(node.kwargs))
+                self_arg, *args = _ungrouped(value(node.args))
+                env[node] = getattr(self_arg, node.target)(*args,
+                                                           **_ungrouped(value(node.kwargs)))
         raise RuntimeError('traced graph has no output')
 
 

@@ -168,6 +168,12 @@ def _epoch_steps(config: TrainConfig, num_samples: int) -> int:
     return min(steps, config.max_steps) if config.max_steps else steps
 
 
+def _all_finite(array: np.ndarray) -> bool:
+    """No NaN or ±inf in ``array``: its float64 sum is finite exactly then (float32 values
+    cannot overflow a float64 sum; NaN and inf propagate), one pass without a mask array."""
+    return math.isfinite(float(np.sum(array, dtype=np.float64)))
+
+
 def _round_seed(seed: int, round_index: int, drone: int = 0) -> int:
     return int(np.random.SeedSequence([seed, round_index, drone]).generate_state(1)[0])
 
@@ -316,8 +322,7 @@ class ExperimentEngine:
         step_j = float(self.cpu.train_energy_j(batch, 0.0))  # multiplies it per drone
         for k, result in zip(active, results):
             loss = float(result.mean_loss)
-            if not math.isfinite(loss) or not all(np.all(np.isfinite(v))
-                                                  for v in result.delta.values()):
+            if not math.isfinite(loss) or not all(_all_finite(v) for v in result.delta.values()):
                 raise ExperimentError(f'round {r}, drone {k}: non-finite training loss '
                                       f'({loss}); partial results are in {self.out_dir}')
             knob = knobs.get(k, {})
@@ -332,11 +337,11 @@ class ExperimentEngine:
                 up_s = up_bits / max(rate, 1e-9)
                 comm_j = power_w * up_s
             steps, dense_steps = result.steps, result.compute_dense_steps
-            comp_s = (dense_steps * step_s
-                      + float(self.cpu.gen_time_s(mixed[k][2])))   # FedDPQ eq. (34)
-            total_s = down_s + comp_s + up_s
-            energy = (dense_steps * step_j
-                      + float(self.cpu.gen_energy_j(mixed[k][2]))   # FedDPQ eq. (33)
+            generated = mixed[k][2]   # FedDPQ eqs. (33)-(34): nothing generated, nothing spent
+            gen_s = float(self.cpu.gen_time_s(generated)) if generated else 0.0
+            gen_j = float(self.cpu.gen_energy_j(generated)) if generated else 0.0
+            total_s = down_s + (dense_steps * step_s + gen_s) + up_s
+            energy = (dense_steps * step_j + gen_j
                       + comm_j + hover_w * total_s)                  # hover: FedEx eq. (8)
             energies.append(energy)
             self.last_round_drones[k] = {'energy_j': energy, 'uplink_bytes': up_bytes,

@@ -7,6 +7,8 @@ from fl_uav.learning.models import build_model
 from fl_uav.learning.training import NonFiniteLossError, TrainConfig, train_local
 from fl_uav.learning.vectorized import (
     VectorizedTrainer,
+    _to_grouped,
+    _to_stacked,
     client_batches,
     torch_epoch_orders,
     train_clients_sequential,
@@ -83,6 +85,50 @@ def test_vectorized_matches_sequential(config, model_name):
                                                                want.result.samples_seen)
         if want.result.steps:
             assert got.result.mean_loss == pytest.approx(want.result.mean_loss, rel=1e-5)
+
+
+class _MixedLayers(nn.Module):
+    """Grouped convolutions joined by per-channel layers (kept grouped) and by layers that
+    need the samples per client (a residual sum of two branches, inplace ReLU, AvgPool,
+    torch.relu as a function): every conversion path of the stacked replay."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(5)
+        self.conv1 = nn.Conv2d(3, 4, 3, padding=1)
+        self.conv2 = nn.Conv2d(4, 4, 3, padding=1)
+        self.conv3 = nn.Conv2d(4, 6, 3, padding=1)
+        self.act = nn.ReLU(inplace=True)
+        self.pool = nn.AvgPool2d(2)
+        self.head = nn.Linear(6 * 4 * 4, 3)
+
+    def forward(self, x):
+        a = torch.relu(self.conv1(x))
+        b = self.conv2(a) + a
+        c = self.pool(nn.functional.max_pool2d(self.act(self.conv3(b)), 1))
+        return self.head(c.flatten(1))
+
+
+def test_grouped_layout_round_trip():
+    x = torch.arange(3 * 2 * 5 * 4 * 4, dtype=torch.float32).reshape(6, 5, 4, 4)
+    grouped = _to_grouped(x, 3)
+    assert grouped.shape == (2, 15, 4, 4)
+    # client c's channels are group c of the grouped tensor, sample order kept
+    torch.testing.assert_close(grouped[1, 5:10], x[3])
+    torch.testing.assert_close(_to_stacked(grouped, 3), x)
+
+
+def test_stacked_replay_through_mixed_layers_matches_sequential():
+    model, data = _MixedLayers(), _clients(SIZES)
+    weights = get_weights(model)
+    config = TrainConfig(local_epochs=2, batch_size=8, momentum=0.9)
+    seeds = list(range(len(SIZES)))
+    trainer = VectorizedTrainer(model, config, max_clients_per_chunk=4)
+    expected = train_clients_sequential(model, weights, data, config, seeds)
+    actual = trainer.train(weights, data, seeds)
+    assert trainer.backend == 'stacked'
+    for want, got in zip(expected, actual):
+        assert _max_difference(want.weights, got.weights) < 1e-5
 
 
 def test_vmap_backend_matches_sequential():
