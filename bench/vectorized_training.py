@@ -12,6 +12,8 @@ Engines, each run in its own fresh process (wall time = the whole process, as in
 reference, so interpreter start, imports and data loading are included):
 
     plain       the reference's sequential loop: one nn.Module, torch.optim.SGD per client
+    plain_gc    the same loop with the garbage-collector handling of `fl-uav experiment`
+                (collector paused while importing, gc.freeze() after and at exit)
     vectorized  fl_uav.learning.vectorized.VectorizedTrainer (its default 'stacked' backend)
     vmap        the same trainer forced to its torch.func.vmap backend (--engines to add it)
     experiment  the whole experiment engine through its config path
@@ -53,7 +55,8 @@ BATCH_SIZE = 16
 LR = 0.05
 # Flower-baseline figures (flower_baseline.md §3, quiet machine, min wall of 3 runs, flower_c1).
 FLOWER_WALL_S = {10: 26.6, 100: 29.9}
-ENGINES = ('plain', 'vectorized', 'vmap', 'experiment', 'experiment_seq', 'flower')
+ENGINES = ('plain', 'plain_gc', 'vectorized', 'vmap', 'experiment', 'experiment_seq',
+           'flower')
 YARDSTICK_CONFIG = REPO / 'config' / 'experiments' / 'yardstick_digits.yaml'
 FLOWER_PYTHON = Path(__file__).resolve().parent / '.venv-flower' / 'bin' / 'python'
 
@@ -231,6 +234,17 @@ def run_worker(engine: str, num_clients: int, rounds: int, chunk: int) -> dict:
         return run_flower_worker(num_clients, rounds)
     if engine.startswith('experiment'):
         return run_experiment_worker(engine, num_clients, rounds, chunk)
+    if engine == 'plain_gc':   # the plain loop with the command's garbage-collector handling
+        import atexit
+        import gc
+
+        gc.disable()
+        import sklearn.datasets  # noqa: F401
+        import torch
+        gc.freeze()
+        gc.enable()
+        atexit.register(gc.freeze)
+        engine = 'plain'
     import torch
     from torch import nn
 
