@@ -471,6 +471,12 @@ class GroundStation:
         self._round = None
         return record
 
+    def plan_pending(self) -> None:
+        """Build the resource planner whose inputs the last :meth:`close_round` took (no-op
+        otherwise; :meth:`open_round` does it too). Seconds for ``lgc_ddpg``: a caller with a
+        lock can run it outside, between closing one round and opening the next."""
+        self.resources.build_pending()
+
     @staticmethod
     def _waypoints_planned(r: _OpenRound) -> dict[int, int]:
         """Per drone, the waypoints of the mission it was to fly: what it reported (a drone

@@ -29,8 +29,9 @@ the engine's model: the drones measure no rates). ``lgc_ddpg`` pre-trains one DD
 drone on the surrogate when it plans, as the engine does before round 1
 (``resources.lgc_ddpg_train_steps``: at the default 600 steps about 4 s per drone on the
 shared 2-core machine, 7.6 s for 2 drones): the station's round close is that much longer,
-once. A planning error is logged and recorded (``status: failed``); the rounds go on without
-knobs.
+once: the ground-station node builds it on its aggregation thread after releasing its lock, so
+updates and ticks are served meanwhile, and opens the next round when it is done. A planning
+error is logged and recorded (``status: failed``); the rounds go on without knobs.
 """
 
 from __future__ import annotations
@@ -104,7 +105,10 @@ class StationResources:
 
     def plan_if_ready(self, round_index: int, drone_ids: Sequence[int], num_params: int,
                       model_bytes: int) -> None:
-        """Build the planner once every drone has reported (see the module docstring)."""
+        """Once every drone has reported (see the module docstring), take the planner's
+        inputs; the planner itself is built by :meth:`build_pending` (or by the next
+        :meth:`knobs`), which may run outside the station's lock: DDPG pre-training takes
+        seconds per drone."""
         if self.status != 'waiting' or self.missing(drone_ids):
             return
         c = self.config
@@ -118,19 +122,35 @@ class StationResources:
             download_s=8.0 * model_bytes / self.system.downlink_rate_bit_s,
             generator_makes_absent_classes=bool(getattr(
                 drone_topup_generator(), 'makes_absent_classes', True)))
+        self.status, self.planned_after_round = 'planning', round_index
+
+    @property
+    def pending(self) -> bool:
+        """Inputs are taken and the planner is not built yet."""
+        return self.status == 'planning'
+
+    def build_pending(self) -> None:
+        """Build the planner from the inputs :meth:`plan_if_ready` took (no-op otherwise); a
+        failure is logged and recorded, and the rounds go on without knobs."""
+        if not self.pending or self.inputs is None:
+            return
+        round_index = self.planned_after_round
         try:
             self.planner = build_planner(self.inputs)
         except Exception as exc:  # noqa: BLE001 - a planning failure must not stop the rounds
             self.status, self.error = 'failed', f'{type(exc).__name__}: {exc}'
+            self.planned_after_round = None
             _log.error('resources.planner %s failed after round %d (rounds go on without '
                        'knobs): %s', self.planner_name, round_index, self.error)
             return
-        self.status, self.planned_after_round = 'planned', round_index
+        self.status = 'planned'
         _log.info('resources.planner %s planned after round %d', self.planner_name,
                   round_index)
 
     def knobs(self, round_index: int, drone_ids: Sequence[int]) -> dict[int, dict]:
-        """The planner's knobs for this round per drone ({} before it is built)."""
+        """The planner's knobs for this round per drone ({} before it is built); builds a
+        pending planner first."""
+        self.build_pending()
         if self.planner is None:
             return {}
         knobs = self.planner.knobs(round_index, list(drone_ids))

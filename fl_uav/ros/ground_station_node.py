@@ -121,13 +121,18 @@ class GroundStationNode(Node):
                                f'{opening.deadline_s - now:.0f} s)')
 
     def _close_round(self, now: float) -> None:
-        with self._lock:
-            try:
-                record = self.station.close_round(now)
-            except Exception as exc:  # noqa: BLE001 - the station must keep serving
-                self.get_logger().error(f'closing the round failed: {exc!r}')
-                return
-            finally:
+        try:
+            with self._lock:
+                try:
+                    record = self.station.close_round(now)
+                except Exception as exc:  # noqa: BLE001 - the station must keep serving
+                    self.get_logger().error(f'closing the round failed: {exc!r}')
+                    return
+            # The resource planner (seconds per drone for lgc_ddpg) off the lock: updates and
+            # ticks are served meanwhile; the next round opens once it is built.
+            self.station.plan_pending()
+        finally:
+            with self._lock:
                 self._closing = False
         row = record.to_dict()
         self.log.append_round(row)

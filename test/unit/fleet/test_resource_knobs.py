@@ -166,6 +166,47 @@ def test_station_waits_for_every_drone_and_records_the_knobs_it_sent():
         for d, sent in _sent_knobs(planned.frame).items()}
 
 
+def test_closing_a_round_only_takes_the_inputs_and_the_planner_is_built_apart():
+    # Arrange
+    station = GroundStation(build_config(FleetConfig, PLANNERS['lgc_ddpg']), *_eval_set())
+    station.open_round(0.0)
+    for drone in (0, 1):
+        station.receive_update(_report_frame(station, drone, 1))
+    # Act: the close takes the inputs; the build is a separate step (the node runs it
+    # outside its lock)
+    station.close_round(1.0)
+    pending = (station.resources.pending, station.resources.planner)
+    station.plan_pending()
+    # Assert
+    assert pending == (True, None)
+    assert not station.resources.pending and station.resources.planner is not None
+    assert station.resources.report()['status'] == 'planned'
+    assert all('local_steps' in k for k in _sent_knobs(station.open_round(2.0).frame).values())
+
+
+def test_a_planner_that_fails_to_build_leaves_the_rounds_without_knobs(monkeypatch, caplog):
+    # Arrange
+    import fl_uav.fleet.station_resources as station_resources
+
+    def broken(inputs):
+        raise RuntimeError('solver exploded')
+
+    monkeypatch.setattr(station_resources, 'build_planner', broken)
+    station = GroundStation(build_config(FleetConfig, FEDDPQ), *_eval_set())
+    station.open_round(0.0)
+    for drone in (0, 1):
+        station.receive_update(_report_frame(station, drone, 1))
+    station.close_round(1.0)
+    # Act
+    with caplog.at_level(logging.ERROR):
+        second = station.open_round(2.0)
+    # Assert
+    report = station.resources.report()
+    assert report['status'] == 'failed' and 'solver exploded' in report['error']
+    assert all('range_bits' not in k for k in _sent_knobs(second.frame).values())
+    assert 'solver exploded' in caplog.text
+
+
 def test_malformed_planning_reports_are_rejected_as_metadata():
     # Arrange
     station = GroundStation(build_config(FleetConfig, FEDDPQ), *_eval_set())
