@@ -281,27 +281,43 @@ def _stacked_conv2d(x: torch.Tensor | _Grouped, weight: torch.Tensor,
 # Parameter-free layers that act on each (sample, channel) plane on its own, so they run on a
 # grouped activation unchanged (every other layer gets the activation regrouped per client).
 _PER_CHANNEL_LAYERS = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Sigmoid,
-                       nn.Tanh, nn.Hardtanh, nn.Identity, nn.AvgPool2d,
+                       nn.Tanh, nn.Hardtanh, nn.Identity, nn.MaxPool2d, nn.AvgPool2d,
                        nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d)
 
 
 def _per_channel(module: nn.Module) -> bool:
-    if isinstance(module, nn.MaxPool2d):
-        return not module.return_indices
-    return isinstance(module, _PER_CHANNEL_LAYERS) and not getattr(module, 'inplace', False)
+    """A layer that runs on a grouped activation as it is (pooling without indices)."""
+    return (isinstance(module, _PER_CHANNEL_LAYERS)
+            and not getattr(module, 'return_indices', False))
 
 
-def _ungrouped(value):
-    return torch.fx.node.map_aggregate(
-        value, lambda v: v.stacked() if isinstance(v, _Grouped) else v)
+def _grouped_conv(module: nn.Module) -> bool:
+    """A convolution the stacked replay runs as one grouped convolution (not im2col)."""
+    return (isinstance(module, nn.Conv2d)
+            and module.in_channels * math.prod(module.kernel_size) > IM2COL_MAX_PATCH)
 
 
 class _StackedProgram:
-    """Replays a traced model on the samples of k clients, each with its own parameters."""
+    """Replays a traced model on the samples of k clients, each with its own parameters.
+
+    A value stays grouped (:class:`_Grouped`) only when every one of its users takes it
+    grouped (a grouped convolution, or a per-channel layer with that value as its only
+    input), so every other user sees one per-client tensor, shared as in the model itself
+    (in-place operations on it then act as they do in the model).
+    """
 
     def __init__(self, graph: torch.fx.Graph, modules: dict[str, nn.Module]) -> None:
         self._nodes = list(graph.nodes)
         self._modules = modules
+
+        def takes_grouped(user: torch.fx.Node) -> bool:
+            if user.op != 'call_module' or len(user.args) != 1 or user.kwargs:
+                return False
+            module = modules[user.target]
+            return _grouped_conv(module) or _per_channel(module)
+
+        self._keep_grouped = {node: bool(node.users) and all(map(takes_grouped, node.users))
+                              for node in self._nodes}
 
     @classmethod
     def build(cls, model: nn.Module) -> _StackedProgram | None:
@@ -341,29 +357,28 @@ class _StackedProgram:
             if node.op == 'placeholder':
                 env[node] = x
             elif node.op == 'output':
-                return _ungrouped(value(node.args[0]))
+                return value(node.args[0])
             elif node.op == 'call_module':
                 module = self._modules[node.target]
                 args = value(node.args)
                 if isinstance(module, nn.Linear):
-                    env[node] = _stacked_linear(_ungrouped(args[0]),
-                                                params[f'{node.target}.weight'],
+                    env[node] = _stacked_linear(args[0], params[f'{node.target}.weight'],
                                                 params.get(f'{node.target}.bias'), k)
                 elif isinstance(module, nn.Conv2d):
                     env[node] = _stacked_conv2d(args[0], params[f'{node.target}.weight'],
                                                 params.get(f'{node.target}.bias'), k, module)
-                elif (len(args) == 1 and isinstance(args[0], _Grouped) and not node.kwargs
-                      and _per_channel(module)):
+                elif isinstance(args[0], _Grouped):   # a per-channel layer (see __init__)
                     env[node] = _Grouped(module(args[0].data), k)
                 else:
-                    env[node] = module(*_ungrouped(args), **_ungrouped(value(node.kwargs)))
+                    env[node] = module(*args, **value(node.kwargs))
             elif node.op == 'call_function':
-                env[node] = node.target(*_ungrouped(value(node.args)),
-                                        **_ungrouped(value(node.kwargs)))
+                env[node] = node.target(*value(node.args), **value(node.kwargs))
             elif node.op == 'call_method':
-                self_arg, *args = _ungrouped(value(node.args))
-                env[node] = getattr(self_arg, node.target)(*args,
-                                                           **_ungrouped(value(node.kwargs)))
+                self_arg, *args = value(node.args)
+                env[node] = getattr(self_arg, node.target)(*args, **value(node.kwargs))
+            result = env[node]
+            if isinstance(result, _Grouped) and not self._keep_grouped[node]:
+                env[node] = result.stacked()   # once, shared by every user
         raise RuntimeError('traced graph has no output')
 
 
@@ -454,10 +469,17 @@ class VectorizedTrainer:
         if self._backend != 'stacked' or sample_shape in self._checked_shapes:
             return
         generator = torch.Generator().manual_seed(0)
-        x = torch.rand((2, 3, *sample_shape), generator=generator)
+        x = torch.randn((2, 3, *sample_shape), generator=generator)   # signed, as real data
         params = {name: torch.stack([p, 0.5 * p]) for name, p in global_params.items()}
         with torch.no_grad():
-            stacked = self._program(params, x.reshape(6, *sample_shape), 2).reshape(2, 3, -1)
+            try:
+                stacked = self._program(params, x.reshape(6, *sample_shape), 2).reshape(2, 3, -1)
+            except Exception as exc:  # a layer the replay cannot run: vmap (or say why)
+                if self._forced:
+                    raise ValueError(f'stacked replay failed on this model: {exc!r}') from exc
+                self._backend = 'vmap'
+                self._checked_shapes.add(sample_shape)
+                return
             expected = []
             for c in range(2):
                 one = {name: p[c] for name, p in params.items()}

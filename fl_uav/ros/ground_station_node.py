@@ -129,8 +129,13 @@ class GroundStationNode(Node):
                     self.get_logger().error(f'closing the round failed: {exc!r}')
                     return
             # The resource planner (seconds per drone for lgc_ddpg) off the lock: updates and
-            # ticks are served meanwhile; the next round opens once it is built.
-            self.station.plan_pending()
+            # ticks are served meanwhile; the next round opens once it is built. None is
+            # needed after the last round.
+            if not self.station.finished:
+                try:
+                    self.station.plan_pending()
+                except Exception as exc:  # noqa: BLE001 - the run goes on without knobs
+                    self.get_logger().error(f'resource planning failed: {exc!r}')
         finally:
             with self._lock:
                 self._closing = False

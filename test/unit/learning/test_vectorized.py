@@ -131,6 +131,79 @@ def test_stacked_replay_through_mixed_layers_matches_sequential():
         assert _max_difference(want.weights, got.weights) < 1e-5
 
 
+class _PoolWithIndices(nn.Module):
+    """A pooling layer that returns indices: not a per-channel layer for the replay."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.pool = nn.AdaptiveMaxPool2d(2, return_indices=True)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        pooled, _ = self.pool(self.conv(x))
+        return self.head(pooled.flatten(1))
+
+
+class _InPlaceUnused(nn.Module):
+    """ReLU in place with its result unused: the model relies on the conv output changing.
+    Non-negative weights: on non-negative inputs the ReLU would do nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.pool = nn.MaxPool2d(2)
+        self.head = nn.Linear(4 * 4 * 4, 3)
+        with torch.no_grad():
+            self.conv.weight.abs_()
+            self.conv.bias.zero_()
+
+    def forward(self, x):
+        y = self.conv(x)
+        nn.functional.relu(y, inplace=True)
+        return self.head(self.pool(y).flatten(1))
+
+
+class _ViewOfChannelsLast(nn.Module):
+    """``view`` on a convolution's output, which the replay stores channels-last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.head = nn.Linear(4 * 8 * 8, 3)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        return self.head(y.view(y.size(0), -1))
+
+
+@pytest.mark.parametrize(('model_class', 'backend'), [
+    (_PoolWithIndices, 'stacked'), (_InPlaceUnused, 'stacked'),
+    (_ViewOfChannelsLast, 'vmap'),   # the replay cannot run it: falls back, no crash
+])
+def test_replay_edge_cases_match_sequential(model_class, backend):
+    model, data = model_class(), _clients((10, 7, 5))
+    weights = get_weights(model)
+    config = TrainConfig(local_epochs=1, batch_size=4, momentum=0.9)
+    trainer = VectorizedTrainer(model, config)
+    expected = train_clients_sequential(model, weights, data, config, [0, 1, 2])
+    actual = trainer.train(weights, data, [0, 1, 2])
+    assert trainer.backend == backend
+    for want, got in zip(expected, actual):
+        assert _max_difference(want.weights, got.weights) < 1e-5
+
+
+def test_a_forced_stacked_backend_says_why_the_replay_failed():
+    model = _ViewOfChannelsLast()
+    trainer = VectorizedTrainer(model, TrainConfig(local_epochs=1, batch_size=4),
+                                backend='stacked')
+    with pytest.raises(ValueError, match='stacked replay failed'):
+        trainer.train(get_weights(model), _clients((6, 5)), [0, 1])
+
+
 def test_vmap_backend_matches_sequential():
     model = build_model('tiny_cnn', 3, input_px=8, seed=2)
     weights = get_weights(model)
