@@ -6,6 +6,7 @@ Sections map one-to-one to the parameter groups of config/fleet.yaml (``world.se
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -17,7 +18,11 @@ from fl_uav.learning.config import LearningConfig
 from fl_uav.planning.coverage import CoverageConfig
 from fl_uav.planning.geofence import Geofence, GeofenceConfig, resolve_geofence
 from fl_uav.sim.autopilot import AutopilotSimConfig
-from fl_uav.sim.experiment_config import ResourcesConfig, check_planner_procedures
+from fl_uav.sim.experiment_config import (
+    ResourcesConfig,
+    SystemConfig,
+    check_planner_procedures,
+)
 from fl_uav.sim.express import ExpressConfig
 from fl_uav.world.camera import CameraConfig
 from fl_uav.world.landcover import WorldConfig
@@ -258,6 +263,35 @@ class TrajectoryConfig:
 
 
 @dataclass(frozen=True)
+class PlanningModelConfig:
+    """What the ground station's resource planner assumes about the drones' radio link and
+    companion computer (SI units; the engine's ``system`` keys of the same names and
+    defaults): FedDPQ eqs. (14)-(17) link (bandwidth_hz, tx_power_w as the LGC planners'
+    power, interference_w), the model download at downlink_rate_bit_s (LGC's round time), and
+    FedDPQ eqs. (33)-(36) compute (cpu_freq_hz, train_cycles_per_sample,
+    gen_cycles_per_sample). The fleet itself has no radio or energy model (frames travel over
+    DDS): set these to the hardware flown. Distances come from the drones' upload poses."""
+
+    bandwidth_hz: float = SystemConfig.bandwidth_hz
+    tx_power_w: float = SystemConfig.tx_power_w
+    interference_w: float = SystemConfig.interference_w
+    downlink_rate_bit_s: float = SystemConfig.downlink_rate_bit_s
+    cpu_freq_hz: float = SystemConfig.cpu_freq_hz
+    train_cycles_per_sample: float = SystemConfig.train_cycles_per_sample
+    gen_cycles_per_sample: float = SystemConfig.gen_cycles_per_sample
+
+    def __post_init__(self) -> None:
+        try:
+            self.system()
+        except ValueError as exc:
+            raise ValueError(f'planning_model.{exc}') from None
+
+    def system(self) -> SystemConfig:
+        """The engine's system section with these constants (the planners take that)."""
+        return SystemConfig(**dataclasses.asdict(self))
+
+
+@dataclass(frozen=True)
 class FleetConfig:
     """Everything shared by the fleet's nodes.
 
@@ -270,6 +304,7 @@ class FleetConfig:
     none | feddpq | lgc_fixed | lgc_heuristic | lgc_ddpg). The station builds the planner
     once every drone has reported a pose and a non-empty class histogram (after round 1) and
     sends its knobs from the next round on (fl_uav.fleet.ground_station); standard mode only.
+    planning_model: the radio and compute constants that planner assumes.
     """
 
     num_drones: int = 4
@@ -291,6 +326,7 @@ class FleetConfig:
     express: ExpressConfig = field(default_factory=ExpressConfig)
     ground_clients: GroundClientConfig = field(default_factory=GroundClientConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    planning_model: PlanningModelConfig = field(default_factory=PlanningModelConfig)
 
     def __post_init__(self) -> None:
         if not (1 <= self.num_drones <= 250):

@@ -14,10 +14,11 @@ planner (fl_uav.sim.resource_planning); here its inputs come from the fleet itse
 * V: the global model's entries; b, κ and S: ``learning.batch_size``, ``learning.kappa_steps``
   and ``aggregation.num_selected``; the model download time (LGC's round time) at the
   engine's ``system.downlink_rate_bit_s``.
-* The radio and CPU constants of the planners' models (bandwidth, interference, CPU
-  frequency, cycles per sample) are the engine's ``system`` defaults
-  (:class:`~fl_uav.sim.experiment_config.SystemConfig`): the fleet has no radio or energy
-  model of its own (its frames travel over DDS).
+* The radio and CPU constants of the planners' models (bandwidth, transmit power,
+  interference, download rate, CPU frequency, cycles per sample) are the fleet's
+  ``planning_model`` section (:class:`~fl_uav.fleet.config.PlanningModelConfig`, defaults
+  = the engine's ``system`` defaults): the fleet has no radio or energy model of its own
+  (its frames travel over DDS).
 
 Both inputs exist only after every drone has uploaded once, so the planner is built when the
 first round closes in which every drone's histogram (this round's or an earlier one) is
@@ -44,7 +45,6 @@ import numpy as np
 
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.resource_knobs import POSITION_KEY, drone_topup_generator, valid_position
-from fl_uav.sim.experiment_config import SystemConfig
 from fl_uav.sim.resource_planning import PlannerInputs, build_planner
 
 _log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class StationResources:
         self.planner_name = config.resources.planner
         east_m, north_m = config.autopilot.home_enu_m(0)
         self.station_enu_m = (float(east_m), float(north_m), 0.0)
-        self.system = SystemConfig()
+        self.system = config.planning_model.system()
         self.class_counts: dict[int, list[int]] = {}
         self.positions_enu_m: dict[int, list[float]] = {}
         self.planner = None

@@ -7,7 +7,7 @@ import logging
 import numpy as np
 import pytest
 
-from fl_uav.compression.codec import FrameKind, decode_frame, encode_frame
+from fl_uav.compression.codec import FrameKind, decode_frame, encode_frame, encoded_size
 from fl_uav.compression.codec_v2 import (
     decode_v2,
     lgc_frame_bytes,
@@ -205,6 +205,29 @@ def test_a_planner_that_fails_to_build_leaves_the_rounds_without_knobs(monkeypat
     assert report['status'] == 'failed' and 'solver exploded' in report['error']
     assert all('range_bits' not in k for k in _sent_knobs(second.frame).values())
     assert 'solver exploded' in caplog.text
+
+
+def test_the_planner_takes_the_fleets_planning_model_constants():
+    # Arrange: an operator's radio and companion computer
+    config = build_config(FleetConfig, {**FEDDPQ, 'planning_model.cpu_freq_hz': 8.0e8,
+                                        'planning_model.downlink_rate_bit_s': 2.0e6,
+                                        'planning_model.bandwidth_hz': 2.0e5})
+    station = GroundStation(config, *_eval_set())
+    station.open_round(0.0)
+    for drone in (0, 1):
+        station.receive_update(_report_frame(station, drone, 1))
+    # Act
+    station.close_round(1.0)
+    # Assert: the model download (not the whole frame) at the operator's rate
+    system = station.resources.inputs.system
+    assert (system.cpu_freq_hz, system.bandwidth_hz) == (8.0e8, 2.0e5)
+    model_bits = 8.0 * encoded_size(station.weights, {'round': 1})
+    assert station.resources.inputs.download_s == pytest.approx(model_bits / 2.0e6)
+
+
+def test_a_bad_planning_model_constant_fails_naming_the_key():
+    with pytest.raises(ConfigError, match='planning_model.cpu_freq_hz must be > 0'):
+        build_config(FleetConfig, {**FEDDPQ, 'planning_model.cpu_freq_hz': 0.0})
 
 
 def test_malformed_planning_reports_are_rejected_as_metadata():
