@@ -44,6 +44,7 @@ import copy
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -396,12 +397,21 @@ class VectorizedTrainer:
     num_threads: torch intra-op threads while training (restored afterwards); None leaves
         the current setting.
     backend: 'auto' (stacked when the model allows it, else vmap), 'stacked' or 'vmap'.
+    workers: threads that train chunks at the same time (torch runs each operation with the
+        GIL released, so chunks overlap on several cores; each thread uses ``num_threads``
+        intra-op threads). A chunk's arithmetic does not depend on the thread that runs it:
+        results are bit-identical for any ``workers``. Memory grows by a chunk per worker.
+        The stacked backend only: torch.func's vmap is not thread-safe, so 'vmap' runs its
+        chunks one after another.
     """
 
     def __init__(self, model: nn.Module, config: TrainConfig, max_clients_per_chunk: int = 32,
-                 num_threads: int | None = 1, backend: str = 'auto') -> None:
+                 num_threads: int | None = 1, backend: str = 'auto', workers: int = 1) -> None:
         if max_clients_per_chunk < 1:
             raise ValueError(f'max_clients_per_chunk must be >= 1, got {max_clients_per_chunk}')
+        if workers < 1:
+            raise ValueError(f'workers must be >= 1, got {workers}')
+        self.workers = workers
         if num_threads is not None and num_threads < 1:
             raise ValueError(f'num_threads must be >= 1 or None, got {num_threads}')
         require_choice('backend', backend, BACKENDS)
@@ -532,16 +542,34 @@ class VectorizedTrainer:
         try:
             num_chunks = -(-len(order) // self.max_clients_per_chunk)
             bounds = [len(order) * i // num_chunks for i in range(num_chunks + 1)]
-            for lo, hi in zip(bounds, bounds[1:]):  # equal-sized chunks
-                chunk = order[lo:hi]
-                chunk_updates = self._train_chunk(
-                    global_params, [client_data[i] for i in chunk], [batches[i] for i in chunk])
+            chunks = [order[lo:hi] for lo, hi in zip(bounds, bounds[1:])]  # equal-sized
+
+            def train_chunk(chunk: list[int]) -> list[LocalUpdate]:
+                return self._train_chunk(global_params, [client_data[i] for i in chunk],
+                                         [batches[i] for i in chunk])
+
+            if self.workers > 1 and len(chunks) > 1:
+                self._prepare(global_params, client_data)   # first-use state, before threads
+            if self.workers > 1 and len(chunks) > 1 and self._backend == 'stacked':
+                with ThreadPoolExecutor(min(self.workers, len(chunks)),
+                                        thread_name_prefix='chunk') as pool:
+                    results = list(pool.map(train_chunk, chunks))
+            else:
+                results = map(train_chunk, chunks)
+            for chunk, chunk_updates in zip(chunks, results):
                 for i, update in zip(chunk, chunk_updates):
                     updates[i] = update
         finally:
             if torch.get_num_threads() != previous_threads:
                 torch.set_num_threads(previous_threads)
         return updates  # type: ignore[return-value]
+
+    def _prepare(self, global_params: dict[str, torch.Tensor],
+                 client_data: Sequence[ClientData]) -> None:
+        """The first-use replay check, made once before worker threads start."""
+        shapes = [tuple(np.shape(x)[1:]) for x, _ in client_data if len(x)]
+        if shapes:
+            self._check_replay(shapes[0], global_params)
 
     def _train_chunk(self, global_params: dict[str, torch.Tensor],
                      client_data: list[ClientData],

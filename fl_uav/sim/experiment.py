@@ -232,7 +232,8 @@ class ExperimentEngine:
         self.topup_sources = [''] * config.num_drones   # what each drone last generated from
         self._trainer = (VectorizedTrainer(self.model, self.train_config,
                                            config.engine.max_clients_per_chunk,
-                                           config.engine.torch_threads)
+                                           config.engine.torch_threads,
+                                           workers=config.engine.workers)
                          if config.engine.vectorized else None)
         self._planned = PlannedCompressors(config.compression)   # FedDPQ's δ_u, LGC's D_n
         # Per-drone resource decisions (config.resources): FedDPQ's plan is made here, once.
@@ -464,7 +465,7 @@ class ExperimentEngine:
             model, start, index_map = pruned_training_model(self.model, self.weights, keep)
         trainer = self._trainer if index_map is None else VectorizedTrainer(
             model, config, self.config.engine.max_clients_per_chunk,
-            self.config.engine.torch_threads)
+            self.config.engine.torch_threads, workers=self.config.engine.workers)
         trainer.config = config
         try:
             updates = trainer.train(start, client_data, seeds, steps=steps)

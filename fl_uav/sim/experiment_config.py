@@ -124,16 +124,22 @@ class SystemConfig:
 class EngineConfig:
     """vectorized: train all drones at once (else one after another, the reference path);
     max_clients_per_chunk: memory bound of the vectorized path; torch_threads: per process;
+    workers: threads training chunks of drones at the same time on the vectorized path (one
+    per core to use; results are bit-identical for any value; the chunks are still set by
+    max_clients_per_chunk alone, so a fleet that fits one chunk runs on one thread);
     checkpoint_every: rounds between checkpoints (for --resume)."""
 
     vectorized: bool = True
     max_clients_per_chunk: int = 32
     torch_threads: int = 1
+    workers: int = 1
     checkpoint_every: int = 1
 
     def __post_init__(self) -> None:
-        if self.max_clients_per_chunk < 1 or self.torch_threads < 1 or self.checkpoint_every < 1:
-            raise ValueError('max_clients_per_chunk, torch_threads, checkpoint_every must be >= 1')
+        if min(self.max_clients_per_chunk, self.torch_threads, self.workers,
+               self.checkpoint_every) < 1:
+            raise ValueError('max_clients_per_chunk, torch_threads, workers, checkpoint_every '
+                             'must be >= 1')
 
 
 @dataclass(frozen=True)

@@ -500,7 +500,8 @@ class EngineExpress:
 
             e = engine.config.engine
             self._trainer = VectorizedTrainer(engine.model, engine.train_config,
-                                              e.max_clients_per_chunk, e.torch_threads)
+                                              e.max_clients_per_chunk, e.torch_threads,
+                                              workers=e.workers)
         return self._trainer
 
     def train_fn(self, trainer: VectorizedTrainer, train_config: TrainConfig,

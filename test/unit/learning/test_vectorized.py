@@ -249,6 +249,36 @@ def test_chunking_does_not_change_results():
         assert _max_difference(a, b) < 1e-6
 
 
+@pytest.mark.parametrize('backend', ['stacked', 'vmap'])
+def test_worker_threads_give_bit_identical_results(backend):
+    # Arrange: 7 clients in chunks of 2 (4 chunks), momentum so state carries across steps
+    model = build_model('tiny_cnn', 3, input_px=8)
+    weights = get_weights(model)
+    data = _clients((9, 17, 4, 30, 12, 1, 22), seed=6)
+    config = TrainConfig(local_epochs=2, batch_size=8, momentum=0.9)
+    seeds = list(range(7))
+    # Act
+    one = VectorizedTrainer(model, config, 2, backend=backend).train(weights, data, seeds)
+    three = VectorizedTrainer(model, config, 2, backend=backend, workers=3).train(
+        weights, data, seeds)
+    # Assert
+    for a, b in zip(one, three):
+        assert a.result == b.result
+        for name in a.weights:
+            np.testing.assert_array_equal(a.weights[name], b.weights[name])
+
+
+def test_a_diverging_client_in_a_worker_thread_stops_the_round():
+    model = build_model('tiny_cnn', 3, input_px=8)
+    data = _clients((12, 10, 8, 6), seed=2)
+    data[3][0][1, 0, 0, 0] = np.nan
+    trainer = VectorizedTrainer(model, TrainConfig(batch_size=4), 1, workers=2)
+    with pytest.raises(NonFiniteLossError, match='step'):
+        trainer.train(get_weights(model), data, [0, 1, 2, 3])
+    with pytest.raises(ValueError, match='workers'):
+        VectorizedTrainer(model, TrainConfig(), workers=0)
+
+
 def test_same_seeds_give_identical_weights_and_other_seeds_differ():
     model = build_model('tiny_cnn', 3, input_px=8)
     weights = get_weights(model)
