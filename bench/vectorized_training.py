@@ -19,6 +19,7 @@ reference, so interpreter start, imports and data loading are included):
     experiment  the whole experiment engine through its config path
                 (config/experiments/yardstick_digits.yaml: its own loader, split, Strategy,
                 netmodel clock, rounds.csv, checkpoints, summary and plots)
+    experiment_w2   the same with engine.workers=2: chunks of drones trained on both cores
     experiment_seq  the same with engine.vectorized=false: the engine's sequential reference
 
 Both use 1 torch thread. Usage:
@@ -55,8 +56,8 @@ BATCH_SIZE = 16
 LR = 0.05
 # Flower-baseline figures (flower_baseline.md §3, quiet machine, min wall of 3 runs, flower_c1).
 FLOWER_WALL_S = {10: 26.6, 100: 29.9}
-ENGINES = ('plain', 'plain_gc', 'vectorized', 'vmap', 'experiment', 'experiment_seq',
-           'flower')
+ENGINES = ('plain', 'plain_gc', 'vectorized', 'vmap', 'experiment', 'experiment_w2',
+           'experiment_seq', 'flower')
 YARDSTICK_CONFIG = REPO / 'config' / 'experiments' / 'yardstick_digits.yaml'
 FLOWER_PYTHON = Path(__file__).resolve().parent / '.venv-flower' / 'bin' / 'python'
 
@@ -196,8 +197,9 @@ def run_experiment_worker(engine: str, num_clients: int, rounds: int, chunk: int
 
     t_main = time.perf_counter()
     overrides = {'num_drones': num_clients, 'num_rounds': rounds,
-                 'engine.vectorized': str(engine == 'experiment').lower(),
-                 'engine.max_clients_per_chunk': chunk}
+                 'engine.vectorized': str(engine != 'experiment_seq').lower(),
+                 'engine.max_clients_per_chunk': chunk,
+                 'engine.workers': 2 if engine == 'experiment_w2' else 1}
     with tempfile.TemporaryDirectory() as out:
         argv = ['experiment', str(YARDSTICK_CONFIG), '--out', out]
         for key, value in overrides.items():
