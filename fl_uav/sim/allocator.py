@@ -48,7 +48,6 @@ def keep_large_allocations(threshold_bytes: int = KEEP_HEAP_BYTES) -> bool:
             and mallopt(M_TRIM_THRESHOLD, threshold_bytes) == 1)
 
 
-
 @contextmanager
 def collector_paused_for_imports() -> Iterator[bool]:
     """Import torch and the engine without cyclic garbage collection, then freeze what exists.
