@@ -132,7 +132,7 @@ class StationResources:
     def build_pending(self) -> None:
         """Build the planner from the inputs :meth:`plan_if_ready` took (no-op otherwise); a
         failure is logged and recorded, and the rounds go on without knobs."""
-        if not self.pending or self.inputs is None:
+        if not self.pending:
             return
         round_index = self.planned_after_round
         try:

@@ -548,9 +548,10 @@ class VectorizedTrainer:
                 return self._train_chunk(global_params, [client_data[i] for i in chunk],
                                          [batches[i] for i in chunk])
 
-            if self.workers > 1 and len(chunks) > 1:
+            parallel = self.workers > 1 and len(chunks) > 1
+            if parallel:
                 self._prepare(global_params, client_data)   # first-use state, before threads
-            if self.workers > 1 and len(chunks) > 1 and self._backend == 'stacked':
+            if parallel and self._backend == 'stacked':
                 with ThreadPoolExecutor(min(self.workers, len(chunks)),
                                         thread_name_prefix='chunk') as pool:
                     results = list(pool.map(train_chunk, chunks))

@@ -230,10 +230,7 @@ class ExperimentEngine:
                                                 config.data.dataset)
                                 if config.data.topup else None)
         self.topup_sources = [''] * config.num_drones   # what each drone last generated from
-        self._trainer = (VectorizedTrainer(self.model, self.train_config,
-                                           config.engine.max_clients_per_chunk,
-                                           config.engine.torch_threads,
-                                           workers=config.engine.workers)
+        self._trainer = (config.engine.build_trainer(self.model, self.train_config)
                          if config.engine.vectorized else None)
         self._planned = PlannedCompressors(config.compression)   # FedDPQ's δ_u, LGC's D_n
         # Per-drone resource decisions (config.resources): FedDPQ's plan is made here, once.
@@ -463,9 +460,8 @@ class ExperimentEngine:
         keep = self.config.learning.structured_keep
         if keep < 1.0:   # structured pruning: every drone trains this round's smaller model
             model, start, index_map = pruned_training_model(self.model, self.weights, keep)
-        trainer = self._trainer if index_map is None else VectorizedTrainer(
-            model, config, self.config.engine.max_clients_per_chunk,
-            self.config.engine.torch_threads, workers=self.config.engine.workers)
+        trainer = (self._trainer if index_map is None
+                   else self.config.engine.build_trainer(model, config))
         trainer.config = config
         try:
             updates = trainer.train(start, client_data, seeds, steps=steps)

@@ -141,6 +141,13 @@ class EngineConfig:
             raise ValueError('max_clients_per_chunk, torch_threads, workers, checkpoint_every '
                              'must be >= 1')
 
+    def build_trainer(self, model, train_config):
+        """The vectorized trainer these settings describe (chunks, threads, workers)."""
+        from fl_uav.learning.vectorized import VectorizedTrainer
+
+        return VectorizedTrainer(model, train_config, self.max_clients_per_chunk,
+                                 self.torch_threads, workers=self.workers)
+
 
 @dataclass(frozen=True)
 class ResourcesConfig:

@@ -501,12 +501,8 @@ class EngineExpress:
         or without ``engine.vectorized`` (which selects the direct-upload engine's path).
         """
         if self._trainer is None:
-            from fl_uav.learning.vectorized import VectorizedTrainer
-
-            e = engine.config.engine
-            self._trainer = VectorizedTrainer(engine.model, engine.train_config,
-                                              e.max_clients_per_chunk, e.torch_threads,
-                                              workers=e.workers)
+            self._trainer = engine.config.engine.build_trainer(engine.model,
+                                                               engine.train_config)
         return self._trainer
 
     def train_fn(self, trainer: VectorizedTrainer, train_config: TrainConfig,
