@@ -24,6 +24,7 @@ STRATEGY_NAMES = ('fedavg', 'fedprox', 'fednova', 'scaffold', 'feddisco', 'afacd
 
 def build_strategy(name: str, server_lr: float = 1.0, num_clients: int = 1,
                    proximal_mu: float = 0.01, score_interval: int = 3,
+                   score_shrink_steps: float = 0.0,
                    trimmed_beta: float = 0.1, num_selected: int = 0, local_lr: float = 0.1,
                    clip_norm: float = 0.0, seed: int = 0) -> Strategy:
     """Build a strategy by its config name; clip_norm > 0 wraps it in norm clipping."""
@@ -34,7 +35,8 @@ def build_strategy(name: str, server_lr: float = 1.0, num_clients: int = 1,
         'scaffold': lambda: Scaffold(num_clients=num_clients, server_lr=server_lr),
         'feddisco': lambda: FedDisco(server_lr=server_lr),
         'afacd': lambda: AFACD(server_lr=server_lr),
-        'osafl': lambda: OSAFL(score_interval=score_interval, server_lr=server_lr),
+        'osafl': lambda: OSAFL(score_interval=score_interval, server_lr=server_lr,
+                                 shrink_steps=score_shrink_steps),
         '2ceoafl': lambda: TwoCEOAFL(server_lr=server_lr, local_lr=local_lr,
                                      num_clients=num_clients),
         'feddpq': lambda: FedDPQ(num_selected=num_selected or num_clients, seed=seed,

@@ -98,14 +98,26 @@ class OSAFL(Strategy):
     α_u: ``'uniform'`` = 1/m, ``'samples'`` = n_u / Σ n over the m updates that arrived (the
     paper has full participation; scoring over received drones only is our extension, §7.1.10).
     Updates without κ_u, or with ``num_samples == 0``, are skipped. Checkpoint: JSON-compatible.
+
+    ``shrink_steps`` = k₀ > 0 uses the exact minimiser of the per-round problem, eq. (29), in
+    place of its approximation Δ_u ≈ λ_u (eq. (30)): with γ_u = 0 (complementary slackness,
+    digest 004 §2.5) and ψ = 0, Δ_u = ρ_u λ_u with ρ_u = C_1 / (2βηη̃σ²α_u² + C_1) and
+    C_1 = 8β²η²(σ² + 3κε²) α_u κ_u, i.e. ρ_u = κ_u / (κ_u + k₀) with
+    k₀ = η̃σ²α_u / (4βη(σ² + 3κε²)). The paper never estimates β, σ, ε, so k₀ is one tuned
+    constant (the same for every drone: α_u is uniform in the paper's setting). ρ_u grows with
+    κ_u: a drone that took few local steps sends a noisier average gradient and weighs less.
+    k₀ = 0 (default) is the paper's implemented rule, ρ_u = 1.
     """
 
     name = 'osafl'
 
     def __init__(self, score_interval: int = 3, server_lr: float = 1.0,
-                 weighting: str = 'uniform') -> None:
+                 weighting: str = 'uniform', shrink_steps: float = 0.0) -> None:
         if not server_lr > 0.0:
             raise ValueError(f'server_lr must be > 0, got {server_lr}')
+        if not (math.isfinite(shrink_steps) and shrink_steps >= 0.0):
+            raise ValueError(f'shrink_steps must be a finite number >= 0, got {shrink_steps}')
+        self.shrink_steps = float(shrink_steps)
         require_choice('weighting', weighting, WEIGHTINGS)
         self.server_lr = float(server_lr)
         self.weighting = weighting
@@ -128,7 +140,7 @@ class OSAFL(Strategy):
         else:
             total = float(sum(u.num_samples for u, _ in usable))
             alpha = [u.num_samples / total for u, _ in usable]
-        coeffs = [a * scores[u.sender] for a, (u, _) in zip(alpha, usable)]
+        coeffs = [a * self.shrink(tau) * scores[u.sender] for a, (u, tau) in zip(alpha, usable)]
         step = weighted_sum([u.delta for u, _ in usable],
                             [c / tau for c, (_, tau) in zip(coeffs, usable)], names)
         new = apply_step(global_weights, step, self.server_lr)
@@ -136,6 +148,10 @@ class OSAFL(Strategy):
                                metrics={'participants': len(usable), 'skipped': skipped,
                                         'scores': dict(scores), 'cosines': cosines,
                                         'score_mass': float(sum(coeffs))})
+
+    def shrink(self, steps: int) -> float:
+        """ρ_u of eq. (29) for a drone that took κ_u = ``steps`` local steps (1 when k₀ = 0)."""
+        return steps / (steps + self.shrink_steps)
 
     def state_dict(self) -> dict:
         return {'scores': self.scores.state_dict()}

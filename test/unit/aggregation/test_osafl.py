@@ -55,6 +55,26 @@ def test_osafl_score_weighted_step_on_a_hand_example():
     assert result.metrics['scores'] == pytest.approx({0: score, 1: score})
 
 
+
+def test_exact_score_of_eq_29_shrinks_each_drone_by_its_local_steps():
+    # Arrange: the hand example above with k0 = 2: ρ = κ/(κ + k0) = 1/3 (κ = 1), 1/2 (κ = 2)
+    updates = [update(0, [2.0, 0.0], steps=1), update(1, [0.0, 4.0], steps=2)]
+    strategy = OSAFL(score_interval=3, server_lr=2.0, shrink_steps=2.0)
+    # Act
+    result = strategy.aggregate(1, model([0.0, 0.0]), updates)
+    # Assert: w + η̃ Σ ½ ρ_u e^{1/√2} d_u; the scores themselves (Algorithm 2) are unchanged
+    score = math.exp(1 / math.sqrt(2))
+    expected = [2 * 0.5 * score * 2 / 3, 2 * 0.5 * score * 2 / 2]
+    np.testing.assert_allclose(result.weights['w'], expected, rtol=1e-6)
+    assert result.metrics['scores'] == pytest.approx({0: score, 1: score})
+    assert result.metrics['score_mass'] == pytest.approx(0.5 * score * (1 / 3 + 1 / 2))
+
+
+@pytest.mark.parametrize('bad', [-1.0, math.nan, math.inf])
+def test_exact_score_rejects_a_bad_shrink_constant(bad):
+    with pytest.raises(ValueError, match='shrink_steps'):
+        OSAFL(shrink_steps=bad)
+
 def test_osafl_downweights_the_dissenting_drone():
     updates = [update(0, [1.0], steps=1), update(1, [1.0], steps=1), update(2, [-1.0], steps=1)]
     result = OSAFL(score_interval=1).aggregate(1, model([0.0]), updates)
@@ -86,3 +106,12 @@ def test_osafl_state_round_trips_through_json():
     b = restored.aggregate(2, model([0.0, 0.0]), nxt)
     np.testing.assert_array_equal(a.weights['w'], b.weights['w'])
     assert restored.state_dict() == strategy.state_dict()
+
+
+def test_config_key_reaches_the_strategy_and_a_bad_value_names_the_key():
+    from fl_uav.aggregation.config import AggregationConfig
+
+    built = AggregationConfig(strategy='osafl', score_shrink_steps=4.0).build(num_clients=3)
+    assert built.shrink_steps == 4.0
+    with pytest.raises(ValueError, match='score_shrink_steps'):
+        AggregationConfig(strategy='osafl', score_shrink_steps=-0.5)
