@@ -12,7 +12,7 @@ import pytest
 from fl_uav.cli import main as cli_main
 from fl_uav.configschema import build_config, read_params_file
 from fl_uav.sim.experiment import compare_runs, run_experiment
-from fl_uav.sim.experiment_config import ExperimentConfig
+from fl_uav.sim.experiment_config import ExperimentConfig, check_resources
 
 REPO = Path(__file__).resolve().parents[3]
 QUICK = REPO / 'config' / 'experiments' / 'quick_digits.yaml'
@@ -113,6 +113,16 @@ def test_compare_overlays_runs(tmp_path):
     assert table.count('quick_digits') == 2
     assert (tmp_path / 'cmp' / 'accuracy_vs_round.png').exists()
 
+
+
+@pytest.mark.parametrize('path', sorted((REPO / 'config' / 'experiments').glob('*.yaml')),
+                         ids=lambda p: p.stem)
+def test_every_shipped_experiment_config_is_valid(path):
+    # Act: the CLI's own reading (every key known, every value in range) plus the cross checks
+    config = build_config(ExperimentConfig, read_params_file(path))
+    check_resources(config)
+    # Assert
+    assert config.num_drones >= 1 and config.num_rounds >= 1
 
 def test_world_dataset_split_by_location(tmp_path):
     flat = read_params_file(REPO / 'config' / 'experiments' / 'world_location.yaml')
