@@ -124,7 +124,8 @@ class GroundClientConfig:
         by data_seed and the client id: location-correlated data as FedEx's non-IID type 2,
         and nothing to download.
     max_local_steps: cap on the local SGD steps a client trains per delivered model (the
-        station asks for max(1, floor(Delta / express.step_time_s)), as the engine).
+        station asks for one per slot of Delta, ceil(Delta / express.step_time_s), as the
+        engine: FedEx Sec. IV-A).
     exchange_timeout_s: how long a hovering UAV waits for a client's CLU before it moves on.
     delivery_attempts: how many times within that wait the UAV sends its delivery (again
         every exchange_timeout_s / delivery_attempts while no CLU came: a radio retries); a

@@ -49,13 +49,14 @@ def express_layout(config: FleetConfig) -> ExpressLayout:
 @dataclass(frozen=True)
 class ExpressRoutes:
     """CARP's answer for the fleet: tours, FedEx eq. (9) Delta_k, and the clients' steps
-    (max(1, floor(P / step_time_s)) for the revisit period P of their UAV, the engine's
-    rule, capped by ``ground_clients.max_local_steps``)."""
+    (one per slot of the revisit period P of their UAV, P in whole slots of
+    ``express.step_time_s`` (FedEx Sec. IV-A), the engine's rule, capped by
+    ``ground_clients.max_local_steps``)."""
 
     layout: ExpressLayout
     problem: RoutingProblem
     plan: RoutePlan
-    period_s: dict[int, float]           # Sync: Delta = max_k Delta_k; Async: Delta_k
+    period_s: dict[int, float]           # Sync: Delta = max_k Delta_k; Async: Delta_k (slots)
     local_steps: dict[int, int]          # per UAV, per delivered model (capped)
 
     def tour(self, uav: int) -> tuple[int, ...]:
@@ -98,7 +99,7 @@ def plan_express_routes(config: FleetConfig) -> ExpressRoutes:
     layout = express_layout(config)
     local = layout.clients_enu_m - np.asarray(layout.area_offset_enu_m)
     problem, plan = plan_routes(e, local, seed=config.world.seed)
-    period_s = revisit_periods_s(e.mode, plan)
+    period_s = revisit_periods_s(e.mode, plan, e.step_time_s)
     steps = {k: min(config.ground_clients.max_local_steps,
                     local_steps_per_visit(v, e.step_time_s)) for k, v in period_s.items()}
     return ExpressRoutes(layout, problem, plan, period_s, steps)

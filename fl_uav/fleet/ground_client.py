@@ -13,8 +13,8 @@ the CLU are transmitted). At a visit (FedEx Sec. IV-D, digest Sec. 2.2 ``visit``
    Delta = x_i - x_base sign;
 3. it takes the delivered model as its new base and trains ``local_steps`` SGD steps from it
    (FedEx eq. (10); :meth:`train`, run by the caller off its message thread). FedEx trains
-   one step per slot until the next visit; the station asks for floor(Delta / step_time_s)
-   steps, as the engine does, capped by ``ground_clients.max_local_steps``.
+   one step per slot until the next visit; the station asks for the slots of Delta,
+   ceil(Delta / step_time_s), as the engine does, capped by ``ground_clients.max_local_steps``.
 
 Local data (no download): ``ground_clients.samples_per_client`` frames rendered from the
 land-cover world at random poses within ``data_radius_m`` of the client, labelled from the

@@ -14,6 +14,8 @@ name                                    equation / section
 ``place_clients``                       FedEx Sec. VII-A: blocks of the area, random spots
 ``location_partition``                  FedEx Sec. VII-A non-IID type 2 (main label per block)
 ``plan_routes``                         FedEx Sec. VI (CARP), eqs. (25)/(27), (26)/(28)
+``tour_slots``, ``revisit_slots``       FedEx Sec. IV-A (slotted time), eq. (9) Delta_k in
+                                        whole slots, eqs. (10), (13)-(14)
 ``ExpressRuntime.advance`` (sync)       FedEx Sec. IV-D, eqs. (10)-(13): one update per
                                         round of length Delta = max_k Delta_k (eq. (9))
 ``ExpressRuntime.advance`` (async)      FedEx Sec. IV-E, eqs. (14)-(15): one update per
@@ -23,21 +25,28 @@ name                                    equation / section
 
 Choices where FedEx is silent (digest 003 Sec. 8), all ours:
 
-* Event-driven in continuous time. A client trains ``steps = max(1, floor(P / step_time_s))``
-  local SGD steps between two visits, P being its UAV's revisit period (Delta in Sync,
-  Delta_k in Async); FedEx's slot is one local step, and 1 min in its experiments. Training is
-  computed when the CLU is collected, from the model delivered at the previous visit (the
-  same result as training continuously in between).
+* FedEx's slotted clock (Sec. IV-A: t = 0, 1, 2, ..., one slot = one local SGD step; 1 min in
+  Sec. VII-A = ``step_time_s``). FedEx counts Delta_k in slots and never says how eq. (9)'s
+  real-valued tour time becomes one; ours: a tour occupies ceil(eq. (9) time / slot) whole
+  slots (``tour_slots``), the reading of eq. (14) in which a UAV landing during slot
+  t0 + Delta_k - 1 updates x^{t0 + Delta_k}. Sync's round is Delta = max_k of those (= the
+  ceil of the longest tour), Async's UAV k re-departs every Delta_k slots; every landing is on
+  the slot grid, so UAVs landing in the same slot are one eq. (15) update. A client then trains
+  exactly P local steps between two visits (eq. (10): s = t, ..., t + P - 1), P its UAV's
+  revisit period in slots (Delta in Sync, Delta_k in Async): one step per slot in both, no
+  fraction of a slot lost per visit. Training is computed when the CLU is collected, from the
+  model delivered at the previous visit (the same result as training continuously in
+  between). CARP (eqs. (25)/(27)) still plans on the unrounded eq. (9) times.
 * The station is at (``station_east_m``, ``station_north_m``), by default the area's centre
   (Fig. 4 is missing from the text). Clients go round-robin over the blocks (client i in block
   i mod B), each uniform within its block. The type-2 main label of block b is b mod C
   (0-based labels); the other labels share 1 - p uniformly; samples are drawn without
   replacement across clients.
-* Tours are planned once and flown unchanged (FedEx does not re-plan). Equal landing times
-  (within 1e-6 s) are one eq. (15) update.
+* Tours are planned once and flown unchanged (FedEx does not re-plan).
 * A UAV with no clients stays at the station. In Sync, faster UAVs wait at the station (no
-  energy). Energy per tour is the planner's eqs. (4), (7), (8) value; the station stop,
-  battery swap and the CLU upload cost nothing (eq. (9)).
+  energy); in both modes a UAV back before its tour's last slot ends waits for it there.
+  Energy per tour is the planner's eqs. (4), (7), (8) value; the station stop, battery swap
+  and the CLU upload cost nothing (eq. (9)).
 * rounds.csv: one row per server update; uplink_bytes = the CLU frames collected (client ->
   UAV), downlink_bytes = the model frames delivered on those tours; energy columns over the
   UAVs that landed.
@@ -84,8 +93,6 @@ EXPRESS_MODES = ('sync', 'async')
 ROUTE_OBJECTIVES = ('auto', 'sync', 'async', 'total')
 EXPRESS_PARTITIONS = ('engine', 'location')
 EXPRESS_SEED_TAG = 0x65787072   # 'expr': keeps express seeds apart from the engine's
-TIE_S = 1e-6
-
 
 
 class ExpressPlanError(ConfigError, PlanError):
@@ -112,7 +119,8 @@ class ExpressConfig:
         ~20 W, 20 dBm, 15 kJ per round trip. hover_time_per_client_s: T_trans = 100 MB at
         50 Mbit/s = 16 s (eq. (3)). altitude_m: hover height (1 km; the link distance), at most
         radio_range_m, the largest distance at which a client and a UAV exchange.
-    step_time_s: one local SGD step (the paper's slot, 1 min). partition: engine (data.*
+    step_time_s: one FedEx slot = one local SGD step (1 min); tours take whole slots
+        (Sec. IV-A, ``tour_slots``). partition: engine (data.*
         split) | location (non-IID type 2: each client's samples are its block's main label
         with probability location_main_prob, 0.7 for FMNIST). samples_per_client: 0 = the
         whole share, else this many (60 for FMNIST). gibbs_sweeps, gibbs_chains: CARP search.
@@ -282,19 +290,39 @@ def plan_routes(config: ExpressConfig, clients_enu_m: np.ndarray, seed: int
 
 # ----------------------------------------------------------------------------- the runtime
 
-def revisit_periods_s(mode: str, plan: RoutePlan) -> dict[int, float]:
-    """Each serving UAV's revisit period: FedEx eq. (9) Delta_k (Async), or the round length
-    Delta = max_k Delta_k on which Sync flies every UAV (Sec. IV-D). UAVs with no clients are
-    left out. Shared by the engine's runtime and the fleet's ground station."""
-    uavs = [k for k, tour in enumerate(plan.tours) if tour]
-    longest_s = max(plan.round_trip_s[k] for k in uavs)
-    return {k: (longest_s if mode == 'sync' else plan.round_trip_s[k]) for k in uavs}
+def tour_slots(round_trip_s: float, step_time_s: float) -> int:
+    """Whole FedEx slots a tour of ``round_trip_s`` seconds takes: max(1, ceil(s / slot)).
+
+    FedEx Sec. IV-A slots time (one slot = one local SGD step) and counts the round trip
+    Delta_k of eq. (9) in slots; eq. (14) updates x^{t0 + Delta_k} from the u_k of a UAV back
+    in slot t0 + Delta_k - 1, so a tour landing 8.3 slots after departure is a 9-slot tour
+    (the paper does not give the rounding; digest 003 Sec. 8). A time within 1e-9 slot of a
+    whole number is that number.
+    """
+    return max(1, math.ceil(round_trip_s / step_time_s - 1e-9))
+
+
+def revisit_slots(mode: str, plan: RoutePlan, step_time_s: float) -> dict[int, int]:
+    """Each serving UAV's revisit period in slots: Delta_k (Async, Sec. IV-E), or the round
+    Delta = max_k Delta_k on which Sync flies every UAV (Sec. IV-D); Delta_k = ``tour_slots``
+    of eq. (9). UAVs with no clients are left out."""
+    slots = {k: tour_slots(plan.round_trip_s[k], step_time_s)
+             for k, tour in enumerate(plan.tours) if tour}
+    longest = max(slots.values())
+    return {k: (longest if mode == 'sync' else n) for k, n in slots.items()}
+
+
+def revisit_periods_s(mode: str, plan: RoutePlan, step_time_s: float) -> dict[int, float]:
+    """``revisit_slots`` in seconds (whole slots). Shared by the engine's runtime and the
+    fleet's ground station."""
+    return {k: n * step_time_s for k, n in revisit_slots(mode, plan, step_time_s).items()}
 
 
 def local_steps_per_visit(period_s: float, step_time_s: float) -> int:
-    """Local SGD steps a client trains between two visits: max(1, floor(P / step_time_s)),
-    one step per FedEx slot (Sec. IV-A)."""
-    return max(1, math.floor(period_s / step_time_s + 1e-9))
+    """Local SGD steps a client trains between two visits P seconds apart: one per slot
+    (FedEx Sec. IV-A, eq. (10): s = t, ..., t + P - 1), i.e. the slots P spans,
+    ``tour_slots(P)``; exactly P / step_time_s for a period from ``revisit_periods_s``."""
+    return tour_slots(period_s, step_time_s)
 
 
 
@@ -324,14 +352,15 @@ def _copy(weights: Weights) -> Weights:
 
 
 class ExpressRuntime:
-    """FedEx-Sync (Sec. IV-D) and FedEx-Async (Sec. IV-E) on a continuous simulated clock.
+    """FedEx-Sync (Sec. IV-D) and FedEx-Async (Sec. IV-E) on FedEx's slotted clock (Sec. IV-A).
 
     State per UAV k: the model it carries on its current tour (given to its clients at each
     visit), the model it carried on its previous tour (what its clients' CLUs are trained
     from), and the tours flown. Sync: every UAV departs at r Delta, the station updates once
     at (r + 1) Delta with all u_k (eq. (13)). Async: UAV k lands every Delta_k and the station
-    applies the u_k of every UAV landing then to the current model (eqs. (14)-(15)); the UAV
-    leaves at once with the updated model.
+    applies the u_k of every UAV landing in that slot to the current model (eqs. (14)-(15));
+    the UAV leaves at once with the updated model. Delta and Delta_k are whole slots
+    (``revisit_slots``); a client trains one local step per slot between visits.
     """
 
     def __init__(self, config: ExpressConfig, plan: RoutePlan, weights: Weights,
@@ -341,9 +370,9 @@ class ExpressRuntime:
         self.seed = int(seed)
         self.num_clients = sum(len(t) for t in plan.tours)
         self.uavs = [k for k, tour in enumerate(plan.tours) if tour]
-        self.period_s = revisit_periods_s(config.mode, plan)
-        self.steps = {k: local_steps_per_visit(v, config.step_time_s)
-                      for k, v in self.period_s.items()}
+        self.period_slots = revisit_slots(config.mode, plan, config.step_time_s)
+        self.period_s = {k: n * config.step_time_s for k, n in self.period_slots.items()}
+        self.steps = dict(self.period_slots)   # one local step per slot (eq. (10))
         self.tours_done = dict.fromkeys(self.uavs, 0)
         self.carried = {k: _copy(weights) for k in self.uavs}
         self.carried_time_s = dict.fromkeys(self.uavs, 0.0)
@@ -355,10 +384,10 @@ class ExpressRuntime:
         self.time_s = 0.0
 
     def next_landing(self) -> tuple[float, list[int]]:
-        """The next landing time and the UAVs landing then (one eq. (15) group)."""
-        times = {k: (self.tours_done[k] + 1) * self.period_s[k] for k in self.uavs}
-        first = min(times.values())
-        return first, [k for k in self.uavs if times[k] <= first + TIE_S]
+        """The next landing time and the UAVs landing in that slot (one eq. (15) group)."""
+        slots = {k: (self.tours_done[k] + 1) * self.period_slots[k] for k in self.uavs}
+        first = min(slots.values())
+        return first * self.config.step_time_s, [k for k in self.uavs if slots[k] == first]
 
     def _seed(self, k: int, client: int) -> int:
         seq = np.random.SeedSequence([self.seed, EXPRESS_SEED_TAG, self.tours_done[k], client])
@@ -454,6 +483,8 @@ def plan_summary(config: ExpressConfig, problem: RoutingProblem, plan: RoutePlan
         'max_round_trip_s': max(rtt),
         'sum_r_delta_sq_s2': float(sum(len(plan.tours[k]) * plan.round_trip_s[k] ** 2
                                        for k in runtime.uavs)),
+        'step_time_s': config.step_time_s,
+        'period_slots': {str(k): v for k, v in runtime.period_slots.items()},
         'period_s': {str(k): v for k, v in runtime.period_s.items()},
         'local_steps_per_visit': {str(k): v for k, v in runtime.steps.items()},
     }

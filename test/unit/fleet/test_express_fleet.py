@@ -114,7 +114,7 @@ def test_tours_cover_every_client_once_and_stay_in_the_fence():
         assert len(plan) == len(routes.tour(uav)) + 1
         assert (plan[-1].east_m, plan[-1].north_m) == CONFIG.autopilot.home_enu_m(0)
         assert all(fence.east_min_m <= w.east_m <= fence.east_max_m for w in plan)
-    assert routes.local_steps == {0: 3, 1: 3}   # floor(Delta / 10 s) capped at 3
+    assert routes.local_steps == {0: 3, 1: 3}   # ceil(Delta / 10 s) slots, capped at 3
 
 
 def test_sync_rounds_lag_one_round_then_apply_the_running_sums_once(station, clients):

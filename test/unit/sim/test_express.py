@@ -20,9 +20,12 @@ from fl_uav.sim.express import (
     ExpressConfig,
     ExpressPlanError,
     ExpressRuntime,
+    local_steps_per_visit,
     location_partition,
     place_clients,
     plan_routes,
+    revisit_slots,
+    tour_slots,
 )
 
 REPO = Path(__file__).resolve().parents[3]
@@ -69,12 +72,16 @@ def test_sync_round_lasts_the_longest_tour_of_the_netmodel():
     tour_s = [tour_cost(np.vstack([station, clients[list(t)]]), config.speed_m_s,
                         ConstantPower(), config.hover_time_per_client_s * len(t),
                         closed=True).total_time_s for t in plan.tours]
-    assert np.diff([0.0, *times]) == pytest.approx([max(tour_s)] * 3)
+    # The round is the longest tour in whole slots (FedEx Sec. IV-A, eq. (9)).
+    round_s = np.ceil(max(tour_s) / config.step_time_s) * config.step_time_s
+    assert np.diff([0.0, *times]) == pytest.approx([round_s] * 3)
     assert len(set(np.round(tour_s, 3))) == 3   # the tours differ, so max is a real choice
+    assert runtime.steps == dict.fromkeys(runtime.uavs, round_s / config.step_time_s)
 
 
 def test_running_sum_carried_equals_the_sum_of_its_clients_updates():
-    runtime = ExpressRuntime(_express_config(mode='sync'), _plan([100, 150], [[0, 3], [1, 2]]),
+    runtime = ExpressRuntime(_express_config(mode='sync', step_time_s=50.0),
+                             _plan([100, 150], [[0, 3], [1, 2]]),
                              {'w': np.array([2.0])})
     first, second = _run(runtime, FedExSync(4), 2, {'w': np.array([2.0])})
     assert first.participants == 0 and all(np.all(u['w'] == 0) for u in first.sums.values())
@@ -86,8 +93,8 @@ def test_running_sum_carried_equals_the_sum_of_its_clients_updates():
 
 def test_sync_server_rule_on_a_hand_computed_case():
     # FedEx eq. (13) with the one-round lag: x_{r+1} = x_r + (1/N) sum_i CLU_i(x_{r-1}).
-    runtime = ExpressRuntime(_express_config(mode='sync'), _plan([100, 150], [[0, 1], [2, 3]]),
-                             {'w': np.array([1.0])})
+    runtime = ExpressRuntime(_express_config(mode='sync', step_time_s=50.0),
+                             _plan([100, 150], [[0, 1], [2, 3]]), {'w': np.array([1.0])})
     steps = _run(runtime, FedExSync(4), 4)
     assert [float(s.weights['w'][0]) for s in steps] == pytest.approx([1.0, 3.0, 5.0, 6.0])
     assert [s.time_s for s in steps] == pytest.approx([150, 300, 450, 600])
@@ -96,7 +103,7 @@ def test_sync_server_rule_on_a_hand_computed_case():
 
 def test_async_server_rule_and_landing_order_on_a_hand_computed_case():
     # FedEx eqs. (14)-(15): UAV 0 lands every 100 s, UAV 1 every 150 s; at 300 s both.
-    runtime = ExpressRuntime(_express_config(mode='async'),
+    runtime = ExpressRuntime(_express_config(mode='async', step_time_s=50.0),
                              _plan([100, 150], [[0, 1], [2, 3]]), {'w': np.array([1.0])})
     steps = _run(runtime, FedExAsync(4), 5)
     assert [(s.time_s, s.uavs) for s in steps] == [
@@ -104,12 +111,12 @@ def test_async_server_rule_and_landing_order_on_a_hand_computed_case():
     assert [float(s.weights['w'][0]) for s in steps] == pytest.approx(
         [1.0, 1.0, 1.5, 3.5, 3.875])
     assert steps[-1].staleness_s == pytest.approx(200)   # 2 Delta_0 (eq. (21))
-    assert runtime.steps == {0: 1, 1: 2}   # floor(Delta_k / 60 s) local steps per visit
+    assert runtime.steps == {0: 2, 1: 3}   # Delta_k in 50 s slots: one local step per slot
 
 
 def test_async_applies_updates_in_tour_completion_order():
     periods = [70.0, 110.0, 130.0]
-    runtime = ExpressRuntime(_express_config(mode='async'),
+    runtime = ExpressRuntime(_express_config(mode='async', step_time_s=10.0),
                              _plan(periods, [[0], [1, 2], [3]]), {'w': np.array([1.0])})
     steps = _run(runtime, FedExAsync(4), 12)
     events = sorted((n * p, k) for k, p in enumerate(periods) for n in range(1, 20))[:12]
@@ -117,6 +124,63 @@ def test_async_applies_updates_in_tour_completion_order():
     for s in steps:
         k = s.uavs[0]
         assert s.staleness_s <= 2 * periods[k] + 1e-9
+
+
+# ----------------------------------------------------------------------------- slotted clock
+
+def test_a_tour_takes_whole_slots_rounded_up():
+    # FedEx Sec. IV-A / eq. (14): a UAV back during slot t0 + Delta_k - 1 updates x^{t0+Delta_k}.
+    assert [tour_slots(s, 60.0) for s in (441.0, 480.0, 480.0 + 1e-8, 480.5, 1.0, 0.0)] == [
+        8, 8, 8, 9, 1, 1]
+    assert local_steps_per_visit(441.0, 60.0) == 8   # the floor rule gave 7
+    plan = _plan([441.0, 500.0, 459.5, 0.0], [[0], [1, 2], [3], []])
+    assert revisit_slots('async', plan, 60.0) == {0: 8, 1: 9, 2: 8}
+    assert revisit_slots('sync', plan, 60.0) == {0: 9, 1: 9, 2: 9}   # max_k Delta_k
+
+
+@pytest.mark.parametrize('mode', ['sync', 'async'])
+def test_clients_train_one_step_per_slot_elapsed_whatever_the_tour_times(mode):
+    # Tours of 7.35, 8.33 and 7.66 slots: on the old continuous clock with floor(P / slot)
+    # steps a client lost the fraction every visit (7 steps per 7.35 slots in Async).
+    slot = 60.0
+    plan = _plan([441.0, 500.0, 459.5], [[0, 1], [2], [3, 4]])
+    runtime = ExpressRuntime(_express_config(mode=mode, step_time_s=slot), plan,
+                             {'w': np.array([1.0])})
+    trained = dict.fromkeys(range(5), 0)
+    last_visit_s = dict.fromkeys(range(5), 0.0)
+
+    def train(base, clients, steps, seeds):
+        for i, n in zip(clients, steps, strict=True):
+            trained[i] += n
+        return _toy_train(base, clients, steps, seeds)
+
+    weights = {'w': np.array([1.0])}
+    strategy = FedExSync(5) if mode == 'sync' else FedExAsync(5)
+    for _ in range(40):
+        step = runtime.advance(weights, train, strategy)
+        weights = step.weights
+        assert step.time_s / slot == pytest.approx(round(step.time_s / slot))   # slot grid
+        for k in step.uavs:
+            for i in plan.tours[k]:
+                last_visit_s[i] = step.time_s
+    # A client is visited at the same offset into every tour of its UAV, so the slots from its
+    # first delivery (first tour: a model, no CLU) to its last collection are the slots between
+    # its UAV's first and last landings; it trained one local step in each of them.
+    for k in runtime.uavs:
+        for i in plan.tours[k]:
+            elapsed = round((last_visit_s[i] - runtime.period_s[k]) / slot)
+            assert trained[i] == elapsed > 0
+
+
+def test_async_uavs_back_in_the_same_slot_are_one_update():
+    # 441 s and 459.5 s tours are both 8 slots: every landing of UAV 0 is also one of UAV 2,
+    # one eq. (15) update (on the continuous clock they were separate landings).
+    runtime = ExpressRuntime(_express_config(mode='async', step_time_s=60.0),
+                             _plan([441.0, 500.0, 459.5], [[0], [1], [2]]),
+                             {'w': np.array([1.0])})
+    steps = _run(runtime, FedExAsync(3), 6)
+    assert [(s.time_s, s.uavs) for s in steps] == [
+        (480, [0, 2]), (540, [1]), (960, [0, 2]), (1080, [1]), (1440, [0, 2]), (1620, [1])]
 
 
 def test_every_tour_fits_the_budget_and_matches_the_flight_model():
@@ -198,12 +262,15 @@ def test_two_update_engine_run(tmp_path, mode):
     times = [float(r['sim_time_s']) for r in rows]
     assert times == pytest.approx([u['time_s'] for u in express['updates']])
     assert int(rows[0]['participants']) == 0 and int(rows[0]['uplink_bytes']) == 0
-    if mode == 'sync':
-        assert times == pytest.approx([express['max_round_trip_s'] * r for r in (1, 2, 3)])
+    slot = express['step_time_s']
+    if mode == 'sync':   # the longest tour in whole slots (FedEx Sec. IV-A)
+        round_s = np.ceil(express['max_round_trip_s'] / slot) * slot
+        assert times == pytest.approx([round_s * r for r in (1, 2, 3)])
         assert int(rows[1]['participants']) == 8   # every client's CLU in round 2
     else:
         assert times == sorted(times) and times[0] == pytest.approx(
-            min(express['round_trip_s']))
+            np.ceil(min(express['round_trip_s']) / slot) * slot)
+    assert express['period_s'] == {k: n * slot for k, n in express['period_slots'].items()}
     assert all(0 < float(r['energy_max_j']) <= 15e3 for r in rows)
 
 
