@@ -103,10 +103,13 @@ class OSAFL(Strategy):
     place of its approximation Δ_u ≈ λ_u (eq. (30)): with γ_u = 0 (complementary slackness,
     digest 004 §2.5) and ψ = 0, Δ_u = ρ_u λ_u with ρ_u = C_1 / (2βηη̃σ²α_u² + C_1) and
     C_1 = 8β²η²(σ² + 3κε²) α_u κ_u, i.e. ρ_u = κ_u / (κ_u + k₀) with
-    k₀ = η̃σ²α_u / (4βη(σ² + 3κε²)). The paper never estimates β, σ, ε, so k₀ is one tuned
-    constant (the same for every drone: α_u is uniform in the paper's setting). ρ_u grows with
-    κ_u: a drone that took few local steps sends a noisier average gradient and weighs less.
-    k₀ = 0 (default) is the paper's implemented rule, ρ_u = 1.
+    k₀ = η̃σ²α_u / (4βη(σ² + 3κε²)), from (28) as printed (κ·κ_u where differentiating (25)
+    gives κ_u², digest §2.5). The paper never estimates β, σ, ε, so k₀ is one tuned constant,
+    exact under the paper's full participation with uniform α_u = 1/U; with drop-outs α_u and
+    η change round to round and a fixed k₀ is an approximation, and ψ > 0 would shift ρ_u to
+    (κ_u + a)/(κ_u + a + k₀). ρ_u grows with κ_u: a drone that took few local steps sends a
+    noisier average gradient and weighs less. k₀ = 0 (default) is the paper's implemented
+    rule, ρ_u = 1.
     """
 
     name = 'osafl'

@@ -446,6 +446,8 @@ class ExpressRuntime:
                                for n, v in self.trained_from[k].items()})
         return {'update_index': self.update_index, 'time_s': self.time_s,
                 'tours': [list(t) for t in self.plan.tours],
+                'step_time_s': self.config.step_time_s,
+                'period_slots': {str(k): n for k, n in self.period_slots.items()},
                 'per_uav': {str(k): [self.tours_done[k], self.carried_time_s[k],
                                      self.carried_version[k], self.trained_time_s[k],
                                      self.trained_version[k],
@@ -455,6 +457,14 @@ class ExpressRuntime:
         if [list(t) for t in self.plan.tours] != state['tours']:
             raise ValueError('the checkpoint was made with other FedEx tours (express.* or '
                              'num_drones changed)')
+        slots = {str(k): n for k, n in self.period_slots.items()}
+        if (state.get('step_time_s') != self.config.step_time_s
+                or state.get('period_slots') != slots):
+            raise ValueError(
+                f'the checkpoint was made on another slot clock (express.step_time_s '
+                f'{state.get("step_time_s", "not recorded")} s, revisit periods '
+                f'{state.get("period_slots", "not recorded")} slots; now '
+                f'{self.config.step_time_s} s, {slots} slots): start a new run')
         self.update_index = int(state['update_index'])
         self.time_s = float(state['time_s'])
         names = list(self.carried[self.uavs[0]])

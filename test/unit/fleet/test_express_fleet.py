@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -116,6 +117,25 @@ def test_tours_cover_every_client_once_and_stay_in_the_fence():
         assert all(fence.east_min_m <= w.east_m <= fence.east_max_m for w in plan)
     assert routes.local_steps == {0: 3, 1: 3}   # ceil(Delta / 10 s) slots, capped at 3
 
+
+
+@pytest.mark.parametrize('mode', ['sync', 'async'])
+def test_clients_are_asked_for_one_step_per_slot_of_the_revisit_period(mode):
+    # Arrange: no cap, so the station's step count is the slot rule itself (FedEx Sec. IV-A)
+    config = build_config(FleetConfig, {**EXPRESS, 'express.mode': mode,
+                                        'aggregation.strategy': f'fedex_{mode}',
+                                        'ground_clients.max_local_steps': 100_000})
+    # Act
+    routes = plan_express_routes(config)
+    # Assert: whole slots of eq. (9)'s tour time (Sync: of the longest tour), ceil not floor
+    slot = config.express.step_time_s
+    rtt = {k: routes.plan.round_trip_s[k] for k in routes.period_s}
+    want = {k: math.ceil(r / slot - 1e-9) for k, r in rtt.items()}
+    if mode == 'sync':
+        want = dict.fromkeys(want, max(want.values()))
+    assert routes.local_steps == want
+    assert routes.period_s == {k: n * slot for k, n in want.items()}
+    assert any(r % slot > 1e-6 for r in rtt.values())   # a fraction to round, or it proves nothing
 
 def test_sync_rounds_lag_one_round_then_apply_the_running_sums_once(station, clients):
     gs, cs = station(), clients()

@@ -141,7 +141,8 @@ def test_a_tour_takes_whole_slots_rounded_up():
 @pytest.mark.parametrize('mode', ['sync', 'async'])
 def test_clients_train_one_step_per_slot_elapsed_whatever_the_tour_times(mode):
     # Tours of 7.35, 8.33 and 7.66 slots: on the old continuous clock with floor(P / slot)
-    # steps a client lost the fraction every visit (7 steps per 7.35 slots in Async).
+    # steps a client lost the fraction every visit (7 steps per 7.35 slots in Async). Checks
+    # steps against the runtime's own slot clock; the rounding itself is checked above.
     slot = 60.0
     plan = _plan([441.0, 500.0, 459.5], [[0, 1], [2], [3, 4]])
     runtime = ExpressRuntime(_express_config(mode=mode, step_time_s=slot), plan,
@@ -291,6 +292,26 @@ def test_resume_equals_uninterrupted(tmp_path):
             for d in ('whole', 'part')]
     assert logs[0] == logs[1]
 
+
+
+@pytest.mark.parametrize('drop', ['step_time_s', 'period_slots', None])
+def test_resume_on_another_slot_clock_is_refused(drop):
+    # Arrange: tours of 500 s checkpointed on 1000 s slots; resumed on 60 s slots (or from a
+    # checkpoint without the slot clock, as made before the slotted clock)
+    plan = _plan([500.0, 500.0], [[0], [1]])
+    weights = {'w': np.array([1.0])}
+    old = ExpressRuntime(_express_config(mode='async', step_time_s=1000.0), plan, weights)
+    _run(old, FedExAsync(2), 5)
+    arrays: dict = {}
+    state = old.state_dict(arrays)
+    if drop is not None:
+        del state[drop]
+    new = ExpressRuntime(_express_config(mode='async',
+                                         step_time_s=1000.0 if drop else 60.0), plan, weights)
+    # Act + Assert: refused before anything is loaded, naming the key
+    with pytest.raises(ValueError, match='express.step_time_s'):
+        new.load_state_dict(state, arrays)
+    assert new.tours_done == dict.fromkeys(new.uavs, 0)
 
 def test_express_log_is_written_at_checkpoints_and_the_end_not_per_update(tmp_path):
     # Arrange: 3 updates, a checkpoint every 2 (and at the last); the echo after each update
