@@ -352,6 +352,7 @@ class VectorizedTrainer:
         self._checked_shapes: set[tuple[int, ...]] = set()
         self._forced = backend == 'stacked'
         self._vmap_step = None
+        self.last_mean_trace: list[Weights] = []   # see train(trace_weights=...)
 
     @property
     def backend(self) -> str:
@@ -418,14 +419,24 @@ class VectorizedTrainer:
     # -- training --
     def train(self, global_weights: Weights, client_data: Sequence[ClientData],
               seeds: Sequence[int], shuffle: ShuffleFn = numpy_epoch_orders,
-              steps: Sequence[int] | None = None) -> list[LocalUpdate]:
+              steps: Sequence[int] | None = None,
+              trace_weights: Sequence[float] | None = None) -> list[LocalUpdate]:
         """Train every client from ``global_weights``; results are in the input order.
 
         ``steps`` (optional, one per client): client i takes exactly steps[i] steps
         (:func:`exact_steps_config`, e.g. OSAFL's random κ_u^t) instead of the config's.
         The returned weights are numpy views into one buffer per chunk (no copies).
+        ``trace_weights`` (optional, one per client): also record in ``self.last_mean_trace``
+        the weighted mean of the clients' weights after t = 0, 1, ..., max steps (a client that
+        stopped counts with its final weights): the model a FedAvg of the fleet would give had
+        every client stopped after t steps (used to measure progress against local steps).
         """
         _check_inputs(client_data, seeds)
+        if trace_weights is not None and len(trace_weights) != len(client_data):
+            raise ValueError(f'{len(client_data)} clients but {len(trace_weights)} trace '
+                             f'weights')
+        self.last_mean_trace = []
+        traces: list[list[dict[str, torch.Tensor]]] = []
         missing = set(self._names) - set(global_weights)
         extra = set(global_weights) - set(self._names)
         if missing or extra:
@@ -456,24 +467,45 @@ class VectorizedTrainer:
             bounds = [len(order) * i // num_chunks for i in range(num_chunks + 1)]
             for lo, hi in zip(bounds, bounds[1:]):  # equal-sized chunks
                 chunk = order[lo:hi]
+                weights = (None if trace_weights is None else
+                           torch.tensor([float(trace_weights[i]) for i in chunk]))
+                if weights is not None:
+                    traces.append([])
                 chunk_updates = self._train_chunk(
-                    global_params, [client_data[i] for i in chunk], [batches[i] for i in chunk])
+                    global_params, [client_data[i] for i in chunk], [batches[i] for i in chunk],
+                    weights, traces[-1] if weights is not None else None)
                 for i, update in zip(chunk, chunk_updates):
                     updates[i] = update
         finally:
             if torch.get_num_threads() != previous_threads:
                 torch.set_num_threads(previous_threads)
+        if trace_weights is not None:
+            total = float(sum(float(w) for w in trace_weights))
+            length = max(len(t) for t in traces)
+            self.last_mean_trace = [
+                {name: (sum(t[min(step, len(t) - 1)][name] for t in traces) / total).numpy()
+                 for name in self._names} for step in range(length)]
         return updates  # type: ignore[return-value]
 
     def _train_chunk(self, global_params: dict[str, torch.Tensor],
-                     client_data: list[ClientData],
-                     batches: list[list[np.ndarray]]) -> list[LocalUpdate]:
+                     client_data: list[ClientData], batches: list[list[np.ndarray]],
+                     trace_weights: torch.Tensor | None = None,
+                     trace: list[dict[str, torch.Tensor]] | None = None) -> list[LocalUpdate]:
+        """Train one chunk; with ``trace_weights`` append Σ_c w_c params_c after each step
+        t = 0..max to ``trace`` (see :meth:`train`)."""
+
+        def record() -> None:
+            if trace is not None:
+                trace.append({name: torch.tensordot(trace_weights, p, dims=1)
+                              for name, p in params.items()})
+
         config = self.config
         num_clients, bs = len(client_data), config.batch_size
         steps = [len(b) for b in batches]
         max_steps = steps[0] if steps else 0
         params = {name: p.unsqueeze(0).repeat(num_clients, *([1] * p.dim()))
                   for name, p in global_params.items()}
+        record()
         if max_steps == 0:
             return self._updates(params, batches, steps, torch.zeros((0, num_clients)))
         tensors = [_as_tensors(data) for data in client_data]
@@ -526,6 +558,7 @@ class VectorizedTrainer:
                         p.add_(buffer, alpha=-lr)
                     else:
                         p.add_(grad, alpha=-lr)
+            record()
         return self._updates(params, batches, steps, losses)
 
     def _adam_update(self, p: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor,

@@ -6,6 +6,7 @@ one parser and one validator serve ``ros2 launch``, ``fl-uav sim`` and the engin
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from fl_uav.aggregation.config import AggregationConfig
@@ -19,6 +20,7 @@ from fl_uav.sim.express import ExpressConfig, check_express
 DATASETS = ('digits', 'fashion_mnist', 'image_folder', 'world')
 PLANNERS = ('none', 'feddpq', 'lgc_ddpg', 'lgc_fixed', 'lgc_heuristic')
 LGC_PLANNERS = ('lgc_ddpg', 'lgc_fixed', 'lgc_heuristic')
+STEPS_SCALE_AUTO = 'auto'   # resources.lgc_steps_scale: fit h0 after a warm-up round
 PARTITIONS = ('iid', 'dirichlet', 'shards', 'location')
 
 
@@ -160,8 +162,14 @@ class ResourcesConfig:
         lgc_max_local_steps is H_max (LGC eq. (10c)); lgc_hover_power_w is charged while the
         drone waits on its round (FedEx eq. (8); 0 = not modelled); lgc_entries_scale is the
         progress surrogate's k0 as a fraction of the model's entries and lgc_steps_scale its h0 in
-        steps (fl_uav.planning.lgc_control: progress ∝ (1 − e^(−H/h0)) (1 − e^(−K/k0)));
-        lgc_ddpg_train_steps: DDPG steps per drone on the surrogate before round 1.
+        steps (fl_uav.planning.lgc_control: progress ∝ (1 − e^(−H/h0)) (1 − e^(−K/k0))), a
+        number > 0 or ``auto``: the engine runs round 1 at the mid decision (the warm-up that
+        lgc_fixed runs anyway, charged like any round), fits h0 to the fleet's per-step
+        training losses of that round (fl_uav.planning.lgc_control.fit_steps_scale; capped at
+        LINEAR_STEPS_FACTOR · lgc_max_local_steps, where the surrogate is linear in H), then
+        trains the controllers and lets them act from round 2 (fl_uav.sim.resource_planning);
+        lgc_ddpg_train_steps: DDPG steps per drone on the surrogate (before round 1, or after
+        the warm-up with ``auto``).
     """
 
     planner: str = 'none'
@@ -176,7 +184,7 @@ class ResourcesConfig:
     lgc_max_local_steps: int = 10
     lgc_hover_power_w: float = 20.0
     lgc_entries_scale: float = 0.02
-    lgc_steps_scale: float = 3.0
+    lgc_steps_scale: float | str = 3.0
     lgc_ddpg_train_steps: int = 600
 
     def __post_init__(self) -> None:
@@ -199,9 +207,11 @@ class ResourcesConfig:
         if not self.lgc_hover_power_w >= 0 or not 0 < self.lgc_entries_scale <= 1:
             raise ValueError('resources.lgc_hover_power_w must be >= 0 and lgc_entries_scale '
                              'in (0, 1]')
-        if not self.lgc_steps_scale > 0:
-            raise ValueError(f'resources.lgc_steps_scale must be > 0, got '
-                             f'{self.lgc_steps_scale}')
+        h0 = self.lgc_steps_scale
+        number = not isinstance(h0, str) and math.isfinite(h0) and h0 > 0
+        if h0 != STEPS_SCALE_AUTO and not number:
+            raise ValueError(f'resources.lgc_steps_scale must be a number > 0 or '
+                             f'{STEPS_SCALE_AUTO!r}, got {h0!r}')
 
 
 def check_resources(config: ExperimentConfig) -> None:
@@ -225,6 +235,8 @@ def check_resources(config: ExperimentConfig) -> None:
         need = {'learning.client_algorithm': (config.learning.client_algorithm, 'sgd'),
                 'compression.method': (config.compression.method, 'lgc'),
                 'learning.structured_keep': (config.learning.structured_keep, 1.0)}
+        if config.resources.lgc_steps_scale == STEPS_SCALE_AUTO:   # the warm-up's trace
+            need['engine.vectorized'] = (config.engine.vectorized, True)
         channels = len(config.resources.lgc_channel_energy_j_per_mb)
         if len(config.compression.lgc_channel_entries) != channels:
             raise ValueError(f'resources.planner {planner}: compression.lgc_channel_entries has '
