@@ -27,8 +27,12 @@ What is implemented, and the choices where the paper is silent ([NOT IN PAPER] i
   which the round shrinks the loss gap by the fraction
   κ (1 − e^(−H/h₀)) (1 − e^(−K/k₀)), K = Σ_n D_n: more local steps and more entries help with
   diminishing returns, as LGC Theorem 1 / Corollary 1 have H and the kept fraction γ ≈ K/D
-  only in higher-order terms. Replace with measured loss when the controller runs in the
-  engine.
+  only in higher-order terms. In the engine, h₀ may come from measurement instead of a
+  constant: :func:`fit_steps_scale` fits ℓ(h) = c − A (1 − e^(−h/h₀)) to the per-step
+  mini-batch training losses the drones record within a round (fl_uav.sim.resource_planning,
+  ``resources.lgc_steps_scale: auto``). The fit's upper bound is LINEAR_STEPS_FACTOR · H_max:
+  beyond it the surrogate is linear in H over 1..H_max to within 1/(2 · factor), so a larger
+  h₀ only rescales every action's reward and leaves the controller's ranking of H unchanged.
 * **Reward** (LGC eqs. (14)-(16)): U_r = δ / ϵ_r, loss change per unit resource. The paper's
   ratio U^(t+1)/U^(t) is sign-ambiguous and explodes on plateaus (digest §8); the digest's
   guard is used instead: r = Σ_r α_r · progress / (ϵ_r / ϵ_r^ref), progress = the fraction of
@@ -318,6 +322,110 @@ class LgcEnv:
         done = self.loss <= c.target_loss or self.round_index >= c.max_rounds
         self.rates = self._draw_rates()
         return self.state(), self.reward(cost), done, cost
+
+
+# -- h₀ from measured losses ----------------------------------------------------------------
+
+#: The fit's cap on h₀ in units of H_max: (1 − e^(−H/h₀)) differs from H/h₀ by at most
+#: H_max / (2 h₀) = 5 % over 1..H_max at h₀ = 10 H_max (see the module docstring).
+LINEAR_STEPS_FACTOR = 10.0
+
+
+@dataclass(frozen=True)
+class StepsScaleFit:
+    """h₀ of the progress surrogate (module docstring) fitted to a within-round loss curve.
+
+    The model is ℓ(h) = c − A (1 − e^(−h/h₀)), ℓ(h) the mini-batch loss after h local steps:
+    the loss drop after h steps is the fraction (1 − e^(−h/h₀)) of the drop A the round
+    approaches, the H-factor of the surrogate's progress κ (1 − e^(−H/h₀)) (1 − e^(−K/k₀)).
+
+    steps_scale: h₀ (local steps). initial_loss: c. drop: A (>= 0; 0 = the curve does not
+    fall, so h₀ is not measurable and ``informative`` is False). rmse: residual of the fit.
+    at_upper_bound: h₀ is the cap (no saturation within the window: progress at least linear
+    in h there). num_steps: the curve's length; num_curves: how many drones' curves it averages.
+    """
+
+    steps_scale: float
+    initial_loss: float
+    drop: float
+    rmse: float
+    at_upper_bound: bool
+    num_steps: int
+    num_curves: int
+
+    @property
+    def informative(self) -> bool:
+        return self.drop > 0.0
+
+    def as_dict(self) -> dict:
+        return {'steps_scale': self.steps_scale, 'initial_loss': self.initial_loss,
+                'drop': self.drop, 'rmse': self.rmse, 'at_upper_bound': self.at_upper_bound,
+                'num_steps': self.num_steps, 'num_curves': self.num_curves,
+                'informative': self.informative}
+
+
+def mean_loss_curve(curves: Sequence[Sequence[float]]) -> NDArray[np.float64]:
+    """The mean over drones of ℓ(h) at each h, over the drones whose curve reaches h."""
+    arrays = [np.asarray(c, np.float64) for c in curves if len(c)]
+    if not arrays:
+        raise ValueError('need at least one non-empty loss curve')
+    if any(not np.all(np.isfinite(a)) or a.ndim != 1 for a in arrays):
+        raise ValueError('loss curves must be 1-D sequences of finite losses')
+    length = max(len(a) for a in arrays)
+    return np.array([np.mean([a[h] for a in arrays if len(a) > h]) for h in range(length)])
+
+
+def _fit_fixed_scale(steps: NDArray[np.float64], losses: NDArray[np.float64], scale: float
+                     ) -> tuple[float, float, float]:
+    """Least squares (c, A >= 0) of ℓ = c − A g, g = 1 − e^(−h/h₀), at a given h₀: (sse, c, A)."""
+    g = -np.expm1(-steps / scale)
+    g_c, y_c = g - g.mean(), losses - losses.mean()
+    denom = float(np.dot(g_c, g_c))
+    drop = max(0.0, -float(np.dot(g_c, y_c)) / denom) if denom > 0 else 0.0
+    initial = float(losses.mean() + drop * g.mean())
+    residual = losses - (initial - drop * g)
+    return float(np.dot(residual, residual)), initial, drop
+
+
+def fit_steps_scale(curves: Sequence[Sequence[float]], max_steps_scale: float,
+                    min_steps_scale: float = 0.1, grid_points: int = 400) -> StepsScaleFit:
+    """Least-squares h₀ of ℓ(h) = c − A (1 − e^(−h/h₀)) on the drones' mean loss curve.
+
+    ``curves``: per drone, the mini-batch losses ℓ(0), ℓ(1), ... measured before each local
+    step (ℓ(h) is the loss of the weights after h steps). Averaging over the fleet first is
+    the same model with one shared h₀ (a mean of c_k − A_k g(h) is c̄ − Ā g(h)) and averages
+    out the mini-batch noise that makes one drone's 10-20 steps a poor fit. For each h₀ on a
+    log grid in [min_steps_scale, max_steps_scale] (c, A) is linear least squares; the best
+    grid point is refined by golden-section search in log h₀. Deterministic.
+    """
+    if not 0 < min_steps_scale < max_steps_scale or not math.isfinite(max_steps_scale):
+        raise ValueError(f'need 0 < min_steps_scale < max_steps_scale < inf, got '
+                         f'{min_steps_scale}, {max_steps_scale}')
+    losses = mean_loss_curve(curves)
+    if losses.size < 3:
+        raise ValueError(f'need a loss curve of at least 3 steps to fit h0, got {losses.size}')
+    steps = np.arange(losses.size, dtype=np.float64)
+    log_grid = np.linspace(math.log(min_steps_scale), math.log(max_steps_scale), grid_points)
+    sse = np.array([_fit_fixed_scale(steps, losses, math.exp(x))[0] for x in log_grid])
+    best = int(np.argmin(sse))
+    log_scale = float(log_grid[best])
+    if 0 < best < grid_points - 1:   # golden section on log h0 within the two grid cells
+        lo, hi = float(log_grid[best - 1]), float(log_grid[best + 1])
+        ratio = (math.sqrt(5.0) - 1.0) / 2.0
+        for _ in range(60):
+            a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+            if _fit_fixed_scale(steps, losses, math.exp(a))[0] \
+                    <= _fit_fixed_scale(steps, losses, math.exp(b))[0]:
+                hi = b
+            else:
+                lo = a
+        if _fit_fixed_scale(steps, losses, math.exp((lo + hi) / 2))[0] <= sse[best]:
+            log_scale = (lo + hi) / 2
+    scale = float(math.exp(log_scale))
+    err, initial, drop = _fit_fixed_scale(steps, losses, scale)
+    return StepsScaleFit(scale, initial, drop, math.sqrt(err / losses.size),
+                         best == grid_points - 1, int(losses.size),
+                         len([c for c in curves if len(c)]))
 
 
 # -- policies -------------------------------------------------------------------------------
