@@ -71,8 +71,11 @@ from fl_uav.sim.experiment_config import ExperimentConfig
 from fl_uav.sim.express import EngineExpress
 from fl_uav.sim.resource_planning import (
     KNOBS_FILE,
+    STEPS_SCALE_EVAL_SAMPLES,
+    STEPS_SCALE_SAMPLE_TAG,
     LgcRoundResources,
     build_round_resources,
+    resource_summary,
     write_knobs,
 )
 
@@ -301,6 +304,8 @@ class ExperimentEngine:
         seeds = [_round_seed(self.config.seed, r, 10 + k) for k in active]
         config = dataclasses.replace(self.train_config, lr=lr, proximal_mu=mu)
         results = self._train_clients(r, active, client_data, seeds, config, knobs)
+        if self._wants_trace(r):   # resources.lgc_steps_scale auto: the warm-up's measurement
+            self.resources.observe_trace(r, self._trace_losses(client_data))
         updates, times, energies, losses, uplink, lost = [], [], [], [], 0, 0
         self.last_round_drones: dict[int, dict[str, float]] = {}   # per drone, for inspection
         rng = np.random.default_rng(_round_seed(self.config.seed, r, 3))
@@ -433,7 +438,9 @@ class ExperimentEngine:
             else:   # mixed: the others take the steps their epochs would (the same batches)
                 steps = [s if s is not None else _epoch_steps(config, len(labels))
                          for s, (_, labels) in zip(steps, client_data)]
-            return self._train_vectorized(r, active, client_data, seeds, config, steps)
+            trace = ([len(labels) for _, labels in client_data] if self._wants_trace(r)
+                     else None)
+            return self._train_vectorized(r, active, client_data, seeds, config, steps, trace)
         shared = {}
         if isinstance(self.strategy, Scaffold):   # c travels with the model (in process)
             shared[SERVER_CONTROL_KNOB] = self.strategy.server_control(self.weights)
@@ -447,12 +454,31 @@ class ExperimentEngine:
                                       f' partial results are in {self.out_dir}') from exc
         return results
 
+    def _wants_trace(self, r: int) -> bool:
+        return isinstance(self.resources, LgcRoundResources) and self.resources.wants_trace(r)
+
+    def _trace_losses(self, client_data) -> list[float]:
+        """Training loss of the trainer's ``last_mean_trace`` models (the fleet's FedAvg after
+        h = 0, 1, ... local steps) on a seeded sample of the drones' own training data: the
+        warm-up's measurement for ``resources.lgc_steps_scale: auto``."""
+        x = np.concatenate([x for x, _ in client_data])
+        y = np.concatenate([y for _, y in client_data])
+        rng = np.random.default_rng(np.random.SeedSequence([self.config.seed,
+                                                            STEPS_SCALE_SAMPLE_TAG]))
+        pick = np.sort(rng.choice(len(y), min(len(y), STEPS_SCALE_EVAL_SAMPLES), replace=False))
+        losses = []
+        for weights in self._trainer.last_mean_trace:
+            set_weights(self._worker, weights)
+            losses.append(float(evaluate(self._worker, x[pick], y[pick])[1]))
+        return losses
+
     def _train_vectorized(self, r: int, active: list[int], client_data, seeds: list[int],
-                          config: TrainConfig, steps: list[int] | None = None
-                          ) -> list[ClientResult]:
+                          config: TrainConfig, steps: list[int] | None = None,
+                          trace_weights: list[int] | None = None) -> list[ClientResult]:
         """The sgd client (structured pruning included, with the same kept-coordinate mask
         as :class:`SgdClient`, so the upload is charged as the fleet sends it) or, with
-        ``steps``, the osafl client for all drones at once."""
+        ``steps``, the osafl client for all drones at once. ``trace_weights``: also record
+        the trainer's ``last_mean_trace`` (see :meth:`_trace_losses`)."""
         model, start, index_map = self.model, self.weights, None
         keep = self.config.learning.structured_keep
         if keep < 1.0:   # structured pruning: every drone trains this round's smaller model
@@ -462,7 +488,8 @@ class ExperimentEngine:
             self.config.engine.torch_threads)
         trainer.config = config
         try:
-            updates = trainer.train(start, client_data, seeds, steps=steps)
+            updates = trainer.train(start, client_data, seeds, steps=steps,
+                                    trace_weights=trace_weights)
         except NonFiniteLossError as exc:
             drone = self._first_diverging_drone(trainer, start, active, client_data, seeds,
                                                 steps)
@@ -577,8 +604,10 @@ class ExperimentEngine:
         self.sim_time_s = float(meta['sim_time_s'])
         knobs_path = self.out_dir / KNOBS_FILE
         if isinstance(self.resources, LgcRoundResources) and knobs_path.is_file():
-            self.resources.load_log(json.loads(knobs_path.read_text()).get('decisions', {}),
-                                    self.round_index)
+            try:
+                self.resources.load_log(json.loads(knobs_path.read_text()), self.round_index)
+            except ValueError as exc:
+                raise ExperimentError(str(exc)) from exc
         self.consumed = np.asarray(meta['consumed'], np.int64)
         self.topup_sources = list(meta.get('topup_sources', self.topup_sources))
         self.strategy.load_state_dict(strategy_state)
@@ -678,7 +707,7 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
     engine.write_express()   # the log up to the last completed update
     write_knobs(engine.resources, out_dir)
     summary = write_summary(config, out_dir, rows, status, error,
-                            time.perf_counter() - wall_start)
+                            time.perf_counter() - wall_start, resource_summary(engine.resources))
     return summary
 
 
@@ -710,8 +739,9 @@ def energy_to_target(rows: list[dict[str, Any]], target_accuracy: float) -> dict
 
 
 def write_summary(config: ExperimentConfig, out_dir: Path, rows: list[dict[str, Any]],
-                  status: str, error: str, wall_s: float) -> dict[str, Any]:
-    """DIR/summary.json and the three plots."""
+                  status: str, error: str, wall_s: float,
+                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """DIR/summary.json (``extra``: the planner's entries, e.g. LGC's h0) and the plots."""
     summary = {
         'name': config.name, 'status': status, 'error': error,
         'rounds_completed': len(rows), 'num_rounds': config.num_rounds,
@@ -723,6 +753,7 @@ def write_summary(config: ExperimentConfig, out_dir: Path, rows: list[dict[str, 
         'uplink_bytes_total': sum(r['uplink_bytes'] for r in rows),
         'energy_total_j': float(sum(r['energy_total_j'] for r in rows)),
         'resources_planner': config.resources.planner,
+        **(extra or {}),
         **energy_to_target(rows, config.target_accuracy),
         'engine_wall_s': sum(r['wall_s'] for r in rows),
         'wall_s': wall_s,

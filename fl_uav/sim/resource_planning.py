@@ -25,6 +25,21 @@ the drone's multi-channel upload.
   environment (:class:`~fl_uav.planning.lgc_control.LgcEnv`) built from that drone's own
   channels, distance, CPU, batch and model size, then acts greedily and frozen in the run:
   a run of 50-100 rounds gives each drone 50-100 transitions, fewer than DDPG's warm-up.
+* ``resources.lgc_steps_scale: auto``: the surrogate's h₀ (its progress (1 − e^(−H/h₀)) in
+  the local steps H) is measured in the engine instead of chosen. Round 1 is a warm-up at the
+  mid decision (what lgc_fixed does every round; its energy is charged like any round's).
+  During it the vectorised trainer records the fleet's FedAvg model had every drone stopped
+  after h = 0, 1, ..., H steps (sample-count weights, uncompressed), and the engine evaluates
+  each on a seeded sample of the drones' own training data (never the test set). That is
+  the surrogate's quantity itself, the loss of the global model against H, so
+  :func:`~fl_uav.planning.lgc_control.fit_steps_scale` fits ℓ(h) = c − A (1 − e^(−h/h₀)) to
+  it (capped at LINEAR_STEPS_FACTOR · H_max). Not the drones' own within-round training
+  losses: from round 2 on those flatten after 1-10 steps while the global model still gains
+  from every step (a drone first fits its own label skew; docs/benchmarks.md). One h₀ for
+  the fleet (the measurement is the fleet's); k₀ keeps its configured value (every drone
+  sends the same K in the warm-up, so K's effect is not measured). Then each drone's DDPG is
+  trained on its surrogate with the fitted h₀ and acts from round 2. The measurement itself
+  is free here (a real fleet would upload or evaluate the intermediate models).
 """
 
 from __future__ import annotations
@@ -41,6 +56,7 @@ from fl_uav.netmodel.payload import BYTES_PER_MB
 from fl_uav.netmodel.radio import RadioLink
 from fl_uav.planning.lgc_control import (
     ENTRIES_KNOB,
+    LINEAR_STEPS_FACTOR,
     LOCAL_STEPS_KNOB,
     DdpgConfig,
     DdpgPolicy,
@@ -49,16 +65,24 @@ from fl_uav.planning.lgc_control import (
     LgcChannel,
     LgcEnv,
     LgcEnvConfig,
+    StepsScaleFit,
     decode_action,
+    fit_steps_scale,
     train_ddpg,
 )
 from fl_uav.planning.resources import FeddpqResourcePlanner, LgcResourcePlanner
+from fl_uav.sim.experiment_config import STEPS_SCALE_AUTO
 
 if TYPE_CHECKING:
     from fl_uav.sim.experiment import ExperimentEngine
 
 KNOBS_FILE = 'knobs.json'
 RATES_SEED_TAG = 0x6C676372   # 'lgcr': the LGC channels' fading draws, apart from (seed, round)
+STEPS_SCALE_SAMPLE_TAG = 0x6C676368   # 'lgch': the training sample the warm-up evaluates on
+#: ``lgc_steps_scale: auto``: rounds at the mid decision before h0 is fitted (module docstring).
+STEPS_SCALE_WARMUP_ROUNDS = 1
+#: Training samples (of the warm-up's drones, seeded) each traced model is evaluated on.
+STEPS_SCALE_EVAL_SAMPLES = 4096
 
 
 def feddpq_fleet(engine: ExperimentEngine):
@@ -135,32 +159,39 @@ class LgcRoundResources:
         config = engine.config
         r, learning, s = config.resources, config.learning, config.system
         self.seed = config.seed
+        self.planner_name = r.planner
         self.hover_power_w = r.lgc_hover_power_w
+        self.ddpg_train_steps = r.lgc_ddpg_train_steps
+        self.steps_scale_setting = r.lgc_steps_scale
+        self.auto = r.lgc_steps_scale == STEPS_SCALE_AUTO
+        #: h0 of the surrogate: the configured number, or (auto) the module default until the
+        #: warm-up's fit replaces it.
+        self.steps_scale = LgcEnvConfig.steps_scale if self.auto else float(r.lgc_steps_scale)
+        self.max_steps_scale = LINEAR_STEPS_FACTOR * r.lgc_max_local_steps
+        self.steps_scale_fit: StepsScaleFit | None = None
+        self.steps_scale_curve: list[float] = []
+        self.steps_scale_note = '' if self.auto else 'configured'
+        self.calibrated = not self.auto
         dim = int(sum(int(w.size) for w in engine.weights.values()))
         cap = min(r.lgc_channel_max_entries, dim)
         cpu = CpuDevice(cpu_freq_hz=s.cpu_freq_hz,
                         train_cycles_per_sample=s.train_cycles_per_sample,
                         gen_cycles_per_sample=s.gen_cycles_per_sample)
         envs, policies, self.train_s = {}, {}, 0.0
-        self.first_decisions: dict[str, dict] = {}
+        self.env_configs: dict[int, LgcEnvConfig] = {}
         for k in range(config.num_drones):
             env_config = LgcEnvConfig(
                 channels=lgc_channels(config, float(engine.distance_m[k]), cap),
                 model_dim=dim, max_local_steps=r.lgc_max_local_steps,
                 batch_size=learning.batch_size, cpu=cpu, hover_power_w=r.lgc_hover_power_w,
-                download_s=down_s, steps_scale=r.lgc_steps_scale,
+                download_s=down_s, steps_scale=self.steps_scale,
                 entries_scale=r.lgc_entries_scale * dim)
+            self.env_configs[k] = env_config
             envs[k] = LgcEnv(env_config, seed=config.seed * 1000 + k)
             mid = decode_action(np.zeros(env_config.action_dim), env_config)
-            if r.planner == 'lgc_ddpg':
-                import time
-
-                t0 = time.perf_counter()
-                agent, _ = train_ddpg(env_config, DdpgConfig(train_steps=r.lgc_ddpg_train_steps),
-                                      seed=config.seed * 1000 + k)
-                self.train_s += time.perf_counter() - t0
-                policies[k] = DdpgPolicy(agent)
-            elif r.planner == 'lgc_fixed':
+            if r.planner == 'lgc_ddpg' and not self.auto:
+                policies[k] = self._train_policy(k, env_config)
+            elif r.planner in ('lgc_ddpg', 'lgc_fixed'):   # auto: the warm-up at the mid action
                 policies[k] = FixedPolicy(mid)
             else:
                 policies[k] = GreedyChannelPolicy(mid.local_steps, mid.total_entries)
@@ -168,6 +199,60 @@ class LgcRoundResources:
         self.prices_j_per_mb = np.asarray(r.lgc_channel_energy_j_per_mb, np.float64)
         self.rates: dict[int, np.ndarray] = {}
         self.log: dict[str, dict[str, dict]] = {}
+
+    def _train_policy(self, drone: int, env_config: LgcEnvConfig) -> DdpgPolicy:
+        """Drone ``drone``'s DDPG trained on its surrogate (seeded: the same agent on resume)."""
+        import time
+
+        t0 = time.perf_counter()
+        agent, _ = train_ddpg(env_config, DdpgConfig(train_steps=self.ddpg_train_steps),
+                              seed=self.seed * 1000 + drone)
+        self.train_s += time.perf_counter() - t0
+        return DdpgPolicy(agent)
+
+    # -- resources.lgc_steps_scale: auto ------------------------------------------------------
+    def wants_trace(self, round_index: int) -> bool:
+        """True in a warm-up round: the engine should report :meth:`observe_trace`."""
+        return not self.calibrated and round_index <= STEPS_SCALE_WARMUP_ROUNDS
+
+    def observe_trace(self, round_index: int, losses_after_steps: list[float]) -> None:
+        """The warm-up's measurement: the training loss of the fleet's mean model after
+        h = 0, 1, ... local steps. After the last warm-up round, fit h0 and calibrate."""
+        if not self.wants_trace(round_index):
+            return
+        self.steps_scale_curve = [float(v) for v in losses_after_steps]
+        if round_index < STEPS_SCALE_WARMUP_ROUNDS:
+            return
+        fit = fit_steps_scale([self.steps_scale_curve], self.max_steps_scale)
+        self.steps_scale_fit = fit
+        if fit.informative:
+            note = (f'fitted on round {round_index}' + (' (at the cap: no saturation seen)'
+                                                        if fit.at_upper_bound else ''))
+            self.calibrate(fit.steps_scale, note)
+        else:   # the loss did not fall with h: no h0 to measure, keep the module's
+            self.calibrate(LgcEnvConfig.steps_scale,
+                           f'round {round_index}: loss did not fall with h; module default')
+
+    def calibrate(self, steps_scale: float, note: str) -> None:
+        """Rebuild every drone's surrogate with h0 = ``steps_scale``; train DDPG on it."""
+        self.steps_scale, self.steps_scale_note = float(steps_scale), note
+        for k, env_config in self.env_configs.items():
+            env_config = dataclasses.replace(env_config, steps_scale=self.steps_scale)
+            self.env_configs[k] = env_config
+            self.planner.envs[k] = LgcEnv(env_config, seed=self.seed * 1000 + k)
+            if self.planner_name == 'lgc_ddpg':
+                self.planner.policies[k] = self._train_policy(k, env_config)
+        self.calibrated = True
+
+    def steps_scale_summary(self) -> dict[str, Any]:
+        """h0 as used, how it was set and (auto) the warm-up's curve and fit."""
+        fit = self.steps_scale_fit
+        return {'setting': self.steps_scale_setting, 'value': self.steps_scale,
+                'calibrated': self.calibrated, 'note': self.steps_scale_note,
+                'warmup_rounds': STEPS_SCALE_WARMUP_ROUNDS if self.auto else 0,
+                'cap': self.max_steps_scale if self.auto else None,
+                'losses_after_steps': self.steps_scale_curve,
+                'fit': fit.as_dict() if fit is not None else None}
 
     def channel_rates(self, round_index: int, drone: int) -> np.ndarray:
         """This round's rate of each of the drone's channels (one Rayleigh draw each, eq. (14))."""
@@ -202,10 +287,36 @@ class LgcRoundResources:
 
     def summary(self) -> dict[str, Any]:
         return {'planner': 'lgc', 'ddpg_train_s': self.train_s,
-                'hover_power_w': self.hover_power_w, 'decisions': self.log}
+                'hover_power_w': self.hover_power_w,
+                'steps_scale': self.steps_scale_summary(), 'decisions': self.log}
 
-    def load_log(self, log: dict[str, dict], upto: int) -> None:
-        self.log = {r: v for r, v in log.items() if int(r) <= upto}
+    def load_log(self, knobs: dict[str, Any], upto: int) -> None:
+        """Resume from DIR/knobs.json: the decisions up to round ``upto`` and, past an auto
+        warm-up, the fitted h0 (the controllers are retrained on it, seeded: the same)."""
+        self.log = {r: v for r, v in knobs.get('decisions', {}).items() if int(r) <= upto}
+        saved = knobs.get('steps_scale') or {}
+        if self.auto and upto >= STEPS_SCALE_WARMUP_ROUNDS:
+            if not saved.get('calibrated'):
+                raise ValueError(f'cannot resume after round {upto}: {KNOBS_FILE} holds no '
+                                 f'fitted lgc_steps_scale')
+            self.steps_scale_curve = list(saved.get('losses_after_steps', []))
+            if saved.get('fit'):
+                f = saved['fit']
+                self.steps_scale_fit = StepsScaleFit(
+                    f['steps_scale'], f['initial_loss'], f['drop'], f['rmse'],
+                    f['at_upper_bound'], f['num_steps'], f['num_curves'])
+            self.calibrate(float(saved['value']), saved.get('note', ''))
+
+
+def resource_summary(resources) -> dict[str, Any]:
+    """What summary.json records about the planner beyond its name (LGC: h0 and its fit)."""
+    if not isinstance(resources, LgcRoundResources):
+        return {}
+    fit = resources.steps_scale_fit
+    return {'lgc_steps_scale': resources.steps_scale,
+            'lgc_steps_scale_setting': resources.steps_scale_setting,
+            'lgc_steps_scale_note': resources.steps_scale_note,
+            'lgc_steps_scale_fit': fit.as_dict() if fit is not None else None}
 
 
 def build_round_resources(engine: ExperimentEngine, down_s: float):

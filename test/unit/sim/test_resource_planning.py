@@ -10,6 +10,8 @@ import pytest
 
 from fl_uav.configschema import ConfigError, build_config, read_params_file
 from fl_uav.learning.client_algorithms import LOCAL_STEPS_KNOB, PRUNE_FRACTION_KNOB
+from fl_uav.learning.training import evaluate
+from fl_uav.learning.weights import set_weights
 from fl_uav.planning.feddpq_opt import BITS_KNOB, PRUNE_KNOB, TOPUP_KNOB, TX_POWER_KNOB
 from fl_uav.planning.lgc_control import ENTRIES_KNOB
 from fl_uav.planning.lgc_control import LOCAL_STEPS_KNOB as LGC_STEPS_KNOB
@@ -98,6 +100,36 @@ def test_bad_resource_values_are_refused():
         _config(**{'resources.lgc_channel_bandwidth_hz': [1e6]})
     with pytest.raises(ConfigError, match='target_accuracy'):
         _config(target_accuracy=1.5)
+
+
+@pytest.mark.parametrize('value, expected', [('auto', 'auto'), (100, 100.0), (2.5, 2.5)])
+def test_steps_scale_accepts_auto_and_numbers(value, expected):
+    # Execute
+    config = _config(**{'resources.lgc_steps_scale': value})
+    # Assert: a YAML integer becomes a float, the word stays a word
+    assert config.resources.lgc_steps_scale == expected
+    assert type(config.resources.lgc_steps_scale) is type(expected)
+
+
+@pytest.mark.parametrize('value', ['fast', 'Auto', 0, -3.0, float('inf'), True, [3.0]])
+def test_steps_scale_junk_is_refused_naming_the_key(value):
+    # Execute / Assert
+    with pytest.raises(ConfigError, match='lgc_steps_scale'):
+        _config(**{'resources.lgc_steps_scale': value})
+
+
+def test_steps_scale_auto_needs_the_vectorised_trainer():
+    # Execute / Assert: the warm-up's trace comes from the vectorised trainer
+    with pytest.raises(ConfigError, match='engine.vectorized'):
+        _config(**{**LGC, 'resources.planner': 'lgc_ddpg', 'resources.lgc_steps_scale': 'auto',
+                   'engine.vectorized': False})
+
+
+def test_shipped_lgc_ddpg_config_fits_h0():
+    # Execute
+    flat = read_params_file(REPO / 'config' / 'experiments' / 'lgc_ddpg_fmnist.yaml')
+    # Assert
+    assert build_config(ExperimentConfig, flat).resources.lgc_steps_scale == 'auto'
 
 
 # --- energy to target -------------------------------------------------------------------------
@@ -270,3 +302,62 @@ def test_label_scale_default_is_the_convergence_model_default():
     # Assert: the config does not drift from the model it parameterises
     assert (ResourcesConfig().feddpq_heterogeneity_label_scale
             == ConvergenceConstants().heterogeneity_label_scale)
+
+
+# --- resources.lgc_steps_scale: auto ------------------------------------------------------------
+
+AUTO = {**LGC, 'resources.planner': 'lgc_ddpg', 'resources.lgc_steps_scale': 'auto',
+        'resources.lgc_ddpg_train_steps': 150, 'num_rounds': 3}
+
+
+def test_auto_warms_up_at_the_mid_action_then_fits_h0_and_records_it(tmp_path):
+    # Setup
+    config = _config(**AUTO)
+    # Execute
+    summary = run_experiment(config, tmp_path, echo=lambda _: None)
+    knobs = json.loads((tmp_path / KNOBS_FILE).read_text())
+    # Assert: round 1 is lgc_fixed's mid action (H = 1 + round(2.5) = 3, 200 per channel)
+    first = knobs['decisions']['1'].values()
+    assert all(d[LGC_STEPS_KNOB] == 3 and d[ENTRIES_KNOB] == [200, 200, 200] for d in first)
+    # the fit is on the warm-up's H + 1 losses (h = 0..3) and is what the surrogates use
+    h0 = knobs['steps_scale']
+    assert h0['setting'] == 'auto' and h0['calibrated'] and h0['warmup_rounds'] == 1
+    assert len(h0['losses_after_steps']) == 4 and h0['fit']['num_steps'] == 4
+    assert h0['cap'] == 10.0 * 6 and 0.1 <= h0['value'] <= h0['cap']
+    assert summary['lgc_steps_scale'] == h0['value'] == h0['fit']['steps_scale']
+    # the warm-up round's energy counts like any other (target 0: not asked, so check sums)
+    rows = (tmp_path / 'rounds.csv').read_text().splitlines()
+    col = rows[0].split(',').index('energy_total_j')
+    assert summary['energy_total_j'] == pytest.approx(
+        sum(float(r.split(',')[col]) for r in rows[1:]))
+
+
+def test_auto_trace_starts_at_the_global_model_loss(tmp_path):
+    # Setup
+    engine = ExperimentEngine(_config(**AUTO), tmp_path)
+    start = dict(engine.weights)
+    # Execute
+    engine.run_round()
+    # Assert: h = 0 is the round's global model on the drones' sample (before any step)
+    curve = engine.resources.steps_scale_curve
+    parts = np.concatenate(engine.parts)
+    x, y = engine.data.train_x[parts], engine.data.train_y[parts]
+    set_weights(engine._worker, start)
+    assert len(y) <= 4096   # the quick config's fleet is smaller than the sample: all of it
+    assert curve[0] == pytest.approx(evaluate(engine._worker, x, y)[1], rel=1e-5)
+    assert engine.resources.calibrated and len(curve) == 4
+
+
+def test_auto_resume_after_the_warm_up_gives_the_same_decisions(tmp_path):
+    # Setup: one run straight through, one stopped after round 2 and resumed
+    config = _config(**AUTO, **{'engine.checkpoint_every': 1})
+    run_experiment(config, tmp_path / 'straight', echo=lambda _: None)
+    run_experiment(_config(**{**AUTO, 'num_rounds': 2, 'engine.checkpoint_every': 1}),
+                   tmp_path / 'resumed', echo=lambda _: None)
+    # Execute
+    run_experiment(config, tmp_path / 'resumed', resume=True, echo=lambda _: None)
+    # Assert
+    straight, resumed = (json.loads((tmp_path / d / KNOBS_FILE).read_text())
+                         for d in ('straight', 'resumed'))
+    assert resumed['decisions'] == straight['decisions']
+    assert resumed['steps_scale'] == straight['steps_scale']
