@@ -164,9 +164,9 @@ class ResourcesConfig:
         progress surrogate's k0 as a fraction of the model's entries and lgc_steps_scale its h0 in
         steps (fl_uav.planning.lgc_control: progress ∝ (1 − e^(−H/h0)) (1 − e^(−K/k0))), a
         number > 0 or ``auto``: the engine runs round 1 at the mid decision (the warm-up that
-        lgc_fixed runs anyway, charged like any round), fits h0 to the fleet's per-step
-        training losses of that round (fl_uav.planning.lgc_control.fit_steps_scale; capped at
-        LINEAR_STEPS_FACTOR · lgc_max_local_steps, where the surrogate is linear in H), then
+        lgc_fixed runs anyway, charged like any round), fits h0 to the training loss of the
+        fleet's mean model after each local step of that round (fl_uav.planning.lgc_control.
+        fit_steps_scale; capped at LINEAR_STEPS_FACTOR · lgc_max_local_steps), then
         trains the controllers and lets them act from round 2 (fl_uav.sim.resource_planning);
         lgc_ddpg_train_steps: DDPG steps per drone on the surrogate (before round 1, or after
         the warm-up with ``auto``).
