@@ -169,7 +169,9 @@ class ResourcesConfig:
         fit_steps_scale; capped at LINEAR_STEPS_FACTOR · lgc_max_local_steps), then
         trains the controllers and lets them act from round 2 (fl_uav.sim.resource_planning);
         lgc_ddpg_train_steps: DDPG steps per drone on the surrogate (before round 1, or after
-        the warm-up with ``auto``).
+        the warm-up with ``auto``). lgc_steps_scale_min_drop (auto only; 0 = off): the
+        warm-up goes on, up to 5 rounds, until the measured loss falls by this fraction of
+        its start within the round (a fit to a flatter curve measures noise).
     """
 
     planner: str = 'none'
@@ -186,6 +188,7 @@ class ResourcesConfig:
     lgc_entries_scale: float = 0.02
     lgc_steps_scale: float | str = 3.0
     lgc_ddpg_train_steps: int = 600
+    lgc_steps_scale_min_drop: float = 0.0
 
     def __post_init__(self) -> None:
         require_choice('resources.planner', self.planner, PLANNERS)
@@ -207,6 +210,9 @@ class ResourcesConfig:
         if not self.lgc_hover_power_w >= 0 or not 0 < self.lgc_entries_scale <= 1:
             raise ValueError('resources.lgc_hover_power_w must be >= 0 and lgc_entries_scale '
                              'in (0, 1]')
+        if not 0.0 <= self.lgc_steps_scale_min_drop < 1.0:
+            raise ValueError(f'resources.lgc_steps_scale_min_drop must be in [0, 1), got '
+                             f'{self.lgc_steps_scale_min_drop}')
         h0 = self.lgc_steps_scale
         number = not isinstance(h0, str) and math.isfinite(h0) and h0 > 0
         if h0 != STEPS_SCALE_AUTO and not number:

@@ -39,7 +39,11 @@ the drone's multi-channel upload.
   the fleet (the measurement is the fleet's); k₀ keeps its configured value (every drone
   sends the same K in the warm-up, so K's effect is not measured). Then each drone's DDPG is
   trained on its surrogate with the fitted h₀ and acts from round 2. The measurement itself
-  is free here (a real fleet would upload or evaluate the intermediate models).
+  is free here (a real fleet would upload or evaluate the intermediate models). Round 1's
+  curve falls by ~0.1 % of the loss (the model leaves its initialisation slowly), so its
+  bend is mostly noise; ``resources.lgc_steps_scale_min_drop`` (off by default; chosen after
+  seeing that, docs/benchmarks.md) extends the warm-up until the curve falls by that
+  fraction of ℓ(0), at most STEPS_SCALE_MAX_WARMUP_ROUNDS rounds.
 """
 
 from __future__ import annotations
@@ -81,6 +85,9 @@ RATES_SEED_TAG = 0x6C676372   # 'lgcr': the LGC channels' fading draws, apart fr
 STEPS_SCALE_SAMPLE_TAG = 0x6C676368   # 'lgch': the training sample the warm-up evaluates on
 #: ``lgc_steps_scale: auto``: rounds at the mid decision before h0 is fitted (module docstring).
 STEPS_SCALE_WARMUP_ROUNDS = 1
+#: With ``lgc_steps_scale_min_drop`` > 0, the warm-up goes on until the measured curve falls
+#: by that fraction of ℓ(0), at most this many rounds (then the last round's curve is fitted).
+STEPS_SCALE_MAX_WARMUP_ROUNDS = 5
 #: Training samples (of the warm-up's drones, seeded) each traced model is evaluated on.
 STEPS_SCALE_EVAL_SAMPLES = 4096
 
@@ -169,7 +176,12 @@ class LgcRoundResources:
         self.steps_scale = LgcEnvConfig.steps_scale if self.auto else float(r.lgc_steps_scale)
         self.max_steps_scale = LINEAR_STEPS_FACTOR * r.lgc_max_local_steps
         self.steps_scale_fit: StepsScaleFit | None = None
-        self.steps_scale_curve: list[float] = []
+        self.steps_scale_curve: list[float] = []   # the curve h0 was fitted on
+        self.steps_scale_curves: dict[str, list[float]] = {}   # every warm-up round's
+        self.min_drop = r.lgc_steps_scale_min_drop
+        self.max_warmup_rounds = (STEPS_SCALE_MAX_WARMUP_ROUNDS if self.min_drop > 0
+                                  else STEPS_SCALE_WARMUP_ROUNDS)
+        self.fitted_round = 0
         self.steps_scale_note = '' if self.auto else 'configured'
         self.calibrated = not self.auto
         dim = int(sum(int(w.size) for w in engine.weights.values()))
@@ -213,17 +225,21 @@ class LgcRoundResources:
     # -- resources.lgc_steps_scale: auto ------------------------------------------------------
     def wants_trace(self, round_index: int) -> bool:
         """True in a warm-up round: the engine should report :meth:`observe_trace`."""
-        return not self.calibrated and round_index <= STEPS_SCALE_WARMUP_ROUNDS
+        return not self.calibrated and round_index <= self.max_warmup_rounds
 
     def observe_trace(self, round_index: int, losses_after_steps: list[float]) -> None:
         """The warm-up's measurement: the training loss of the fleet's mean model after
-        h = 0, 1, ... local steps. After the last warm-up round, fit h0 and calibrate."""
+        h = 0, 1, ... local steps. Fit h0 and calibrate after the warm-up's first round or,
+        with ``lgc_steps_scale_min_drop``, once the curve falls by that fraction of ℓ(0)."""
         if not self.wants_trace(round_index):
             return
-        self.steps_scale_curve = [float(v) for v in losses_after_steps]
-        if round_index < STEPS_SCALE_WARMUP_ROUNDS:
-            return
-        fit = fit_steps_scale([self.steps_scale_curve], self.max_steps_scale)
+        curve = [float(v) for v in losses_after_steps]
+        self.steps_scale_curves[str(round_index)] = curve
+        drop_fraction = (curve[0] - curve[-1]) / curve[0] if curve and curve[0] > 0 else 0.0
+        if drop_fraction < self.min_drop and round_index < self.max_warmup_rounds:
+            return   # too little signal to fit: one more round at the mid decision
+        self.steps_scale_curve, self.fitted_round = curve, round_index
+        fit = fit_steps_scale([curve], self.max_steps_scale)
         self.steps_scale_fit = fit
         if fit.informative:
             note = (f'fitted on round {round_index}' + (' (at the cap: no saturation seen)'
@@ -249,9 +265,11 @@ class LgcRoundResources:
         fit = self.steps_scale_fit
         return {'setting': self.steps_scale_setting, 'value': self.steps_scale,
                 'calibrated': self.calibrated, 'note': self.steps_scale_note,
-                'warmup_rounds': STEPS_SCALE_WARMUP_ROUNDS if self.auto else 0,
+                'warmup_rounds': self.fitted_round,
+                'min_drop': self.min_drop if self.auto else None,
                 'cap': self.max_steps_scale if self.auto else None,
                 'losses_after_steps': self.steps_scale_curve,
+                'warmup_curves': self.steps_scale_curves,
                 'fit': fit.as_dict() if fit is not None else None}
 
     def channel_rates(self, round_index: int, drone: int) -> np.ndarray:
@@ -295,17 +313,23 @@ class LgcRoundResources:
         warm-up, the fitted h0 (the controllers are retrained on it, seeded: the same)."""
         self.log = {r: v for r, v in knobs.get('decisions', {}).items() if int(r) <= upto}
         saved = knobs.get('steps_scale') or {}
-        if self.auto and upto >= STEPS_SCALE_WARMUP_ROUNDS:
-            if not saved.get('calibrated'):
+        if not self.auto:
+            return
+        self.steps_scale_curves = {r: list(c) for r, c in saved.get('warmup_curves', {}).items()
+                                   if int(r) <= upto}
+        if not (saved.get('calibrated') and int(saved.get('warmup_rounds', 0)) <= upto):
+            if upto > 0 and not self.wants_trace(upto + 1):
                 raise ValueError(f'cannot resume after round {upto}: {KNOBS_FILE} holds no '
                                  f'fitted lgc_steps_scale')
-            self.steps_scale_curve = list(saved.get('losses_after_steps', []))
-            if saved.get('fit'):
-                f = saved['fit']
-                self.steps_scale_fit = StepsScaleFit(
-                    f['steps_scale'], f['initial_loss'], f['drop'], f['rmse'],
-                    f['at_upper_bound'], f['num_steps'], f['num_curves'])
-            self.calibrate(float(saved['value']), saved.get('note', ''))
+            return   # still warming up
+        self.steps_scale_curve = list(saved.get('losses_after_steps', []))
+        self.fitted_round = int(saved['warmup_rounds'])
+        if saved.get('fit'):
+            f = saved['fit']
+            self.steps_scale_fit = StepsScaleFit(
+                f['steps_scale'], f['initial_loss'], f['drop'], f['rmse'],
+                f['at_upper_bound'], f['num_steps'], f['num_curves'])
+        self.calibrate(float(saved['value']), saved.get('note', ''))
 
 
 def resource_summary(resources) -> dict[str, Any]:
@@ -313,7 +337,7 @@ def resource_summary(resources) -> dict[str, Any]:
     if not isinstance(resources, LgcRoundResources):
         return {}
     fit = resources.steps_scale_fit
-    return {'lgc_steps_scale': resources.steps_scale,
+    return {'lgc_steps_scale': resources.steps_scale if resources.calibrated else None,
             'lgc_steps_scale_setting': resources.steps_scale_setting,
             'lgc_steps_scale_note': resources.steps_scale_note,
             'lgc_steps_scale_fit': fit.as_dict() if fit is not None else None}

@@ -348,12 +348,14 @@ def test_auto_trace_starts_at_the_global_model_loss(tmp_path):
     assert engine.resources.calibrated and len(curve) == 4
 
 
-def test_auto_resume_after_the_warm_up_gives_the_same_decisions(tmp_path):
+@pytest.mark.parametrize('min_drop', [0.0, 0.5])   # stopped after the warm-up / within it
+def test_auto_resume_gives_the_same_decisions(tmp_path, min_drop):
     # Setup: one run straight through, one stopped after round 2 and resumed
-    config = _config(**AUTO, **{'engine.checkpoint_every': 1})
+    extra = {'engine.checkpoint_every': 1, 'resources.lgc_steps_scale_min_drop': min_drop}
+    config = _config(**AUTO, **extra)
     run_experiment(config, tmp_path / 'straight', echo=lambda _: None)
-    run_experiment(_config(**{**AUTO, 'num_rounds': 2, 'engine.checkpoint_every': 1}),
-                   tmp_path / 'resumed', echo=lambda _: None)
+    run_experiment(_config(**{**AUTO, **extra, 'num_rounds': 2}), tmp_path / 'resumed',
+                   echo=lambda _: None)
     # Execute
     run_experiment(config, tmp_path / 'resumed', resume=True, echo=lambda _: None)
     # Assert
@@ -361,3 +363,46 @@ def test_auto_resume_after_the_warm_up_gives_the_same_decisions(tmp_path):
                          for d in ('straight', 'resumed'))
     assert resumed['decisions'] == straight['decisions']
     assert resumed['steps_scale'] == straight['steps_scale']
+
+
+def test_min_drop_warms_up_until_the_curve_falls_enough_then_fits_that_round():
+    # Setup: the warm-up needs a 1 % fall of the loss within the round
+    engine = ExperimentEngine(_config(**{**AUTO, 'resources.lgc_steps_scale_min_drop': 0.01}),
+                              Path('/nonexistent'))
+    resources = engine.resources
+    h = np.arange(12)
+    flat_curve = (2.3 - 0.0002 * h).tolist()                   # falls 0.1 %: too little
+    bent_curve = (2.3 - 0.2 * -np.expm1(-h / 4.0)).tolist()    # falls 8 %, h0 = 4
+    # Execute
+    resources.observe_trace(1, flat_curve)
+    after_one = (resources.calibrated, resources.wants_trace(2))
+    resources.observe_trace(2, bent_curve)
+    # Assert: round 1 did not calibrate; round 2's curve is the one fitted
+    assert after_one == (False, True)
+    assert resources.calibrated and not resources.wants_trace(3)
+    assert resources.steps_scale == pytest.approx(4.0, rel=1e-3)
+    summary = resources.steps_scale_summary()
+    assert summary['warmup_rounds'] == 2 and sorted(summary['warmup_curves']) == ['1', '2']
+    assert all(env.config.steps_scale == pytest.approx(4.0, rel=1e-3)
+               for env in resources.planner.envs.values())
+
+
+def test_min_drop_fits_the_last_warm_up_round_when_the_loss_never_falls_enough():
+    # Setup
+    engine = ExperimentEngine(_config(**{**AUTO, 'resources.lgc_steps_scale_min_drop': 0.5}),
+                              Path('/nonexistent'))
+    curve = (2.3 - 0.01 * -np.expm1(-np.arange(6) / 2.0)).tolist()
+    # Execute
+    for r in range(1, 5):
+        engine.resources.observe_trace(r, curve)
+    before_last = engine.resources.calibrated
+    engine.resources.observe_trace(5, curve)
+    # Assert
+    assert not before_last and engine.resources.calibrated
+    assert engine.resources.steps_scale_summary()['warmup_rounds'] == 5
+
+
+@pytest.mark.parametrize('value', [-0.1, 1.0])
+def test_bad_min_drop_is_refused_naming_the_key(value):
+    with pytest.raises(ConfigError, match='lgc_steps_scale_min_drop'):
+        _config(**{'resources.lgc_steps_scale_min_drop': value})
