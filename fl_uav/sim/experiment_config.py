@@ -21,6 +21,7 @@ DATASETS = ('digits', 'fashion_mnist', 'image_folder', 'world')
 PLANNERS = ('none', 'feddpq', 'lgc_ddpg', 'lgc_fixed', 'lgc_heuristic')
 LGC_PLANNERS = ('lgc_ddpg', 'lgc_fixed', 'lgc_heuristic')
 STEPS_SCALE_AUTO = 'auto'   # resources.lgc_steps_scale: fit h0 after a warm-up round
+STEPS_SCALE_ONLINE = 'online'   # resources.lgc_steps_scale: refit H^beta every few rounds
 PARTITIONS = ('iid', 'dirichlet', 'shards', 'location')
 
 
@@ -172,6 +173,15 @@ class ResourcesConfig:
         the warm-up with ``auto``). lgc_steps_scale_min_drop (auto only; 0 = off): the
         warm-up goes on, up to 5 rounds, until the measured loss falls by this fraction of
         its start within the round (a fit to a flatter curve measures noise).
+        lgc_steps_scale ``online`` replaces the surrogate's (1 − e^(−H/h0)) with (H / H_max)^β
+        refitted during the run: every lgc_refit_rounds rounds (rounds 1, 1 + K, 1 + 2K, ...)
+        is a probe round at the mid decision in which the engine measures the same curve as
+        ``auto`` and fits β (fl_uav.planning.lgc_control.fit_steps_exponent); after every
+        informative probe each drone's DDPG is retrained from scratch on the refitted
+        surrogate (lgc_ddpg_train_steps, seeded), or with lgc_finetune_steps > 0 fine-tuned
+        from its current weights for that many steps after the first (off by default: an
+        actor saturated at one end of its tanh does not move, fl_uav.planning.lgc_control.
+        finetune_ddpg).
     """
 
     planner: str = 'none'
@@ -189,12 +199,15 @@ class ResourcesConfig:
     lgc_steps_scale: float | str = 3.0
     lgc_ddpg_train_steps: int = 600
     lgc_steps_scale_min_drop: float = 0.0
+    lgc_refit_rounds: int = 5
+    lgc_finetune_steps: int = 0
 
     def __post_init__(self) -> None:
         require_choice('resources.planner', self.planner, PLANNERS)
         require_choice('resources.feddpq_fallback', self.feddpq_fallback, ('clip', 'error'))
         for name in ('feddpq_max_bcd_rounds', 'feddpq_q_trials', 'feddpq_block_trials',
-                     'lgc_channel_max_entries', 'lgc_max_local_steps', 'lgc_ddpg_train_steps'):
+                     'lgc_channel_max_entries', 'lgc_max_local_steps', 'lgc_ddpg_train_steps',
+                     'lgc_refit_rounds'):
             if getattr(self, name) < 1:
                 raise ValueError(f'resources.{name} must be >= 1, got {getattr(self, name)}')
         if not self.feddpq_heterogeneity_label_scale >= 0:
@@ -210,14 +223,17 @@ class ResourcesConfig:
         if not self.lgc_hover_power_w >= 0 or not 0 < self.lgc_entries_scale <= 1:
             raise ValueError('resources.lgc_hover_power_w must be >= 0 and lgc_entries_scale '
                              'in (0, 1]')
+        if self.lgc_finetune_steps < 0:
+            raise ValueError(f'resources.lgc_finetune_steps must be >= 0, got '
+                             f'{self.lgc_finetune_steps}')
         if not 0.0 <= self.lgc_steps_scale_min_drop < 1.0:
             raise ValueError(f'resources.lgc_steps_scale_min_drop must be in [0, 1), got '
                              f'{self.lgc_steps_scale_min_drop}')
         h0 = self.lgc_steps_scale
         number = not isinstance(h0, str) and math.isfinite(h0) and h0 > 0
-        if h0 != STEPS_SCALE_AUTO and not number:
-            raise ValueError(f'resources.lgc_steps_scale must be a number > 0 or '
-                             f'{STEPS_SCALE_AUTO!r}, got {h0!r}')
+        if h0 not in (STEPS_SCALE_AUTO, STEPS_SCALE_ONLINE) and not number:
+            raise ValueError(f'resources.lgc_steps_scale must be a number > 0, '
+                             f'{STEPS_SCALE_AUTO!r} or {STEPS_SCALE_ONLINE!r}, got {h0!r}')
 
 
 def check_resources(config: ExperimentConfig) -> None:
@@ -241,7 +257,8 @@ def check_resources(config: ExperimentConfig) -> None:
         need = {'learning.client_algorithm': (config.learning.client_algorithm, 'sgd'),
                 'compression.method': (config.compression.method, 'lgc'),
                 'learning.structured_keep': (config.learning.structured_keep, 1.0)}
-        if config.resources.lgc_steps_scale == STEPS_SCALE_AUTO:   # the warm-up's trace
+        if config.resources.lgc_steps_scale in (STEPS_SCALE_AUTO, STEPS_SCALE_ONLINE):
+            # the warm-up's (auto) or the probe rounds' (online) trace
             need['engine.vectorized'] = (config.engine.vectorized, True)
         channels = len(config.resources.lgc_channel_energy_j_per_mb)
         if len(config.compression.lgc_channel_entries) != channels:

@@ -44,6 +44,25 @@ the drone's multi-channel upload.
   bend is mostly noise; ``resources.lgc_steps_scale_min_drop`` (off by default; chosen after
   seeing that, docs/benchmarks.md) extends the warm-up until the curve falls by that
   fraction of ℓ(0), at most STEPS_SCALE_MAX_WARMUP_ROUNDS rounds.
+* ``resources.lgc_steps_scale: online``: the progress model is refitted during the run, as
+  LGC trains its DRL online with the measured loss change (digest 002 §3.3), but with the
+  measurement feeding the surrogate instead of the agent's replay buffer (one transition per
+  round is too few for DDPG). Rounds 1, 1 + K, 1 + 2K, ... (K = ``resources.lgc_refit_rounds``)
+  are probe rounds: every drone takes the mid decision (what lgc_fixed does every round,
+  charged like any round) and the engine records the loss of the fleet's mean model after
+  h = 0..H steps, as ``auto`` does, at the current global model. The surrogate's H-factor
+  becomes (H / H_max)^β with β fitted to that curve
+  (:func:`~fl_uav.planning.lgc_control.fit_steps_exponent`: ℓ(0) − ℓ(h) = A h^β, no
+  saturation scale; a power law can say "no diminishing returns" (β >= 1), which the
+  exponential can only approach at its cap). After every probe whose curve falls, each
+  drone's DDPG is retrained on its refitted surrogate (``lgc_ddpg_train_steps``, seeded as
+  before round 1, ~30 s for 20 drones); with ``lgc_finetune_steps`` > 0 it is instead
+  fine-tuned from its current weights after the first (replay buffer emptied). Fine-tuning
+  is off by default: an agent trained where H = 1 pays has its actor saturated at the tanh's
+  end and does not move when the surrogate turns linear (tested on the tiny surrogate, not
+  even with the actor's output layer re-initialised). Between probes the agents act
+  greedily. A probe whose curve does not fall changes nothing.
+  The measurement costs H + 1 evaluations of the small model on 4,096 samples per probe.
 """
 
 from __future__ import annotations
@@ -69,13 +88,16 @@ from fl_uav.planning.lgc_control import (
     LgcChannel,
     LgcEnv,
     LgcEnvConfig,
+    StepsExponentFit,
     StepsScaleFit,
     decode_action,
+    finetune_ddpg,
+    fit_steps_exponent,
     fit_steps_scale,
     train_ddpg,
 )
 from fl_uav.planning.resources import FeddpqResourcePlanner, LgcResourcePlanner
-from fl_uav.sim.experiment_config import STEPS_SCALE_AUTO
+from fl_uav.sim.experiment_config import STEPS_SCALE_AUTO, STEPS_SCALE_ONLINE
 
 if TYPE_CHECKING:
     from fl_uav.sim.experiment import ExperimentEngine
@@ -171,9 +193,16 @@ class LgcRoundResources:
         self.ddpg_train_steps = r.lgc_ddpg_train_steps
         self.steps_scale_setting = r.lgc_steps_scale
         self.auto = r.lgc_steps_scale == STEPS_SCALE_AUTO
+        self.online = r.lgc_steps_scale == STEPS_SCALE_ONLINE
+        self.refit_rounds = r.lgc_refit_rounds
+        self.finetune_steps = r.lgc_finetune_steps
+        self.exponent_fits: dict[str, dict] = {}   # online: per probe round, curve and fit
+        self.steps_exponent: float | None = None
+        self.agents: dict[int, Any] = {}           # online: each drone's DDPG agent
         #: h0 of the surrogate: the configured number, or (auto) the module default until the
         #: warm-up's fit replaces it.
-        self.steps_scale = LgcEnvConfig.steps_scale if self.auto else float(r.lgc_steps_scale)
+        self.steps_scale = (LgcEnvConfig.steps_scale if self.auto or self.online
+                            else float(r.lgc_steps_scale))
         self.max_steps_scale = LINEAR_STEPS_FACTOR * r.lgc_max_local_steps
         self.steps_scale_fit: StepsScaleFit | None = None
         self.steps_scale_curve: list[float] = []   # the curve h0 was fitted on
@@ -182,14 +211,15 @@ class LgcRoundResources:
         self.max_warmup_rounds = (STEPS_SCALE_MAX_WARMUP_ROUNDS if self.min_drop > 0
                                   else STEPS_SCALE_WARMUP_ROUNDS)
         self.fitted_round = 0
-        self.steps_scale_note = '' if self.auto else 'configured'
-        self.calibrated = not self.auto
+        self.steps_scale_note = '' if self.auto or self.online else 'configured'
+        self.calibrated = not (self.auto or self.online)
         dim = int(sum(int(w.size) for w in engine.weights.values()))
         cap = min(r.lgc_channel_max_entries, dim)
         cpu = CpuDevice(cpu_freq_hz=s.cpu_freq_hz,
                         train_cycles_per_sample=s.train_cycles_per_sample,
                         gen_cycles_per_sample=s.gen_cycles_per_sample)
         envs, policies, self.train_s = {}, {}, 0.0
+        self.mid_policies: dict[int, FixedPolicy] = {}
         self.env_configs: dict[int, LgcEnvConfig] = {}
         for k in range(config.num_drones):
             env_config = LgcEnvConfig(
@@ -201,13 +231,15 @@ class LgcRoundResources:
             self.env_configs[k] = env_config
             envs[k] = LgcEnv(env_config, seed=config.seed * 1000 + k)
             mid = decode_action(np.zeros(env_config.action_dim), env_config)
-            if r.planner == 'lgc_ddpg' and not self.auto:
+            self.mid_policies[k] = FixedPolicy(mid)
+            if r.planner == 'lgc_ddpg' and not (self.auto or self.online):
                 policies[k] = self._train_policy(k, env_config)
             elif r.planner in ('lgc_ddpg', 'lgc_fixed'):   # auto: the warm-up at the mid action
                 policies[k] = FixedPolicy(mid)
             else:
                 policies[k] = GreedyChannelPolicy(mid.local_steps, mid.total_entries)
         self.planner = LgcResourcePlanner(envs, policies)
+        self.policies = dict(policies)   # between probes (online); the planner's otherwise
         self.prices_j_per_mb = np.asarray(r.lgc_channel_energy_j_per_mb, np.float64)
         self.rates: dict[int, np.ndarray] = {}
         self.log: dict[str, dict[str, dict]] = {}
@@ -224,14 +256,57 @@ class LgcRoundResources:
 
     # -- resources.lgc_steps_scale: auto ------------------------------------------------------
     def wants_trace(self, round_index: int) -> bool:
-        """True in a warm-up round: the engine should report :meth:`observe_trace`."""
+        """True in a warm-up (auto) or probe (online) round: the engine should report
+        :meth:`observe_trace`."""
+        if self.online:
+            return self.is_probe(round_index)
         return not self.calibrated and round_index <= self.max_warmup_rounds
+
+    def is_probe(self, round_index: int) -> bool:
+        """online: rounds 1, 1 + K, 1 + 2K, ... run at the mid decision and are measured."""
+        return self.online and round_index >= 1 and (round_index - 1) % self.refit_rounds == 0
+
+    def observe_probe(self, round_index: int, losses_after_steps: list[float]) -> None:
+        """online: fit β on the probe's curve; train (first time) or fine-tune the agents."""
+        import time
+
+        curve = [float(v) for v in losses_after_steps]
+        fit: StepsExponentFit = fit_steps_exponent(curve)
+        self.exponent_fits[str(round_index)] = {'losses_after_steps': curve,
+                                                'fit': fit.as_dict()}
+        if not fit.informative:
+            return   # the loss did not fall with h: keep the current model and agents
+        self.steps_exponent = fit.exponent
+        self.steps_scale_note = f'online: beta {fit.exponent:.3f} from round {round_index}'
+        t0 = time.perf_counter()
+        for k, env_config in self.env_configs.items():
+            env_config = dataclasses.replace(env_config, steps_exponent=fit.exponent)
+            self.env_configs[k] = env_config
+            rates = self.planner.envs[k].rates
+            self.planner.envs[k] = LgcEnv(env_config, seed=self.seed * 1000 + k)
+            self.planner.envs[k].rates = rates
+            if self.planner_name != 'lgc_ddpg':
+                continue
+            if k not in self.agents or self.finetune_steps == 0:
+                self.agents[k], _ = train_ddpg(
+                    env_config, DdpgConfig(train_steps=self.ddpg_train_steps),
+                    seed=self.seed * 1000 + k)
+            else:
+                finetune_ddpg(self.agents[k], env_config, self.finetune_steps,
+                              seed=(self.seed * 1000 + k) * 1000 + round_index)
+            self.policies[k] = DdpgPolicy(self.agents[k])
+        self.train_s += time.perf_counter() - t0
+        self.calibrated = True
 
     def observe_trace(self, round_index: int, losses_after_steps: list[float]) -> None:
         """The warm-up's measurement: the training loss of the fleet's mean model after
         h = 0, 1, ... local steps. Fit h0 and calibrate after the warm-up's first round or,
-        with ``lgc_steps_scale_min_drop``, once the curve falls by that fraction of ℓ(0)."""
+        with ``lgc_steps_scale_min_drop``, once the curve falls by that fraction of ℓ(0).
+        online: a probe round's curve (:meth:`observe_probe`)."""
         if not self.wants_trace(round_index):
+            return
+        if self.online:
+            self.observe_probe(round_index, losses_after_steps)
             return
         curve = [float(v) for v in losses_after_steps]
         self.steps_scale_curves[str(round_index)] = curve
@@ -270,7 +345,11 @@ class LgcRoundResources:
                 'cap': self.max_steps_scale if self.auto else None,
                 'losses_after_steps': self.steps_scale_curve,
                 'warmup_curves': self.steps_scale_curves,
-                'fit': fit.as_dict() if fit is not None else None}
+                'fit': fit.as_dict() if fit is not None else None,
+                'online': ({'refit_rounds': self.refit_rounds,
+                            'finetune_steps': self.finetune_steps,
+                            'exponent': self.steps_exponent,
+                            'probes': self.exponent_fits} if self.online else None)}
 
     def channel_rates(self, round_index: int, drone: int) -> np.ndarray:
         """This round's rate of each of the drone's channels (one Rayleigh draw each, eq. (14))."""
@@ -284,6 +363,9 @@ class LgcRoundResources:
         for k in drone_ids:
             self.rates[int(k)] = self.channel_rates(round_index, int(k))
             self.planner.observe_rates(int(k), self.rates[int(k)])
+        if self.online:   # a probe round at the mid decision, else the current agents
+            self.planner.policies = dict(self.mid_policies if self.is_probe(round_index)
+                                         else self.policies)
         out = self.planner.knobs(round_index, drone_ids)
         for row in out.values():   # at least one entry travels (LGC eq. (10b) with K >= 1)
             if sum(row[ENTRIES_KNOB]) < 1:
@@ -313,6 +395,12 @@ class LgcRoundResources:
         warm-up, the fitted h0 (the controllers are retrained on it, seeded: the same)."""
         self.log = {r: v for r, v in knobs.get('decisions', {}).items() if int(r) <= upto}
         saved = knobs.get('steps_scale') or {}
+        if self.online:   # replay the probes in order: the same fits, the same (seeded) agents
+            probes = (saved.get('online') or {}).get('probes', {})
+            for r in sorted(int(r) for r in probes):
+                if r <= upto:
+                    self.observe_probe(r, probes[str(r)]['losses_after_steps'])
+            return
         if not self.auto:
             return
         self.steps_scale_curves = {r: list(c) for r, c in saved.get('warmup_curves', {}).items()
@@ -337,6 +425,14 @@ def resource_summary(resources) -> dict[str, Any]:
     if not isinstance(resources, LgcRoundResources):
         return {}
     fit = resources.steps_scale_fit
+    if resources.online:
+        return {'lgc_steps_scale': None,
+                'lgc_steps_scale_setting': resources.steps_scale_setting,
+                'lgc_steps_scale_note': resources.steps_scale_note,
+                'lgc_steps_exponent': resources.steps_exponent,
+                'lgc_steps_exponent_probes': {
+                    r: v['fit']['exponent'] if v['fit']['informative'] else None
+                    for r, v in resources.exponent_fits.items()}}
     return {'lgc_steps_scale': resources.steps_scale if resources.calibrated else None,
             'lgc_steps_scale_setting': resources.steps_scale_setting,
             'lgc_steps_scale_note': resources.steps_scale_note,

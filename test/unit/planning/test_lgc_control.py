@@ -18,6 +18,8 @@ from fl_uav.planning.lgc_control import (
     decode_action,
     encode_decision,
     evaluate_policy,
+    finetune_ddpg,
+    fit_steps_exponent,
     fit_steps_scale,
     mean_loss_curve,
     table1_channels,
@@ -224,3 +226,56 @@ def test_mean_curve_averages_the_drones_that_reach_each_step():
 def test_bad_fit_inputs_are_named(curves, kwargs, message):
     with pytest.raises(ValueError, match=message):
         fit_steps_scale(curves, max_steps_scale=100.0, **kwargs)
+
+
+# --- power-law progress (resources.lgc_steps_scale: online) ------------------------------------
+
+@pytest.mark.parametrize('beta', [0.5, 1.0, 1.3])
+def test_exponent_fit_recovers_a_known_power_law(beta):
+    # Setup: ℓ(h) = 2.3 − 0.01 h^β over h = 0..11 (the probe's mid decision)
+    curve = 2.3 - 0.01 * np.arange(12) ** beta
+    # Execute
+    fit = fit_steps_exponent(curve)
+    # Assert
+    assert fit.exponent == pytest.approx(beta, abs=0.003)
+    assert fit.drop == pytest.approx(0.01, rel=0.02) and fit.informative
+    assert not fit.at_bound and fit.num_steps == 12
+
+
+def test_exponent_fit_of_a_rising_curve_is_not_informative_and_bounds_are_flagged():
+    # Execute
+    rising = fit_steps_exponent([2.3, 2.31, 2.32, 2.33])
+    steep = fit_steps_exponent(2.3 - 0.001 * np.arange(12) ** 3.0)
+    # Assert
+    assert not rising.informative and rising.drop == 0.0
+    assert steep.at_bound and steep.exponent == pytest.approx(2.0)
+    with pytest.raises(ValueError, match='3 points'):
+        fit_steps_exponent([2.3, 2.2])
+
+
+def test_power_law_progress_replaces_the_exponential_h_factor():
+    # Setup
+    env = LgcEnv(_tiny_config(steps_exponent=0.5))
+    exp_env = LgcEnv(_tiny_config())
+    # Assert: (H / H_max)^β, 1 at H_max; the default keeps (1 − e^(−H/h0))
+    assert env.steps_factor(6) == pytest.approx(1.0)
+    assert env.steps_factor(3) == pytest.approx(0.5 ** 0.5)
+    assert exp_env.steps_factor(3) == pytest.approx(-np.expm1(-3 / 3.0))
+    with pytest.raises(ValueError, match='steps_exponent'):
+        _tiny_config(steps_exponent=0.0)
+
+
+def test_finetune_continues_the_agent_and_is_seeded():
+    # Setup: an agent trained where few steps pay (β = 0.25), then the curve turns convex
+    ddpg = DdpgConfig(train_steps=300, warmup_steps=100)
+    concave, convex = _tiny_config(steps_exponent=0.25), _tiny_config(steps_exponent=2.0)
+    agents = [train_ddpg(concave, ddpg, seed=3)[0] for _ in range(2)]
+    first = [p.detach().clone() for p in agents[0].actor.parameters()]
+    # Execute
+    logs = [finetune_ddpg(a, convex, train_steps=200, seed=7) for a in agents]
+    # Assert: the networks were updated from their weights; the same seed, the same agent
+    assert len(logs[0].critic_losses) > 0
+    assert any(not bool((p == q).all()) for p, q in zip(first, agents[0].actor.parameters()))
+    assert all(bool((p == q).all()) for p, q in zip(agents[0].actor.parameters(),
+                                                     agents[1].actor.parameters()))
+    assert logs[0].critic_losses == logs[1].critic_losses

@@ -102,7 +102,8 @@ def test_bad_resource_values_are_refused():
         _config(target_accuracy=1.5)
 
 
-@pytest.mark.parametrize('value, expected', [('auto', 'auto'), (100, 100.0), (2.5, 2.5)])
+@pytest.mark.parametrize('value, expected', [('auto', 'auto'), ('online', 'online'), (100, 100.0),
+                                             (2.5, 2.5)])
 def test_steps_scale_accepts_auto_and_numbers(value, expected):
     # Execute
     config = _config(**{'resources.lgc_steps_scale': value})
@@ -406,3 +407,86 @@ def test_min_drop_fits_the_last_warm_up_round_when_the_loss_never_falls_enough()
 def test_bad_min_drop_is_refused_naming_the_key(value):
     with pytest.raises(ConfigError, match='lgc_steps_scale_min_drop'):
         _config(**{'resources.lgc_steps_scale_min_drop': value})
+
+
+# --- resources.lgc_steps_scale: online ----------------------------------------------------------
+
+ONLINE = {**LGC, 'resources.planner': 'lgc_ddpg', 'resources.lgc_steps_scale': 'online',
+          'resources.lgc_ddpg_train_steps': 150,
+          'resources.lgc_refit_rounds': 2, 'num_rounds': 4}
+
+
+def test_online_probes_at_the_mid_action_every_k_rounds_and_refits_beta(tmp_path):
+    # Setup
+    config = _config(**ONLINE)
+    # Execute
+    summary = run_experiment(config, tmp_path, echo=lambda _: None)
+    knobs = json.loads((tmp_path / KNOBS_FILE).read_text())
+    # Assert: rounds 1 and 3 are probes at the mid action (H = 3, 200 per channel)
+    for r in ('1', '3'):
+        assert all(d[LGC_STEPS_KNOB] == 3 and d[ENTRIES_KNOB] == [200, 200, 200]
+                   for d in knobs['decisions'][r].values())
+    online = knobs['steps_scale']['online']
+    assert sorted(online['probes']) == ['1', '3'] and online['refit_rounds'] == 2
+    assert all(len(p['losses_after_steps']) == 4 for p in online['probes'].values())
+    last = online['probes']['3']['fit']
+    assert last['informative'] and online['exponent'] == last['exponent']
+    assert summary['lgc_steps_exponent'] == online['exponent']
+    assert sorted(summary['lgc_steps_exponent_probes']) == ['1', '3']
+
+
+def test_online_resume_gives_the_same_decisions(tmp_path):
+    # Setup: one run straight through, one stopped after round 3 (a probe) and resumed
+    extra = {'engine.checkpoint_every': 1}
+    config = _config(**ONLINE, **extra)
+    run_experiment(config, tmp_path / 'straight', echo=lambda _: None)
+    run_experiment(_config(**{**ONLINE, **extra, 'num_rounds': 3}), tmp_path / 'resumed',
+                   echo=lambda _: None)
+    # Execute
+    run_experiment(config, tmp_path / 'resumed', resume=True, echo=lambda _: None)
+    # Assert
+    straight, resumed = (json.loads((tmp_path / d / KNOBS_FILE).read_text())
+                         for d in ('straight', 'resumed'))
+    assert resumed['decisions'] == straight['decisions']
+    assert resumed['steps_scale'] == straight['steps_scale']
+
+
+def test_online_flat_probe_keeps_the_warm_up_and_a_falling_one_sets_every_surrogate():
+    # Setup
+    engine = ExperimentEngine(_config(**ONLINE), Path('/nonexistent'))
+    resources = engine.resources
+    h = np.arange(4)
+    # Execute
+    resources.observe_trace(1, [2.3, 2.3, 2.31, 2.32])      # rises: nothing to fit
+    after_flat = (resources.calibrated, resources.steps_exponent, dict(resources.agents))
+    resources.observe_trace(2, (2.3 - 0.01 * h).tolist())   # not a probe round: ignored
+    resources.observe_trace(3, (2.3 - 0.01 * h ** 1.5).tolist())
+    # Assert
+    assert after_flat == (False, None, {})
+    assert sorted(resources.exponent_fits) == ['1', '3']
+    assert resources.steps_exponent == pytest.approx(1.5, abs=0.01)
+    assert all(env.config.steps_exponent == resources.steps_exponent
+               for env in resources.planner.envs.values())
+    assert sorted(resources.agents) == list(range(5))
+
+
+def test_online_needs_the_vectorised_trainer():
+    # Execute / Assert
+    with pytest.raises(ConfigError, match='engine.vectorized'):
+        _config(**{**ONLINE, 'engine.vectorized': False})
+
+
+def test_online_finetune_keeps_the_agents_and_retraining_replaces_them():
+    # Setup
+    h = np.arange(4)
+    agents = {}
+    for steps in (0, 60):
+        engine = ExperimentEngine(_config(**{**ONLINE, 'resources.lgc_finetune_steps': steps}),
+                                  Path('/nonexistent'))
+        engine.resources.observe_trace(1, (2.3 - 0.01 * h).tolist())
+        first = dict(engine.resources.agents)
+        engine.resources.observe_trace(3, (2.3 - 0.01 * h ** 0.5).tolist())
+        agents[steps] = (first, engine.resources.agents)
+    # Assert: fine-tuning continues the same agent objects, retraining builds new ones
+    assert all(agents[60][1][k] is agents[60][0][k] for k in range(5))
+    assert all(agents[0][1][k] is not agents[0][0][k] for k in range(5))
