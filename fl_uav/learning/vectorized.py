@@ -420,7 +420,8 @@ class VectorizedTrainer:
     def train(self, global_weights: Weights, client_data: Sequence[ClientData],
               seeds: Sequence[int], shuffle: ShuffleFn = numpy_epoch_orders,
               steps: Sequence[int] | None = None,
-              trace_weights: Sequence[float] | None = None) -> list[LocalUpdate]:
+              trace_weights: Sequence[float] | None = None,
+              trace_clients: bool = False) -> list[LocalUpdate]:
         """Train every client from ``global_weights``; results are in the input order.
 
         ``steps`` (optional, one per client): client i takes exactly steps[i] steps
@@ -430,13 +431,18 @@ class VectorizedTrainer:
         the weighted mean of the clients' weights after t = 0, 1, ..., max steps (a client that
         stopped counts with its final weights): the model a FedAvg of the fleet would give had
         every client stopped after t steps (used to measure progress against local steps).
+        ``trace_clients``: also keep in ``self.last_client_trace[i]`` client i's own weights
+        after t = 0, 1, ..., its steps (numpy views; the caller applies its own aggregation,
+        e.g. LGC's compressed one). Costs (steps + 1) copies of the chunk's weights.
         """
         _check_inputs(client_data, seeds)
         if trace_weights is not None and len(trace_weights) != len(client_data):
             raise ValueError(f'{len(client_data)} clients but {len(trace_weights)} trace '
                              f'weights')
         self.last_mean_trace = []
+        self.last_client_trace: list[list[dict[str, np.ndarray]]] = []
         traces: list[list[dict[str, torch.Tensor]]] = []
+        snapshots: list[tuple[list[int], list[dict[str, torch.Tensor]]]] = []
         missing = set(self._names) - set(global_weights)
         extra = set(global_weights) - set(self._names)
         if missing or extra:
@@ -471,9 +477,12 @@ class VectorizedTrainer:
                            torch.tensor([float(trace_weights[i]) for i in chunk]))
                 if weights is not None:
                     traces.append([])
+                if trace_clients:
+                    snapshots.append((chunk, []))
                 chunk_updates = self._train_chunk(
                     global_params, [client_data[i] for i in chunk], [batches[i] for i in chunk],
-                    weights, traces[-1] if weights is not None else None)
+                    weights, traces[-1] if weights is not None else None,
+                    snapshots[-1][1] if trace_clients else None)
                 for i, update in zip(chunk, chunk_updates):
                     updates[i] = update
         finally:
@@ -485,16 +494,28 @@ class VectorizedTrainer:
             self.last_mean_trace = [
                 {name: (sum(t[min(step, len(t) - 1)][name] for t in traces) / total).numpy()
                  for name in self._names} for step in range(length)]
+        if trace_clients:
+            by_client: dict[int, list[dict[str, np.ndarray]]] = {}
+            for chunk, snaps in snapshots:
+                for j, i in enumerate(chunk):
+                    by_client[i] = [{name: snap[name][j].numpy() for name in self._names}
+                                    for snap in snaps[:len(batches[i]) + 1]]
+            self.last_client_trace = [by_client[i] for i in range(len(client_data))]
         return updates  # type: ignore[return-value]
 
     def _train_chunk(self, global_params: dict[str, torch.Tensor],
                      client_data: list[ClientData], batches: list[list[np.ndarray]],
                      trace_weights: torch.Tensor | None = None,
-                     trace: list[dict[str, torch.Tensor]] | None = None) -> list[LocalUpdate]:
+                     trace: list[dict[str, torch.Tensor]] | None = None,
+                     snapshots: list[dict[str, torch.Tensor]] | None = None
+                     ) -> list[LocalUpdate]:
         """Train one chunk; with ``trace_weights`` append Σ_c w_c params_c after each step
-        t = 0..max to ``trace`` (see :meth:`train`)."""
+        t = 0..max to ``trace``, with ``snapshots`` a copy of every client's params (see
+        :meth:`train`)."""
 
         def record() -> None:
+            if snapshots is not None:
+                snapshots.append({name: p.detach().clone() for name, p in params.items()})
             if trace is not None:
                 trace.append({name: torch.tensordot(trace_weights, p, dims=1)
                               for name, p in params.items()})

@@ -304,8 +304,10 @@ class ExperimentEngine:
         seeds = [_round_seed(self.config.seed, r, 10 + k) for k in active]
         config = dataclasses.replace(self.train_config, lr=lr, proximal_mu=mu)
         results = self._train_clients(r, active, client_data, seeds, config, knobs)
-        if self._wants_trace(r):   # resources.lgc_steps_scale auto: the warm-up's measurement
-            self.resources.observe_trace(r, self._trace_losses(client_data))
+        if self._wants_trace(r):   # resources.lgc_steps_scale auto / online: the measurement
+            self.resources.observe_trace(
+                r, self._compressed_trace_losses(active, client_data, knobs)
+                if self.resources.online else self._trace_losses(client_data))
         updates, times, energies, losses, uplink, lost = [], [], [], [], 0, 0
         self.last_round_drones: dict[int, dict[str, float]] = {}   # per drone, for inspection
         rng = np.random.default_rng(_round_seed(self.config.seed, r, 3))
@@ -440,7 +442,8 @@ class ExperimentEngine:
                          for s, (_, labels) in zip(steps, client_data)]
             trace = ([len(labels) for _, labels in client_data] if self._wants_trace(r)
                      else None)
-            return self._train_vectorized(r, active, client_data, seeds, config, steps, trace)
+            return self._train_vectorized(r, active, client_data, seeds, config, steps, trace,
+                                          trace is not None and self.resources.online)
         shared = {}
         if isinstance(self.strategy, Scaffold):   # c travels with the model (in process)
             shared[SERVER_CONTROL_KNOB] = self.strategy.server_control(self.weights)
@@ -457,24 +460,62 @@ class ExperimentEngine:
     def _wants_trace(self, r: int) -> bool:
         return isinstance(self.resources, LgcRoundResources) and self.resources.wants_trace(r)
 
-    def _trace_losses(self, client_data) -> list[float]:
-        """Training loss of the trainer's ``last_mean_trace`` models (the fleet's FedAvg after
-        h = 0, 1, ... local steps) on a seeded sample of the drones' own training data: the
-        warm-up's measurement for ``resources.lgc_steps_scale: auto``."""
+    def _trace_sample(self, client_data) -> tuple[np.ndarray, np.ndarray]:
+        """The seeded sample of the drones' own training data the traces are evaluated on."""
         x = np.concatenate([x for x, _ in client_data])
         y = np.concatenate([y for _, y in client_data])
         rng = np.random.default_rng(np.random.SeedSequence([self.config.seed,
                                                             STEPS_SCALE_SAMPLE_TAG]))
         pick = np.sort(rng.choice(len(y), min(len(y), STEPS_SCALE_EVAL_SAMPLES), replace=False))
+        return x[pick], y[pick]
+
+    def _trace_losses(self, client_data) -> list[float]:
+        """Training loss of the trainer's ``last_mean_trace`` models (the fleet's FedAvg after
+        h = 0, 1, ... local steps) on a seeded sample of the drones' own training data: the
+        warm-up's measurement for ``resources.lgc_steps_scale: auto``."""
+        x, y = self._trace_sample(client_data)
         losses = []
         for weights in self._trainer.last_mean_trace:
             set_weights(self._worker, weights)
-            losses.append(float(evaluate(self._worker, x[pick], y[pick])[1]))
+            losses.append(float(evaluate(self._worker, x, y)[1]))
+        return losses
+
+    def _compressed_trace_losses(self, active: list[int], client_data,
+                                 knobs: dict[int, dict]) -> list[float]:
+        """``resources.lgc_steps_scale: online``'s measurement: the training loss (same sample
+        as :meth:`_trace_losses`) of the model the LGC server would produce had every drone
+        stopped after h = 0, 1, ... local steps, w + η/M Σ_k Top_{K_k}(e_k + Δ_k(h)), with each
+        drone's own error memory e_k and this round's entries K_k = Σ_n D_n (LGC Algorithm 1
+        lines 8-11 and 20-21, all layers delivered). h = 0 sends the memory alone."""
+        from fl_uav.compression.lgc import top_k_indices
+        from fl_uav.compression.quantization import flatten, unflatten
+
+        x, y = self._trace_sample(client_data)
+        start, layout = flatten(self.weights)
+        names = layout.names
+        scale = float(self.strategy.server_lr) / float(self.strategy.num_clients)
+        traces = self._trainer.last_client_trace
+        memories, ks = [], []
+        for k in active:
+            encoder = getattr(self._compressor(k), 'encoder', None)
+            memories.append(np.zeros_like(start) if encoder is None else encoder.residual)
+            ks.append(min(int(sum(knobs[k][ENTRIES_KNOB])), start.size))
+        losses = []
+        for h in range(max(len(t) for t in traces)):
+            total = np.zeros_like(start)
+            for trace, memory, k in zip(traces, memories, ks):
+                local, _ = flatten({n: trace[min(h, len(trace) - 1)][n] for n in names})
+                u = memory + (local - start)
+                idx = top_k_indices(u, k)
+                total[idx] += u[idx]
+            set_weights(self._worker, unflatten(start + scale * total, layout))
+            losses.append(float(evaluate(self._worker, x, y)[1]))
         return losses
 
     def _train_vectorized(self, r: int, active: list[int], client_data, seeds: list[int],
                           config: TrainConfig, steps: list[int] | None = None,
-                          trace_weights: list[int] | None = None) -> list[ClientResult]:
+                          trace_weights: list[int] | None = None,
+                          trace_clients: bool = False) -> list[ClientResult]:
         """The sgd client (structured pruning included, with the same kept-coordinate mask
         as :class:`SgdClient`, so the upload is charged as the fleet sends it) or, with
         ``steps``, the osafl client for all drones at once. ``trace_weights``: also record
@@ -489,7 +530,7 @@ class ExperimentEngine:
         trainer.config = config
         try:
             updates = trainer.train(start, client_data, seeds, steps=steps,
-                                    trace_weights=trace_weights)
+                                    trace_weights=trace_weights, trace_clients=trace_clients)
         except NonFiniteLossError as exc:
             drone = self._first_diverging_drone(trainer, start, active, client_data, seeds,
                                                 steps)

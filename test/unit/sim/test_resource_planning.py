@@ -490,3 +490,21 @@ def test_online_finetune_keeps_the_agents_and_retraining_replaces_them():
     # Assert: fine-tuning continues the same agent objects, retraining builds new ones
     assert all(agents[60][1][k] is agents[60][0][k] for k in range(5))
     assert all(agents[0][1][k] is not agents[0][0][k] for k in range(5))
+
+
+def test_online_probe_curve_ends_at_the_model_the_lgc_server_produced(tmp_path):
+    # Setup: two rounds, so round 2's memories are not zero; probes every round
+    engine = ExperimentEngine(_config(**{**ONLINE, 'resources.lgc_refit_rounds': 1}), tmp_path)
+    engine.run_round()
+    seen = {}
+    observe = engine.resources.observe_trace
+    engine.resources.observe_trace = lambda r, c: (seen.setdefault(r, c), observe(r, c))
+    # Execute
+    engine.run_round()
+    # Assert: h = H is the round's compressed aggregate (every drone took H = 3 steps)
+    curve = seen[2]
+    parts = np.concatenate(engine.parts)
+    x, y = engine.data.train_x[parts], engine.data.train_y[parts]
+    set_weights(engine._worker, engine.weights)
+    assert len(curve) == 4
+    assert curve[-1] == pytest.approx(evaluate(engine._worker, x, y)[1], rel=1e-4)
