@@ -306,7 +306,8 @@ class ExperimentEngine:
         results = self._train_clients(r, active, client_data, seeds, config, knobs)
         if self._wants_trace(r):   # resources.lgc_steps_scale auto / online: the measurement
             self.resources.observe_trace(
-                r, self._compressed_trace_losses(active, client_data, knobs)
+                r, self._compressed_trace_losses(active, client_data, knobs,
+                                                 self.resources.probe_drones(r))
                 if self.resources.online else self._trace_losses(client_data))
         updates, times, energies, losses, uplink, lost = [], [], [], [], 0, 0
         self.last_round_drones: dict[int, dict[str, float]] = {}   # per drone, for inspection
@@ -481,12 +482,13 @@ class ExperimentEngine:
         return losses
 
     def _compressed_trace_losses(self, active: list[int], client_data,
-                                 knobs: dict[int, dict]) -> list[float]:
+                                 knobs: dict[int, dict], probe: set[int]) -> list[float]:
         """``resources.lgc_steps_scale: online``'s measurement: the training loss (same sample
-        as :meth:`_trace_losses`) of the model the LGC server would produce had every drone
-        stopped after h = 0, 1, ... local steps, w + η/M Σ_k Top_{K_k}(e_k + Δ_k(h)), with each
-        drone's own error memory e_k and this round's entries K_k = Σ_n D_n (LGC Algorithm 1
-        lines 8-11 and 20-21, all layers delivered). h = 0 sends the memory alone."""
+        as :meth:`_trace_losses`) of the model the LGC server would produce had the drones in
+        ``probe`` stopped after h = 0, 1, ... local steps and the others taken all of theirs,
+        w + η/M Σ_k Top_{K_k}(e_k + Δ_k(h_k)), with each drone's own error memory e_k and this
+        round's entries K_k = Σ_n D_n (LGC Algorithm 1 lines 8-11 and 20-21, all layers
+        delivered). At h = 0 the probe's drones send their memory alone."""
         from fl_uav.compression.lgc import top_k_indices
         from fl_uav.compression.quantization import flatten, unflatten
 
@@ -501,10 +503,12 @@ class ExperimentEngine:
             memories.append(np.zeros_like(start) if encoder is None else encoder.residual)
             ks.append(min(int(sum(knobs[k][ENTRIES_KNOB])), start.size))
         losses = []
-        for h in range(max(len(t) for t in traces)):
+        length = max(len(t) for t, k in zip(traces, active) if k in probe)
+        for h in range(length):
             total = np.zeros_like(start)
-            for trace, memory, k in zip(traces, memories, ks):
-                local, _ = flatten({n: trace[min(h, len(trace) - 1)][n] for n in names})
+            for trace, memory, k, drone in zip(traces, memories, ks, active):
+                step = min(h, len(trace) - 1) if drone in probe else len(trace) - 1
+                local, _ = flatten({n: trace[step][n] for n in names})
                 u = memory + (local - start)
                 idx = top_k_indices(u, k)
                 total[idx] += u[idx]

@@ -175,12 +175,15 @@ class ResourcesConfig:
         its start within the round (a fit to a flatter curve measures noise).
         lgc_steps_scale ``online`` replaces the surrogate's (1 − e^(−H/h0)) with (H / H_max)^β
         refitted during the run: every lgc_refit_rounds rounds (rounds 1, 1 + K, 1 + 2K, ...)
-        is a probe round at the mid decision in which the engine measures the same curve as
-        ``auto`` and fits β (fl_uav.planning.lgc_control.fit_steps_exponent); after every
-        informative probe each drone's DDPG is retrained from scratch on the refitted
-        surrogate (lgc_ddpg_train_steps, seeded), or with lgc_finetune_steps > 0 fine-tuned
-        from its current weights for that many steps after the first (off by default: an
-        actor saturated at one end of its tanh does not move, fl_uav.planning.lgc_control.
+        is a probe round in which one of lgc_probe_groups groups of drones (drone id modulo
+        lgc_probe_groups, in turn; 1 = the whole fleet) takes the mid decision and the others
+        their controller's; the engine measures the loss of the model the LGC server would
+        produce had the group's drones stopped after h = 0..H steps and fits β
+        (fl_uav.planning.lgc_control.fit_steps_exponent); after every informative probe each
+        drone's DDPG is retrained from scratch on the refitted surrogate
+        (lgc_ddpg_train_steps, seeded), or with lgc_finetune_steps > 0 fine-tuned from its
+        current weights for that many steps after the first (off by default: an actor
+        saturated at one end of its tanh does not move, fl_uav.planning.lgc_control.
         finetune_ddpg).
     """
 
@@ -201,13 +204,14 @@ class ResourcesConfig:
     lgc_steps_scale_min_drop: float = 0.0
     lgc_refit_rounds: int = 5
     lgc_finetune_steps: int = 0
+    lgc_probe_groups: int = 4
 
     def __post_init__(self) -> None:
         require_choice('resources.planner', self.planner, PLANNERS)
         require_choice('resources.feddpq_fallback', self.feddpq_fallback, ('clip', 'error'))
         for name in ('feddpq_max_bcd_rounds', 'feddpq_q_trials', 'feddpq_block_trials',
                      'lgc_channel_max_entries', 'lgc_max_local_steps', 'lgc_ddpg_train_steps',
-                     'lgc_refit_rounds'):
+                     'lgc_refit_rounds', 'lgc_probe_groups'):
             if getattr(self, name) < 1:
                 raise ValueError(f'resources.{name} must be >= 1, got {getattr(self, name)}')
         if not self.feddpq_heterogeneity_label_scale >= 0:

@@ -48,9 +48,17 @@ the drone's multi-channel upload.
   LGC trains its DRL online with the measured loss change (digest 002 §3.3), but with the
   measurement feeding the surrogate instead of the agent's replay buffer (one transition per
   round is too few for DDPG). Rounds 1, 1 + K, 1 + 2K, ... (K = ``resources.lgc_refit_rounds``)
-  are probe rounds: every drone takes the mid decision (what lgc_fixed does every round,
-  charged like any round) and the engine records the loss of the fleet's mean model after
-  h = 0..H steps, as ``auto`` does, at the current global model. The surrogate's H-factor
+  are probe rounds: the drones of one group (drone id ≡ probe number mod
+  ``resources.lgc_probe_groups``; the whole fleet until the first fit) take the mid decision
+  (what lgc_fixed does every round, charged like any round), the others their agent's, and
+  the engine records the training loss (seeded sample of the drones' data, as ``auto``) of
+  the model the LGC server would produce had the group's drones stopped after h = 0..H
+  steps, the others having taken theirs: w + η/M Σ_k Top_{K_k}(e_k + Δ_k(h_k)), with each
+  drone's own error memory e_k (fl_uav.sim.experiment, ``_compressed_trace_losses``). Not
+  the uncompressed FedAvg of ``auto``: from round ~16 on (seed 5) that model's loss rises
+  with h, while the compressed aggregate the server applies does not; and one group, not
+  the fleet, because a whole-fleet probe at H = 11 costs as much as 7 rounds at H = 1 and,
+  after such rounds, sets the loss back (docs/benchmarks.md). The surrogate's H-factor
   becomes (H / H_max)^β with β fitted to that curve
   (:func:`~fl_uav.planning.lgc_control.fit_steps_exponent`: ℓ(0) − ℓ(h) = A h^β, no
   saturation scale; a power law can say "no diminishing returns" (β >= 1), which the
@@ -195,6 +203,7 @@ class LgcRoundResources:
         self.auto = r.lgc_steps_scale == STEPS_SCALE_AUTO
         self.online = r.lgc_steps_scale == STEPS_SCALE_ONLINE
         self.refit_rounds = r.lgc_refit_rounds
+        self.probe_groups = min(r.lgc_probe_groups, config.num_drones)
         self.finetune_steps = r.lgc_finetune_steps
         self.exponent_fits: dict[str, dict] = {}   # online: per probe round, curve and fit
         self.steps_exponent: float | None = None
@@ -265,6 +274,17 @@ class LgcRoundResources:
     def is_probe(self, round_index: int) -> bool:
         """online: rounds 1, 1 + K, 1 + 2K, ... run at the mid decision and are measured."""
         return self.online and round_index >= 1 and (round_index - 1) % self.refit_rounds == 0
+
+    def probe_drones(self, round_index: int) -> set[int]:
+        """online: the drones that take the mid decision in probe round ``round_index``:
+        drone id ≡ probe number (mod lgc_probe_groups); the whole fleet before the first fit."""
+        if not self.is_probe(round_index):
+            return set()
+        ids = set(self.env_configs)
+        if not self.calibrated or self.probe_groups <= 1:
+            return ids
+        group = ((round_index - 1) // self.refit_rounds) % self.probe_groups
+        return {k for k in ids if k % self.probe_groups == group}
 
     def observe_probe(self, round_index: int, losses_after_steps: list[float]) -> None:
         """online: fit β on the probe's curve; train (first time) or fine-tune the agents."""
@@ -363,9 +383,10 @@ class LgcRoundResources:
         for k in drone_ids:
             self.rates[int(k)] = self.channel_rates(round_index, int(k))
             self.planner.observe_rates(int(k), self.rates[int(k)])
-        if self.online:   # a probe round at the mid decision, else the current agents
-            self.planner.policies = dict(self.mid_policies if self.is_probe(round_index)
-                                         else self.policies)
+        if self.online:   # the probe's group at the mid decision, the others their agents
+            probe = self.probe_drones(round_index)
+            self.planner.policies = {k: self.mid_policies[k] if k in probe else p
+                                     for k, p in self.policies.items()}
         out = self.planner.knobs(round_index, drone_ids)
         for row in out.values():   # at least one entry travels (LGC eq. (10b) with K >= 1)
             if sum(row[ENTRIES_KNOB]) < 1:

@@ -417,8 +417,8 @@ ONLINE = {**LGC, 'resources.planner': 'lgc_ddpg', 'resources.lgc_steps_scale': '
 
 
 def test_online_probes_at_the_mid_action_every_k_rounds_and_refits_beta(tmp_path):
-    # Setup
-    config = _config(**ONLINE)
+    # Setup: one probe group (the whole fleet probes)
+    config = _config(**ONLINE, **{'resources.lgc_probe_groups': 1})
     # Execute
     summary = run_experiment(config, tmp_path, echo=lambda _: None)
     knobs = json.loads((tmp_path / KNOBS_FILE).read_text())
@@ -508,3 +508,19 @@ def test_online_probe_curve_ends_at_the_model_the_lgc_server_produced(tmp_path):
     set_weights(engine._worker, engine.weights)
     assert len(curve) == 4
     assert curve[-1] == pytest.approx(evaluate(engine._worker, x, y)[1], rel=1e-4)
+
+
+def test_online_probe_groups_take_turns_after_the_first_fit():
+    # Setup: 5 drones, 2 groups (even / odd ids), a probe every 2 rounds
+    engine = ExperimentEngine(_config(**{**ONLINE, 'resources.lgc_probe_groups': 2}),
+                              Path('/nonexistent'))
+    resources = engine.resources
+    # Execute / Assert: the whole fleet until a fit, then group 1 (round 3), group 0 (round 5)
+    assert resources.probe_drones(1) == set(range(5))
+    resources.observe_trace(1, (2.3 - 0.01 * np.arange(4)).tolist())
+    assert resources.probe_drones(2) == set()
+    assert resources.probe_drones(3) == {1, 3} and resources.probe_drones(5) == {0, 2, 4}
+    knobs = resources.knobs(3, list(range(5)))
+    assert all(knobs[k][LGC_STEPS_KNOB] == 3 and knobs[k][ENTRIES_KNOB] == [200, 200, 200]
+               for k in (1, 3))
+    assert all(type(resources.planner.policies[k]).__name__ == 'DdpgPolicy' for k in (0, 2, 4))
