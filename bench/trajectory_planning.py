@@ -14,16 +14,19 @@ lawnmower over the fence walked for the same path length as our plan, and a seed
 within the same constraints. Reported: objective eq. (4), per-class balance of Σ_t I ψ
 (normalised entropy, min/max, classes visited), path length, planning time; for our plan also
 the warm start's objective (the DP region tour the windowed SCA starts from), the number of
-window MILPs, and the relaxation upper bound (no plan can beat it). Every plan (ours and the
+window MILPs, the relaxation upper bound (no plan can beat it), whether a wall-clock safety cap
+bound (time_capped: then the plan depends on the load) and a SHA-256 prefix of the waypoints
+(equal across runs: the planner's work is limited by counts, not time). Every plan (ours and the
 baselines) is checked against the step (speed x round time), the geofence and the battery
 budget; a violation aborts the bench.
 
-    .venv/bin/python bench/trajectory_planning.py [--case map fitted synth]
+    PYTHONPATH=. .venv/bin/python bench/trajectory_planning.py [--case map fitted synth]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import time
 
@@ -91,8 +94,10 @@ def run_case(label: str, regions: list[GaussianRegion], num_rounds: int, num_cla
             _row('random', rand, regions, psi, start, 0.0)]
     for row in rows:
         row.update(case=label, T=num_rounds, C=num_classes, regions=len(regions))
+    xy = np.array([(w.east_m, w.north_m, w.up_m) for w in plan.waypoints])
     rows[0].update(warm_start=round(plan.warm_start_objective, 3), milps=plan.iterations,
-                   upper_bound=round(plan.upper_bound, 3))
+                   upper_bound=round(plan.upper_bound, 3), time_capped=plan.time_capped,
+                   waypoints_sha256=hashlib.sha256(xy.tobytes()).hexdigest()[:16])
     return rows
 
 

@@ -12,11 +12,14 @@ Engines, each run in its own fresh process (wall time = the whole process, as in
 reference, so interpreter start, imports and data loading are included):
 
     plain       the reference's sequential loop: one nn.Module, torch.optim.SGD per client
+    plain_gc    the same loop with the garbage-collector handling of `fl-uav experiment`
+                (collector paused while importing, gc.freeze() after and at exit)
     vectorized  fl_uav.learning.vectorized.VectorizedTrainer (its default 'stacked' backend)
     vmap        the same trainer forced to its torch.func.vmap backend (--engines to add it)
     experiment  the whole experiment engine through its config path
                 (config/experiments/yardstick_digits.yaml: its own loader, split, Strategy,
                 netmodel clock, rounds.csv, checkpoints, summary and plots)
+    experiment_w2   the same with engine.workers=2: chunks of drones trained on both cores
     experiment_seq  the same with engine.vectorized=false: the engine's sequential reference
 
 Both use 1 torch thread. Usage:
@@ -37,6 +40,7 @@ import time
 T_START = time.perf_counter()
 
 import argparse  # noqa: E402
+import io  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import resource  # noqa: E402
@@ -52,7 +56,8 @@ BATCH_SIZE = 16
 LR = 0.05
 # Flower-baseline figures (flower_baseline.md §3, quiet machine, min wall of 3 runs, flower_c1).
 FLOWER_WALL_S = {10: 26.6, 100: 29.9}
-ENGINES = ('plain', 'vectorized', 'vmap', 'experiment', 'experiment_seq', 'flower')
+ENGINES = ('plain', 'plain_gc', 'vectorized', 'vmap', 'experiment', 'experiment_w2',
+           'experiment_seq', 'flower')
 YARDSTICK_CONFIG = REPO / 'config' / 'experiments' / 'yardstick_digits.yaml'
 FLOWER_PYTHON = Path(__file__).resolve().parent / '.venv-flower' / 'bin' / 'python'
 
@@ -179,33 +184,42 @@ def run_flower_worker(num_clients: int, rounds: int) -> dict:
 
 
 def run_experiment_worker(engine: str, num_clients: int, rounds: int, chunk: int) -> dict:
-    """The experiment engine through its own config path (what `fl-uav experiment
-    config/experiments/yardstick_digits.yaml --set num_drones=N --set num_rounds=R` runs):
+    """The experiment engine through its command line, in this process (`fl-uav experiment
+    config/experiments/yardstick_digits.yaml --set num_drones=N --set num_rounds=R`):
     its data loader and split, partition, Strategy, netmodel clock, rounds.csv, checkpoints,
     summary and plots. 'experiment_seq' is the same with engine.vectorized=false, the engine's
     sequential reference path."""
+    import contextlib
     import csv
     import tempfile
 
-    from fl_uav.configschema import build_config, read_params_file
-    from fl_uav.sim.experiment import ROUNDS_FILE, run_experiment
-    from fl_uav.sim.experiment_config import ExperimentConfig
+    from fl_uav.cli import main as fl_uav_main  # the command imports the engine itself
 
-    t_imported = time.perf_counter()
-    flat = read_params_file(YARDSTICK_CONFIG)
-    flat.update({'num_drones': num_clients, 'num_rounds': rounds,
-                 'engine.vectorized': engine == 'experiment',
-                 'engine.max_clients_per_chunk': chunk})
-    config = build_config(ExperimentConfig, flat)
+    t_main = time.perf_counter()
+    overrides = {'num_drones': num_clients, 'num_rounds': rounds,
+                 'engine.vectorized': str(engine != 'experiment_seq').lower(),
+                 'engine.max_clients_per_chunk': chunk,
+                 'engine.workers': 2 if engine == 'experiment_w2' else 1}
     with tempfile.TemporaryDirectory() as out:
-        summary = run_experiment(config, Path(out), echo=lambda line: None)
+        argv = ['experiment', str(YARDSTICK_CONFIG), '--out', out]
+        for key, value in overrides.items():
+            argv += ['--set', f'{key}={value}']
+        with contextlib.redirect_stdout(io.StringIO()):   # the progress bar
+            code = fl_uav_main(argv)
+        main_s = time.perf_counter() - t_main
+        if code:
+            raise RuntimeError(f'fl-uav {" ".join(argv)} exited with {code}')
+        from fl_uav.sim.experiment import ROUNDS_FILE, SUMMARY_FILE
+        summary = json.loads((Path(out) / SUMMARY_FILE).read_text())
         with open(Path(out) / ROUNDS_FILE, newline='') as f:
             rows = list(csv.DictReader(f))
     round_times = [float(r['wall_s']) for r in rows]
     rounds_s = sum(round_times)
     return {
         'engine': engine, 'clients': num_clients, 'rounds': rounds, 'chunk': chunk,
-        'import_s': t_imported - T_START, 'setup_s': summary['wall_s'] - rounds_s,
+        # import_s: up to the engine's start (imports, config) plus its summary and plots
+        'import_s': t_main - T_START + main_s - summary['wall_s'],
+        'setup_s': summary['wall_s'] - rounds_s,
         'rounds_s': rounds_s, 'round1_s': round_times[0],
         'steady_s_per_round': statistics.median(round_times[1:]) if rounds > 1 else None,
         'train_s': 0.0, 'aggregate_s': 0.0, 'evaluate_s': 0.0,
@@ -222,6 +236,17 @@ def run_worker(engine: str, num_clients: int, rounds: int, chunk: int) -> dict:
         return run_flower_worker(num_clients, rounds)
     if engine.startswith('experiment'):
         return run_experiment_worker(engine, num_clients, rounds, chunk)
+    if engine == 'plain_gc':   # the plain loop with the command's garbage-collector handling
+        import atexit
+        import gc
+
+        gc.disable()
+        import sklearn.datasets  # noqa: F401
+        import torch
+        gc.freeze()
+        gc.enable()
+        atexit.register(gc.freeze)
+        engine = 'plain'
     import torch
     from torch import nn
 

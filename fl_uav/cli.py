@@ -42,9 +42,16 @@ def _sim(args: argparse.Namespace) -> int:
 
 
 def _experiment(args: argparse.Namespace) -> int:
+    from fl_uav.sim.allocator import (
+        collector_paused_for_imports,
+        keep_large_allocations,
+        skip_exit_collection,
+    )
+
+    with collector_paused_for_imports() as fresh_process:
+        from fl_uav.sim.experiment import ExperimentError, run_experiment
+        from fl_uav.sim.experiment_config import ExperimentConfig
     from fl_uav.configschema import build_config, read_params_file
-    from fl_uav.sim.experiment import ExperimentError, run_experiment
-    from fl_uav.sim.experiment_config import ExperimentConfig
 
     out = Path(args.out or args.resume or '')
     if not str(out):
@@ -52,11 +59,15 @@ def _experiment(args: argparse.Namespace) -> int:
     flat = read_params_file(args.config)
     flat.update(dict(parse_override(text) for text in args.set))
     config = build_config(ExperimentConfig, flat)
+    keep_large_allocations()   # the trainer's big buffers reused, not mapped afresh per step
     try:
         summary = run_experiment(config, out, resume=args.resume is not None)
     except ExperimentError as exc:
         print(f'fl-uav: {exc}', file=sys.stderr)
         return 1
+    finally:
+        if fresh_process:      # the command is about to exit
+            skip_exit_collection()
     print(f'{summary["status"]}: {summary["rounds_completed"]} rounds, final accuracy '
           f'{summary["final_accuracy"]}, simulated {summary["sim_time_s"]:.1f} s, '
           f'wall {summary["wall_s"]:.1f} s; results in {out}')

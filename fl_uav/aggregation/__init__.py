@@ -15,6 +15,7 @@ from fl_uav.aggregation.osafl import OSAFL
 from fl_uav.aggregation.robust import CoordinateMedian, NormClip, TrimmedMean
 from fl_uav.aggregation.scaffold import Scaffold
 from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy
+from fl_uav.configschema import require_choice
 
 STRATEGY_NAMES = ('fedavg', 'fedprox', 'fednova', 'scaffold', 'feddisco', 'afacd', 'osafl',
                   '2ceoafl', 'feddpq', 'lgc', 'fedex_sync', 'fedex_async', 'median',
@@ -44,8 +45,7 @@ def build_strategy(name: str, server_lr: float = 1.0, num_clients: int = 1,
         'median': lambda: CoordinateMedian(server_lr=server_lr),
         'trimmed_mean': lambda: TrimmedMean(beta=trimmed_beta, server_lr=server_lr),
     }
-    if name not in builders:
-        raise ValueError(f'unknown strategy {name!r}; choices: {", ".join(STRATEGY_NAMES)}')
+    require_choice('strategy', name, builders)
     strategy = builders[name]()
     return NormClip(strategy, clip_norm) if clip_norm > 0 else strategy
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fl_uav.aggregation import STRATEGY_NAMES, build_strategy
+from fl_uav.configschema import require_choice
 
 
 @dataclass(frozen=True)
@@ -27,9 +28,7 @@ class AggregationConfig:
     clip_norm: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.strategy not in STRATEGY_NAMES:
-            raise ValueError(f'strategy {self.strategy!r} unknown; choices: '
-                             f'{", ".join(STRATEGY_NAMES)}')
+        require_choice('strategy', self.strategy, STRATEGY_NAMES)
         if not self.server_lr > 0:
             raise ValueError(f'server_lr must be > 0, got {self.server_lr}')
         if self.proximal_mu < 0 or self.score_interval < 1 or self.num_selected < 0:

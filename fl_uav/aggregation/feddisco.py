@@ -8,6 +8,7 @@ import numpy as np
 
 from fl_uav.aggregation._common import CLASS_COUNTS_KEY, apply_step, keep_model, weighted_sum
 from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy, Weights
+from fl_uav.configschema import require_choice
 
 MEASURES = ('kl', 'l1', 'l2')
 
@@ -28,8 +29,7 @@ class FedDisco(Strategy):
 
     def __init__(self, a: float = 0.5, b: float = 0.1, measure: str = 'kl',
                  target: Sequence[float] | None = None, server_lr: float = 1.0) -> None:
-        if measure not in MEASURES:
-            raise ValueError(f'measure must be one of {MEASURES}, got {measure!r}')
+        require_choice('measure', measure, MEASURES)
         if not server_lr > 0.0:
             raise ValueError(f'server_lr must be > 0, got {server_lr}')
         if target is not None:

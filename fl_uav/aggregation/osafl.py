@@ -9,6 +9,7 @@ import numpy as np
 
 from fl_uav.aggregation._common import apply_step, keep_model, weighted_sum, with_step_counts
 from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy, Weights
+from fl_uav.configschema import require_choice
 
 WEIGHTINGS = ('uniform', 'samples')
 
@@ -105,8 +106,7 @@ class OSAFL(Strategy):
                  weighting: str = 'uniform') -> None:
         if not server_lr > 0.0:
             raise ValueError(f'server_lr must be > 0, got {server_lr}')
-        if weighting not in WEIGHTINGS:
-            raise ValueError(f'weighting must be one of {WEIGHTINGS}, got {weighting!r}')
+        require_choice('weighting', weighting, WEIGHTINGS)
         self.server_lr = float(server_lr)
         self.weighting = weighting
         self.scores = OnlineScore(score_interval)

@@ -27,6 +27,7 @@ from fl_uav.compression.quantization import (
     range_quantize,
     unflatten,
 )
+from fl_uav.configschema import require_choice
 
 COMPRESSION_METHODS = ('none', 'qsgd', 'range', 'ceoafl', 'lgc')
 Weights = dict[str, np.ndarray]
@@ -174,9 +175,7 @@ class CompressionConfig:
     lgc_drop_probabilities: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.method not in COMPRESSION_METHODS:
-            raise ValueError(f'method {self.method!r} unknown; choices: '
-                             f'{", ".join(COMPRESSION_METHODS)}')
+        require_choice('method', self.method, COMPRESSION_METHODS)
         if self.qsgd_levels < 1 or not 1 <= self.range_bits <= 16:
             raise ValueError('qsgd_levels must be >= 1 and range_bits in [1, 16]')
         if self.raw_probability != -1.0 and not 0.0 <= self.raw_probability <= 1.0:

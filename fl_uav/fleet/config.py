@@ -6,6 +6,7 @@ Sections map one-to-one to the parameter groups of config/fleet.yaml (``world.se
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -17,6 +18,11 @@ from fl_uav.learning.config import LearningConfig
 from fl_uav.planning.coverage import CoverageConfig
 from fl_uav.planning.geofence import Geofence, GeofenceConfig, resolve_geofence
 from fl_uav.sim.autopilot import AutopilotSimConfig
+from fl_uav.sim.experiment_config import (
+    ResourcesConfig,
+    SystemConfig,
+    check_planner_procedures,
+)
 from fl_uav.sim.express import ExpressConfig
 from fl_uav.world.camera import CameraConfig
 from fl_uav.world.landcover import WorldConfig
@@ -194,7 +200,14 @@ class TrajectoryConfig:
     battery_wh, battery_reserve_fraction, cruise_power_w, hover_power_w: the energy budget of
     the plan (pack energy, share kept in reserve, power in level flight at flight.speed_m_s and
     hovering).
-    solver_time_limit_s: HiGHS time limit per SCA iteration (planning runs once, onboard).
+    The planner's work is bounded by counts, so a plan is a deterministic function of its
+    inputs (fl_uav/planning/trajectory.py): window_passes: passes of the windowed SCA (each:
+    window sweeps, detours to missed classes, the whole-horizon MILP; fewer passes, cheaper
+    plans); horizon_iterations: SCA iterations (HiGHS root-node MILPs over all T x R
+    binaries) of the whole-horizon stage per pass, the costliest stage (0: skip it).
+    Wall-clock safety caps, not meant to bind (if one does, the plan depends on the CPU's load
+    and the record's plan.time_capped is true): plan_time_budget_s per plan (a re-planning
+    drone, priorities deficit, plans within its round), solver_time_limit_s per window MILP.
     """
 
     planner: str = 'coverage'
@@ -215,6 +228,9 @@ class TrajectoryConfig:
     cruise_power_w: float = 300.0
     hover_power_w: float = 250.0
     solver_time_limit_s: float = 5.0
+    plan_time_budget_s: float = 28.0
+    window_passes: int = 2
+    horizon_iterations: int = 1
 
     def __post_init__(self) -> None:
         for name, choices in (('planner', TRAJECTORY_PLANNERS), ('sampling', SAMPLING_PATTERNS),
@@ -238,6 +254,41 @@ class TrajectoryConfig:
         for name in ('battery_wh', 'cruise_power_w', 'hover_power_w', 'solver_time_limit_s'):
             if not getattr(self, name) > 0.0:
                 raise ValueError(f'{name} must be > 0, got {getattr(self, name)}')
+        if not (math.isfinite(self.plan_time_budget_s) and self.plan_time_budget_s > 0.0):
+            raise ValueError(f'trajectory.plan_time_budget_s must be finite and > 0 (a safety '
+                             f'cap on one plan, in s), got {self.plan_time_budget_s}')
+        for name in ('window_passes', 'horizon_iterations'):
+            if getattr(self, name) < 0:
+                raise ValueError(f'trajectory.{name} must be >= 0, got {getattr(self, name)}')
+
+
+@dataclass(frozen=True)
+class PlanningModelConfig:
+    """What the ground station's resource planner assumes about the drones' radio link and
+    companion computer (SI units; the engine's ``system`` keys of the same names and
+    defaults): FedDPQ eqs. (14)-(17) link (bandwidth_hz, tx_power_w as the LGC planners'
+    power, interference_w), the model download at downlink_rate_bit_s (LGC's round time), and
+    FedDPQ eqs. (33)-(36) compute (cpu_freq_hz, train_cycles_per_sample,
+    gen_cycles_per_sample). The fleet itself has no radio or energy model (frames travel over
+    DDS): set these to the hardware flown. Distances come from the drones' upload poses."""
+
+    bandwidth_hz: float = SystemConfig.bandwidth_hz
+    tx_power_w: float = SystemConfig.tx_power_w
+    interference_w: float = SystemConfig.interference_w
+    downlink_rate_bit_s: float = SystemConfig.downlink_rate_bit_s
+    cpu_freq_hz: float = SystemConfig.cpu_freq_hz
+    train_cycles_per_sample: float = SystemConfig.train_cycles_per_sample
+    gen_cycles_per_sample: float = SystemConfig.gen_cycles_per_sample
+
+    def __post_init__(self) -> None:
+        try:
+            self.system()
+        except ValueError as exc:
+            raise ValueError(f'planning_model.{exc}') from None
+
+    def system(self) -> SystemConfig:
+        """The engine's system section with these constants (the planners take that)."""
+        return SystemConfig(**dataclasses.asdict(self))
 
 
 @dataclass(frozen=True)
@@ -248,6 +299,12 @@ class FleetConfig:
     (FedEx UAV express delivery: the drones are transporters ferrying the model to
     ``ground_clients`` and their cumulative local updates back; ``express.*`` plans and
     sizes it, see :meth:`check_express`).
+    resources: per-drone resource knobs the ground station plans and sends with each round
+    (the engine's section, :class:`~fl_uav.sim.experiment_config.ResourcesConfig`; planner
+    none | feddpq | lgc_fixed | lgc_heuristic | lgc_ddpg). The station builds the planner
+    once every drone has reported a pose and a non-empty class histogram (after round 1) and
+    sends its knobs from the next round on (fl_uav.fleet.ground_station); standard mode only.
+    planning_model: the radio and compute constants that planner assumes.
     """
 
     num_drones: int = 4
@@ -268,6 +325,8 @@ class FleetConfig:
     compression: CompressionConfig = field(default_factory=CompressionConfig)
     express: ExpressConfig = field(default_factory=ExpressConfig)
     ground_clients: GroundClientConfig = field(default_factory=GroundClientConfig)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    planning_model: PlanningModelConfig = field(default_factory=PlanningModelConfig)
 
     def __post_init__(self) -> None:
         if not (1 <= self.num_drones <= 250):
@@ -294,6 +353,16 @@ class FleetConfig:
 
         if self.trajectory.planner == '2ceoafl':
             self._check_onboard_planning()
+        if self.resources.planner != 'none' and self.mode != 'standard':
+            raise ValueError(f'resources.planner {self.resources.planner} needs mode standard '
+                             f'(the drones train and upload), got mode {self.mode}')
+        check_planner_procedures(self.resources, self.learning, self.compression,
+                                 self.aggregation)
+        if self.resources.planner.startswith('lgc') and isinstance(
+                self.resources.lgc_steps_scale, str):
+            raise ValueError(f'resources.lgc_steps_scale {self.resources.lgc_steps_scale!r} is '
+                             f"the engine's (it measures the fleet's loss against local steps); "
+                             f'the fleet needs a number')
 
     def check_express(self) -> None:
         """Keys that must agree with ``mode: express`` (each error names the key).

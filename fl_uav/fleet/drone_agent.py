@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import logging
 import math
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass
+from collections import Counter, deque
+from dataclasses import dataclass, field
 
 import cv2
 import numpy as np
@@ -38,27 +39,44 @@ from fl_uav.compression.codec import (
     decode_frame,
 )
 from fl_uav.compression.codec_v2 import split_frames
-from fl_uav.compression.paper_compressors import LgcCompressor
+from fl_uav.compression.paper_compressors import LgcCompressor, PlannedCompressors
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.messages import UPLOAD_ACK_KNOB, FinishCommand, PoseSample, RoundTask
+from fl_uav.fleet.resource_knobs import (
+    KNOBS_APPLIED_KEY,
+    KNOBS_REJECTED_KEY,
+    POSITION_KEY,
+    RECORDED_KNOBS,
+    TOPUP_GENERATED_KEY,
+    KnobCheck,
+    check_resource_knobs,
+    drone_topup_generator,
+    valid_position,
+)
 from fl_uav.learning.buffer import OnboardBuffer
 from fl_uav.learning.client_algorithms import SERVER_CONTROL_KNOB, ScaffoldClient
 from fl_uav.learning.models import build_model
+from fl_uav.learning.topup import TOPUP_SEED_TAG, top_up
 from fl_uav.learning.weights import (
     architecture_fingerprint,
     get_weights,
     weight_shapes,
 )
 from fl_uav.planning.coverage import PlanWaypoint
+from fl_uav.planning.feddpq_opt import BITS_KNOB, TOPUP_KNOB
+from fl_uav.planning.lgc_control import ENTRIES_KNOB
 from fl_uav.world.dataset import to_model_input
 from fl_uav.world.labeler import MapLabeler
 from fl_uav.world.landcover import CLASS_NAMES
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class UpdateReport:
     """What one round of local work spent and produced: the frames to publish, in order (one,
-    or one per LGC layer that its channel carries this round)."""
+    or one per LGC layer that its channel carries this round), and the resource knobs of the
+    round the drone rejected (knob -> (malformed | unsupported, detail))."""
 
     round_index: int
     frames: tuple[bytes, ...]
@@ -66,6 +84,7 @@ class UpdateReport:
     steps: int
     train_loss: float
     train_seconds: float
+    knobs_rejected: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def frame(self) -> bytes:
@@ -99,8 +118,10 @@ class DroneAgent:
         self._shapes = weight_shapes(get_weights(self._model))
         self._fingerprint = architecture_fingerprint(get_weights(self._model))
         self._compressor = config.compression.build()     # one per drone (lgc keeps state)
-        config.compression.check_model_dim(               # fail at start
-            sum(int(np.prod(shape)) for shape in self._shapes.values()))
+        self._model_dim = sum(int(np.prod(shape)) for shape in self._shapes.values())
+        config.compression.check_model_dim(self._model_dim)   # fail at start
+        self._planned = PlannedCompressors(config.compression)   # a planner's δ_u, D_n
+        self._topup_generator = drone_topup_generator()
         self._client = config.learning.build_client()       # one per drone (scaffold: c_k)
         self._lock = threading.Lock()
         self._poses: deque[PoseSample] = deque()
@@ -116,6 +137,10 @@ class DroneAgent:
         self.rejected_frames = 0
         self.malformed_acks = 0         # UPLOAD_ACK_KNOB values that could not be read
         self.uploads_rolled_back = 0    # previous uploads the station reported unused (or part)
+        # Resource knobs (fl_uav.fleet.resource_knobs) rejected, by '<knob>/<kind>'.
+        self.knobs_rejected: Counter = Counter()
+        # The recorded-only knobs last received (tx_power_w, the packet-error target and q_u).
+        self.recorded_knobs: dict[str, float] = {}
         # The last encoded upload awaiting the station's verdict: (round, client trained).
         self._pending_upload: tuple[int, bool] | None = None
         self._train_config = config.learning.train_config()
@@ -238,24 +263,40 @@ class DroneAgent:
 
     def train_round(self, task: RoundTask) -> UpdateReport:
         """Run the configured client algorithm from the global weights on the buffer (the
-        engine's code, fl_uav.learning.client_algorithms) and encode the update frame."""
+        engine's code, fl_uav.learning.client_algorithms) and encode the update frame.
+
+        The round's resource knobs are checked first (:meth:`check_knobs`); the applied ones
+        set the steps (``local_steps``), the pruning ratio (``prune_fraction``), the buffer's
+        FedDPQ top-up (``topup_factor``, eqs. (1)-(3)) and the upload's compressor
+        (``range_bits``, ``lgc_channel_entries``); a rejected one leaves the config's value."""
         start = time.perf_counter()
         self.settle_previous_upload(task)
+        check = self.check_knobs(task)
+        knobs = {**{k: v for k, v in task.knobs.items() if k not in check.rejected},
+                 **check.applied}
         torch.set_num_threads(self.config.learning.torch_threads)
         with self._lock:
             images, labels = self._buffer.arrays()
         steps, loss, num_samples, trained = 0, float('nan'), 0, False
         delta = {name: np.zeros_like(w) for name, w in task.weights.items()}
-        mask, metrics, delta_c = None, {}, None
+        mask, metrics, delta_c, generated = None, {}, None, None
         selected = int(task.knobs.get(DRAWS_KNOB, 1)) > 0     # FedDPQ: drawn this round?
         if selected and len(images) >= self.config.learning.min_samples_to_train:
+            if TOPUP_KNOB in check.applied:     # FedDPQ eqs. (1)-(3) on the buffer's frames
+                made = top_up(images, labels, len(CLASS_NAMES), check.applied[TOPUP_KNOB],
+                              self._topup_generator, np.random.default_rng(
+                                  (self.config.world.seed, TOPUP_SEED_TAG, self.drone_id,
+                                   task.round_index)))
+                images = np.concatenate([images, made.images])
+                labels = np.concatenate([labels, made.labels])
+                generated = made.generated_total
             inputs = to_model_input(images, self.config.learning.input_px)
             lr = self.config.learning.lr * self.config.learning.lr_decay ** (task.round_index - 1)
             mu = float(task.knobs.get(PROXIMAL_MU_KNOB, 0.0))
             result = self._client.train(
                 self._model, task.weights, inputs, labels,
                 dataclasses.replace(self._train_config, lr=lr, proximal_mu=mu),
-                seed=hash((self.drone_id, task.round_index)) & 0xFFFFFFFF, knobs=task.knobs)
+                seed=hash((self.drone_id, task.round_index)) & 0xFFFFFFFF, knobs=knobs)
             delta, mask, metrics = result.delta, result.mask, dict(result.metrics)
             delta_c = metrics.pop(DELTA_C_KEY, None)
             steps, loss, num_samples = result.steps, result.mean_loss, result.num_samples
@@ -270,10 +311,38 @@ class DroneAgent:
             'mission_waypoints': len(task.plan),
             'class_counts': self.class_counts().tolist(),
         }
-        frames = self._encode(task, delta, mask, delta_c, metadata)
+        pose = self.latest_pose()
+        position = None if pose is None else [pose.east_m, pose.north_m, pose.up_m]
+        if valid_position(position):   # where the upload left, for the station's d_u; a pose
+            metadata[POSITION_KEY] = position   # with a NaN is left out (encoding would fail)
+
+        if check.applied:
+            metadata[KNOBS_APPLIED_KEY] = check.applied
+        if check.rejected:
+            metadata[KNOBS_REJECTED_KEY] = {k: kind for k, (kind, _) in check.rejected.items()}
+        if generated is not None:
+            metadata[TOPUP_GENERATED_KEY] = generated
+        frames = self._encode(task, delta, mask, delta_c, metadata, check.applied)
         self._pending_upload = (task.round_index, trained)
         return UpdateReport(task.round_index, frames, num_samples, steps, loss,
-                            time.perf_counter() - start)
+                            time.perf_counter() - start, dict(check.rejected))
+
+    def check_knobs(self, task: RoundTask) -> KnobCheck:
+        """The round's resource knobs (fl_uav.fleet.resource_knobs): each rejected one is
+        counted (``knobs_rejected``, by '<knob>/<kind>') and logged; the recorded-only ones
+        (``tx_power_w``: the fleet models no radio) are kept in ``recorded_knobs``."""
+        c = self.config
+        check = check_resource_knobs(
+            task.knobs, client_algorithm=c.learning.client_algorithm,
+            compression_method=c.compression.method,
+            num_channels=len(c.compression.lgc_channel_entries), model_dim=self._model_dim)
+        for knob, (kind, detail) in check.rejected.items():
+            self.knobs_rejected[f'{knob}/{kind}'] += 1
+            _log.warning('drone %d, round %d: knob %s rejected (%s): %s', self.drone_id,
+                         task.round_index, knob, kind, detail)
+        self.recorded_knobs.update({k: v for k, v in check.applied.items()
+                                    if k in RECORDED_KNOBS})
+        return check
 
     def settle_previous_upload(self, task: RoundTask) -> None:
         """Undo what the previous upload changed if the station says it was not used.
@@ -320,8 +389,11 @@ class DroneAgent:
         self.uploads_rolled_back += 1
 
     def _encode(self, task: RoundTask, delta: dict, mask: dict | None, delta_c: dict | None,
-                metadata: dict) -> tuple[bytes, ...]:
-        """The frames that carry this round's update (the configured compressor's output)."""
+                metadata: dict, applied: dict | None = None) -> tuple[bytes, ...]:
+        """The frames that carry this round's update (the configured compressor's output; a
+        planner's ``range_bits`` picks the range quantizer's bits δ_u, FedDPQ eqs. (11)-(13),
+        and ``lgc_channel_entries`` the LGC layers' sizes D_n this round, LGC eq. (13))."""
+        applied = applied or {}
         # Flattened in the global frame's tensor order (the station unflattens in that order).
         delta = {name: delta[name] for name in task.weights}
         if isinstance(self._client, ScaffoldClient):   # Δc_k beside Δ (dense v1 tensors)
@@ -329,10 +401,11 @@ class DroneAgent:
                 delta_c = {name: np.zeros_like(w) for name, w in delta.items()}
             delta = {**delta, **with_prefix(delta_c, DELTA_C_TENSOR_PREFIX)}
         rng = np.random.default_rng((self.config.world.seed, self.drone_id, task.round_index))
-        sent, _ = self._compressor.compress(delta, rng, round_index=task.round_index,
-                                            sender=self.drone_id,
-                                            fingerprint=self._fingerprint, mask=mask,
-                                            metadata=metadata, metrics=metadata)
+        compressor = self._planned.select(self._compressor, applied.get(BITS_KNOB),
+                                          applied.get(ENTRIES_KNOB))
+        sent, _ = compressor.compress(delta, rng, round_index=task.round_index,
+                                      sender=self.drone_id, fingerprint=self._fingerprint,
+                                      mask=mask, metadata=metadata, metrics=metadata)
         if isinstance(self._compressor, LgcCompressor):
             # LGC: one frame per layer; a layer whose channel drops it this round is not sent
             # (the compressor kept it in its residual, LGC §2.5).

@@ -12,6 +12,9 @@ In ``mode: express`` (FedEx) the drones are transporters: CARP is planned once a
 knob, the updates are the UAVs' running sums u_k (FedEx eq. (12)) and the strategy is
 FedEx's: Sync waits for every u_k and applies eq. (13) once; Async closes a round at each
 landing (eqs. (14)-(15)) and sends only the landed UAVs out again.
+
+With ``resources.planner`` (standard mode) the station also plans each drone's resource knobs
+(fl_uav.sim.resource_planning, the engine's planners): see :class:`StationResources`.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from fl_uav.compression.codec import (
     FrameKind,
     decode_frame,
     encode_frame,
+    encoded_size,
 )
 from fl_uav.compression.codec_v2 import VERSION_V2, FrameKindV2, LgcPart, decode_v2
 from fl_uav.compression.lgc import decode as lgc_sum
@@ -48,6 +52,8 @@ from fl_uav.compression.quantization import flatten, unflatten
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.express_routes import ExpressRoutes, plan_express_routes
 from fl_uav.fleet.messages import EXPRESS_KNOB, UPLOAD_ACK_KNOB
+from fl_uav.fleet.resource_knobs import KNOBS_REJECTED_KEY, POSITION_KEY, valid_position
+from fl_uav.fleet.station_resources import CLASS_COUNTS_KEY, StationResources, valid_class_counts
 from fl_uav.learning.models import build_model
 from fl_uav.learning.training import evaluate
 from fl_uav.learning.weights import (
@@ -58,6 +64,7 @@ from fl_uav.learning.weights import (
     weight_shapes,
 )
 from fl_uav.planning.coverage import PlanWaypoint, coverage_plan
+from fl_uav.planning.resources import merge_knobs
 from fl_uav.world.landcover import CLASS_NAMES
 
 # Non-negative integer counts a drone reports with its update (anything else is rejected).
@@ -123,12 +130,17 @@ class RoundRecord:
     # The strategy's numeric report (e.g. FedEx-Async's max_lag: server updates between the
     # model a landed tour carried and the one its u_k is applied to, digest Sec. 8 item 11).
     aggregation: dict[str, float] = field(default_factory=dict)
+    # resources.planner: the knobs the planner sent each drone this round, and the resource
+    # knobs each drone reported rejecting ({knob: malformed | unsupported}).
+    resource_knobs: dict[int, dict] = field(default_factory=dict)
+    knobs_rejected: dict[int, dict] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (keys of per-drone maps as strings)."""
         out = asdict(self)
         for key in ('bytes_up', 'train_loss', 'samples', 'samples_collected',
-                    'waypoints_reached', 'waypoints_planned', 'express'):
+                    'waypoints_reached', 'waypoints_planned', 'express', 'resource_knobs',
+                    'knobs_rejected'):
             out[key] = {str(k): v for k, v in out[key].items()}
         return out
 
@@ -144,6 +156,7 @@ class _OpenRound:
     bytes_down: int = 0
     rejected: Counter = field(default_factory=Counter)
     lgc_layers: dict[int, tuple[int, set[int]]] = field(default_factory=dict)
+    resource_knobs: dict[int, dict] = field(default_factory=dict)
 
     def complete(self, drone: int) -> bool:
         """The drone's update arrived (for LGC: every one of its layers)."""
@@ -205,6 +218,8 @@ class GroundStation:
         self._used_last_round: dict[int, list[int] | None] = {}
         self.records: list[RoundRecord] = []
         self.rejected_total: Counter = Counter()
+        # resources.planner: built from the drones' reports, its knobs merged into each round's
+        self.resources = StationResources(config, len(CLASS_NAMES))
         self.initial_accuracy, self.initial_loss = self.evaluate()
 
     # --- state ---------------------------------------------------------------------------
@@ -242,6 +257,8 @@ class GroundStation:
             duration += self.config.rounds.first_round_extra_s
         plans = self._plans(index)
         knobs = self._strategy.configure_round(index, self.drone_ids)
+        planned = self.resources.knobs(index, self.drone_ids)    # {} until planned
+        knobs = merge_knobs(knobs, planned)
         if self.express is not None:   # Sync: every UAV departs with x_r (Sec. IV-D);
             for d in self._departing:  # Async: those that just landed (Sec. IV-E)
                 knobs[d] = {**knobs.get(d, {}), EXPRESS_KNOB: {
@@ -263,7 +280,8 @@ class GroundStation:
                               self.config.rounds.num_rounds,
                               'knobs': {str(d): k for d, k in knobs.items()}})
         self._round = _OpenRound(index, now_s, now_s + duration, bytes_down=len(frame),
-                                 plan_lengths={d: len(p) for d, p in plans.items()})
+                                 plan_lengths={d: len(p) for d, p in plans.items()},
+                                 resource_knobs={d: dict(k) for d, k in planned.items()})
         return RoundOpening(index, frame, plans, now_s + duration)
 
     def _plans(self, index: int) -> dict[int, list[PlanWaypoint]]:
@@ -343,6 +361,8 @@ class GroundStation:
         loss = frame.metadata.get('train_loss')
         if loss is not None and (isinstance(loss, bool) or not isinstance(loss, int | float)):
             return UpdateVerdict(False, 'metadata', frame.sender)
+        if not self._reports_ok(frame.metadata):
+            return UpdateVerdict(False, 'metadata', frame.sender)
         if self._async:
             if frame.sender in self._landed:
                 return UpdateVerdict(False, 'duplicate', frame.sender)
@@ -360,6 +380,16 @@ class GroundStation:
             num_samples=counts['num_samples'], metrics=dict(frame.metadata))
         r.bytes_up[frame.sender] = len(data)
         return UpdateVerdict(True, 'accepted', frame.sender)
+
+    @staticmethod
+    def _reports_ok(metadata: dict[str, Any]) -> bool:
+        """The drone's histogram, upload position and rejected knobs, when present, are well
+        formed (the planner's inputs; the round record)."""
+        checks = ((CLASS_COUNTS_KEY, lambda v: valid_class_counts(v, len(CLASS_NAMES))),
+                  (POSITION_KEY, valid_position),
+                  (KNOBS_REJECTED_KEY, lambda v: isinstance(v, dict) and all(
+                      isinstance(k, str) and isinstance(x, str) for k, x in v.items())))
+        return all(key not in metadata or ok(metadata[key]) for key, ok in checks)
 
     @staticmethod
     def _add_layer(r: _OpenRound, frame: _ReceivedUpdate, size: int) -> UpdateVerdict:
@@ -424,12 +454,28 @@ class GroundStation:
             model_change_l2=change,
             aggregation={k: v for k, v in result.metrics.items()
                          if isinstance(v, int | float) and not isinstance(v, bool)
-                         and math.isfinite(v)})
+                         and math.isfinite(v)},
+            resource_knobs=r.resource_knobs,
+            knobs_rejected={u.sender: dict(u.metrics[KNOBS_REJECTED_KEY]) for u in updates
+                            if KNOBS_REJECTED_KEY in u.metrics})
         self.records.append(record)
+        if self.resources.enabled:   # the planner's inputs: each drone's histogram and pose
+            for u in updates:
+                self.resources.observe(u.sender, u.metrics)
+            # The model download alone, as the engine charges it (LGC's round time), not the
+            # whole frame with every drone's plan and knobs.
+            self.resources.plan_if_ready(r.index, self.drone_ids, self._layout.dim,
+                                         encoded_size(self.weights, {'round': r.index}))
         self._used_last_round = {
             d: sorted(r.lgc_layers[d][1]) if d in r.lgc_layers else None for d in r.updates}
         self._round = None
         return record
+
+    def plan_pending(self) -> None:
+        """Build the resource planner whose inputs the last :meth:`close_round` took (no-op
+        otherwise; :meth:`open_round` does it too). Seconds for ``lgc_ddpg``: a caller with a
+        lock can run it outside, between closing one round and opening the next."""
+        self.resources.build_pending()
 
     @staticmethod
     def _waypoints_planned(r: _OpenRound) -> dict[int, int]:

@@ -142,7 +142,9 @@ class OnboardTrajectory:
 
     classes: associated class per round (eq. (3), -1: none); objective: eq. (4) of the plan;
     regions: the fitted eq. (1) components it was planned over; start_enu_m: where it starts;
-    step_m, budget_m: the reach per round and the path budget it met; solve_time_s: wall time.
+    step_m, budget_m: the reach per round and the path budget it met; solve_time_s: wall time;
+    time_capped: a wall-clock safety cap (trajectory.plan_time_budget_s,
+    trajectory.solver_time_limit_s) cut the planner short, so the plan depends on the load.
     """
 
     first_round: int
@@ -154,6 +156,7 @@ class OnboardTrajectory:
     step_m: float
     budget_m: float
     solve_time_s: float
+    time_capped: bool = False
 
     def target_for(self, round_index: int) -> PlanWaypoint | None:
         """q_t of a round, or None outside the planned rounds."""
@@ -403,14 +406,15 @@ class OnboardPlanner:
 
     def constraints(self, rounds_left: int) -> TrajectoryConstraints:
         """The drone's limits as the planner takes them (reach per round, fence, band, budget)."""
-        speed = self.config.flight.speed_m_s
+        speed, traj = self.config.flight.speed_m_s, self.config.trajectory
         step_m = self.config.round_reach_m() - self.pattern_length_m()
         return TrajectoryConstraints(
             fence=self.fence.box, altitude_m=self.config.coverage.altitude_m,
             min_altitude_m=self.fence.min_up_m, max_altitude_m=self.fence.max_up_m,
             max_speed_m_s=speed, round_time_s=step_m / speed,
             budget_m=self.energy_budget_m(rounds_left), zeta=self.config.trajectory.zeta,
-            time_limit_s=self.config.trajectory.solver_time_limit_s)
+            window_passes=traj.window_passes, horizon_iterations=traj.horizon_iterations,
+            time_limit_s=traj.solver_time_limit_s, time_budget_s=traj.plan_time_budget_s)
 
     def plan(self, first_round: int, start_enu_m: Sequence[float]) -> OnboardTrajectory:
         """Plan q_t for rounds first_round..num_rounds (2CEOAFL eqs. (1)-(5), Algorithm 1).
@@ -430,7 +434,8 @@ class OnboardPlanner:
                                           held_mass=held)
         return OnboardTrajectory(first_round, tuple(result.waypoints), tuple(result.classes),
                                  result.objective, tuple(regions), start, constraints.step_m,
-                                 constraints.budget_m, result.solve_time_s)
+                                 constraints.budget_m, result.solve_time_s,
+                                 result.time_capped)
 
     # --- a round ---------------------------------------------------------------------------
     def mission_for(self, task: RoundTask,
@@ -522,6 +527,12 @@ class OnboardPlanner:
                           len(plan.regions), plan.objective,
                           total_path_m(plan.start_enu_m, plan.waypoints), plan.budget_m,
                           plan.solve_time_s)
+                if plan.time_capped:
+                    _log.warning('drone %d: the 2CEOAFL planner hit a wall-clock safety cap '
+                                 '(trajectory.plan_time_budget_s %.1f s / solver_time_limit_s '
+                                 '%.1f s): the plan depends on the CPU load', self.drone_id,
+                                 self.config.trajectory.plan_time_budget_s,
+                                 self.config.trajectory.solver_time_limit_s)
                 if self._on_plan is not None:
                     try:
                         self._on_plan(plan)
@@ -578,7 +589,7 @@ class OnboardPlanner:
                 'step_m': plan.step_m,
                 'budget_m': plan.budget_m if math.isfinite(plan.budget_m) else None,
                 'path_m': total_path_m(plan.start_enu_m, plan.waypoints),
-                'solve_time_s': plan.solve_time_s,
+                'solve_time_s': plan.solve_time_s, 'time_capped': plan.time_capped,
                 'regions': [{'class_id': r.class_id, 'center_enu_m': list(r.center_enu_m),
                              'radius_m': r.radius_m, 'weight': r.weight}
                             for r in plan.regions]}

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 PROGRESS_FILE = 'progress.jsonl'
 STATION_REPORT_FILE = 'ground_station.json'
+KNOBS_FILE = 'knobs.json'   # resources.planner's record: the fleet's and the engine's
 
 
 def _clean(value: Any) -> Any:
@@ -39,11 +41,20 @@ class RunLog:
 
     def write_report(self, report: dict[str, Any]) -> None:
         """The station's final report, written via a temporary file and a rename."""
+        self._write(STATION_REPORT_FILE, report)
+
+    def write_knobs(self, knobs: dict[str, Any]) -> None:
+        """The resource planner's record (fl_uav.fleet.station_resources), rewritten whole
+        whenever it changes (a round opened or closed)."""
+        self._write(KNOBS_FILE, knobs)
+
+    def _write(self, name: str, payload: dict[str, Any]) -> None:
         if self.out_dir is None:
             return
-        tmp = self.out_dir / (STATION_REPORT_FILE + '.tmp')
-        tmp.write_text(json.dumps(_clean(report), indent=2))
-        tmp.replace(self.out_dir / STATION_REPORT_FILE)
+        # A temporary name of this thread's own: two threads may write the same file.
+        tmp = self.out_dir / f'{name}.{os.getpid()}.{threading.get_ident()}.tmp'
+        tmp.write_text(json.dumps(_clean(payload), indent=2))
+        tmp.replace(self.out_dir / name)
 
 
 def read_progress(out_dir: str | os.PathLike) -> list[dict[str, Any]]:

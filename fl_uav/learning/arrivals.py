@@ -13,6 +13,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fl_uav.configschema import require_choice
+
 EXHAUSTED_POLICIES = ('stop', 'wrap')
 
 SeedLike = int | np.random.SeedSequence | np.random.Generator
@@ -86,9 +88,7 @@ class ClientStream:
 
     def __init__(self, indices: Sequence[int] | np.ndarray, seed: SeedLike,
                  when_exhausted: str = 'stop') -> None:
-        if when_exhausted not in EXHAUSTED_POLICIES:
-            raise ValueError(f'when_exhausted {when_exhausted!r} unknown; choices: '
-                             f'{", ".join(EXHAUSTED_POLICIES)}')
+        require_choice('when_exhausted', when_exhausted, EXHAUSTED_POLICIES)
         self._indices = np.asarray(indices, np.int64).reshape(-1)
         self._rng = np.random.default_rng(seed)
         self._when_exhausted = when_exhausted

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fl_uav.configschema import require_choice
+
 BUFFER_POLICIES = ('fifo', 'append_only', 'trim_top_label')
 
 
@@ -50,9 +52,7 @@ class BufferConfig:
 
 def check_policy(policy: str) -> None:
     """Raise ValueError naming ``buffer.policy`` and the choices if ``policy`` is unknown."""
-    if policy not in BUFFER_POLICIES:
-        raise ValueError(f'buffer.policy {policy!r} unknown; choices: '
-                         f'{", ".join(BUFFER_POLICIES)}')
+    require_choice('buffer.policy', policy, BUFFER_POLICIES)
 
 
 def retained_positions(stored_labels: np.ndarray, incoming_labels: np.ndarray,

@@ -45,6 +45,7 @@ from torch import nn
 from fl_uav.aggregation._common import LOCAL_LR_KEY, PRUNE_FRACTION_KEY
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.aggregation.scaffold import DELTA_C_KEY
+from fl_uav.configschema import require_choice
 from fl_uav.learning.pruning import (
     IndexMap,
     Mask,
@@ -445,7 +446,5 @@ def build_client_algorithm(name: str, *, structured_keep: float = 1.0, rho_steps
         'osafl': lambda: OsaflClient(min_local_steps, max_local_steps),
         'scaffold': lambda: ScaffoldClient(),
     }
-    if name not in builders:
-        raise ValueError(f'learning.client_algorithm {name!r} unknown; choices: '
-                         f'{", ".join(CLIENT_ALGORITHMS)}')
+    require_choice('learning.client_algorithm', name, builders)
     return builders[name]()

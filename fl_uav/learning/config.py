@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fl_uav.configschema import require_choice
 from fl_uav.learning.client_algorithms import CLIENT_ALGORITHMS, build_client_algorithm
 from fl_uav.learning.models import MODEL_NAMES
 from fl_uav.learning.training import OPTIMIZERS, TrainConfig
@@ -61,11 +62,8 @@ class LearningConfig:
     max_local_steps: int = 15
 
     def __post_init__(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f'optimizer {self.optimizer!r} unknown; choices: '
-                             f'{", ".join(OPTIMIZERS)}')
-        if self.model not in MODEL_NAMES:
-            raise ValueError(f'model {self.model!r} unknown; choices: {", ".join(MODEL_NAMES)}')
+        require_choice('optimizer', self.optimizer, OPTIMIZERS)
+        require_choice('model', self.model, MODEL_NAMES)
         if self.input_px not in (16, 32, 64):
             raise ValueError(f'input_px must be one of 16, 32, 64, got {self.input_px}')
         if self.min_samples_to_train < 1:
@@ -86,9 +84,7 @@ class LearningConfig:
 
     def _check_client_algorithm(self) -> None:
         name = self.client_algorithm
-        if name not in CLIENT_ALGORITHMS:
-            raise ValueError(f'client_algorithm {name!r} unknown; choices: '
-                             f'{", ".join(CLIENT_ALGORITHMS)}')
+        require_choice('client_algorithm', name, CLIENT_ALGORITHMS)
         if self.rho_steps < 0 or self.kappa_steps < 1:
             raise ValueError(f'rho_steps must be >= 0 and kappa_steps >= 1, got '
                              f'{self.rho_steps}, {self.kappa_steps}')

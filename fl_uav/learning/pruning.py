@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fl_uav.configschema import require_choice
 from fl_uav.learning.training import NonFiniteLossError, TrainConfig
 from fl_uav.learning.weights import Weights, get_weights, set_weights
 
@@ -434,9 +435,7 @@ def structured_index_map(model: nn.Module, keep_fraction: float, importance: str
     """Which filters, channels and features survive (see ``shrink_model``), from the weights."""
     if not (0.0 < float(keep_fraction) <= 1.0):
         raise ValueError(f'keep_fraction must be in (0, 1], got {keep_fraction}')
-    if importance not in IMPORTANCES:
-        raise ValueError(f'importance must be one of {", ".join(IMPORTANCES)}, got '
-                         f'{importance!r}')
+    require_choice('importance', importance, IMPORTANCES)
     layers = _layers(model)
     weighted = [(n, m) for n, m in layers if isinstance(m, (nn.Conv2d, nn.Linear))]
     if not any(isinstance(m, nn.Conv2d) for _, m in weighted):

@@ -33,11 +33,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
+from fl_uav.configschema import require_choice
+
 SAMPLE_LAYOUTS = ('hwc', 'chw')
+TOPUP_SEED_TAG = 0x746F7075   # 'topu': keeps a top-up's random draws apart from other seeds
 AUGMENTATION_GENERATORS = ('augment_dihedral', 'augment_hflip', 'augment_shift')
 TOPUP_GENERATORS = ('auto', *AUGMENTATION_GENERATORS)
 AUTO_GENERATOR_BY_DATASET = {
@@ -73,16 +76,21 @@ def topup_counts(class_counts: np.ndarray, factor: float) -> np.ndarray:
     return np.maximum(topup_floor(counts, factor) - counts, 0)
 
 
-def topup_counts_per_device(class_counts: np.ndarray, factors: np.ndarray) -> np.ndarray:
+def topup_counts_per_device(class_counts: np.ndarray, factors: np.ndarray,
+                            absent_classes: bool = True) -> np.ndarray:
     """FedDPQ eq. (1) for U devices at once: row u is max(ceil(Delta_u D'_u) - D_loc,u,c, 0).
 
     class_counts: (U, C) real samples per class (float64 counts accepted, as a planner's
-    expected counts). factors: (U,) Delta_u >= 0 (0: no top-up). Returns (U, C) float64; on
-    integer counts and Delta_u > 0 row u equals :func:`topup_counts`.
+    expected counts). factors: (U,) Delta_u >= 0 (0: no top-up). absent_classes: whether the
+    generator can make a class the device has no sample of (the paper's diffusion model can;
+    a label-preserving augmentation cannot, see ``Generator.makes_absent_classes``); when
+    False, classes with D_loc,u,c = 0 get 0. Returns (U, C) float64; on integer counts,
+    Delta_u > 0 and ``absent_classes`` row u equals :func:`topup_counts`.
     """
     counts = np.asarray(class_counts, np.float64)
     floors = topup_ceiling(np.asarray(factors, np.float64) * counts.max(axis=1))
-    return np.maximum(floors[:, None] - counts, 0.0)
+    wanted = np.maximum(floors[:, None] - counts, 0.0)
+    return wanted if absent_classes else np.where(counts > 0, wanted, 0.0)
 
 
 def mixed_counts(class_counts: np.ndarray, factor: float) -> np.ndarray:
@@ -105,7 +113,13 @@ def _check_factor(factor: float) -> None:
 
 @runtime_checkable
 class Generator(Protocol):
-    """Makes labelled synthetic samples for FedDPQ's top-up (the paper: a diffusion model)."""
+    """Makes labelled synthetic samples for FedDPQ's top-up (the paper: a diffusion model).
+
+    A generator may also set ``makes_absent_classes`` (bool; read with a default of True, the
+    paper's class-conditional model): False when it can only transform real samples of a class,
+    so it makes nothing for a class the device lacks. Planners read it to predict what a top-up
+    really adds (:func:`topup_counts_per_device`).
+    """
 
     def generate(self, images: np.ndarray, labels: np.ndarray, counts_per_class: np.ndarray,
                  rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -132,18 +146,15 @@ class AugmentationGenerator:
     input's (uint8 rounded).
     """
 
+    makes_absent_classes: ClassVar[bool] = False   # every output is a transformed real sample
     transforms: str = 'dihedral'
     max_shift_fraction: float = 0.1
     brightness_jitter: float = 0.1
     layout: str = 'hwc'
 
     def __post_init__(self) -> None:
-        if self.transforms not in ('dihedral', 'hflip', 'none'):
-            raise ValueError(f'transforms {self.transforms!r} unknown; choices: '
-                             'dihedral, hflip, none')
-        if self.layout not in SAMPLE_LAYOUTS:
-            raise ValueError(f'layout {self.layout!r} unknown; choices: '
-                             f'{", ".join(SAMPLE_LAYOUTS)}')
+        require_choice('transforms', self.transforms, ('dihedral', 'hflip', 'none'))
+        require_choice('layout', self.layout, SAMPLE_LAYOUTS)
         if not 0.0 <= self.max_shift_fraction < 0.5 or not 0.0 <= self.brightness_jitter < 1.0:
             raise ValueError('max_shift_fraction must be in [0, 0.5) and brightness_jitter in '
                              '[0, 1)')

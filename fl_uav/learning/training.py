@@ -11,6 +11,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from fl_uav.configschema import require_choice
+
 
 class NonFiniteLossError(RuntimeError):
     """Training produced a NaN or infinite loss."""
@@ -54,9 +56,7 @@ class TrainConfig:
     proximal_mu: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f'optimizer {self.optimizer!r} unknown; choices: '
-                             f'{", ".join(OPTIMIZERS)}')
+        require_choice('optimizer', self.optimizer, OPTIMIZERS)
         if self.local_epochs < 1:
             raise ValueError(f'local_epochs must be >= 1, got {self.local_epochs}')
         if self.batch_size < 1:

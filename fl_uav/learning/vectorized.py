@@ -44,6 +44,7 @@ import copy
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +53,7 @@ import torch.fx
 from torch import nn
 from torch.nn import functional
 
+from fl_uav.configschema import require_choice
 from fl_uav.learning.training import (
     NonFiniteLossError,
     TrainConfig,
@@ -204,29 +206,61 @@ def _conv_geometry(size: int, kernel: int, stride: int, padding: int, dilation: 
     return (size + 2 * padding - dilation * (kernel - 1) - 1) // stride + 1
 
 
-def _stacked_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                    k: int, conv: nn.Conv2d) -> torch.Tensor:
+def _to_grouped(x: torch.Tensor, k: int) -> torch.Tensor:
+    """(k·B, C, H, W) samples of k clients -> (B, k·C, H, W), channels-last: client c's
+    channels are the c-th group, the layout of a grouped convolution (groups = k)."""
+    n, channels, height, width = x.shape
+    return (x.permute(0, 2, 3, 1).reshape(k, n // k, height, width, channels)
+            .permute(1, 2, 3, 0, 4).reshape(n // k, height, width, k * channels)
+            .permute(0, 3, 1, 2))
+
+
+def _to_stacked(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Inverse of :func:`_to_grouped`: (k·B, C, H, W) logical, stored channels-last."""
+    per_client, grouped_channels, height, width = x.shape
+    channels = grouped_channels // k
+    return (x.permute(0, 2, 3, 1).reshape(per_client, height, width, k, channels)
+            .permute(3, 0, 1, 2, 4).reshape(k * per_client, height, width, channels)
+            .permute(0, 3, 1, 2))
+
+
+@dataclass(frozen=True)
+class _Grouped:
+    """A (B, k·C, H, W) activation in the grouped layout of :func:`_to_grouped`.
+
+    Between two convolutions, per-element layers and per-channel pooling work on it as they
+    are, so the samples are regrouped only where a layer needs them per client (Flatten,
+    Linear, the output), not around every convolution.
+    """
+
+    data: torch.Tensor
+    k: int
+
+    def stacked(self) -> torch.Tensor:
+        return _to_stacked(self.data, self.k)
+
+
+def _stacked_conv2d(x: torch.Tensor | _Grouped, weight: torch.Tensor,
+                    bias: torch.Tensor | None, k: int,
+                    conv: nn.Conv2d) -> torch.Tensor | _Grouped:
     """Conv2d of k clients on (k·B, C, H, W) samples with weights (k, C_out, C, kh, kw).
 
-    The result is logically (k·B, C_out, H', W') and stored channels-last.
+    The result is either grouped (:class:`_Grouped`) or logically (k·B, C_out, H', W') and
+    stored channels-last.
     """
-    n, channels, height, width = x.shape
-    out_channels, _, kh, kw = weight.shape[1:]
+    out_channels, channels, kh, kw = weight.shape[1:]
     if channels * kh * kw > IM2COL_MAX_PATCH:
         # One grouped convolution (group c = client c) on channels-last data: oneDNN's
         # channels-last kernels, and the pooling after them, are several times faster here.
-        per_client = n // k
-        grouped = (x.permute(0, 2, 3, 1).reshape(k, per_client, height, width, channels)
-                   .permute(1, 2, 3, 0, 4).reshape(per_client, height, width, k * channels)
-                   .permute(0, 3, 1, 2))
+        grouped = x.data if isinstance(x, _Grouped) else _to_grouped(x, k)
         out = functional.conv2d(
             grouped, weight.reshape(k * out_channels, channels, kh, kw),
             None if bias is None else bias.reshape(-1),
             conv.stride, conv.padding, conv.dilation, groups=k)
-        out_h, out_w = out.shape[-2:]
-        return (out.permute(0, 2, 3, 1).reshape(per_client, out_h, out_w, k, out_channels)
-                .permute(3, 0, 1, 2, 4).reshape(n, out_h, out_w, out_channels)
-                .permute(0, 3, 1, 2))
+        return _Grouped(out, k)
+    if isinstance(x, _Grouped):
+        x = x.stacked()
+    n, _, height, width = x.shape
     (sh, sw), (ph, pw), (dh, dw) = conv.stride, conv.padding, conv.dilation
     out_h = _conv_geometry(height, kh, sh, ph, dh)
     out_w = _conv_geometry(width, kw, sw, pw, dw)
@@ -245,12 +279,46 @@ def _stacked_conv2d(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | 
     return out.reshape(n, out_h, out_w, out_channels).permute(0, 3, 1, 2)
 
 
+# Parameter-free layers that act on each (sample, channel) plane on its own, so they run on a
+# grouped activation unchanged (every other layer gets the activation regrouped per client).
+_PER_CHANNEL_LAYERS = (nn.ReLU, nn.ReLU6, nn.LeakyReLU, nn.ELU, nn.GELU, nn.SiLU, nn.Sigmoid,
+                       nn.Tanh, nn.Hardtanh, nn.Identity, nn.MaxPool2d, nn.AvgPool2d,
+                       nn.AdaptiveAvgPool2d, nn.AdaptiveMaxPool2d)
+
+
+def _per_channel(module: nn.Module) -> bool:
+    """A layer that runs on a grouped activation as it is (pooling without indices)."""
+    return (isinstance(module, _PER_CHANNEL_LAYERS)
+            and not getattr(module, 'return_indices', False))
+
+
+def _grouped_conv(module: nn.Module) -> bool:
+    """A convolution the stacked replay runs as one grouped convolution (not im2col)."""
+    return (isinstance(module, nn.Conv2d)
+            and module.in_channels * math.prod(module.kernel_size) > IM2COL_MAX_PATCH)
+
+
 class _StackedProgram:
-    """Replays a traced model on the samples of k clients, each with its own parameters."""
+    """Replays a traced model on the samples of k clients, each with its own parameters.
+
+    A value stays grouped (:class:`_Grouped`) only when every one of its users takes it
+    grouped (a grouped convolution, or a per-channel layer with that value as its only
+    input), so every other user sees one per-client tensor, shared as in the model itself
+    (in-place operations on it then act as they do in the model).
+    """
 
     def __init__(self, graph: torch.fx.Graph, modules: dict[str, nn.Module]) -> None:
         self._nodes = list(graph.nodes)
         self._modules = modules
+
+        def takes_grouped(user: torch.fx.Node) -> bool:
+            if user.op != 'call_module' or len(user.args) != 1 or user.kwargs:
+                return False
+            module = modules[user.target]
+            return _grouped_conv(module) or _per_channel(module)
+
+        self._keep_grouped = {node: bool(node.users) and all(map(takes_grouped, node.users))
+                              for node in self._nodes}
 
     @classmethod
     def build(cls, model: nn.Module) -> _StackedProgram | None:
@@ -300,6 +368,8 @@ class _StackedProgram:
                 elif isinstance(module, nn.Conv2d):
                     env[node] = _stacked_conv2d(args[0], params[f'{node.target}.weight'],
                                                 params.get(f'{node.target}.bias'), k, module)
+                elif isinstance(args[0], _Grouped):   # a per-channel layer (see __init__)
+                    env[node] = _Grouped(module(args[0].data), k)
                 else:
                     env[node] = module(*args, **value(node.kwargs))
             elif node.op == 'call_function':
@@ -307,6 +377,9 @@ class _StackedProgram:
             elif node.op == 'call_method':
                 self_arg, *args = value(node.args)
                 env[node] = getattr(self_arg, node.target)(*args, **value(node.kwargs))
+            result = env[node]
+            if isinstance(result, _Grouped) and not self._keep_grouped[node]:
+                env[node] = result.stacked()   # once, shared by every user
         raise RuntimeError('traced graph has no output')
 
 
@@ -324,16 +397,24 @@ class VectorizedTrainer:
     num_threads: torch intra-op threads while training (restored afterwards); None leaves
         the current setting.
     backend: 'auto' (stacked when the model allows it, else vmap), 'stacked' or 'vmap'.
+    workers: threads that train chunks at the same time (torch runs each operation with the
+        GIL released, so chunks overlap on several cores; each thread uses ``num_threads``
+        intra-op threads). A chunk's arithmetic does not depend on the thread that runs it:
+        results are bit-identical for any ``workers``. Memory grows by a chunk per worker.
+        The stacked backend only: torch.func's vmap is not thread-safe, so 'vmap' runs its
+        chunks one after another.
     """
 
     def __init__(self, model: nn.Module, config: TrainConfig, max_clients_per_chunk: int = 32,
-                 num_threads: int | None = 1, backend: str = 'auto') -> None:
+                 num_threads: int | None = 1, backend: str = 'auto', workers: int = 1) -> None:
         if max_clients_per_chunk < 1:
             raise ValueError(f'max_clients_per_chunk must be >= 1, got {max_clients_per_chunk}')
+        if workers < 1:
+            raise ValueError(f'workers must be >= 1, got {workers}')
+        self.workers = workers
         if num_threads is not None and num_threads < 1:
             raise ValueError(f'num_threads must be >= 1 or None, got {num_threads}')
-        if backend not in BACKENDS:
-            raise ValueError(f'backend {backend!r} unknown; choices: {", ".join(BACKENDS)}')
+        require_choice('backend', backend, BACKENDS)
         buffers = [name for name, _ in model.named_buffers()]
         if buffers:
             raise ValueError(f'models with buffers are not supported: {buffers}')
@@ -399,10 +480,17 @@ class VectorizedTrainer:
         if self._backend != 'stacked' or sample_shape in self._checked_shapes:
             return
         generator = torch.Generator().manual_seed(0)
-        x = torch.rand((2, 3, *sample_shape), generator=generator)
+        x = torch.randn((2, 3, *sample_shape), generator=generator)   # signed, as real data
         params = {name: torch.stack([p, 0.5 * p]) for name, p in global_params.items()}
         with torch.no_grad():
-            stacked = self._program(params, x.reshape(6, *sample_shape), 2).reshape(2, 3, -1)
+            try:
+                stacked = self._program(params, x.reshape(6, *sample_shape), 2).reshape(2, 3, -1)
+            except Exception as exc:  # a layer the replay cannot run: vmap (or say why)
+                if self._forced:
+                    raise ValueError(f'stacked replay failed on this model: {exc!r}') from exc
+                self._backend = 'vmap'
+                self._checked_shapes.add(sample_shape)
+                return
             expected = []
             for c in range(2):
                 one = {name: p[c] for name, p in params.items()}
@@ -441,8 +529,6 @@ class VectorizedTrainer:
                              f'weights')
         self.last_mean_trace = []
         self.last_client_trace: list[list[dict[str, np.ndarray]]] = []
-        traces: list[list[dict[str, torch.Tensor]]] = []
-        snapshots: list[tuple[list[int], list[dict[str, torch.Tensor]]]] = []
         missing = set(self._names) - set(global_weights)
         extra = set(global_weights) - set(self._names)
         if missing or extra:
@@ -471,24 +557,38 @@ class VectorizedTrainer:
         try:
             num_chunks = -(-len(order) // self.max_clients_per_chunk)
             bounds = [len(order) * i // num_chunks for i in range(num_chunks + 1)]
-            for lo, hi in zip(bounds, bounds[1:]):  # equal-sized chunks
-                chunk = order[lo:hi]
+            chunks = [order[lo:hi] for lo, hi in zip(bounds, bounds[1:])]  # equal-sized
+            # Per-chunk trace buffers, filled in place (also from worker threads).
+            chunk_traces: list[list[dict[str, torch.Tensor]] | None] = [
+                [] if trace_weights is not None else None for _ in chunks]
+            chunk_snapshots: list[list[dict[str, torch.Tensor]] | None] = [
+                [] if trace_clients else None for _ in chunks]
+
+            def train_chunk(k: int) -> list[LocalUpdate]:
+                chunk = chunks[k]
                 weights = (None if trace_weights is None else
                            torch.tensor([float(trace_weights[i]) for i in chunk]))
-                if weights is not None:
-                    traces.append([])
-                if trace_clients:
-                    snapshots.append((chunk, []))
-                chunk_updates = self._train_chunk(
-                    global_params, [client_data[i] for i in chunk], [batches[i] for i in chunk],
-                    weights, traces[-1] if weights is not None else None,
-                    snapshots[-1][1] if trace_clients else None)
+                return self._train_chunk(global_params, [client_data[i] for i in chunk],
+                                         [batches[i] for i in chunk], weights,
+                                         chunk_traces[k], chunk_snapshots[k])
+
+            parallel = self.workers > 1 and len(chunks) > 1
+            if parallel:
+                self._prepare(global_params, client_data)   # first-use state, before threads
+            if parallel and self._backend == 'stacked':
+                with ThreadPoolExecutor(min(self.workers, len(chunks)),
+                                        thread_name_prefix='chunk') as pool:
+                    results = list(pool.map(train_chunk, range(len(chunks))))
+            else:
+                results = map(train_chunk, range(len(chunks)))
+            for chunk, chunk_updates in zip(chunks, results):
                 for i, update in zip(chunk, chunk_updates):
                     updates[i] = update
         finally:
             if torch.get_num_threads() != previous_threads:
                 torch.set_num_threads(previous_threads)
         if trace_weights is not None:
+            traces = [t for t in chunk_traces if t is not None]
             total = float(sum(float(w) for w in trace_weights))
             length = max(len(t) for t in traces)
             self.last_mean_trace = [
@@ -496,12 +596,19 @@ class VectorizedTrainer:
                  for name in self._names} for step in range(length)]
         if trace_clients:
             by_client: dict[int, list[dict[str, np.ndarray]]] = {}
-            for chunk, snaps in snapshots:
+            for chunk, snaps in zip(chunks, chunk_snapshots):
                 for j, i in enumerate(chunk):
                     by_client[i] = [{name: snap[name][j].numpy() for name in self._names}
                                     for snap in snaps[:len(batches[i]) + 1]]
             self.last_client_trace = [by_client[i] for i in range(len(client_data))]
         return updates  # type: ignore[return-value]
+
+    def _prepare(self, global_params: dict[str, torch.Tensor],
+                 client_data: Sequence[ClientData]) -> None:
+        """The first-use replay check, made once before worker threads start."""
+        shapes = [tuple(np.shape(x)[1:]) for x, _ in client_data if len(x)]
+        if shapes:
+            self._check_replay(shapes[0], global_params)
 
     def _train_chunk(self, global_params: dict[str, torch.Tensor],
                      client_data: list[ClientData], batches: list[list[np.ndarray]],

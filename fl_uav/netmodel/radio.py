@@ -60,6 +60,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fl_uav.configschema import require_choice
 from fl_uav.netmodel._checks import (
     FloatOrArray,
     as_float_array,
@@ -380,8 +381,7 @@ class RadioLink:
             check_field_positive(self, 'carrier_hz')
         if self.ref_gain is not None and self.carrier_hz is not None:
             raise ValueError('set at most one of ref_gain and carrier_hz')
-        if self.fading not in FADING_MODELS:
-            raise ValueError(f'fading must be one of {FADING_MODELS}, got {self.fading!r}')
+        require_choice('fading', self.fading, FADING_MODELS)
 
     @property
     def ref_gain_linear(self) -> float:

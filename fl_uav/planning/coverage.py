@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fl_uav.configschema import require_choice
+
 
 class PlanError(ValueError):
     """A plan request cannot be met; the message says why."""
@@ -72,9 +74,7 @@ class CoverageConfig:
     assignment: str = 'rotating'
 
     def __post_init__(self) -> None:
-        if self.assignment not in SECTOR_ASSIGNMENTS:
-            raise ValueError(f'assignment {self.assignment!r} unknown; choices: '
-                             f'{", ".join(SECTOR_ASSIGNMENTS)}')
+        require_choice('assignment', self.assignment, SECTOR_ASSIGNMENTS)
         if self.box_m <= 0:
             raise ValueError(f'box_m must be > 0, got {self.box_m}')
         if not (0 < self.leg_spacing_m <= self.box_m):

@@ -85,6 +85,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fl_uav.configschema import require_choice
 from fl_uav.learning.topup import topup_counts_per_device
 from fl_uav.netmodel.compute import (
     FEDDPQ_ENERGY_COEFF,
@@ -221,7 +222,11 @@ class FeddpqFleet:
     distance_m, interference_w, cpu_freq_hz: d_u, I_u, f_u (scalars broadcast to all drones).
     num_params: V. batch_size: b (one SGD step per round, eq. (5)). draws_per_round: S.
     overhead_bits: o of eq. (13); None means V + 64 (one sign bit per element and two float32
-    range endpoints, digest §1.5). The rest are the radio and CPU constants of Table I.
+    range endpoints, digest §1.5). generator_makes_absent_classes: whether the top-up
+    generator can make a class a drone has no sample of (True: the paper's diffusion model;
+    False: label-preserving augmentation, which makes nothing for such a class, so the plan
+    neither charges eqs. (33)-(34) for those samples nor counts them in the label mix).
+    The rest are the radio and CPU constants of Table I.
     """
 
     drone_ids: tuple[int, ...]
@@ -240,6 +245,7 @@ class FeddpqFleet:
     cpu_exponent: float = 3.0
     train_cycles_per_sample: float = FEDDPQ_TRAIN_CYCLES_PER_SAMPLE
     gen_cycles_per_sample: float = FEDDPQ_GEN_CYCLES_PER_SAMPLE
+    generator_makes_absent_classes: bool = True
 
     def __post_init__(self) -> None:
         ids = tuple(int(d) for d in self.drone_ids)
@@ -396,8 +402,10 @@ class FeddpqModel:
     # -- FedDPQ eqs. (1)-(3) ---------------------------------------------------------------
     def generated_counts(self, topup_factor: NDArray[np.float64]) -> NDArray[np.float64]:
         """D_gen,u,c = max(⌈Δ_u D'_u⌉ − D_loc,u,c, 0) (FedDPQ eq. (1)): the engine's top-up
-        rule itself (fl_uav.learning.topup), so the planner and the drones cannot drift."""
-        return topup_counts_per_device(self.fleet.class_counts, topup_factor)
+        rule itself (fl_uav.learning.topup), so the planner and the drones cannot drift; 0 for
+        a class a drone lacks when the generator cannot make absent classes."""
+        return topup_counts_per_device(self.fleet.class_counts, topup_factor,
+                                       self.fleet.generator_makes_absent_classes)
 
     def _radio(self, tx_power_w: NDArray[np.float64]
                ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
@@ -503,8 +511,7 @@ class PacketErrorRange:
 def packet_error_range(fleet: FeddpqFleet, bounds: FeddpqBounds, fallback: str = 'clip'
                        ) -> PacketErrorRange:
     """The q interval of FedDPQ P2 under (40e) and (40g), or the documented fallback."""
-    if fallback not in FALLBACKS:
-        raise ValueError(f'fallback must be one of {FALLBACKS}, got {fallback!r}')
+    require_choice('fallback', fallback, FALLBACKS)
     q_at_max = fleet.packet_error(np.full(fleet.size, bounds.tx_power_max_w))
     q_at_min = fleet.packet_error(np.full(fleet.size, bounds.tx_power_min_w))
     common_low, common_high = float(q_at_max.max()), float(q_at_min.min())
@@ -601,8 +608,7 @@ def optimise_feddpq(fleet: FeddpqFleet, constants: ConvergenceConstants | None =
                         ('block_trials', block_trials)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f'{name} must be an integer >= 1, got {value!r}')
-    if q_sampler not in ('gp', 'tpe'):
-        raise ValueError(f"q_sampler must be 'gp' or 'tpe', got {q_sampler!r}")
+    require_choice('q_sampler', q_sampler, ('gp', 'tpe'))
     from fl_uav.learning.training import one_torch_thread  # torch: imported on use
 
     with one_torch_thread():   # optuna's GP sampler runs on torch; the machine is shared

@@ -28,6 +28,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from fl_uav.configschema import require_choice
 from fl_uav.planning.coverage import Box, PlanError, PlanWaypoint, geofence_box
 
 GEOFENCE_SOURCES = ('world', 'box')
@@ -54,9 +55,7 @@ class GeofenceConfig:
     max_up_m: float = 120.0
 
     def __post_init__(self) -> None:
-        if self.source not in GEOFENCE_SOURCES:
-            raise ValueError(f'source {self.source!r} unknown; choices: '
-                             f'{", ".join(GEOFENCE_SOURCES)}')
+        require_choice('source', self.source, GEOFENCE_SOURCES)
         values = (self.east_min_m, self.north_min_m, self.east_max_m, self.north_max_m,
                   self.min_up_m, self.max_up_m)
         if not all(math.isfinite(v) for v in values):

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fl_uav.configschema import require_choice
+
 CLIENT_PLACEMENTS = ('fedex_blocks', 'uniform')
 FEDEX_BLOCKS_EAST = 5       # FedEx Sec. VII-A: 2 km x 2 km in 5 x 2 blocks
 FEDEX_BLOCKS_NORTH = 2
@@ -33,9 +35,7 @@ def place_clients_enu_m(num_clients: int, area_east_m: float, area_north_m: floa
     FedEx Sec. VII-A: client i is in block i mod B (B = blocks_east x blocks_north, 4 clients
     per block for 40 clients), uniform inside it; or uniform over the area.
     """
-    if placement not in CLIENT_PLACEMENTS:
-        raise ValueError(f'placement {placement!r} unknown; choices: '
-                         f'{", ".join(CLIENT_PLACEMENTS)}')
+    require_choice('placement', placement, CLIENT_PLACEMENTS)
     if num_clients < 1:
         raise ValueError(f'num_clients must be >= 1, got {num_clients}')
     if blocks_east < 1 or blocks_north < 1:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from fl_uav.configschema import require_choice
 from fl_uav.netmodel.flight import FEDEX_ENERGY_BUDGET_J, FEDEX_SPEED_M_S
 from fl_uav.planning.coverage import Box, PlanWaypoint, geofence_box
 from fl_uav.planning.placement import (
@@ -35,6 +36,7 @@ from fl_uav.planning.routing import (
     gibbs_plan,
 )
 from fl_uav.planning.trajectory import (
+    WINDOW_TIME_LIMIT_S,
     GaussianRegion,
     TrajectoryConstraints,
     TrajectoryPlan,
@@ -66,9 +68,10 @@ class TrajectoryRequest:
     waypoint per round). margin_m: the geofence is the world less this margin. start_east_m,
     start_north_m: where the drone starts (inside the fence). altitude_m in [min_altitude_m,
     max_altitude_m]. max_speed_m_s x round_time_s: the longest step. budget_m: battery budget on
-    the path length. zeta, eps_tol: ζ of eq. (3) and ε_tol of eq. (4). max_iterations,
-    time_limit_s: SCA iterations per window and the HiGHS time limit per MILP (the windowed
-    SCA of :mod:`fl_uav.planning.trajectory`).
+    the path length. zeta, eps_tol: ζ of eq. (3) and ε_tol of eq. (4). max_iterations:
+    SCA iterations per window (a work limit of the windowed SCA of
+    :mod:`fl_uav.planning.trajectory`); time_limit_s: wall-clock safety cap of HiGHS per window
+    MILP (if it binds, the plan depends on the machine's load; figures' sca.time_capped).
     """
 
     regions: str = 'map'
@@ -86,13 +89,11 @@ class TrajectoryRequest:
     budget_m: float = 3000.0
     zeta: float = 1.0
     eps_tol: float = 1e-3
-    max_iterations: int = 4
-    time_limit_s: float = 6.0
+    max_iterations: int = 3
+    time_limit_s: float = WINDOW_TIME_LIMIT_S
 
     def __post_init__(self) -> None:
-        if self.regions not in REGION_SOURCES:
-            raise ValueError(f'regions {self.regions!r} unknown; choices: '
-                             f'{", ".join(REGION_SOURCES)}')
+        require_choice('regions', self.regions, REGION_SOURCES)
         if self.fit_samples < 10 or self.components_per_class < 1:
             raise ValueError(f'fit_samples must be >= 10 and components_per_class >= 1, got '
                              f'{self.fit_samples}, {self.components_per_class}')
@@ -137,12 +138,8 @@ class RoutesRequest:
     n_chains: int = 6
 
     def __post_init__(self) -> None:
-        if self.placement not in CLIENT_PLACEMENTS:
-            raise ValueError(f'placement {self.placement!r} unknown; choices: '
-                             f'{", ".join(CLIENT_PLACEMENTS)}')
-        if self.objective not in ROUTE_OBJECTIVES:
-            raise ValueError(f'objective {self.objective!r} unknown; choices: '
-                             f'{", ".join(ROUTE_OBJECTIVES)}')
+        require_choice('placement', self.placement, CLIENT_PLACEMENTS)
+        require_choice('objective', self.objective, ROUTE_OBJECTIVES)
         if not (1 <= self.num_clients <= 1000 and 1 <= self.num_uavs <= 100):
             raise ValueError(f'num_clients must be in [1, 1000] and num_uavs in [1, 100], got '
                              f'{self.num_clients}, {self.num_uavs}')
@@ -166,8 +163,7 @@ class PlanConfig:
     routes: RoutesRequest = field(default_factory=RoutesRequest)
 
     def __post_init__(self) -> None:
-        if self.kind not in PLAN_KINDS:
-            raise ValueError(f'kind {self.kind!r} unknown; choices: {", ".join(PLAN_KINDS)}')
+        require_choice('kind', self.kind, PLAN_KINDS)
         if self.seed < 0:
             raise ValueError(f'seed must be >= 0, got {self.seed}')
 
@@ -242,7 +238,7 @@ def plan_trajectory_request(config: PlanConfig) -> TrajectoryOutcome:
         'sca': {'iterations': plan.iterations,      # window MILPs solved
                 'upper_bound': plan.upper_bound if math.isfinite(plan.upper_bound) else None,
                 'warm_start_objective': plan.warm_start_objective,
-                'solve_time_s': plan.solve_time_s},
+                'solve_time_s': plan.solve_time_s, 'time_capped': plan.time_capped},
         'methods': {name: _method_figures(wps, regions, psi, start, request.zeta,
                                           request.eps_tol)
                     for name, wps in methods.items()}}

@@ -28,11 +28,12 @@ Choices where FedEx is silent (digest 003 Sec. 3.3, 8), all ours:
   set (29) = UAVs whose tour still fits the budget with the client added, plus the client's
   current UAV (all UAVs while the state still breaks the budget, else an infeasible start
   could never move); eq. (30) read as exp(-C / q) over that set, with C relative to the
-  initial cost so q is unit-free; q_s = q0 (q_end / q0)^(s / (S - 1)) per sweep (geometric
-  cooling, constant within a sweep). Energy excess is penalised (so a start that breaks the
-  budget is repaired); the best state seen (budget excess first, then cost) is kept, then
-  polished by a greedy descent over single-client moves and two-client swaps (the swaps are
-  our addition); several chains, best kept.
+  chain's initial objective (without the budget penalty) so q is unit-free;
+  q_s = q0 (q_end / q0)^(s / (S - 1)) per sweep (geometric cooling, constant within a
+  sweep). Energy excess is penalised (so a start that breaks the budget is repaired); the
+  best state seen (budget excess first, then cost) is kept, then polished by a greedy
+  descent over single-client moves and two-client swaps (the swaps are our addition);
+  several chains, best kept.
 * Inner TSP: nearest neighbour from the depot, 2-OPT (first improvement, full scans until none
   improves), plus random-start 2-OPT restarts; tours of <= ``exact_max`` clients are solved
   exactly. Tours are cached on frozenset(R_k), as FedEx suggests.
@@ -50,6 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from fl_uav.configschema import require_choice
 from fl_uav.netmodel.flight import (
     FEDEX_ENERGY_BUDGET_J,
     FEDEX_PAYLOAD_BITS,
@@ -169,8 +171,7 @@ class RoutePlan:
 
 
 def _check_objective(objective: str) -> None:
-    if objective not in OBJECTIVES:
-        raise ValueError(f'objective {objective!r} unknown; choices: {", ".join(OBJECTIVES)}')
+    require_choice('objective', objective, OBJECTIVES)
 
 
 def objective_value(objective: str, round_trip_s: Sequence[float],
@@ -393,6 +394,11 @@ def _gibbs_chain(problem: RoutingProblem, objective: str, cache: _TourCache,
     k_of = {c: k for k, s in enumerate(state.sets) for c in s}
     sizes = [len(s) for s in state.sets]
     budget = problem.energy_budget_j
+    # The temperature's unit: the start's eq. (25)/(27) value without the budget penalty. With
+    # the penalty in it, a random start (tens of kJ over budget) made the unit 15-80x the
+    # feasible costs, and its chain never cooled: q_end x unit stayed as large as the steps
+    # between feasible assignments, so half the chains were random walks.
+    ref = max(objective_value(objective, state.rtt, sizes), 1e-12)
     # 1 J over budget costs 10x the flight time that 1 J buys (squared, times max R_k, for
     # 'async', whose cost is in s^2), so the chain strongly prefers repairing the budget.
     penalty_per_j = 10.0 / problem.energy_per_m_j / problem.speed_m_s
@@ -404,7 +410,6 @@ def _gibbs_chain(problem: RoutingProblem, objective: str, cache: _TourCache,
             return c + (penalty_per_j * excess) ** 2 * max(sz) + excess * 1e3
         return c + penalty_per_j * excess
 
-    ref = max(scalar(state.rtt, sizes, state.energy), 1e-12)
     best_key = _key(problem, objective, state.rtt, sizes, state.energy)
     best_sets = list(state.sets)
     n = problem.n_clients

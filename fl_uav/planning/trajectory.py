@@ -45,20 +45,26 @@ Formulation (choices documented here; see also the 2CEOAFL digest §7):
   + ε_tol), the window's path must join the fixed waypoints before and after and fit the
   remaining budget), the concave log is replaced by epigraph variables s_c ≤ the tangents of
   log at the incumbent, on a geometric grid and at every iterate so far; each iteration solves
-  the MILP with HiGHS (:func:`scipy.optimize.milp`, limited by ``time_limit_s``), linearises at
-  the new iterate, and stops when the MILP's (upper-bound) objective is within ``tolerance`` of
-  its linearisation point or after ``max_iterations``. A window's solution replaces the
-  incumbent only if the true eq. (4) of the whole plan improves and the exact step, fence and
-  budget checks pass, so the plan is never worse than its warm start. Sweeps of
-  half-overlapping windows (``window_rounds``) run until one no longer improves; then, if a
-  class is never visited, the best detour to one of its regions (leave the path as late and
-  rejoin it as early as the step allows; scored by the true eq. (4)) is inserted and the
-  sweeps resume; otherwise the whole horizon is one window (SCA from tangents at that
-  incumbent, for global moves), its HiGHS call given all the time left rather than
-  ``time_limit_s``. This repeats up to ``window_passes`` times or until ``time_budget_s`` is
-  spent.
-  Small windows solve to ``mip_rel_gap`` and the plan is deterministic; when a time limit
-  binds (large instances on a loaded machine) the result depends on wall-clock time.
+  the MILP with HiGHS (:func:`scipy.optimize.milp`, at most ``node_limit`` nodes),
+  linearises at the new iterate, and stops when the MILP's (upper-bound) objective is within
+  ``tolerance`` of its linearisation point or after ``max_iterations``. A window's solution
+  replaces the incumbent only if the true eq. (4) of the whole plan improves and the exact
+  step, fence and budget checks pass, so the plan is never worse than its warm start. A pass
+  runs sweeps of half-overlapping windows (``window_rounds``) until one gains no more than
+  ``convergence_tolerance`` (at most ``max_sweeps``); then, for each class never visited, the
+  best detour to one of its regions (leave the path as late and rejoin it as early as the
+  step allows; scored by the true eq. (4)), followed by sweeps; then, if eq. (4) is still more
+  than ``horizon_min_gap`` per class below the relaxation bound, the whole horizon as one
+  window (``horizon_iterations`` SCA iterations from tangents at that incumbent, for global
+  moves; HiGHS limited to ``horizon_node_limit`` nodes: its root node with its sub-MIP
+  heuristics finds the long moves), followed by sweeps. Up to ``window_passes`` passes, until
+  one gains no more than ``convergence_tolerance``.
+* Determinism: every stage is limited by counts (passes, sweeps, SCA iterations, HiGHS
+  nodes), HiGHS's branch and bound is deterministic for given options, and nothing is
+  random, so the waypoints are a deterministic function of the inputs and the constraints.
+  Wall-clock caps remain only as safety nets (``time_limit_s`` per window MILP,
+  ``time_budget_s`` per plan); if one binds, the plan depends on the machine's speed and
+  load and :attr:`TrajectoryPlan.time_capped` is True.
 * ``upper_bound`` is :func:`relaxation_upper_bound` (teleporting drone, C4 and reachability
   per round kept), a true bound on eq. (4) for any plan, not a MILP bound.
 * Held mass (optional, ``held_mass`` of :func:`plan_trajectory_detailed`): class mass h_c the
@@ -89,11 +95,21 @@ from fl_uav.planning.trajectory_regions import (
 )
 from fl_uav.planning.trajectory_tour import region_tour_warm_start
 
-# Default wall-time cap of one plan: the Issue 5 target is < 30 s per drone at T = 100,
-# C = 10; the stages stop at the cap and the relaxation bound after it takes < 0.5 s, so 28 s
-# leaves a margin while giving the whole-horizon HiGHS call (the stage that finds the best
-# T = 50 plans, after ~8-10 s of search under load) as much time as possible.
-TIME_BUDGET_S = 28.0
+# Default wall-clock safety cap of one plan. The plan's work is bounded by counts (passes,
+# sweeps, SCA iterations, HiGHS nodes), so the cap should never bind; if it does the plan
+# depends on the machine's speed and load, and TrajectoryPlan.time_capped says so. It is
+# well above the deterministic work of the bench cases (docs/benchmarks.md, Issue 5).
+TIME_BUDGET_S = 120.0
+# Default wall-clock safety cap of one window MILP (HiGHS time_limit): the window MILPs of the
+# bench cases take 0.01-2.5 s under load; as TIME_BUDGET_S, it should never bind.
+WINDOW_TIME_LIMIT_S = 20.0
+# Run the whole-horizon MILP only while eq. (4) of the plan is more than this per class below
+# the relaxation bound, i.e. while the geometric mean of the plan's class masses
+# (Σ_t I ψ + ε_tol + h_c) is below half the relaxation's: the stage costs a HiGHS root node
+# on T x R binaries (9-21 s under load on the bench cases) and pays off when the windows stall
+# far from the bound (T = 50 map case: gap 0.95 per class, -1.10 -> 3.35), not near it
+# (fitted 0.55; T = 100 synth 0.17, where a forced call found nothing).
+HORIZON_MIN_GAP = math.log(2.0)
 # Slack on the exact step/fence/budget checks: HiGHS's primal feasibility tolerance (1e-7)
 # times the polygon's 1/cos(π/m) stays far below it.
 FEASIBILITY_TOLERANCE_M = 1e-6
@@ -132,11 +148,18 @@ class TrajectoryConstraints:
     budget_m: battery budget on the path length from the start through all waypoints;
     zeta: ζ of eq. (3) (association radius = ζ λ); eps_tol: ε_tol of eq. (4);
     max_visits_per_window: I_max of C5 (None: not imposed);
-    polygon_sides, tolerance, node_limit, mip_rel_gap: solver; time_limit_s: HiGHS limit per
-    window MILP (the whole-horizon stage gets the time left of time_budget_s);
+    polygon_sides, tolerance (SCA stop, Algorithm 1), mip_rel_gap: solver;
     warm_start_iterations: weight updates of the DP region tour (the SCA's initial points);
-    window_rounds (W), window_passes, max_iterations (SCA iterations per window): the windowed
-    SCA; time_budget_s: wall-time cap of the whole plan (windows stop when it is spent).
+    work limits of the windowed SCA (they make the plan a deterministic function of the
+    inputs): window_rounds (W), max_iterations (SCA iterations = MILPs per window) and
+    node_limit (HiGHS branch-and-bound nodes per window MILP); horizon_iterations and
+    horizon_node_limit, the same for the whole-horizon stage (1 node: HiGHS's root with its
+    sub-MIP heuristics), run only while the plan is more than horizon_min_gap per class below
+    the relaxation bound; max_sweeps of windows per call, window_passes; convergence_tolerance:
+    a sweep or a pass raising eq. (4) by no more than this ends the sweeps or the passes.
+    Wall-clock safety nets (never meant to bind; if one does, the plan depends on the machine's
+    load and TrajectoryPlan.time_capped is True): time_limit_s per window MILP, time_budget_s
+    per plan (the whole-horizon MILP gets the time left of it).
     """
 
     fence: Box
@@ -150,14 +173,19 @@ class TrajectoryConstraints:
     eps_tol: float = 1e-3
     max_visits_per_window: int | None = None
     polygon_sides: int = 8
-    max_iterations: int = 4
+    max_iterations: int = 3
     tolerance: float = 1e-4
-    node_limit: int = 100000
-    time_limit_s: float = 6.0
+    node_limit: int = 1000
     mip_rel_gap: float = 1e-3
     warm_start_iterations: int = 30
     window_rounds: int = 10
-    window_passes: int = 3
+    max_sweeps: int = 8
+    window_passes: int = 2
+    horizon_iterations: int = 1
+    horizon_node_limit: int = 1
+    horizon_min_gap: float = HORIZON_MIN_GAP
+    convergence_tolerance: float = 1e-3
+    time_limit_s: float = WINDOW_TIME_LIMIT_S
     time_budget_s: float = TIME_BUDGET_S
 
     @property
@@ -174,7 +202,9 @@ class TrajectoryPlan:
     :func:`association`; objective: eq. (4) of the waypoints; upper_bound:
     :func:`relaxation_upper_bound` (no plan can beat it); iterations: window MILPs solved (SCA
     iterations over all windows); solve_time_s: wall time; warm_start_objective: eq. (4) of
-    the DP region tour the SCA started from (objective >= it).
+    the DP region tour the SCA started from (objective >= it); time_capped: a wall-clock
+    safety cap (time_limit_s or time_budget_s) cut the work short, so the plan may differ from
+    run to run (False: the plan is a deterministic function of the inputs).
     """
 
     waypoints: list[PlanWaypoint]
@@ -184,6 +214,7 @@ class TrajectoryPlan:
     iterations: int
     solve_time_s: float
     warm_start_objective: float = math.nan
+    time_capped: bool = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -389,6 +420,16 @@ def _validate(regions: Sequence[GaussianRegion], psi: np.ndarray, start: np.ndar
                                   f'regions reaches into the geofence {c.fence}')
     if c.polygon_sides < 4:
         raise PlanError(f'polygon_sides must be >= 4, got {c.polygon_sides}')
+    for name in ('node_limit', 'horizon_node_limit', 'max_iterations', 'max_sweeps'):
+        if getattr(c, name) < 1:
+            raise PlanError(f'{name} must be >= 1, got {getattr(c, name)}')
+    for name in ('window_passes', 'horizon_iterations', 'convergence_tolerance',
+                 'horizon_min_gap'):
+        if not getattr(c, name) >= 0:
+            raise PlanError(f'{name} must be >= 0, got {getattr(c, name)}')
+    for name in ('time_limit_s', 'time_budget_s'):
+        if not getattr(c, name) > 0:
+            raise PlanError(f'{name} must be > 0, got {getattr(c, name)}')
 
 
 def _circle_meets_box(centre: Sequence[float], radius_m: float, fence: Box) -> bool:
@@ -543,7 +584,11 @@ class _WindowModel:
             return
         self.cuts.append((cls, point))
 
-    def solve(self, time_limit_s: float) -> np.ndarray | None:
+    def solve(self, node_limit: int, time_limit_s: float) -> tuple[np.ndarray | None, bool]:
+        """Solve the MILP with HiGHS (single call of :func:`scipy.optimize.milp`), limited by
+        ``node_limit`` branch-and-bound nodes (work: deterministic) and ``time_limit_s`` (the
+        wall-clock safety net). Returns the best solution found (None if none) and whether
+        HiGHS stopped on its time limit."""
         rows, cols, vals, lower, upper, n_rows = self.base
         rows, cols, vals = list(rows), list(cols), list(vals)
         lower, upper = list(lower), list(upper)
@@ -567,9 +612,10 @@ class _WindowModel:
         matrix = coo_matrix((vals, (rows, cols)), shape=(n_rows + len(self.cuts), self.n_var))
         result = milp(self.cost, integrality=self.integrality, bounds=self.bounds,
                       constraints=LinearConstraint(matrix.tocsr(), lower, upper),
-                      options={'node_limit': self.c.node_limit, 'time_limit': time_limit_s,
+                      options={'node_limit': node_limit, 'time_limit': max(time_limit_s, 0.0),
                                'mip_rel_gap': self.c.mip_rel_gap})
-        return None if result.x is None else np.asarray(result.x)
+        timed_out = result.status == 1 and result.message.startswith('Time limit')
+        return (None if result.x is None else np.asarray(result.x)), timed_out
 
     def positions(self, x: np.ndarray) -> np.ndarray:
         east_min, north_min, east_max, north_max = self.c.fence
@@ -703,28 +749,30 @@ class _SearchState:
 
     xy: np.ndarray
     objective: float
-    deadline: float
+    deadline: float                                   # perf_counter of the safety cap
     iterations: int = 0
-    out_of_time: bool = False
+    time_capped: bool = False                         # a wall-clock safety cap stopped work
     version: int = 0                                  # incremented on every accepted window
     solved_at: dict[tuple[int, int], int] = field(default_factory=dict)  # window -> version
 
 
 def _sweep(state: _SearchState, g: _Geometry, regions: Sequence[GaussianRegion],
-           psi: np.ndarray, start: np.ndarray, c: TrajectoryConstraints, size: int,
-           score: Callable[[np.ndarray], float], held: np.ndarray) -> bool:
-    """One sweep of SCA over half-overlapping windows of ``size`` rounds (size >= T: the whole
-    horizon); True if it improved the incumbent. A window solved at the current incumbent is
-    skipped (its MILP would be the same). ``held`` (h_c) joins the fixed rounds' mass A_c."""
+           psi: np.ndarray, start: np.ndarray, c: TrajectoryConstraints,
+           score: Callable[[np.ndarray], float], held: np.ndarray,
+           horizon: bool = False) -> bool:
+    """One sweep of SCA over half-overlapping windows of ``window_rounds`` rounds, or with
+    ``horizon`` over the whole horizon as one window (with the horizon's work limits); True if
+    it improved the incumbent. A window solved at the current incumbent is skipped (its MILP
+    would be the same). ``held`` (h_c) joins the fixed rounds' mass A_c."""
     num_rounds, num_classes = psi.shape
+    size = num_rounds if horizon else c.window_rounds
     improved = False
     for first, last in _windows(num_rounds, size):
         if time.perf_counter() >= state.deadline:
-            state.out_of_time = True
+            state.time_capped = True
             return improved
         if state.solved_at.get((first, last)) == state.version:
             continue   # same incumbent as when this window was last solved: same result
-        whole = first == 0 and last == num_rounds
         xy = state.xy
         indicator = association(xy, regions, num_classes, c.zeta)
         mass = (indicator * psi).sum(0)
@@ -741,15 +789,21 @@ def _sweep(state: _SearchState, g: _Geometry, regions: Sequence[GaussianRegion],
             model.add_tangent(cls, offset + inside[cls])
             for point in np.geomspace(offset, offset + model.max_mass[cls], INITIAL_TANGENTS):
                 model.add_tangent(cls, point)
-        for _ in range(c.max_iterations):
+        iterations, node_limit = ((c.horizon_iterations, c.horizon_node_limit) if horizon
+                                  else (c.max_iterations, c.node_limit))
+        capped = False
+        for _ in range(iterations):
             remaining = state.deadline - time.perf_counter()
             if remaining <= 0:
+                capped = True
                 break
             state.iterations += 1
-            # A window MILP gets time_limit_s; the whole horizon gets all the time left, since a
-            # restart would discard HiGHS's search tree and incumbent (on the default world at
-            # T = 50 one 16 s call found 3.35 where three 5 s calls found nothing better).
-            x = model.solve(remaining if whole else min(c.time_limit_s, remaining))
+            # Work limits: node_limit per window MILP, horizon_node_limit for the whole horizon
+            # (its root node alone, with HiGHS's sub-MIP heuristics, is what finds the long
+            # moves). Safety net: time_limit_s per window MILP, the time left of the plan.
+            x, timed_out = model.solve(node_limit,
+                                       remaining if horizon else min(c.time_limit_s, remaining))
+            capped |= timed_out
             if x is None:
                 break
             candidate = state.xy.copy()
@@ -765,7 +819,8 @@ def _sweep(state: _SearchState, g: _Geometry, regions: Sequence[GaussianRegion],
                 break
             for cls in range(num_classes):
                 model.add_tangent(cls, window_mass[cls])
-        if time.perf_counter() < state.deadline:
+        state.time_capped |= capped
+        if not capped:   # a window cut short by a cap may do better when solved again
             state.solved_at[(first, last)] = state.version
     return improved
 
@@ -825,7 +880,7 @@ def _insert_missed_classes(state: _SearchState, g: _Geometry, regions: Sequence[
             continue
         for arrive in range(psi.shape[0]):
             if time.perf_counter() >= state.deadline:
-                state.out_of_time = True
+                state.time_capped = True
                 break
             for dwell in range(1, MAX_DETOUR_DWELL + 1):
                 candidate = _detour(state.xy, start, anchor, arrive, dwell, c.step_m * g.shrink)
@@ -849,8 +904,9 @@ def plan_trajectory_detailed(regions: Sequence[GaussianRegion], priorities: np.n
     """Plan T waypoints (T = rows of priorities) maximising 2CEOAFL eq. (4) under eq. (5) and
     the multirotor constraints; see the module docstring. Raises PlanInfeasibleError (its
     ``cause`` says which constraint) for requests no plan can meet, PlanError for malformed
-    ones. ``seed`` is kept for API stability (the planner is deterministic when no HiGHS time
-    limit binds).
+    ones. ``seed`` is kept for API stability: the plan is a deterministic function of the
+    inputs and the constraints' work limits unless a wall-clock safety cap binds
+    (``time_capped``).
 
     held_mass (C,), optional: class mass h_c the drone already holds, in the units of
     Σ_t I_{c,t} ψ_{c,t} (rounds' worth of samples when ψ = 1). It is added to ε_tol inside the
@@ -879,30 +935,48 @@ def plan_trajectory_detailed(regions: Sequence[GaussianRegion], priorities: np.n
         score)
     warm_objective = objective
     # 2. Windowed SCA (Algorithm 1 on eq. (5) restricted to a window of rounds, the rest
-    #    fixed): sweep half-overlapping windows of W rounds until a sweep no longer improves
-    #    (cheap MILPs, local moves); then insert a detour to a class the plan misses (a move
-    #    too long for a window) and sweep again, or else run SCA on the whole horizon with the
-    #    time left (global moves, from tangents at a good incumbent); repeat while either
-    #    improves. A solution is accepted only if the true eq. (4)
-    #    of the whole plan improves and the plan still respects step, fence and budget, so the
-    #    objective never falls below the warm start's.
+    #    fixed), in passes; each pass: sweeps of half-overlapping windows of W rounds until one
+    #    gains no more than convergence_tolerance (cheap MILPs, local moves); a detour to each
+    #    class the plan misses (a move too long for a window), each followed by sweeps; then,
+    #    if the plan is still far below the relaxation bound, SCA on the whole horizon
+    #    (global moves, from tangents at a good incumbent) and sweeps again. The passes stop
+    #    when one gains no more than convergence_tolerance. A solution is accepted only if the
+    #    true eq. (4) of the whole plan improves and the plan still respects step, fence and
+    #    budget, so the objective never falls below the warm start's. Work is bounded by
+    #    counts (passes, sweeps, SCA iterations, HiGHS nodes), so the plan is a function of
+    #    the inputs; time_budget_s and time_limit_s are safety nets only.
+    upper_bound = relaxation_upper_bound(regions, psi, start, c, held)
     state = _SearchState(xy, objective, started + c.time_budget_s)
-    num_rounds = psi.shape[0]
+    num_classes = psi.shape[1]
+
+    def sweeps() -> None:
+        for _ in range(c.max_sweeps):
+            before = state.objective
+            _sweep(state, g, regions, psi, start, c, score, held)
+            if state.time_capped or state.objective - before <= c.convergence_tolerance:
+                return
+
     for _ in range(c.window_passes):
-        while _sweep(state, g, regions, psi, start, c, c.window_rounds, score, held):
-            pass
-        if _insert_missed_classes(state, g, regions, psi, start, c, score):
-            continue
-        if (state.out_of_time
-                or not _sweep(state, g, regions, psi, start, c, num_rounds, score, held)):
+        pass_start = state.objective
+        sweeps()
+        for _ in range(num_classes):
+            if state.time_capped or not _insert_missed_classes(state, g, regions, psi, start,
+                                                               c, score):
+                break
+            sweeps()
+        gap_per_class = (upper_bound - state.objective) / num_classes
+        if (not state.time_capped and c.horizon_iterations > 0
+                and gap_per_class > c.horizon_min_gap
+                and _sweep(state, g, regions, psi, start, c, score, held, horizon=True)):
+            sweeps()
+        if state.time_capped or state.objective - pass_start <= c.convergence_tolerance:
             break
     xy, objective, iterations = state.xy, state.objective, state.iterations
     waypoints = [PlanWaypoint(float(e), float(n), float(c.altitude_m)) for e, n in xy]
     indicator = association(xy, regions, psi.shape[1], c.zeta)
     classes = [int(np.argmax(row)) if row.any() else -1 for row in indicator]
-    return TrajectoryPlan(waypoints, classes, objective,
-                          relaxation_upper_bound(regions, psi, start, c, held), iterations,
-                          time.perf_counter() - started, warm_objective)
+    return TrajectoryPlan(waypoints, classes, objective, upper_bound, iterations,
+                          time.perf_counter() - started, warm_objective, state.time_capped)
 
 
 def plan_trajectory(regions: Sequence[GaussianRegion], priorities: np.ndarray,

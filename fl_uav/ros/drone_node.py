@@ -212,6 +212,10 @@ class DroneNode(Node):
             self.get_logger().warning(f'flight: {self.pilot.state.last_error} '
                                       f'(plans rejected so far: '
                                       f'{dict(self.pilot.plans_rejected)})')
+        for knob, (kind, detail) in report.knobs_rejected.items():
+            self.get_logger().warning(f'round {report.round_index}: knob {knob} rejected '
+                                      f'({kind}): {detail}; rejected so far '
+                                      f'{dict(self.agent.knobs_rejected)}')
         for frame in report.frames:         # one frame, or one per LGC layer
             self._update_pub.publish(bytes_to_msg(frame))
         self._write_record()

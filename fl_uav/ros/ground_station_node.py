@@ -113,6 +113,7 @@ class GroundStationNode(Node):
         for drone, plan in opening.plans.items():
             self._plan_pubs[drone].publish(plan_to_path(plan, names.MAP_FRAME, now))
         self._model_pub.publish(bytes_to_msg(opening.frame))
+        self._write_knobs()
         self._markers_pub.publish(plans_and_regions_to_markers(opening.plans, self._regions,
                                                                names.MAP_FRAME, now))
         self.get_logger().info(f'round {opening.round_index} open '
@@ -120,16 +121,31 @@ class GroundStationNode(Node):
                                f'{opening.deadline_s - now:.0f} s)')
 
     def _close_round(self, now: float) -> None:
-        with self._lock:
-            try:
-                record = self.station.close_round(now)
-            except Exception as exc:  # noqa: BLE001 - the station must keep serving
-                self.get_logger().error(f'closing the round failed: {exc!r}')
-                return
-            finally:
+        try:
+            with self._lock:
+                try:
+                    record = self.station.close_round(now)
+                except Exception as exc:  # noqa: BLE001 - the station must keep serving
+                    self.get_logger().error(f'closing the round failed: {exc!r}')
+                    return
+            # The resource planner (seconds per drone for lgc_ddpg) off the lock: updates and
+            # ticks are served meanwhile; the next round opens once it is built. None is
+            # needed after the last round.
+            if not self.station.finished:
+                try:
+                    self.station.plan_pending()
+                except Exception as exc:  # noqa: BLE001 - the run goes on without knobs
+                    self.get_logger().error(f'resource planning failed: {exc!r}')
+        finally:
+            with self._lock:
                 self._closing = False
         row = record.to_dict()
         self.log.append_round(row)
+        with self._lock:    # the tick thread writes it too, when it opens a round
+            self._write_knobs()
+        if record.knobs_rejected:
+            self.get_logger().warning(f'round {record.round_index}: drones rejected resource '
+                                      f'knobs {record.knobs_rejected}')
         self._metrics_pub.publish(metrics_to_msg('fl_uav/round', {
             'round': record.round_index, 'accuracy': round(record.accuracy, 4),
             'loss': round(record.loss, 4), 'participants': len(record.participants),
@@ -142,6 +158,13 @@ class GroundStationNode(Node):
         if self.station.finished:
             self._finish()
 
+    def _write_knobs(self) -> None:
+        """DIR/knobs.json: the resource planner's inputs, plan and knobs sent so far (call
+        with ``self._lock`` held: the report is read while rounds open and close)."""
+        resources = self.station.resources
+        if resources.enabled:
+            self.log.write_knobs(resources.report())
+
     def _finish(self) -> None:
         self._model_pub.publish(bytes_to_msg(self.station.finish_frame()))
         self._finished_s = self._now()
@@ -151,6 +174,8 @@ class GroundStationNode(Node):
             'rounds': [r.to_dict() for r in self.station.records],
             'rejected_total': dict(self.station.rejected_total),
             **({'express': self.station.express.summary()} if self.station.express else {}),
+            **({'resources': self.station.resources.report()}
+               if self.station.resources.enabled else {}),
         })
         self.get_logger().info('all rounds done; finish sent')
 

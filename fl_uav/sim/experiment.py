@@ -38,7 +38,8 @@ from fl_uav.aggregation.feddpq import DRAWS_KNOB
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.aggregation.scaffold import Scaffold
 from fl_uav.compression.codec import encoded_size
-from fl_uav.compression.compressor import Compressor, NoCompression, RangeCompressor
+from fl_uav.compression.compressor import Compressor, NoCompression
+from fl_uav.compression.paper_compressors import PlannedCompressors
 from fl_uav.configschema import to_flat
 from fl_uav.learning import partition
 from fl_uav.learning.buffer import retained_positions
@@ -58,7 +59,7 @@ from fl_uav.learning.datasets import (
 )
 from fl_uav.learning.models import build_model
 from fl_uav.learning.pruning import pruned_training_model
-from fl_uav.learning.topup import build_generator, top_up
+from fl_uav.learning.topup import TOPUP_SEED_TAG, build_generator, top_up
 from fl_uav.learning.training import NonFiniteLossError, TrainConfig, evaluate
 from fl_uav.learning.vectorized import VectorizedTrainer
 from fl_uav.learning.weights import Weights, architecture_fingerprint, get_weights, set_weights
@@ -84,7 +85,6 @@ SUMMARY_FILE = 'summary.json'
 CHECKPOINT_FILE = 'checkpoint.npz'
 CONFIG_FILE = 'config.json'
 EXPRESS_FILE = 'express.json'
-TOPUP_SEED_TAG = 0x746F7075   # 'topu': keeps the top-up's seeds apart from (seed, round, drone)
 PER_SEED_TAG = 4               # the packet-error draws' stream of (seed, round, tag)
 ROUND_COLUMNS = ('round', 'accuracy', 'loss', 'participants', 'late', 'lost', 'uplink_bytes',
                  'downlink_bytes', 'sim_round_s', 'sim_time_s', 'energy_mean_j',
@@ -171,6 +171,12 @@ def _epoch_steps(config: TrainConfig, num_samples: int) -> int:
     return min(steps, config.max_steps) if config.max_steps else steps
 
 
+def _all_finite(array: np.ndarray) -> bool:
+    """No NaN or ±inf in ``array``: its float64 sum is finite exactly then (float32 values
+    cannot overflow a float64 sum; NaN and inf propagate), one pass without a mask array."""
+    return math.isfinite(float(np.sum(array, dtype=np.float64)))
+
+
 def _round_seed(seed: int, round_index: int, drone: int = 0) -> int:
     return int(np.random.SeedSequence([seed, round_index, drone]).generate_state(1)[0])
 
@@ -227,11 +233,9 @@ class ExperimentEngine:
                                                 config.data.dataset)
                                 if config.data.topup else None)
         self.topup_sources = [''] * config.num_drones   # what each drone last generated from
-        self._trainer = (VectorizedTrainer(self.model, self.train_config,
-                                           config.engine.max_clients_per_chunk,
-                                           config.engine.torch_threads)
+        self._trainer = (config.engine.build_trainer(self.model, self.train_config)
                          if config.engine.vectorized else None)
-        self._range_compressors: dict[int, Compressor] = {}   # by bits (FedDPQ's δ_u)
+        self._planned = PlannedCompressors(config.compression)   # FedDPQ's δ_u, LGC's D_n
         # Per-drone resource decisions (config.resources): FedDPQ's plan is made here, once.
         down_s = 8 * encoded_size(self.weights, {'round': 1}) / config.system.downlink_rate_bit_s
         self.resources = build_round_resources(self, down_s)
@@ -324,8 +328,7 @@ class ExperimentEngine:
         step_j = float(self.cpu.train_energy_j(batch, 0.0))  # multiplies it per drone
         for k, result in zip(active, results):
             loss = float(result.mean_loss)
-            if not math.isfinite(loss) or not all(np.all(np.isfinite(v))
-                                                  for v in result.delta.values()):
+            if not math.isfinite(loss) or not all(_all_finite(v) for v in result.delta.values()):
                 raise ExperimentError(f'round {r}, drone {k}: non-finite training loss '
                                       f'({loss}); partial results are in {self.out_dir}')
             knob = knobs.get(k, {})
@@ -340,11 +343,11 @@ class ExperimentEngine:
                 up_s = up_bits / max(rate, 1e-9)
                 comm_j = power_w * up_s
             steps, dense_steps = result.steps, result.compute_dense_steps
-            comp_s = (dense_steps * step_s
-                      + float(self.cpu.gen_time_s(mixed[k][2])))   # FedDPQ eq. (34)
-            total_s = down_s + comp_s + up_s
-            energy = (dense_steps * step_j
-                      + float(self.cpu.gen_energy_j(mixed[k][2]))   # FedDPQ eq. (33)
+            generated = mixed[k][2]   # FedDPQ eqs. (33)-(34): nothing generated, nothing spent
+            gen_s = float(self.cpu.gen_time_s(generated)) if generated else 0.0
+            gen_j = float(self.cpu.gen_energy_j(generated)) if generated else 0.0
+            total_s = down_s + (dense_steps * step_s + gen_s) + up_s
+            energy = (dense_steps * step_j + gen_j
                       + comm_j + hover_w * total_s)                  # hover: FedEx eq. (8)
             energies.append(energy)
             self.last_round_drones[k] = {'energy_j': energy, 'uplink_bytes': up_bytes,
@@ -528,9 +531,8 @@ class ExperimentEngine:
         keep = self.config.learning.structured_keep
         if keep < 1.0:   # structured pruning: every drone trains this round's smaller model
             model, start, index_map = pruned_training_model(self.model, self.weights, keep)
-        trainer = self._trainer if index_map is None else VectorizedTrainer(
-            model, config, self.config.engine.max_clients_per_chunk,
-            self.config.engine.torch_threads)
+        trainer = (self._trainer if index_map is None
+                   else self.config.engine.build_trainer(model, config))
         trainer.config = config
         try:
             updates = trainer.train(start, client_data, seeds, steps=steps,
@@ -551,16 +553,8 @@ class ExperimentEngine:
         Planner knobs: ``range_bits`` (FedDPQ's δ_u) picks that drone's range quantizer,
         ``lgc_channel_entries`` (LGC's D_n) that drone's layer sizes this round."""
         knob = knob or {}
-        compressor = self._compressor(drone)
-        if knob.get(BITS_KNOB) is not None and self.config.compression.method == 'range':
-            bits = int(knob[BITS_KNOB])
-            if bits not in self._range_compressors:
-                self._range_compressors[bits] = RangeCompressor(
-                    bits, self.config.compression.per_layer)
-            compressor = self._range_compressors[bits]
         entries = knob.get(ENTRIES_KNOB)
-        if entries is not None:
-            compressor.channel_entries = tuple(int(e) for e in entries)
+        compressor = self._planned.select(self._compressor(drone), knob.get(BITS_KNOB), entries)
         if isinstance(compressor, NoCompression) and result.mask is None:
             # A dense v1 frame carries the delta unchanged: charge its exact length unbuilt.
             return compressor.frame_size(result.delta), result.delta, None

@@ -82,9 +82,7 @@ class DataConfig:
         if not 0.0 < self.topup_factor <= 1.0:
             raise ValueError(f'data.topup_factor (FedDPQ Delta) must be in (0, 1], got '
                              f'{self.topup_factor}')
-        if self.topup_generator not in TOPUP_GENERATORS:
-            raise ValueError(f'data.topup_generator {self.topup_generator!r} unknown; choices: '
-                             f'{", ".join(TOPUP_GENERATORS)}')
+        require_choice('data.topup_generator', self.topup_generator, TOPUP_GENERATORS)
 
 
 @dataclass(frozen=True)
@@ -129,16 +127,29 @@ class SystemConfig:
 class EngineConfig:
     """vectorized: train all drones at once (else one after another, the reference path);
     max_clients_per_chunk: memory bound of the vectorized path; torch_threads: per process;
+    workers: threads training chunks of drones at the same time on the vectorized path (one
+    per core to use; results are bit-identical for any value; the chunks are still set by
+    max_clients_per_chunk alone, so a fleet that fits one chunk runs on one thread);
     checkpoint_every: rounds between checkpoints (for --resume)."""
 
     vectorized: bool = True
     max_clients_per_chunk: int = 32
     torch_threads: int = 1
+    workers: int = 1
     checkpoint_every: int = 1
 
     def __post_init__(self) -> None:
-        if self.max_clients_per_chunk < 1 or self.torch_threads < 1 or self.checkpoint_every < 1:
-            raise ValueError('max_clients_per_chunk, torch_threads, checkpoint_every must be >= 1')
+        if min(self.max_clients_per_chunk, self.torch_threads, self.workers,
+               self.checkpoint_every) < 1:
+            raise ValueError('max_clients_per_chunk, torch_threads, workers, checkpoint_every '
+                             'must be >= 1')
+
+    def build_trainer(self, model, train_config):
+        """The vectorized trainer these settings describe (chunks, threads, workers)."""
+        from fl_uav.learning.vectorized import VectorizedTrainer
+
+        return VectorizedTrainer(model, train_config, self.max_clients_per_chunk,
+                                 self.torch_threads, workers=self.workers)
 
 
 @dataclass(frozen=True)
@@ -240,6 +251,38 @@ class ResourcesConfig:
                              f'{STEPS_SCALE_AUTO!r} or {STEPS_SCALE_ONLINE!r}, got {h0!r}')
 
 
+def check_planner_procedures(resources: ResourcesConfig, learning: LearningConfig,
+                             compression: CompressionConfig,
+                             aggregation: AggregationConfig) -> None:
+    """The procedures a planner's knobs drive must be configured (the engine and the fleet):
+    FedDPQ's ρ_u needs the feddpq client, δ_u the range quantizer, S the feddpq strategy;
+    LGC's H the sgd client (dense model) and D_n the lgc compressor with one entry count per
+    priced channel. Fails naming the key and the value it needs."""
+    planner = resources.planner
+    if planner == 'none':
+        return
+    if planner == 'feddpq':
+        need = {'learning.client_algorithm': (learning.client_algorithm, 'feddpq'),
+                'compression.method': (compression.method, 'range'),
+                'aggregation.strategy': (aggregation.strategy, 'feddpq')}
+        if aggregation.num_selected < 1:
+            raise ValueError('resources.planner feddpq needs aggregation.num_selected >= 1 '
+                             '(S, the draws per round of FedDPQ eq. (7))')
+    else:
+        need = {'learning.client_algorithm': (learning.client_algorithm, 'sgd'),
+                'compression.method': (compression.method, 'lgc'),
+                'learning.structured_keep': (learning.structured_keep, 1.0)}
+        channels = len(resources.lgc_channel_energy_j_per_mb)
+        if len(compression.lgc_channel_entries) != channels:
+            raise ValueError(f'resources.planner {planner}: compression.lgc_channel_entries has '
+                             f'{len(compression.lgc_channel_entries)} channels, '
+                             f'resources.lgc_channel_energy_j_per_mb {channels}')
+    for key, (value, wanted) in need.items():
+        if value != wanted:
+            raise ValueError(f'resources.planner {planner} needs {key} = {wanted!r}, got '
+                             f'{value!r}')
+
+
 def check_resources(config: ExperimentConfig) -> None:
     """The planner's decisions need the procedures that consume them: fail at start, naming
     the keys, instead of silently ignoring a knob."""
@@ -248,31 +291,15 @@ def check_resources(config: ExperimentConfig) -> None:
         return
     if config.express.enabled:
         raise ValueError(f'resources.planner {planner} does not run with express.enabled')
-    need: dict[str, tuple[object, object]] = {}
-    if planner == 'feddpq':
-        need = {'learning.client_algorithm': (config.learning.client_algorithm, 'feddpq'),
-                'compression.method': (config.compression.method, 'range'),
-                'aggregation.strategy': (config.aggregation.strategy, 'feddpq'),
-                'data.topup': (config.data.topup, True)}
-        if config.aggregation.num_selected < 1:
-            raise ValueError('resources.planner feddpq needs aggregation.num_selected >= 1 '
-                             '(S, the draws per round of FedDPQ eq. (7))')
-    else:
-        need = {'learning.client_algorithm': (config.learning.client_algorithm, 'sgd'),
-                'compression.method': (config.compression.method, 'lgc'),
-                'learning.structured_keep': (config.learning.structured_keep, 1.0)}
-        if config.resources.lgc_steps_scale in (STEPS_SCALE_AUTO, STEPS_SCALE_ONLINE):
-            # the warm-up's (auto) or the probe rounds' (online) trace
-            need['engine.vectorized'] = (config.engine.vectorized, True)
-        channels = len(config.resources.lgc_channel_energy_j_per_mb)
-        if len(config.compression.lgc_channel_entries) != channels:
-            raise ValueError(f'resources.planner {planner}: compression.lgc_channel_entries has '
-                             f'{len(config.compression.lgc_channel_entries)} channels, '
-                             f'resources.lgc_channel_energy_j_per_mb {channels}')
-    for key, (value, wanted) in need.items():
-        if value != wanted:
-            raise ValueError(f'resources.planner {planner} needs {key} = {wanted!r}, got '
-                             f'{value!r}')
+    check_planner_procedures(config.resources, config.learning, config.compression,
+                             config.aggregation)
+    if planner == 'feddpq' and not config.data.topup:
+        raise ValueError(f'resources.planner {planner} needs data.topup = True, got False')
+    if (planner != 'feddpq' and config.resources.lgc_steps_scale
+            in (STEPS_SCALE_AUTO, STEPS_SCALE_ONLINE) and not config.engine.vectorized):
+        # the warm-up's (auto) or the probe rounds' (online) trace
+        raise ValueError(f'resources.lgc_steps_scale {config.resources.lgc_steps_scale} needs '
+                         f'engine.vectorized = True, got False')
 
 
 @dataclass(frozen=True)

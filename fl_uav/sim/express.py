@@ -198,6 +198,11 @@ def check_express(config: ExperimentConfig) -> None:
     if config.learning.client_algorithm != 'sgd':
         raise ValueError(f'learning.client_algorithm must be sgd with express.enabled (FedEx '
                          f'eq. (10)), got {config.learning.client_algorithm!r}')
+    if config.learning.lr_decay != 1.0:
+        raise ValueError(f'learning.lr_decay must be 1.0 with express.enabled, got '
+                         f'{config.learning.lr_decay}: the engine decays per server update, '
+                         f'and FedEx-Async makes ~K updates per Sync round (FedEx gives no '
+                         f'schedule), so Sync and Async would not get the same rate at a time')
     if config.compression.method != 'none':
         raise ValueError(f'compression.method must be none with express.enabled, got '
                          f'{config.compression.method!r}')
@@ -496,11 +501,8 @@ class EngineExpress:
         or without ``engine.vectorized`` (which selects the direct-upload engine's path).
         """
         if self._trainer is None:
-            from fl_uav.learning.vectorized import VectorizedTrainer
-
-            e = engine.config.engine
-            self._trainer = VectorizedTrainer(engine.model, engine.train_config,
-                                              e.max_clients_per_chunk, e.torch_threads)
+            self._trainer = engine.config.engine.build_trainer(engine.model,
+                                                               engine.train_config)
         return self._trainer
 
     def train_fn(self, trainer: VectorizedTrainer, train_config: TrainConfig,

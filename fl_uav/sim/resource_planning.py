@@ -1,8 +1,10 @@
-"""The engine's per-drone resource decisions (issue 5 item 3): FedDPQ's optimiser, LGC's policies.
+"""Per-drone resource decisions (issue 5 item 3): FedDPQ's optimiser, LGC's policies.
 
-:func:`build_round_resources` turns ``config.resources`` into an object the engine asks every
-round for each drone's knobs (fl_uav.planning.resources.ResourcePlanner) and, for LGC, charges
-the drone's multi-channel upload.
+:func:`build_planner` turns a ``resources`` section and a fleet's facts (:class:`PlannerInputs`)
+into an object asked every round for each drone's knobs (fl_uav.planning.resources.
+ResourcePlanner) and, for LGC, charging the drone's multi-channel upload. The engine builds it
+from its own fleet (:func:`build_round_resources`); the fleet's ground station from what its
+drones reported in their first round (fl_uav.fleet.ground_station). Below, as the engine uses it.
 
 * ``feddpq``: the :class:`~fl_uav.planning.feddpq_opt.FeddpqFleet` is the engine's own fleet:
   label counts of each drone's partition (D_loc,u,c), the distances the engine drew, the
@@ -25,7 +27,8 @@ the drone's multi-channel upload.
   environment (:class:`~fl_uav.planning.lgc_control.LgcEnv`) built from that drone's own
   channels, distance, CPU, batch and model size, then acts greedily and frozen in the run:
   a run of 50-100 rounds gives each drone 50-100 transitions, fewer than DDPG's warm-up.
-* ``resources.lgc_steps_scale: auto``: the surrogate's h₀ (its progress (1 − e^(−H/h₀)) in
+* ``resources.lgc_steps_scale: auto`` (the engine only: the fleet needs a number; likewise
+  ``online``): the surrogate's h₀ (its progress (1 − e^(−H/h₀)) in
   the local steps H) is measured in the engine instead of chosen. Round 1 is a warm-up at the
   mid decision (what lgc_fixed does every round; its energy is charged like any round's).
   During it the vectorised trainer records the fleet's FedAvg model had every drone stopped
@@ -77,11 +80,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fl_uav.fleet.run_log import KNOBS_FILE
 from fl_uav.netmodel.compute import CpuDevice
 from fl_uav.netmodel.payload import BYTES_PER_MB
 from fl_uav.netmodel.radio import RadioLink
@@ -105,12 +110,16 @@ from fl_uav.planning.lgc_control import (
     train_ddpg,
 )
 from fl_uav.planning.resources import FeddpqResourcePlanner, LgcResourcePlanner
-from fl_uav.sim.experiment_config import STEPS_SCALE_AUTO, STEPS_SCALE_ONLINE
+from fl_uav.sim.experiment_config import (
+    STEPS_SCALE_AUTO,
+    STEPS_SCALE_ONLINE,
+    ResourcesConfig,
+    SystemConfig,
+)
 
 if TYPE_CHECKING:
     from fl_uav.sim.experiment import ExperimentEngine
 
-KNOBS_FILE = 'knobs.json'
 RATES_SEED_TAG = 0x6C676372   # 'lgcr': the LGC channels' fading draws, apart from (seed, round)
 STEPS_SCALE_SAMPLE_TAG = 0x6C676368   # 'lgch': the training sample the warm-up evaluates on
 #: ``lgc_steps_scale: auto``: rounds at the mid decision before h0 is fitted (module docstring).
@@ -122,38 +131,80 @@ STEPS_SCALE_MAX_WARMUP_ROUNDS = 5
 STEPS_SCALE_EVAL_SAMPLES = 4096
 
 
-def feddpq_fleet(engine: ExperimentEngine):
-    """The FedDPQ optimiser's view of the engine's fleet (see the module docstring)."""
-    from fl_uav.planning.feddpq_opt import FeddpqFleet
+@dataclass(frozen=True)
+class PlannerInputs:
+    """What a resource planner is built from: the engine's own fleet (:func:`engine_inputs`)
+    or what the fleet's ground station learned from the drones' reports
+    (fl_uav.fleet.ground_station).
 
+    drone_ids: the planned drones. class_counts: D_loc,u,c (U x C real samples per class).
+    distance_m: d_u, each drone's distance to the station (U). num_params: V. batch_size: b of
+    one SGD step; kappa_steps: the FedDPQ client's steps per round (FedDPQ's model charges one
+    step of b · kappa_steps samples, eq. (35)). num_selected: S, FedDPQ's draws per round.
+    seed: the optimiser's and the LGC agents' seed. download_s: one round's model download
+    (LGC's round time). generator_makes_absent_classes: see
+    :class:`~fl_uav.planning.feddpq_opt.FeddpqFleet`.
+    """
+
+    drone_ids: tuple[int, ...]
+    class_counts: np.ndarray
+    distance_m: np.ndarray
+    num_params: int
+    batch_size: int
+    kappa_steps: int
+    num_selected: int
+    seed: int
+    resources: ResourcesConfig
+    system: SystemConfig
+    download_s: float = 0.0
+    generator_makes_absent_classes: bool = True
+
+
+def engine_inputs(engine: ExperimentEngine, down_s: float = 0.0) -> PlannerInputs:
+    """The planner's view of the engine's fleet (see the module docstring)."""
     config = engine.config
-    s, learning = config.system, config.learning
     counts = np.array([np.bincount(engine.data.train_y[p], minlength=engine.data.num_classes)
                        for p in engine.parts], np.float64)
-    num_params = int(sum(int(w.size) for w in engine.weights.values()))
-    return FeddpqFleet(tuple(range(config.num_drones)), counts, engine.distance_m,
-                       num_params=num_params, interference_w=s.interference_w,
+    return PlannerInputs(
+        drone_ids=tuple(range(config.num_drones)), class_counts=counts,
+        distance_m=np.asarray(engine.distance_m, np.float64),
+        num_params=int(sum(int(w.size) for w in engine.weights.values())),
+        batch_size=config.learning.batch_size, kappa_steps=config.learning.kappa_steps,
+        num_selected=config.aggregation.num_selected, seed=config.seed,
+        resources=config.resources, system=config.system, download_s=down_s,
+        generator_makes_absent_classes=bool(
+            getattr(engine.topup_generator, 'makes_absent_classes', True)))
+
+
+def feddpq_fleet(inputs: PlannerInputs):
+    """The FedDPQ optimiser's view of a fleet (see the module docstring)."""
+    from fl_uav.planning.feddpq_opt import FeddpqFleet
+
+    s = inputs.system
+    return FeddpqFleet(tuple(inputs.drone_ids), inputs.class_counts, inputs.distance_m,
+                       num_params=inputs.num_params, interference_w=s.interference_w,
                        cpu_freq_hz=s.cpu_freq_hz,
-                       batch_size=learning.batch_size * learning.kappa_steps,
-                       draws_per_round=config.aggregation.num_selected,
+                       batch_size=inputs.batch_size * inputs.kappa_steps,
+                       draws_per_round=inputs.num_selected,
                        bandwidth_hz=s.bandwidth_hz,
                        train_cycles_per_sample=s.train_cycles_per_sample,
-                       gen_cycles_per_sample=s.gen_cycles_per_sample)
+                       gen_cycles_per_sample=s.gen_cycles_per_sample,
+                       generator_makes_absent_classes=inputs.generator_makes_absent_classes)
 
 
 class FeddpqRoundResources:
-    """FedDPQ Algorithm 2's plan for the engine's fleet, the same knobs every round."""
+    """FedDPQ Algorithm 2's plan for a fleet, the same knobs every round."""
 
     kind = 'feddpq'
 
-    def __init__(self, engine: ExperimentEngine) -> None:
+    def __init__(self, inputs: PlannerInputs) -> None:
         from fl_uav.planning.feddpq_opt import ConvergenceConstants, optimise_feddpq
 
-        r = engine.config.resources
-        self.fleet = feddpq_fleet(engine)
+        r = inputs.resources
+        self.fleet = feddpq_fleet(inputs)
         self.constants = ConvergenceConstants(
             heterogeneity_label_scale=r.feddpq_heterogeneity_label_scale)
-        self.plan = optimise_feddpq(self.fleet, self.constants, seed=engine.config.seed,
+        self.plan = optimise_feddpq(self.fleet, self.constants, seed=inputs.seed,
                                     fallback=r.feddpq_fallback,
                                     max_bcd_rounds=r.feddpq_max_bcd_rounds,
                                     q_trials=r.feddpq_q_trials, block_trials=r.feddpq_block_trials)
@@ -177,9 +228,10 @@ class FeddpqRoundResources:
                 'knobs_by_drone': {str(d): k for d, k in self.plan.knobs_by_drone().items()}}
 
 
-def lgc_channels(config, distance_m: float, max_entries: int) -> tuple[LgcChannel, ...]:
+def lgc_channels(resources: ResourcesConfig, system: SystemConfig, distance_m: float,
+                 max_entries: int) -> tuple[LgcChannel, ...]:
     """One drone's channels: LGC Table 1 prices, FedDPQ links of the configured bandwidths."""
-    r, s = config.resources, config.system
+    r, s = resources, system
     return tuple(LgcChannel(f'ch{n}', float(price), int(max_entries),
                             RadioLink(bandwidth_hz=float(bw), tx_power_w=s.tx_power_w,
                                       interference_w=s.interference_w), float(distance_m))
@@ -192,10 +244,9 @@ class LgcRoundResources:
 
     kind = 'lgc'
 
-    def __init__(self, engine: ExperimentEngine, down_s: float) -> None:
-        config = engine.config
-        r, learning, s = config.resources, config.learning, config.system
-        self.seed = config.seed
+    def __init__(self, inputs: PlannerInputs) -> None:
+        r, s = inputs.resources, inputs.system
+        self.seed = inputs.seed
         self.planner_name = r.planner
         self.hover_power_w = r.lgc_hover_power_w
         self.ddpg_train_steps = r.lgc_ddpg_train_steps
@@ -203,7 +254,7 @@ class LgcRoundResources:
         self.auto = r.lgc_steps_scale == STEPS_SCALE_AUTO
         self.online = r.lgc_steps_scale == STEPS_SCALE_ONLINE
         self.refit_rounds = r.lgc_refit_rounds
-        self.probe_groups = min(r.lgc_probe_groups, config.num_drones)
+        self.probe_groups = min(r.lgc_probe_groups, len(inputs.drone_ids))
         self.finetune_steps = r.lgc_finetune_steps
         self.exponent_fits: dict[str, dict] = {}   # online: per probe round, curve and fit
         self.steps_exponent: float | None = None
@@ -222,7 +273,7 @@ class LgcRoundResources:
         self.fitted_round = 0
         self.steps_scale_note = '' if self.auto or self.online else 'configured'
         self.calibrated = not (self.auto or self.online)
-        dim = int(sum(int(w.size) for w in engine.weights.values()))
+        dim = int(inputs.num_params)
         cap = min(r.lgc_channel_max_entries, dim)
         cpu = CpuDevice(cpu_freq_hz=s.cpu_freq_hz,
                         train_cycles_per_sample=s.train_cycles_per_sample,
@@ -230,15 +281,16 @@ class LgcRoundResources:
         envs, policies, self.train_s = {}, {}, 0.0
         self.mid_policies: dict[int, FixedPolicy] = {}
         self.env_configs: dict[int, LgcEnvConfig] = {}
-        for k in range(config.num_drones):
+        self.first_decisions: dict[str, dict] = {}
+        for i, k in enumerate(int(d) for d in inputs.drone_ids):
             env_config = LgcEnvConfig(
-                channels=lgc_channels(config, float(engine.distance_m[k]), cap),
+                channels=lgc_channels(r, s, float(inputs.distance_m[i]), cap),
                 model_dim=dim, max_local_steps=r.lgc_max_local_steps,
-                batch_size=learning.batch_size, cpu=cpu, hover_power_w=r.lgc_hover_power_w,
-                download_s=down_s, steps_scale=self.steps_scale,
+                batch_size=inputs.batch_size, cpu=cpu, hover_power_w=r.lgc_hover_power_w,
+                download_s=inputs.download_s, steps_scale=self.steps_scale,
                 entries_scale=r.lgc_entries_scale * dim)
             self.env_configs[k] = env_config
-            envs[k] = LgcEnv(env_config, seed=config.seed * 1000 + k)
+            envs[k] = LgcEnv(env_config, seed=inputs.seed * 1000 + k)
             mid = decode_action(np.zeros(env_config.action_dim), env_config)
             self.mid_policies[k] = FixedPolicy(mid)
             if r.planner == 'lgc_ddpg' and not (self.auto or self.online):
@@ -460,14 +512,21 @@ def resource_summary(resources) -> dict[str, Any]:
             'lgc_steps_scale_fit': fit.as_dict() if fit is not None else None}
 
 
-def build_round_resources(engine: ExperimentEngine, down_s: float):
-    """The configured planner, or None for ``resources.planner: none``."""
-    planner = engine.config.resources.planner
+def build_planner(inputs: PlannerInputs):
+    """The planner ``inputs.resources.planner`` names, or None for ``none``."""
+    planner = inputs.resources.planner
     if planner == 'none':
         return None
     if planner == 'feddpq':
-        return FeddpqRoundResources(engine)
-    return LgcRoundResources(engine, down_s)
+        return FeddpqRoundResources(inputs)
+    return LgcRoundResources(inputs)
+
+
+def build_round_resources(engine: ExperimentEngine, down_s: float):
+    """The engine's configured planner, or None for ``resources.planner: none``."""
+    if engine.config.resources.planner == 'none':
+        return None
+    return build_planner(engine_inputs(engine, down_s))
 
 
 def write_knobs(resources, out_dir: Path) -> None:

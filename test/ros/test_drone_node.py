@@ -1,7 +1,8 @@
 """drone node over real rclpy/DDS and real MAVLink (the embedded autopilot simulator).
 
 Run once with a dense v1 upload and once with LGC (one codec v2 frame per layer, each with the
-drone's counts in its metadata section).
+drone's counts in its metadata section). The round carries resource knobs (a planner's H and,
+with LGC, its entries per channel D_n), which the uploads must reflect.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ from test.ros.rosutil import drone_under_test, frame_msg, spin_until
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
 HOME = (585.0, 600.0)
 LGC_CHANNEL_ENTRIES = [200, 800]
+KNOB_STEPS = 2                       # local_steps knob (LGC eq. (13)'s H)
+KNOB_ENTRIES = [300, 500]            # lgc_channel_entries knob (D_n), not the config's
+KNOBS = {'none': {'local_steps': KNOB_STEPS},
+         'lgc': {'local_steps': KNOB_STEPS, 'lgc_channel_entries': KNOB_ENTRIES}}
 COMPRESSION = {
     'none': {},
     'lgc': {'compression.method': 'lgc', 'compression.lgc_channel_entries': LGC_CHANNEL_ENTRIES},
@@ -54,7 +59,8 @@ def test_drone_flies_samples_trains_uploads_and_lands(drone):
     fingerprint = architecture_fingerprint(weights)
     plan = [[HOME[0] + 40.0, HOME[1], 20.0], [HOME[0] + 40.0, HOME[1] + 40.0, 20.0]]
     model_frame = encode_frame(FrameKind.GLOBAL_MODEL, 1, GROUND_STATION_ID, fingerprint, weights,
-                               {'deadline_s': 60.0, 'knobs': {'0': {'plan': plan}}})
+                               {'deadline_s': 60.0,
+                                'knobs': {'0': {'plan': plan, **KNOBS[method]}}})
     uploads, poses = [], []
     probe.create_subscription(UInt8MultiArray, names.UPDATES_TOPIC,
                               lambda m: uploads.append(bytes(m.data)), names.UPDATES_QOS)
@@ -82,16 +88,17 @@ def test_drone_flies_samples_trains_uploads_and_lands(drone):
     assert len(updates) == expected_frames
     for update in updates:
         assert update.round_index == 1 and update.sender == 0
-        assert update.metadata['num_samples'] > 0 and update.metadata['steps'] > 0
+        assert update.metadata['num_samples'] > 0 and update.metadata['steps'] == KNOB_STEPS
+        assert update.metadata['knobs_applied'] == KNOBS[method]
         assert update.metadata['waypoints_reached'] == len(plan)
     if method == 'none':
         assert updates[0].kind == FrameKind.UPDATE
         assert any(np.any(t != 0) for t in updates[0].tensors.values())
-    else:   # one frame per LGC layer, in layer order, each k_c entries + its metadata
+    else:   # one frame per LGC layer, in layer order, each D_n (the knob's) + its metadata
         assert [u.update.layer.layer_id for u in updates] == [0, 1]
         assert [len(f) for f in uploads] == [
             lgc_frame_bytes(k) + metadata_section_bytes(u.metadata)
-            for k, u in zip(LGC_CHANNEL_ENTRIES, updates)]
+            for k, u in zip(KNOB_ENTRIES, updates)]
     # Assert: what the autopilot saw (ground truth), and the telemetry the node published
     kinds = [e['event'] for e in sim.events_of(0)]
     assert 'armed' in kinds and 'takeoff' in kinds and 'mission_complete' in kinds

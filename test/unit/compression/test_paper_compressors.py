@@ -110,6 +110,20 @@ def test_lgc_a_lost_upload_keeps_everything_in_the_residual():
     np.testing.assert_allclose(compressor.state_dict()['residual'], flatten(delta)[0])
 
 
+def test_lgc_an_encode_that_fails_keeps_the_update_and_does_not_block_the_next_round():
+    # Arrange: metadata the codec refuses (NaN), as a bad telemetry value would give
+    compressor = LgcCompressor((4, 6))
+    delta = _delta(5)
+    # Act
+    with pytest.raises(ValueError):
+        _compress(compressor, delta, 0, metadata={'train_loss': float('nan')})
+    residual = compressor.state_dict()['residual'].copy()
+    sent, _ = _compress(compressor, _delta(6), 1, metadata={'train_loss': 0.5})
+    # Assert: nothing left, so the whole update stays in the residual; the next round encodes
+    np.testing.assert_allclose(residual, flatten(delta)[0])
+    assert len(sent) > 0
+
+
 def test_lgc_upload_used_keeps_only_the_used_layers_acknowledged():
     # Arrange
     compressor = LgcCompressor((4, 6))

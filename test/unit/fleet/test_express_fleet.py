@@ -165,11 +165,15 @@ def test_clu_sum_is_the_sum_of_client_deltas(clients):
                                    rtol=1e-6)
 
 
+def _zero_model(client):
+    """The client's architecture fingerprint and an all-zero model of its shapes."""
+    return client._fingerprint, {n: np.zeros(s, np.float32) for n, s in client._shapes.items()}
+
+
 def test_out_of_range_or_unknown_pose_is_refused_and_counted(clients):
     cs = clients()
     c = cs[0]
-    shapes, fp = c._shapes, c._fingerprint
-    weights = {n: np.zeros(s, np.float32) for n, s in shapes.items()}
+    fp, weights = _zero_model(c)
     frame = encode_delivery(1, 1, 0, fp, weights, 2)
     assert c.gate(frame, 10.0) is None                       # no pose of UAV 1 yet
     east, north, _ = c.position_enu_m
@@ -186,8 +190,7 @@ def test_out_of_range_or_unknown_pose_is_refused_and_counted(clients):
 def test_bad_frames_are_rejected_by_reason_never_raise(clients):
     cs = clients()
     c = cs[1]
-    shapes, fp = c._shapes, c._fingerprint
-    weights = {n: np.zeros(s, np.float32) for n, s in shapes.items()}
+    fp, weights = _zero_model(c)
     good = encode_delivery(0, 1, 1, fp, weights, 2)
     c.on_uav_pose(0, *c.position_enu_m[:2], 30.0, 5.0)
     assert c.gate(b'garbage', 5.0) is None
@@ -198,7 +201,7 @@ def test_bad_frames_are_rejected_by_reason_never_raise(clients):
     assert dict(c.rejected) == {'bad_magic': 1, 'truncated': 1, 'wrong_client': 1,
                                 'unknown_sender': 1, 'metadata': 1}
     assert c.gate(good, 5.0) is not None
-    carrier = ExpressCarrier(CONFIG, 0, shapes, fp)
+    carrier = ExpressCarrier(CONFIG, 0, c._shapes, fp)
     routes = plan_express_routes(CONFIG)
     carrier.start_tour(RoundTask(1, weights, tuple(routes.tour_plan(0, 30.0)), {
         EXPRESS_KNOB: {'clients': list(routes.tour(0)), 'local_steps': 2}}))

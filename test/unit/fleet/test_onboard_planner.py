@@ -180,6 +180,18 @@ def test_energy_budget_follows_the_documented_model():
                         (usable_j - fixed_j) / (50.0 / 12.0) - 5 * 12.0 * 40.0)
 
 
+def test_planner_work_limits_and_safety_cap_come_from_the_trajectory_keys():
+    # Arrange
+    config = _config(plan_time_budget_s=12.5, window_passes=1, horizon_iterations=0,
+                     solver_time_limit_s=3.0)
+    planner = OnboardPlanner(config, 0, _samples())
+    # Act
+    constraints = planner.constraints(rounds_left=4)
+    # Assert
+    assert (constraints.time_budget_s, constraints.time_limit_s) == (12.5, 3.0)
+    assert (constraints.window_passes, constraints.horizon_iterations) == (1, 0)
+
+
 def test_coverage_planner_flies_the_station_plan_every_round():
     # Arrange
     planner = OnboardPlanner(_config(planner='coverage'), 0, _samples())
@@ -214,6 +226,10 @@ def test_sampling_diamond_shrinks_to_stay_inside_the_fence():
                                         'diamond'),
     ({'trajectory.priorities': 'random'}, "trajectory.priorities 'random' unknown"),
     ({'trajectory.regions': 'gps'}, "trajectory.regions 'gps' unknown"),
+    ({'trajectory.plan_time_budget_s': 0.0}, 'trajectory.plan_time_budget_s must be finite '
+                                             'and > 0'),
+    ({'trajectory.window_passes': -1}, 'trajectory.window_passes must be >= 0, got -1'),
+    ({'trajectory.horizon_iterations': -2}, 'trajectory.horizon_iterations must be >= 0'),
 ])
 def test_bad_trajectory_config_fails_at_start_naming_the_key(flat, needle):
     # Act + Assert

@@ -372,7 +372,7 @@ def test_shrink_rejects_keep_fraction_outside_range(keep):
 
 
 def test_shrink_rejects_unknown_importance():
-    with pytest.raises(ValueError, match='importance'):
+    with pytest.raises(ValueError, match="importance 'taylor' unknown; choices: l1, l2"):
         shrink_model(_dense('tiny_cnn', 3, 32), 0.5, importance='taylor')
 
 

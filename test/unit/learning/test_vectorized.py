@@ -7,6 +7,8 @@ from fl_uav.learning.models import build_model
 from fl_uav.learning.training import NonFiniteLossError, TrainConfig, train_local
 from fl_uav.learning.vectorized import (
     VectorizedTrainer,
+    _to_grouped,
+    _to_stacked,
     client_batches,
     torch_epoch_orders,
     train_clients_sequential,
@@ -85,6 +87,110 @@ def test_vectorized_matches_sequential(config, model_name):
             assert got.result.mean_loss == pytest.approx(want.result.mean_loss, rel=1e-5)
 
 
+class _MixedLayers(nn.Module):
+    """Grouped convolutions joined by per-channel layers (kept grouped) and by layers that
+    need the samples per client (a residual sum of two branches, inplace ReLU, AvgPool,
+    torch.relu as a function): every conversion path of the stacked replay."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(5)
+        self.conv1 = nn.Conv2d(3, 4, 3, padding=1)
+        self.conv2 = nn.Conv2d(4, 4, 3, padding=1)
+        self.conv3 = nn.Conv2d(4, 6, 3, padding=1)
+        self.act = nn.ReLU(inplace=True)
+        self.pool = nn.AvgPool2d(2)
+        self.head = nn.Linear(6 * 4 * 4, 3)
+
+    def forward(self, x):
+        a = torch.relu(self.conv1(x))
+        b = self.conv2(a) + a
+        c = self.pool(nn.functional.max_pool2d(self.act(self.conv3(b)), 1))
+        return self.head(c.flatten(1))
+
+
+def test_grouped_layout_round_trip():
+    x = torch.arange(3 * 2 * 5 * 4 * 4, dtype=torch.float32).reshape(6, 5, 4, 4)
+    grouped = _to_grouped(x, 3)
+    assert grouped.shape == (2, 15, 4, 4)
+    # client c's channels are group c of the grouped tensor, sample order kept
+    torch.testing.assert_close(grouped[1, 5:10], x[3])
+    torch.testing.assert_close(_to_stacked(grouped, 3), x)
+
+
+class _PoolWithIndices(nn.Module):
+    """A pooling layer that returns indices: not a per-channel layer for the replay."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.pool = nn.AdaptiveMaxPool2d(2, return_indices=True)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        pooled, _ = self.pool(self.conv(x))
+        return self.head(pooled.flatten(1))
+
+
+class _InPlaceUnused(nn.Module):
+    """ReLU in place with its result unused: the model relies on the conv output changing.
+    Non-negative weights: on non-negative inputs the ReLU would do nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.pool = nn.MaxPool2d(2)
+        self.head = nn.Linear(4 * 4 * 4, 3)
+        with torch.no_grad():
+            self.conv.weight.abs_()
+            self.conv.bias.zero_()
+
+    def forward(self, x):
+        y = self.conv(x)
+        nn.functional.relu(y, inplace=True)
+        return self.head(self.pool(y).flatten(1))
+
+
+class _ViewOfChannelsLast(nn.Module):
+    """``view`` on a convolution's output, which the replay stores channels-last."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(1)
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.head = nn.Linear(4 * 8 * 8, 3)
+
+    def forward(self, x):
+        y = torch.relu(self.conv(x))
+        return self.head(y.view(y.size(0), -1))
+
+
+@pytest.mark.parametrize(('model_class', 'backend'), [
+    (_MixedLayers, 'stacked'), (_PoolWithIndices, 'stacked'), (_InPlaceUnused, 'stacked'),
+    (_ViewOfChannelsLast, 'vmap'),   # the replay cannot run it: falls back, no crash
+])
+def test_replay_edge_cases_match_sequential(model_class, backend):
+    model, data = model_class(), _clients((10, 7, 5))
+    weights = get_weights(model)
+    config = TrainConfig(local_epochs=1, batch_size=4, momentum=0.9)
+    trainer = VectorizedTrainer(model, config, max_clients_per_chunk=2)
+    expected = train_clients_sequential(model, weights, data, config, [0, 1, 2])
+    actual = trainer.train(weights, data, [0, 1, 2])
+    assert trainer.backend == backend
+    for want, got in zip(expected, actual):
+        assert _max_difference(want.weights, got.weights) < 1e-5
+
+
+def test_a_forced_stacked_backend_says_why_the_replay_failed():
+    model = _ViewOfChannelsLast()
+    trainer = VectorizedTrainer(model, TrainConfig(local_epochs=1, batch_size=4),
+                                backend='stacked')
+    with pytest.raises(ValueError, match='stacked replay failed'):
+        trainer.train(get_weights(model), _clients((6, 5)), [0, 1])
+
+
 def test_vmap_backend_matches_sequential():
     model = build_model('tiny_cnn', 3, input_px=8, seed=2)
     weights = get_weights(model)
@@ -128,6 +234,36 @@ def test_chunking_does_not_change_results():
                                        max_clients_per_chunk=2)
     for a, b in zip(whole, chunked):
         assert _max_difference(a, b) < 1e-6
+
+
+@pytest.mark.parametrize('backend', ['stacked', 'vmap'])
+def test_worker_threads_give_bit_identical_results(backend):
+    # Arrange: 7 clients in chunks of 2 (4 chunks), momentum so state carries across steps
+    model = build_model('tiny_cnn', 3, input_px=8)
+    weights = get_weights(model)
+    data = _clients((9, 17, 4, 30, 12, 1, 22), seed=6)
+    config = TrainConfig(local_epochs=2, batch_size=8, momentum=0.9)
+    seeds = list(range(7))
+    # Act
+    one = VectorizedTrainer(model, config, 2, backend=backend).train(weights, data, seeds)
+    three = VectorizedTrainer(model, config, 2, backend=backend, workers=3).train(
+        weights, data, seeds)
+    # Assert
+    for a, b in zip(one, three):
+        assert a.result == b.result
+        for name in a.weights:
+            np.testing.assert_array_equal(a.weights[name], b.weights[name])
+
+
+def test_a_diverging_client_in_a_worker_thread_stops_the_round():
+    model = build_model('tiny_cnn', 3, input_px=8)
+    data = _clients((12, 10, 8, 6), seed=2)
+    data[3][0][1, 0, 0, 0] = np.nan
+    trainer = VectorizedTrainer(model, TrainConfig(batch_size=4), 1, workers=2)
+    with pytest.raises(NonFiniteLossError, match='step'):
+        trainer.train(get_weights(model), data, [0, 1, 2, 3])
+    with pytest.raises(ValueError, match='workers'):
+        VectorizedTrainer(model, TrainConfig(), workers=0)
 
 
 def test_same_seeds_give_identical_weights_and_other_seeds_differ():
@@ -256,6 +392,31 @@ def test_mean_trace_is_the_weighted_fleet_mean_after_each_step(chunk):
         mean = sum(w * u.weights[name] for w, u in zip(trace_weights, after_two)) / 82.0
         np.testing.assert_allclose(trace[2][name], mean, atol=1e-5)
     assert trainer.last_mean_trace == []   # the second call recorded nothing
+
+
+def test_traces_are_the_same_with_worker_threads():
+    # Setup: 5 clients in chunks of 2 (3 chunks), unequal steps
+    model = build_model('tiny_cnn', 3, input_px=8, seed=1)
+    weights = get_weights(model)
+    data = _clients((37, 5, 24, 16, 9))
+    kwargs = dict(steps=[4, 1, 3, 2, 2], trace_weights=[37.0, 5.0, 24.0, 16.0, 9.0],
+                  trace_clients=True)
+    config = TrainConfig(local_epochs=1, batch_size=8)
+    one = VectorizedTrainer(model, config, max_clients_per_chunk=2)
+    two = VectorizedTrainer(model, config, max_clients_per_chunk=2, workers=2)
+    # Execute
+    one.train(weights, data, [1, 2, 3, 4, 5], **kwargs)
+    two.train(weights, data, [1, 2, 3, 4, 5], **kwargs)
+    # Assert: the chunks' traces are put together in the same order
+    assert len(one.last_mean_trace) == len(two.last_mean_trace) == 5
+    for a, b in zip(one.last_mean_trace, two.last_mean_trace):
+        for name in weights:
+            np.testing.assert_array_equal(a[name], b[name])
+    assert [len(t) for t in two.last_client_trace] == [5, 2, 4, 3, 3]
+    for ta, tb in zip(one.last_client_trace, two.last_client_trace):
+        for a, b in zip(ta, tb):
+            for name in weights:
+                np.testing.assert_array_equal(a[name], b[name])
 
 
 def test_mean_trace_needs_one_weight_per_client():

@@ -184,7 +184,7 @@ def test_bad_fleet_inputs_are_named():
         FeddpqFleet((0, 1), np.array([[1, 2], [0, 0]]), [100.0, 100.0], num_params=10)
     with pytest.raises(ValueError, match='distance_m'):
         FeddpqFleet((0, 1), np.ones((2, 2)), [100.0, -1.0], num_params=10)
-    with pytest.raises(ValueError, match='fallback'):
+    with pytest.raises(ValueError, match="fallback 'drop' unknown; choices: clip, error"):
         packet_error_range(_fleet([100.0]), FeddpqBounds(), fallback='drop')
 
 
@@ -200,3 +200,27 @@ def test_planned_top_up_counts_are_the_engines_rule_on_float_noise_cases():
     expected = [topup_counts(row, factor) for row, factor in zip(counts, factors)]
     assert np.array_equal(planned, np.array(expected, np.float64))
     assert planned[0].tolist() == [0.0, 3.0, 1.0] and planned[2].tolist() == [0.0, 0.0, 1.0]
+
+
+def test_plan_counts_only_what_a_label_preserving_generator_can_make():
+    # Arrange: drone 0 lacks class 1; the engine's default generator is an augmentation
+    from fl_uav.learning.topup import AugmentationGenerator
+    counts = np.array([[30, 0, 2], [10, 4, 3]])
+    factors = np.array([0.1, 0.3])
+    generator = AugmentationGenerator(layout='chw')
+    images = np.zeros((32, 1, 4, 4), np.float32)
+    labels = np.array([0] * 30 + [2] * 2)
+    paper = FeddpqModel(_fleet([100.0] * 2, counts))
+    augment = FeddpqModel(_fleet([100.0] * 2, counts, generator_makes_absent_classes=
+                                 generator.makes_absent_classes))
+    knobs = FeddpqKnobs(np.full(2, 0.05), factors, np.full(2, 0.4), np.full(2, 8))
+    # Act
+    planned = augment.generated_counts(factors)
+    made_x, made_y = generator.generate(images, labels, planned[0].astype(np.int64),
+                                        np.random.default_rng(0))
+    # Assert: the absent class gets nothing in the plan, exactly as the generator delivers,
+    # and the plan no longer charges eq. (33)-(34) for samples that are never made
+    assert planned.tolist() == [[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]
+    assert paper.generated_counts(factors)[0].tolist() == [0.0, 3.0, 1.0]
+    assert np.bincount(made_y, minlength=3).tolist() == planned[0].tolist()
+    assert augment.predict(knobs).generation_energy_j < paper.predict(knobs).generation_energy_j

@@ -144,10 +144,10 @@ def _spread_regions() -> list[GaussianRegion]:
 
 
 def _wide_constraints(**kwargs) -> TrajectoryConstraints:
-    # Short HiGHS limits keep the test fast; every assertion below holds whether or not a
-    # limit binds (feasibility and "never below the warm start" hold by construction).
+    # Work limits keep the tests fast and deterministic: no whole-horizon MILP (its HiGHS root
+    # node costs seconds here); the wall-clock safety caps keep their defaults.
     base = dict(fence=WIDE_FENCE, max_speed_m_s=5.0, round_time_s=20.0, budget_m=2400.0,
-                time_limit_s=2.0, time_budget_s=10.0)
+                horizon_iterations=0)
     base.update(kwargs)
     return TrajectoryConstraints(**base)
 
@@ -305,3 +305,51 @@ def test_windowed_pipeline_honours_the_held_mass():
     # The classes the drone lacks get more of the plan than those it holds.
     samples = expected_class_samples(plan.waypoints, regions, psi)
     assert samples[3:6].sum() > samples[:3].sum()
+
+
+# --------------------------------------------------------------------------------------------
+# Work limits: the plan is a function of the inputs; wall-clock caps are safety nets
+
+
+def test_two_runs_on_the_same_inputs_give_byte_identical_waypoints():
+    # Arrange: a case where every stage runs (windows, then the whole-horizon HiGHS MILP,
+    # whose root node raises eq. (4) here); the wall-clock caps keep their (slack) defaults
+    psi = class_priorities(12, 7, 5)
+    c = _wide_constraints(window_passes=1, horizon_iterations=1)
+    # Act
+    first = plan_trajectory_detailed(_spread_regions(), psi, WIDE_START, c)
+    second = plan_trajectory_detailed(_spread_regions(), psi, WIDE_START, c)
+    # Assert
+    as_bytes = [np.array([(w.east_m, w.north_m, w.up_m) for w in plan.waypoints]).tobytes()
+                for plan in (first, second)]
+    assert as_bytes[0] == as_bytes[1]
+    assert (first.objective, first.iterations) == (second.objective, second.iterations)
+    assert not first.time_capped and not second.time_capped
+    assert first.objective > first.warm_start_objective
+
+
+def test_a_binding_safety_cap_returns_the_warm_start_and_says_so():
+    # Arrange: a plan budget every run exceeds before its first window (the warm start alone
+    # takes far longer than 1 µs)
+    psi = class_priorities(12, 7, 5)
+    c = _wide_constraints(time_budget_s=1e-6)
+    # Act
+    plan = plan_trajectory_detailed(_spread_regions(), psi, WIDE_START, c)
+    # Assert
+    assert plan.time_capped
+    assert plan.iterations == 0
+    assert plan.objective == pytest.approx(plan.warm_start_objective)
+
+
+@pytest.mark.parametrize('kwargs, needle', [
+    (dict(node_limit=0), 'node_limit must be >= 1'),
+    (dict(horizon_node_limit=0), 'horizon_node_limit must be >= 1'),
+    (dict(max_sweeps=0), 'max_sweeps must be >= 1'),
+    (dict(window_passes=-1), 'window_passes must be >= 0'),
+    (dict(convergence_tolerance=-1e-3), 'convergence_tolerance must be >= 0'),
+    (dict(time_budget_s=0.0), 'time_budget_s must be > 0'),
+])
+def test_malformed_work_limits_are_plan_errors_naming_the_limit(kwargs, needle):
+    with pytest.raises(PlanError, match=needle):
+        plan_trajectory_detailed(_regions(), class_priorities(4, 3, 0), START,
+                                 _constraints(**kwargs))

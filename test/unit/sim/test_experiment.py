@@ -6,6 +6,7 @@ import csv
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fl_uav.cli import main as cli_main
@@ -162,3 +163,18 @@ def test_compression_cuts_uplink_bytes(tmp_path, method):
                            echo=lambda _: None)
     assert small['status'] == 'finished'
     assert small['uplink_bytes_total'] < dense['uplink_bytes_total'] / 5
+
+
+@pytest.mark.filterwarnings('ignore:invalid value:RuntimeWarning')   # inf + (-inf)
+@pytest.mark.parametrize(('values', 'expected'), [
+    ([0.0, 1.5, -2.0], True),
+    ([3.0e38] * 1000, True),        # a float32 sum would overflow; float64 does not
+    ([-3.0e38] * 1000, True),
+    ([1.0, np.nan, 2.0], False),
+    ([np.inf, 1.0], False),
+    ([-np.inf, np.inf], False),
+])
+def test_update_finiteness_check(values, expected):
+    from fl_uav.sim.experiment import _all_finite
+
+    assert _all_finite(np.array(values, dtype=np.float32).reshape(-1, 1)) is expected

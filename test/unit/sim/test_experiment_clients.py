@@ -236,3 +236,56 @@ def test_lgc_channels_larger_than_the_model_fail_when_the_engine_starts(tmp_path
     # Act + Assert: at construction, before any round, naming the key
     with pytest.raises(ValueError, match=r'compression\.lgc_channel_entries sum to 10000000'):
         ExperimentEngine(config, tmp_path)
+
+
+def test_engine_osafl_round_matches_the_papers_equations_from_the_client_deltas(tmp_path):
+    """Audit (digest 004 §2): the engine's round 2 equals eqs. (7), (8), (10)-(12) and
+    Algorithm 2 (Υ = 1) recomputed from the drones' own deltas, with each reported κ_u the
+    number of plain-SGD steps the drone took at the decayed local rate η (Algorithm 1)."""
+    import dataclasses
+    import math
+
+    import numpy as np
+
+    from fl_uav.learning.client_algorithms import OsaflClient
+    from fl_uav.learning.vectorized import exact_steps_config, train_clients_sequential
+
+    # Arrange: online FIFO buffers, κ ~ U{1..6}, a decaying local rate
+    engine = ExperimentEngine(_config(**{
+        'num_drones': 5, 'engine.vectorized': True, 'learning.client_algorithm': 'osafl',
+        'aggregation.strategy': 'osafl', 'aggregation.server_lr': 3.0,
+        'aggregation.score_interval': 1, 'learning.min_local_steps': 1,
+        'learning.max_local_steps': 6, 'learning.lr_decay': 0.5, 'data.online': True,
+        'data.initial_samples': 20, 'data.arrivals_e': 3, 'data.arrivals_p': 0.5,
+        'buffer.capacity_samples': 20}), tmp_path)
+    engine.run_round()
+    captured = []
+    aggregate = engine.strategy.aggregate
+    engine.strategy.aggregate = lambda r, w, updates: (captured.append((dict(w), updates)),
+                                                       aggregate(r, w, updates))[1]
+    # Act
+    engine.run_round()
+    # Assert: each κ_u is the step count a plain-SGD replay at η = lr · 0.5 needs
+    (start, updates), = captured
+    eta = engine.config.learning.lr * 0.5
+    for u in updates:
+        x, y = engine._training_data(u.sender, engine.buffers[u.sender])[:2]
+        seed = int(np.random.SeedSequence([0, 2, 10 + u.sender]).generate_state(1)[0])
+        assert u.metrics['steps'] == OsaflClient(1, 6).draw_steps(seed)
+        config = exact_steps_config(dataclasses.replace(engine.train_config, lr=eta), len(y),
+                                    u.metrics['steps'])
+        [replay] = train_clients_sequential(engine._worker, start, [(x, y)], config, [seed])
+        for name in start:
+            np.testing.assert_allclose(replay.weights[name] - start[name], u.delta[name],
+                                       atol=1e-5)
+    # Assert: w + ... = w − η̃ η Σ (1/U) exp(cos(d^t, d_u)) d_u, d_u = −Δ_u/(η κ_u)
+    names = list(start)
+    d = [-np.concatenate([np.ravel(u.delta[n]) for n in names]).astype(np.float64)
+         / (eta * u.metrics['steps']) for u in updates]
+    mean = np.mean(d, axis=0)
+    step = sum(math.exp(mean @ du / (np.linalg.norm(mean) * np.linalg.norm(du))) * du
+               for du in d) / len(d)
+    flat_start = np.concatenate([np.ravel(start[n]) for n in names]).astype(np.float64)
+    expected = flat_start - 3.0 * eta * step
+    got = np.concatenate([np.ravel(engine.weights[n]) for n in names])
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)

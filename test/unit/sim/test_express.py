@@ -173,6 +173,7 @@ def _flat(**overrides) -> dict:
     ('aggregation.strategy', 'fedavg', 'aggregation.strategy'),
     ('learning.client_algorithm', 'scaffold', 'learning.client_algorithm'),
     ('express.num_uavs', 9, 'num_drones'),
+    ('learning.lr_decay', 0.99, 'learning.lr_decay'),
 ])
 def test_config_errors_name_the_key(key, value, named):
     with pytest.raises(ConfigError, match=named.replace('.', r'\.')):
