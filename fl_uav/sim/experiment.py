@@ -380,6 +380,8 @@ class ExperimentEngine:
         self.weights = aggregated.weights
         set_weights(self.model, self.weights)
         accuracy, test_loss = evaluate(self.model, self.data.test_x, self.data.test_y)
+        if isinstance(self.resources, LgcRoundResources):   # resources.lgc_plateau_*
+            self.resources.observe_accuracy(r, accuracy)
         round_s = max(times) if times else down_s
         self.sim_time_s += round_s
         self.round_index = r

@@ -196,6 +196,12 @@ class ResourcesConfig:
         current weights for that many steps after the first (off by default: an actor
         saturated at one end of its tanh does not move, fl_uav.planning.lgc_control.
         finetune_ddpg).
+    lgc_plateau_window (0 = off; engine only, a configured lgc_steps_scale): a plain rule on
+        top of the LGC policy (fl_uav.planning.resources.PlateauSwitch): once the best test
+        accuracy of the last lgc_plateau_window rounds exceeds the best before them by less
+        than lgc_plateau_min_gain (a fraction), every drone takes lgc_plateau_local_steps
+        local steps for the rest of the run (its entries per channel stay the policy's).
+        With lgc_fixed: "fixed-decision LGC, then H = 1 once the accuracy has plateaued".
     """
 
     planner: str = 'none'
@@ -216,6 +222,9 @@ class ResourcesConfig:
     lgc_refit_rounds: int = 5
     lgc_finetune_steps: int = 0
     lgc_probe_groups: int = 4
+    lgc_plateau_window: int = 0
+    lgc_plateau_min_gain: float = 0.01
+    lgc_plateau_local_steps: int = 1
 
     def __post_init__(self) -> None:
         require_choice('resources.planner', self.planner, PLANNERS)
@@ -244,11 +253,24 @@ class ResourcesConfig:
         if not 0.0 <= self.lgc_steps_scale_min_drop < 1.0:
             raise ValueError(f'resources.lgc_steps_scale_min_drop must be in [0, 1), got '
                              f'{self.lgc_steps_scale_min_drop}')
+        if self.lgc_plateau_window < 0 or not 0.0 <= self.lgc_plateau_min_gain <= 1.0:
+            raise ValueError(f'resources.lgc_plateau_window must be >= 0 and '
+                             f'lgc_plateau_min_gain in [0, 1], got {self.lgc_plateau_window}, '
+                             f'{self.lgc_plateau_min_gain}')
+        if not 1 <= self.lgc_plateau_local_steps <= self.lgc_max_local_steps:
+            raise ValueError(f'resources.lgc_plateau_local_steps must be in [1, '
+                             f'lgc_max_local_steps = {self.lgc_max_local_steps}], got '
+                             f'{self.lgc_plateau_local_steps}')
         h0 = self.lgc_steps_scale
         number = not isinstance(h0, str) and math.isfinite(h0) and h0 > 0
         if h0 not in (STEPS_SCALE_AUTO, STEPS_SCALE_ONLINE) and not number:
             raise ValueError(f'resources.lgc_steps_scale must be a number > 0, '
                              f'{STEPS_SCALE_AUTO!r} or {STEPS_SCALE_ONLINE!r}, got {h0!r}')
+        if self.lgc_plateau_window > 0 and (not self.planner.startswith('lgc')
+                                            or isinstance(h0, str)):
+            raise ValueError(f'resources.lgc_plateau_window needs an lgc_* planner with a '
+                             f'configured lgc_steps_scale (a number), got planner '
+                             f'{self.planner!r}, lgc_steps_scale {h0!r}')
 
 
 def check_planner_procedures(resources: ResourcesConfig, learning: LearningConfig,

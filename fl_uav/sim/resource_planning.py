@@ -109,7 +109,11 @@ from fl_uav.planning.lgc_control import (
     fit_steps_scale,
     train_ddpg,
 )
-from fl_uav.planning.resources import FeddpqResourcePlanner, LgcResourcePlanner
+from fl_uav.planning.resources import (
+    FeddpqResourcePlanner,
+    LgcResourcePlanner,
+    PlateauSwitch,
+)
 from fl_uav.sim.experiment_config import (
     STEPS_SCALE_AUTO,
     STEPS_SCALE_ONLINE,
@@ -304,6 +308,23 @@ class LgcRoundResources:
         self.prices_j_per_mb = np.asarray(r.lgc_channel_energy_j_per_mb, np.float64)
         self.rates: dict[int, np.ndarray] = {}
         self.log: dict[str, dict[str, dict]] = {}
+        #: resources.lgc_plateau_*: H = plateau_local_steps for every drone after the plateau
+        self.plateau = (PlateauSwitch(r.lgc_plateau_window, r.lgc_plateau_min_gain)
+                        if r.lgc_plateau_window > 0 else None)
+        self.plateau_local_steps = r.lgc_plateau_local_steps
+
+    def observe_accuracy(self, round_index: int, accuracy: float) -> None:
+        """The global model's accuracy after round ``round_index`` (the plateau rule's input)."""
+        if self.plateau is not None:
+            self.plateau.observe(round_index, accuracy)
+
+    def plateau_summary(self) -> dict[str, Any] | None:
+        p = self.plateau
+        if p is None:
+            return None
+        return {'window': p.window, 'min_gain': p.min_gain,
+                'local_steps': self.plateau_local_steps, 'switched_after_round': p.switched_after,
+                'accuracies': {str(i + 1): a for i, a in enumerate(p.accuracies)}}
 
     def _train_policy(self, drone: int, env_config: LgcEnvConfig) -> DdpgPolicy:
         """Drone ``drone``'s DDPG trained on its surrogate (seeded: the same agent on resume)."""
@@ -443,6 +464,8 @@ class LgcRoundResources:
         for row in out.values():   # at least one entry travels (LGC eq. (10b) with K >= 1)
             if sum(row[ENTRIES_KNOB]) < 1:
                 row[ENTRIES_KNOB][0] = 1
+            if self.plateau is not None and self.plateau.active(round_index):
+                row[LOCAL_STEPS_KNOB] = self.plateau_local_steps
         return out
 
     def record(self, round_index: int, knobs: dict[int, dict]) -> None:
@@ -461,12 +484,20 @@ class LgcRoundResources:
     def summary(self) -> dict[str, Any]:
         return {'planner': 'lgc', 'ddpg_train_s': self.train_s,
                 'hover_power_w': self.hover_power_w,
-                'steps_scale': self.steps_scale_summary(), 'decisions': self.log}
+                'steps_scale': self.steps_scale_summary(), 'plateau': self.plateau_summary(),
+                'decisions': self.log}
 
     def load_log(self, knobs: dict[str, Any], upto: int) -> None:
         """Resume from DIR/knobs.json: the decisions up to round ``upto`` and, past an auto
         warm-up, the fitted h0 (the controllers are retrained on it, seeded: the same)."""
         self.log = {r: v for r, v in knobs.get('decisions', {}).items() if int(r) <= upto}
+        if self.plateau is not None:   # replay the accuracies: the same switch round
+            seen = (knobs.get('plateau') or {}).get('accuracies', {})
+            for r in range(1, upto + 1):
+                if str(r) not in seen:
+                    raise ValueError(f'cannot resume after round {upto}: {KNOBS_FILE} holds '
+                                     f'no accuracy of round {r} for lgc_plateau_window')
+                self.observe_accuracy(r, float(seen[str(r)]))
         saved = knobs.get('steps_scale') or {}
         if self.online:   # replay the probes in order: the same fits, the same (seeded) agents
             probes = (saved.get('online') or {}).get('probes', {})
@@ -498,6 +529,8 @@ def resource_summary(resources) -> dict[str, Any]:
     if not isinstance(resources, LgcRoundResources):
         return {}
     fit = resources.steps_scale_fit
+    plateau = ({'lgc_plateau_switched_after_round': resources.plateau.switched_after}
+               if resources.plateau is not None else {})
     if resources.online:
         return {'lgc_steps_scale': None,
                 'lgc_steps_scale_setting': resources.steps_scale_setting,
@@ -509,7 +542,7 @@ def resource_summary(resources) -> dict[str, Any]:
     return {'lgc_steps_scale': resources.steps_scale if resources.calibrated else None,
             'lgc_steps_scale_setting': resources.steps_scale_setting,
             'lgc_steps_scale_note': resources.steps_scale_note,
-            'lgc_steps_scale_fit': fit.as_dict() if fit is not None else None}
+            'lgc_steps_scale_fit': fit.as_dict() if fit is not None else None, **plateau}
 
 
 def build_planner(inputs: PlannerInputs):

@@ -524,3 +524,55 @@ def test_online_probe_groups_take_turns_after_the_first_fit():
     assert all(knobs[k][LGC_STEPS_KNOB] == 3 and knobs[k][ENTRIES_KNOB] == [200, 200, 200]
                for k in (1, 3))
     assert all(type(resources.planner.policies[k]).__name__ == 'DdpgPolicy' for k in (0, 2, 4))
+
+
+# --- resources.lgc_plateau_*: fixed-decision LGC, then H = 1 after the plateau ---------------
+
+PLATEAU = {**LGC, 'resources.planner': 'lgc_fixed', 'resources.lgc_plateau_window': 1,
+           'resources.lgc_plateau_min_gain': 1.0, 'num_rounds': 4}
+
+
+def test_plateau_rule_switches_every_drone_to_its_local_steps_after_the_plateau(tmp_path):
+    # Setup: window 1, min gain 100 %: round 2 never gains that much, so the switch latches
+    # after round 2 and rounds 3-4 run at H = 2
+    config = _config(**PLATEAU, **{'resources.lgc_plateau_local_steps': 2})
+    # Execute
+    summary = run_experiment(config, tmp_path, echo=lambda _: None)
+    knobs = json.loads((tmp_path / KNOBS_FILE).read_text())
+    # Assert: the mid decision (H = 3, 200 per channel) until then, H = 2 with the same entries
+    decisions = knobs['decisions']
+    for r, steps in (('1', 3), ('2', 3), ('3', 2), ('4', 2)):
+        assert all(d[LGC_STEPS_KNOB] == steps and d[ENTRIES_KNOB] == [200, 200, 200]
+                   for d in decisions[r].values())
+    assert knobs['plateau']['switched_after_round'] == 2
+    assert sorted(knobs['plateau']['accuracies']) == ['1', '2', '3', '4']
+    assert summary['lgc_plateau_switched_after_round'] == 2
+
+
+def test_plateau_rule_resume_gives_the_same_decisions(tmp_path):
+    # Setup: one run straight through, one stopped after round 2 (the switch) and resumed
+    extra = {'engine.checkpoint_every': 1}
+    run_experiment(_config(**PLATEAU, **extra), tmp_path / 'straight', echo=lambda _: None)
+    run_experiment(_config(**{**PLATEAU, **extra, 'num_rounds': 2}), tmp_path / 'resumed',
+                   echo=lambda _: None)
+    # Execute
+    run_experiment(_config(**PLATEAU, **extra), tmp_path / 'resumed', resume=True,
+                   echo=lambda _: None)
+    # Assert
+    straight, resumed = (json.loads((tmp_path / d / KNOBS_FILE).read_text())
+                         for d in ('straight', 'resumed'))
+    assert resumed['decisions'] == straight['decisions']
+    assert resumed['plateau'] == straight['plateau']
+
+
+@pytest.mark.parametrize('overrides, match', [
+    ({'resources.lgc_plateau_window': -1}, 'lgc_plateau_window must be >= 0'),
+    ({'resources.lgc_plateau_min_gain': 1.5}, 'lgc_plateau_min_gain in'),
+    ({'resources.lgc_plateau_local_steps': 7}, 'lgc_plateau_local_steps must be in'),
+    ({'resources.lgc_steps_scale': 'online', 'resources.planner': 'lgc_ddpg'},
+     'configured lgc_steps_scale'),
+])
+def test_bad_plateau_settings_are_refused_naming_the_key(overrides, match):
+    # Act / Assert
+    with pytest.raises(ConfigError, match=match):
+        _config(**{**PLATEAU, **overrides})
