@@ -363,9 +363,10 @@ class FleetConfig:
             raise ValueError(f'resources.lgc_steps_scale {self.resources.lgc_steps_scale!r} is '
                              f"the engine's (it measures the fleet's loss against local steps); "
                              f'the fleet needs a number')
-        if self.resources.lgc_plateau_window > 0:
-            raise ValueError("resources.lgc_plateau_window is the engine's (it reads the "
-                             'per-round test accuracy); the fleet needs 0')
+        for key in ('lgc_plateau_window', 'lgc_stall_window'):
+            if getattr(self.resources, key) > 0:
+                raise ValueError(f"resources.{key} is the engine's (it reads the per-round "
+                                 f'test accuracy); the fleet needs 0')
 
     def check_express(self) -> None:
         """Keys that must agree with ``mode: express`` (each error names the key).

@@ -14,7 +14,8 @@ per drone id, which travels with the round's global model.
   reports measured channel rates with :meth:`LgcResourcePlanner.observe_rates` when it has them.
 
 :class:`PlateauSwitch` is a plain rule beside the LGC policies (``resources.lgc_plateau_*``):
-once the fleet's accuracy has plateaued, every drone takes a fixed number of local steps.
+once the fleet's accuracy has plateaued, every drone takes a fixed number of local steps; and
+(``resources.lgc_stall_*``, not latched) while it stalls, every drone takes the mid decision.
 
 :func:`merge_knobs` combines a strategy's knobs with these, refusing silent overwrites.
 """
@@ -114,12 +115,22 @@ class PlateauSwitch:
             raise ValueError(f'rounds must be reported in order: expected round '
                              f'{len(self.accuracies) + 1}, got {round_index}')
         self.accuracies.append(float(accuracy))
-        w = self.window
-        if self.switched_after is None and len(self.accuracies) > w:
-            gain = max(self.accuracies[-w:]) - max(self.accuracies[:-w])
-            if gain < self.min_gain:
-                self.switched_after = int(round_index)
+        if self.switched_after is None and self.stalled():
+            self.switched_after = int(round_index)
         return self.switched_after is not None
+
+    def gain(self) -> float | None:
+        """Best of the last ``window`` rounds minus the best before them (None: too few)."""
+        w = self.window
+        if len(self.accuracies) <= w:
+            return None
+        return max(self.accuracies[-w:]) - max(self.accuracies[:-w])
+
+    def stalled(self) -> bool:
+        """The verdict on the rounds seen so far, not latched: the last window gained less
+        than ``min_gain`` (``resources.lgc_stall_*`` uses it round by round)."""
+        gain = self.gain()
+        return gain is not None and gain < self.min_gain
 
     def active(self, round_index: int) -> bool:
         """True in the rounds after the one in which the plateau was seen."""

@@ -202,6 +202,10 @@ class ResourcesConfig:
         than lgc_plateau_min_gain (a fraction), every drone takes lgc_plateau_local_steps
         local steps for the rest of the run (its entries per channel stay the policy's).
         With lgc_fixed: "fixed-decision LGC, then H = 1 once the accuracy has plateaued".
+    lgc_stall_window (0 = off; engine only): a guard on top of the LGC policy, not latched:
+        in every round after one in which the best test accuracy of the last lgc_stall_window
+        rounds gains less than lgc_stall_min_gain over the best before them, every drone takes
+        the mid decision (what lgc_fixed does) instead of its policy's.
     """
 
     planner: str = 'none'
@@ -225,6 +229,8 @@ class ResourcesConfig:
     lgc_plateau_window: int = 0
     lgc_plateau_min_gain: float = 0.01
     lgc_plateau_local_steps: int = 1
+    lgc_stall_window: int = 0
+    lgc_stall_min_gain: float = 0.01
 
     def __post_init__(self) -> None:
         require_choice('resources.planner', self.planner, PLANNERS)
@@ -257,6 +263,12 @@ class ResourcesConfig:
             raise ValueError(f'resources.lgc_plateau_window must be >= 0 and '
                              f'lgc_plateau_min_gain in [0, 1], got {self.lgc_plateau_window}, '
                              f'{self.lgc_plateau_min_gain}')
+        if self.lgc_stall_window < 0 or not 0.0 <= self.lgc_stall_min_gain <= 1.0:
+            raise ValueError(f'resources.lgc_stall_window must be >= 0 and lgc_stall_min_gain '
+                             f'in [0, 1], got {self.lgc_stall_window}, {self.lgc_stall_min_gain}')
+        if self.lgc_stall_window > 0 and not self.planner.startswith('lgc'):
+            raise ValueError(f'resources.lgc_stall_window needs an lgc_* planner, got '
+                             f'{self.planner!r}')
         if not 1 <= self.lgc_plateau_local_steps <= self.lgc_max_local_steps:
             raise ValueError(f'resources.lgc_plateau_local_steps must be in [1, '
                              f'lgc_max_local_steps = {self.lgc_max_local_steps}], got '

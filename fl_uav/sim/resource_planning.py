@@ -312,19 +312,34 @@ class LgcRoundResources:
         self.plateau = (PlateauSwitch(r.lgc_plateau_window, r.lgc_plateau_min_gain)
                         if r.lgc_plateau_window > 0 else None)
         self.plateau_local_steps = r.lgc_plateau_local_steps
+        #: resources.lgc_stall_*: the mid decision for every drone while the accuracy stalls
+        self.stall = (PlateauSwitch(r.lgc_stall_window, r.lgc_stall_min_gain)
+                      if r.lgc_stall_window > 0 else None)
+        self.stall_rounds: list[int] = []   # the rounds the stall guard took over
+        self.accuracies: dict[str, float] = {}
 
     def observe_accuracy(self, round_index: int, accuracy: float) -> None:
-        """The global model's accuracy after round ``round_index`` (the plateau rule's input)."""
-        if self.plateau is not None:
-            self.plateau.observe(round_index, accuracy)
+        """The global model's accuracy after round ``round_index`` (the accuracy rules' input:
+        ``lgc_plateau_*``, ``lgc_stall_*``)."""
+        if self.plateau is None and self.stall is None:
+            return
+        self.accuracies[str(round_index)] = float(accuracy)
+        for rule in (self.plateau, self.stall):
+            if rule is not None:
+                rule.observe(round_index, accuracy)
 
     def plateau_summary(self) -> dict[str, Any] | None:
         p = self.plateau
         if p is None:
             return None
         return {'window': p.window, 'min_gain': p.min_gain,
-                'local_steps': self.plateau_local_steps, 'switched_after_round': p.switched_after,
-                'accuracies': {str(i + 1): a for i, a in enumerate(p.accuracies)}}
+                'local_steps': self.plateau_local_steps, 'switched_after_round': p.switched_after}
+
+    def stall_summary(self) -> dict[str, Any] | None:
+        g = self.stall
+        if g is None:
+            return None
+        return {'window': g.window, 'min_gain': g.min_gain, 'rounds': list(self.stall_rounds)}
 
     def _train_policy(self, drone: int, env_config: LgcEnvConfig) -> DdpgPolicy:
         """Drone ``drone``'s DDPG trained on its surrogate (seeded: the same agent on resume)."""
@@ -460,7 +475,14 @@ class LgcRoundResources:
             probe = self.probe_drones(round_index)
             self.planner.policies = {k: self.mid_policies[k] if k in probe else p
                                      for k, p in self.policies.items()}
-        out = self.planner.knobs(round_index, drone_ids)
+        policies = self.planner.policies
+        if self.stall is not None and self.stall.stalled():   # seen after round - 1
+            self.stall_rounds.append(int(round_index))
+            self.planner.policies = dict(self.mid_policies)
+        try:
+            out = self.planner.knobs(round_index, drone_ids)
+        finally:
+            self.planner.policies = policies
         for row in out.values():   # at least one entry travels (LGC eq. (10b) with K >= 1)
             if sum(row[ENTRIES_KNOB]) < 1:
                 row[ENTRIES_KNOB][0] = 1
@@ -485,19 +507,24 @@ class LgcRoundResources:
         return {'planner': 'lgc', 'ddpg_train_s': self.train_s,
                 'hover_power_w': self.hover_power_w,
                 'steps_scale': self.steps_scale_summary(), 'plateau': self.plateau_summary(),
+                'stall': self.stall_summary(),
+                'accuracies': self.accuracies if self.plateau or self.stall else None,
                 'decisions': self.log}
 
     def load_log(self, knobs: dict[str, Any], upto: int) -> None:
         """Resume from DIR/knobs.json: the decisions up to round ``upto`` and, past an auto
         warm-up, the fitted h0 (the controllers are retrained on it, seeded: the same)."""
         self.log = {r: v for r, v in knobs.get('decisions', {}).items() if int(r) <= upto}
-        if self.plateau is not None:   # replay the accuracies: the same switch round
-            seen = (knobs.get('plateau') or {}).get('accuracies', {})
+        if self.plateau is not None or self.stall is not None:   # replay the accuracies
+            seen = knobs.get('accuracies') or {}
             for r in range(1, upto + 1):
                 if str(r) not in seen:
                     raise ValueError(f'cannot resume after round {upto}: {KNOBS_FILE} holds '
-                                     f'no accuracy of round {r} for lgc_plateau_window')
+                                     f'no accuracy of round {r} for lgc_plateau / lgc_stall')
                 self.observe_accuracy(r, float(seen[str(r)]))
+            if self.stall is not None:
+                saved_rounds = (knobs.get('stall') or {}).get('rounds', [])
+                self.stall_rounds = [int(r) for r in saved_rounds if int(r) <= upto]
         saved = knobs.get('steps_scale') or {}
         if self.online:   # replay the probes in order: the same fits, the same (seeded) agents
             probes = (saved.get('online') or {}).get('probes', {})
@@ -529,8 +556,11 @@ def resource_summary(resources) -> dict[str, Any]:
     if not isinstance(resources, LgcRoundResources):
         return {}
     fit = resources.steps_scale_fit
-    plateau = ({'lgc_plateau_switched_after_round': resources.plateau.switched_after}
-               if resources.plateau is not None else {})
+    rules: dict[str, Any] = {}   # resources.lgc_plateau_* / lgc_stall_*
+    if resources.plateau is not None:
+        rules['lgc_plateau_switched_after_round'] = resources.plateau.switched_after
+    if resources.stall is not None:
+        rules['lgc_stall_rounds'] = len(resources.stall_rounds)
     if resources.online:
         return {'lgc_steps_scale': None,
                 'lgc_steps_scale_setting': resources.steps_scale_setting,
@@ -538,11 +568,11 @@ def resource_summary(resources) -> dict[str, Any]:
                 'lgc_steps_exponent': resources.steps_exponent,
                 'lgc_steps_exponent_probes': {
                     r: v['fit']['exponent'] if v['fit']['informative'] else None
-                    for r, v in resources.exponent_fits.items()}}
+                    for r, v in resources.exponent_fits.items()}, **rules}
     return {'lgc_steps_scale': resources.steps_scale if resources.calibrated else None,
             'lgc_steps_scale_setting': resources.steps_scale_setting,
             'lgc_steps_scale_note': resources.steps_scale_note,
-            'lgc_steps_scale_fit': fit.as_dict() if fit is not None else None, **plateau}
+            'lgc_steps_scale_fit': fit.as_dict() if fit is not None else None, **rules}
 
 
 def build_planner(inputs: PlannerInputs):

@@ -90,6 +90,7 @@ def test_plateau_switch_latches_when_the_last_window_gains_less_than_min_gain():
     assert seen == [False] * 7 + [True, True]
     assert switch.switched_after == 8
     assert not switch.active(8) and switch.active(9)   # from the next round on, for good
+    assert not switch.stalled()   # round 9 gained again: the round-by-round verdict clears
 
 
 def test_plateau_switch_needs_more_rounds_than_its_window_and_rounds_in_order():

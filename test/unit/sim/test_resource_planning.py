@@ -545,7 +545,7 @@ def test_plateau_rule_switches_every_drone_to_its_local_steps_after_the_plateau(
         assert all(d[LGC_STEPS_KNOB] == steps and d[ENTRIES_KNOB] == [200, 200, 200]
                    for d in decisions[r].values())
     assert knobs['plateau']['switched_after_round'] == 2
-    assert sorted(knobs['plateau']['accuracies']) == ['1', '2', '3', '4']
+    assert sorted(knobs['accuracies']) == ['1', '2', '3', '4'] and knobs['stall'] is None
     assert summary['lgc_plateau_switched_after_round'] == 2
 
 
@@ -563,6 +563,7 @@ def test_plateau_rule_resume_gives_the_same_decisions(tmp_path):
                          for d in ('straight', 'resumed'))
     assert resumed['decisions'] == straight['decisions']
     assert resumed['plateau'] == straight['plateau']
+    assert resumed['accuracies'] == straight['accuracies']
 
 
 @pytest.mark.parametrize('overrides, match', [
@@ -571,8 +572,41 @@ def test_plateau_rule_resume_gives_the_same_decisions(tmp_path):
     ({'resources.lgc_plateau_local_steps': 7}, 'lgc_plateau_local_steps must be in'),
     ({'resources.lgc_steps_scale': 'online', 'resources.planner': 'lgc_ddpg'},
      'configured lgc_steps_scale'),
+    ({'resources.lgc_stall_window': -1}, 'lgc_stall_window must be >= 0'),
+    ({'resources.lgc_stall_min_gain': -0.1}, 'lgc_stall_min_gain'),
 ])
 def test_bad_plateau_settings_are_refused_naming_the_key(overrides, match):
     # Act / Assert
     with pytest.raises(ConfigError, match=match):
         _config(**{**PLATEAU, **overrides})
+
+
+STALL = {**LGC, 'resources.planner': 'lgc_heuristic', 'resources.lgc_stall_window': 1,
+         'resources.lgc_stall_min_gain': 1.0, 'num_rounds': 4}
+
+
+def test_stall_guard_takes_the_mid_decision_while_the_accuracy_stalls(tmp_path):
+    # Setup: the heuristic's own decisions, then (window 1, min gain 100 %: every round stalls)
+    # the mid decision from round 3 on (the verdict after round 2 applies to round 3)
+    own = _config(**{**STALL, 'resources.lgc_stall_window': 0})
+    guarded = _config(**STALL, **{'engine.checkpoint_every': 1})
+    # Execute
+    run_experiment(own, tmp_path / 'own', echo=lambda _: None)
+    summary = run_experiment(guarded, tmp_path / 'guarded', echo=lambda _: None)
+    # Assert
+    mine, knobs = (json.loads((tmp_path / d / KNOBS_FILE).read_text())
+                   for d in ('own', 'guarded'))
+    assert knobs['decisions']['1'] == mine['decisions']['1']
+    assert knobs['decisions']['2'] == mine['decisions']['2']
+    assert any(d[LGC_STEPS_KNOB] != 3 or d[ENTRIES_KNOB] != [200, 200, 200]
+               for d in mine['decisions']['3'].values())   # the heuristic is not the mid
+    for r in ('3', '4'):
+        assert all(d[LGC_STEPS_KNOB] == 3 and d[ENTRIES_KNOB] == [200, 200, 200]
+                   for d in knobs['decisions'][r].values())
+    assert knobs['stall']['rounds'] == [3, 4] and summary['lgc_stall_rounds'] == 2
+    # resume after round 3: the same record
+    run_experiment(_config(**{**STALL, 'engine.checkpoint_every': 1, 'num_rounds': 3}),
+                   tmp_path / 'resumed', echo=lambda _: None)
+    run_experiment(guarded, tmp_path / 'resumed', resume=True, echo=lambda _: None)
+    resumed = json.loads((tmp_path / 'resumed' / KNOBS_FILE).read_text())
+    assert resumed['decisions'] == knobs['decisions'] and resumed['stall'] == knobs['stall']
