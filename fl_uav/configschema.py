@@ -32,6 +32,11 @@ class ConfigError(ValueError):
 _SCALARS = (bool, int, float, str)
 
 
+class NumberOrWord:
+    """Leaf type of a ``float | str`` field: a number (coerced to float) or a word such as
+    ``auto``; the section's ``__post_init__`` says which words it accepts."""
+
+
 def require_choice(key: str, value: Any, choices: typing.Collection[str]) -> None:
     """ValueError naming ``key``, the bad ``value`` and the allowed ``choices`` unless
     ``value`` is one of them (what every config section's ``__post_init__`` checks)."""
@@ -60,6 +65,8 @@ def _leaf_kind(tp: Any) -> tuple[str, type] | None:
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if len(args) == 1:
             return _leaf_kind(args[0])
+        if set(args) == {float, str}:
+            return 'scalar', NumberOrWord
     return None
 
 
@@ -102,6 +109,12 @@ def _coerce(key: str, value: Any, elem: type, kind: str) -> Any:
         if elem is float:
             if isinstance(v, bool) or not isinstance(v, int | float):
                 raise ConfigError(f'config key {key!r}: expected a number, got {v!r}')
+            return float(v)
+        if elem is NumberOrWord:
+            if isinstance(v, str):
+                return v
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise ConfigError(f'config key {key!r}: expected a number or a word, got {v!r}')
             return float(v)
         if not isinstance(v, str):
             raise ConfigError(f'config key {key!r}: expected a string, got {v!r}')

@@ -359,6 +359,15 @@ class FleetConfig:
                              f'(the drones train and upload), got mode {self.mode}')
         check_planner_procedures(self.resources, self.learning, self.compression,
                                  self.aggregation)
+        if self.resources.planner.startswith('lgc') and isinstance(
+                self.resources.lgc_steps_scale, str):
+            raise ValueError(f'resources.lgc_steps_scale {self.resources.lgc_steps_scale!r} is '
+                             f"the engine's (it measures the fleet's loss against local steps); "
+                             f'the fleet needs a number')
+        for key in ('lgc_plateau_window', 'lgc_stall_window'):
+            if getattr(self.resources, key) > 0:
+                raise ValueError(f"resources.{key} is the engine's (it reads the per-round "
+                                 f'test accuracy); the fleet needs 0')
 
     def check_express(self) -> None:
         """Keys that must agree with ``mode: express`` (each error names the key).

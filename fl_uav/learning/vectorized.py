@@ -433,6 +433,7 @@ class VectorizedTrainer:
         self._checked_shapes: set[tuple[int, ...]] = set()
         self._forced = backend == 'stacked'
         self._vmap_step = None
+        self.last_mean_trace: list[Weights] = []   # see train(trace_weights=...)
 
     @property
     def backend(self) -> str:
@@ -506,14 +507,28 @@ class VectorizedTrainer:
     # -- training --
     def train(self, global_weights: Weights, client_data: Sequence[ClientData],
               seeds: Sequence[int], shuffle: ShuffleFn = numpy_epoch_orders,
-              steps: Sequence[int] | None = None) -> list[LocalUpdate]:
+              steps: Sequence[int] | None = None,
+              trace_weights: Sequence[float] | None = None,
+              trace_clients: bool = False) -> list[LocalUpdate]:
         """Train every client from ``global_weights``; results are in the input order.
 
         ``steps`` (optional, one per client): client i takes exactly steps[i] steps
         (:func:`exact_steps_config`, e.g. OSAFL's random κ_u^t) instead of the config's.
         The returned weights are numpy views into one buffer per chunk (no copies).
+        ``trace_weights`` (optional, one per client): also record in ``self.last_mean_trace``
+        the weighted mean of the clients' weights after t = 0, 1, ..., max steps (a client that
+        stopped counts with its final weights): the model a FedAvg of the fleet would give had
+        every client stopped after t steps (used to measure progress against local steps).
+        ``trace_clients``: also keep in ``self.last_client_trace[i]`` client i's own weights
+        after t = 0, 1, ..., its steps (numpy views; the caller applies its own aggregation,
+        e.g. LGC's compressed one). Costs (steps + 1) copies of the chunk's weights.
         """
         _check_inputs(client_data, seeds)
+        if trace_weights is not None and len(trace_weights) != len(client_data):
+            raise ValueError(f'{len(client_data)} clients but {len(trace_weights)} trace '
+                             f'weights')
+        self.last_mean_trace = []
+        self.last_client_trace: list[list[dict[str, np.ndarray]]] = []
         missing = set(self._names) - set(global_weights)
         extra = set(global_weights) - set(self._names)
         if missing or extra:
@@ -543,10 +558,19 @@ class VectorizedTrainer:
             num_chunks = -(-len(order) // self.max_clients_per_chunk)
             bounds = [len(order) * i // num_chunks for i in range(num_chunks + 1)]
             chunks = [order[lo:hi] for lo, hi in zip(bounds, bounds[1:])]  # equal-sized
+            # Per-chunk trace buffers, filled in place (also from worker threads).
+            chunk_traces: list[list[dict[str, torch.Tensor]] | None] = [
+                [] if trace_weights is not None else None for _ in chunks]
+            chunk_snapshots: list[list[dict[str, torch.Tensor]] | None] = [
+                [] if trace_clients else None for _ in chunks]
 
-            def train_chunk(chunk: list[int]) -> list[LocalUpdate]:
+            def train_chunk(k: int) -> list[LocalUpdate]:
+                chunk = chunks[k]
+                weights = (None if trace_weights is None else
+                           torch.tensor([float(trace_weights[i]) for i in chunk]))
                 return self._train_chunk(global_params, [client_data[i] for i in chunk],
-                                         [batches[i] for i in chunk])
+                                         [batches[i] for i in chunk], weights,
+                                         chunk_traces[k], chunk_snapshots[k])
 
             parallel = self.workers > 1 and len(chunks) > 1
             if parallel:
@@ -554,15 +578,29 @@ class VectorizedTrainer:
             if parallel and self._backend == 'stacked':
                 with ThreadPoolExecutor(min(self.workers, len(chunks)),
                                         thread_name_prefix='chunk') as pool:
-                    results = list(pool.map(train_chunk, chunks))
+                    results = list(pool.map(train_chunk, range(len(chunks))))
             else:
-                results = map(train_chunk, chunks)
+                results = map(train_chunk, range(len(chunks)))
             for chunk, chunk_updates in zip(chunks, results):
                 for i, update in zip(chunk, chunk_updates):
                     updates[i] = update
         finally:
             if torch.get_num_threads() != previous_threads:
                 torch.set_num_threads(previous_threads)
+        if trace_weights is not None:
+            traces = [t for t in chunk_traces if t is not None]
+            total = float(sum(float(w) for w in trace_weights))
+            length = max(len(t) for t in traces)
+            self.last_mean_trace = [
+                {name: (sum(t[min(step, len(t) - 1)][name] for t in traces) / total).numpy()
+                 for name in self._names} for step in range(length)]
+        if trace_clients:
+            by_client: dict[int, list[dict[str, np.ndarray]]] = {}
+            for chunk, snaps in zip(chunks, chunk_snapshots):
+                for j, i in enumerate(chunk):
+                    by_client[i] = [{name: snap[name][j].numpy() for name in self._names}
+                                    for snap in snaps[:len(batches[i]) + 1]]
+            self.last_client_trace = [by_client[i] for i in range(len(client_data))]
         return updates  # type: ignore[return-value]
 
     def _prepare(self, global_params: dict[str, torch.Tensor],
@@ -573,14 +611,29 @@ class VectorizedTrainer:
             self._check_replay(shapes[0], global_params)
 
     def _train_chunk(self, global_params: dict[str, torch.Tensor],
-                     client_data: list[ClientData],
-                     batches: list[list[np.ndarray]]) -> list[LocalUpdate]:
+                     client_data: list[ClientData], batches: list[list[np.ndarray]],
+                     trace_weights: torch.Tensor | None = None,
+                     trace: list[dict[str, torch.Tensor]] | None = None,
+                     snapshots: list[dict[str, torch.Tensor]] | None = None
+                     ) -> list[LocalUpdate]:
+        """Train one chunk; with ``trace_weights`` append Σ_c w_c params_c after each step
+        t = 0..max to ``trace``, with ``snapshots`` a copy of every client's params (see
+        :meth:`train`)."""
+
+        def record() -> None:
+            if snapshots is not None:
+                snapshots.append({name: p.detach().clone() for name, p in params.items()})
+            if trace is not None:
+                trace.append({name: torch.tensordot(trace_weights, p, dims=1)
+                              for name, p in params.items()})
+
         config = self.config
         num_clients, bs = len(client_data), config.batch_size
         steps = [len(b) for b in batches]
         max_steps = steps[0] if steps else 0
         params = {name: p.unsqueeze(0).repeat(num_clients, *([1] * p.dim()))
                   for name, p in global_params.items()}
+        record()
         if max_steps == 0:
             return self._updates(params, batches, steps, torch.zeros((0, num_clients)))
         tensors = [_as_tensors(data) for data in client_data]
@@ -633,6 +686,7 @@ class VectorizedTrainer:
                         p.add_(buffer, alpha=-lr)
                     else:
                         p.add_(grad, alpha=-lr)
+            record()
         return self._updates(params, batches, steps, losses)
 
     def _adam_update(self, p: torch.Tensor, grad: torch.Tensor, exp_avg: torch.Tensor,

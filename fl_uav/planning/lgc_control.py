@@ -27,8 +27,12 @@ What is implemented, and the choices where the paper is silent ([NOT IN PAPER] i
   which the round shrinks the loss gap by the fraction
   κ (1 − e^(−H/h₀)) (1 − e^(−K/k₀)), K = Σ_n D_n: more local steps and more entries help with
   diminishing returns, as LGC Theorem 1 / Corollary 1 have H and the kept fraction γ ≈ K/D
-  only in higher-order terms. Replace with measured loss when the controller runs in the
-  engine.
+  only in higher-order terms. In the engine, h₀ may come from measurement instead of a
+  constant: :func:`fit_steps_scale` fits ℓ(h) = c − A (1 − e^(−h/h₀)) to the per-step
+  mini-batch training losses the drones record within a round (fl_uav.sim.resource_planning,
+  ``resources.lgc_steps_scale: auto``). The fit's upper bound is LINEAR_STEPS_FACTOR · H_max:
+  beyond it the surrogate is linear in H over 1..H_max to within 1/(2 · factor), so a larger
+  h₀ only rescales every action's reward and leaves the controller's ranking of H unchanged.
 * **Reward** (LGC eqs. (14)-(16)): U_r = δ / ϵ_r, loss change per unit resource. The paper's
   ratio U^(t+1)/U^(t) is sign-ambiguous and explodes on plateaus (digest §8); the digest's
   guard is used instead: r = Σ_r α_r · progress / (ϵ_r / ϵ_r^ref), progress = the fraction of
@@ -129,6 +133,8 @@ class LgcEnvConfig:
     hover_power_w: power drawn while the drone waits on the round (FedEx 20 W; 0 = none).
     download_s: time to receive the dense global model each round.
     progress_rate, steps_scale, entries_scale: κ, h₀ (steps), k₀ (entries) of the surrogate.
+    steps_exponent: β; when set, the H-factor of the progress is (H / H_max)^β instead of
+    (1 − e^(−H/h₀)) (fitted to measured curves by :func:`fit_steps_exponent`).
     initial_loss, min_loss, target_loss: the loss gap the episode closes.
     weights: α_energy, α_time of eq. (16). max_rounds: episode length cap.
     """
@@ -143,6 +149,7 @@ class LgcEnvConfig:
     download_s: float = 1.0
     progress_rate: float = 0.08
     steps_scale: float = 3.0
+    steps_exponent: float | None = None
     entries_scale: float = 24_000.0
     initial_loss: float = 2.3
     min_loss: float = 0.1
@@ -165,6 +172,9 @@ class LgcEnvConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f'{name} must be > 0, got {value}')
+        if self.steps_exponent is not None and not (math.isfinite(self.steps_exponent)
+                                                    and self.steps_exponent > 0):
+            raise ValueError(f'steps_exponent must be > 0 or None, got {self.steps_exponent}')
         if not self.progress_rate < 1:
             raise ValueError(f'progress_rate must be < 1, got {self.progress_rate}')
         if not (self.hover_power_w >= 0 and self.download_s >= 0):
@@ -279,8 +289,15 @@ class LgcEnv:
     def progress(self, decision: LgcDecision) -> float:
         """The fraction of the loss gap one round closes (surrogate; module docstring)."""
         c = self.config
-        return c.progress_rate * (1.0 - math.exp(-decision.local_steps / c.steps_scale)) \
+        return c.progress_rate * self.steps_factor(decision.local_steps) \
             * (1.0 - math.exp(-decision.total_entries / c.entries_scale))
+
+    def steps_factor(self, local_steps: int) -> float:
+        """The H-factor of the progress: (1 − e^(−H/h₀)), or (H / H_max)^β when β is set."""
+        c = self.config
+        if c.steps_exponent is not None:
+            return (local_steps / c.max_local_steps) ** c.steps_exponent
+        return 1.0 - math.exp(-local_steps / c.steps_scale)
 
     def round_cost(self, decision: LgcDecision, rates: NDArray[np.float64]) -> RoundCost:
         """Energy and time of one round (LGC eq. (15b) with the per-channel costs)."""
@@ -318,6 +335,174 @@ class LgcEnv:
         done = self.loss <= c.target_loss or self.round_index >= c.max_rounds
         self.rates = self._draw_rates()
         return self.state(), self.reward(cost), done, cost
+
+
+# -- h₀ from measured losses ----------------------------------------------------------------
+
+#: The fit's cap on h₀ in units of H_max: (1 − e^(−H/h₀)) differs from H/h₀ by at most
+#: H_max / (2 h₀) = 5 % over 1..H_max at h₀ = 10 H_max (see the module docstring).
+LINEAR_STEPS_FACTOR = 10.0
+
+
+@dataclass(frozen=True)
+class StepsScaleFit:
+    """h₀ of the progress surrogate (module docstring) fitted to a within-round loss curve.
+
+    The model is ℓ(h) = c − A (1 − e^(−h/h₀)), ℓ(h) the mini-batch loss after h local steps:
+    the loss drop after h steps is the fraction (1 − e^(−h/h₀)) of the drop A the round
+    approaches, the H-factor of the surrogate's progress κ (1 − e^(−H/h₀)) (1 − e^(−K/k₀)).
+
+    steps_scale: h₀ (local steps). initial_loss: c. drop: A (>= 0; 0 = the curve does not
+    fall, so h₀ is not measurable and ``informative`` is False). rmse: residual of the fit.
+    at_upper_bound: h₀ is the cap (no saturation within the window: progress at least linear
+    in h there). num_steps: the curve's length; num_curves: how many drones' curves it averages.
+    """
+
+    steps_scale: float
+    initial_loss: float
+    drop: float
+    rmse: float
+    at_upper_bound: bool
+    num_steps: int
+    num_curves: int
+
+    @property
+    def informative(self) -> bool:
+        return self.drop > 0.0
+
+    def as_dict(self) -> dict:
+        return {'steps_scale': self.steps_scale, 'initial_loss': self.initial_loss,
+                'drop': self.drop, 'rmse': self.rmse, 'at_upper_bound': self.at_upper_bound,
+                'num_steps': self.num_steps, 'num_curves': self.num_curves,
+                'informative': self.informative}
+
+
+def mean_loss_curve(curves: Sequence[Sequence[float]]) -> NDArray[np.float64]:
+    """The mean over drones of ℓ(h) at each h, over the drones whose curve reaches h."""
+    arrays = [np.asarray(c, np.float64) for c in curves if len(c)]
+    if not arrays:
+        raise ValueError('need at least one non-empty loss curve')
+    if any(not np.all(np.isfinite(a)) or a.ndim != 1 for a in arrays):
+        raise ValueError('loss curves must be 1-D sequences of finite losses')
+    length = max(len(a) for a in arrays)
+    return np.array([np.mean([a[h] for a in arrays if len(a) > h]) for h in range(length)])
+
+
+def _fit_fixed_scale(steps: NDArray[np.float64], losses: NDArray[np.float64], scale: float
+                     ) -> tuple[float, float, float]:
+    """Least squares (c, A >= 0) of ℓ = c − A g, g = 1 − e^(−h/h₀), at a given h₀: (sse, c, A)."""
+    g = -np.expm1(-steps / scale)
+    g_c, y_c = g - g.mean(), losses - losses.mean()
+    denom = float(np.dot(g_c, g_c))
+    drop = max(0.0, -float(np.dot(g_c, y_c)) / denom) if denom > 0 else 0.0
+    initial = float(losses.mean() + drop * g.mean())
+    residual = losses - (initial - drop * g)
+    return float(np.dot(residual, residual)), initial, drop
+
+
+def fit_steps_scale(curves: Sequence[Sequence[float]], max_steps_scale: float,
+                    min_steps_scale: float = 0.1, grid_points: int = 400) -> StepsScaleFit:
+    """Least-squares h₀ of ℓ(h) = c − A (1 − e^(−h/h₀)) on the drones' mean loss curve.
+
+    ``curves``: per drone, the mini-batch losses ℓ(0), ℓ(1), ... measured before each local
+    step (ℓ(h) is the loss of the weights after h steps). Averaging over the fleet first is
+    the same model with one shared h₀ (a mean of c_k − A_k g(h) is c̄ − Ā g(h)) and averages
+    out the mini-batch noise that makes one drone's 10-20 steps a poor fit. For each h₀ on a
+    log grid in [min_steps_scale, max_steps_scale] (c, A) is linear least squares; the best
+    grid point is refined by golden-section search in log h₀. Deterministic.
+    """
+    if not 0 < min_steps_scale < max_steps_scale or not math.isfinite(max_steps_scale):
+        raise ValueError(f'need 0 < min_steps_scale < max_steps_scale < inf, got '
+                         f'{min_steps_scale}, {max_steps_scale}')
+    losses = mean_loss_curve(curves)
+    if losses.size < 3:
+        raise ValueError(f'need a loss curve of at least 3 steps to fit h0, got {losses.size}')
+    steps = np.arange(losses.size, dtype=np.float64)
+    log_grid = np.linspace(math.log(min_steps_scale), math.log(max_steps_scale), grid_points)
+    sse = np.array([_fit_fixed_scale(steps, losses, math.exp(x))[0] for x in log_grid])
+    best = int(np.argmin(sse))
+    log_scale = float(log_grid[best])
+    if 0 < best < grid_points - 1:   # golden section on log h0 within the two grid cells
+        lo, hi = float(log_grid[best - 1]), float(log_grid[best + 1])
+        ratio = (math.sqrt(5.0) - 1.0) / 2.0
+        for _ in range(60):
+            a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+            if _fit_fixed_scale(steps, losses, math.exp(a))[0] \
+                    <= _fit_fixed_scale(steps, losses, math.exp(b))[0]:
+                hi = b
+            else:
+                lo = a
+        if _fit_fixed_scale(steps, losses, math.exp((lo + hi) / 2))[0] <= sse[best]:
+            log_scale = (lo + hi) / 2
+    scale = float(math.exp(log_scale))
+    err, initial, drop = _fit_fixed_scale(steps, losses, scale)
+    return StepsScaleFit(scale, initial, drop, math.sqrt(err / losses.size),
+                         best == grid_points - 1, int(losses.size),
+                         len([c for c in curves if len(c)]))
+
+
+#: Bounds of the fitted exponent β (:func:`fit_steps_exponent`): from strongly saturating
+#: (the last of 20 steps adds ~1 % of the round's progress) to strongly accelerating.
+MIN_STEPS_EXPONENT = 0.25
+MAX_STEPS_EXPONENT = 2.0
+
+
+@dataclass(frozen=True)
+class StepsExponentFit:
+    """β of the power-law progress model ℓ(0) − ℓ(h) = A h^β fitted to a measured curve.
+
+    exponent: β (β < 1: diminishing returns in h, β = 1: linear, β > 1: accelerating).
+    drop: A (>= 0; 0 = the curve does not fall, ``informative`` False). rmse: residual.
+    at_bound: β is MIN_ or MAX_STEPS_EXPONENT. num_steps: the curve's length (h = 0..H).
+    """
+
+    exponent: float
+    drop: float
+    rmse: float
+    at_bound: bool
+    num_steps: int
+
+    @property
+    def informative(self) -> bool:
+        return self.drop > 0.0
+
+    def as_dict(self) -> dict:
+        return {'exponent': self.exponent, 'drop': self.drop, 'rmse': self.rmse,
+                'at_bound': self.at_bound, 'num_steps': self.num_steps,
+                'informative': self.informative}
+
+
+def fit_steps_exponent(losses: Sequence[float], min_exponent: float = MIN_STEPS_EXPONENT,
+                       max_exponent: float = MAX_STEPS_EXPONENT, grid_points: int = 701
+                       ) -> StepsExponentFit:
+    """Least-squares β of ℓ(0) − ℓ(h) = A h^β (A >= 0) on a loss curve ℓ(0), ℓ(1), ...
+
+    ℓ(h) is the loss after h local steps of the same model, so ℓ(0) is exact (no fit of the
+    intercept): the drop is anchored at h = 0. For each β on a uniform grid in
+    [min_exponent, max_exponent] A is linear least squares; the best grid point is returned
+    (grid step 0.0025 by default). Deterministic.
+    """
+    curve = np.asarray(losses, np.float64)
+    if curve.ndim != 1 or curve.size < 3 or not np.all(np.isfinite(curve)):
+        raise ValueError(f'need a finite loss curve of at least 3 points, got {losses!r}')
+    if not 0 < min_exponent < max_exponent or not math.isfinite(max_exponent):
+        raise ValueError(f'need 0 < min_exponent < max_exponent < inf, got {min_exponent}, '
+                         f'{max_exponent}')
+    h = np.arange(1, curve.size, dtype=np.float64)
+    drop = curve[0] - curve[1:]
+    best = None
+    for beta in np.linspace(min_exponent, max_exponent, grid_points):
+        x = h ** beta
+        amp = max(0.0, float(np.dot(x, drop)) / float(np.dot(x, x)))
+        sse = float(np.sum((drop - amp * x) ** 2))
+        if best is None or sse < best[0] - 1e-18:
+            best = (sse, float(beta), amp)
+    sse, beta, amp = best
+    if amp == 0.0:   # no fall: every β fits equally badly; report the linear one
+        beta = 1.0
+    at_bound = math.isclose(beta, min_exponent) or math.isclose(beta, max_exponent)
+    return StepsExponentFit(beta, amp, math.sqrt(sse / h.size), at_bound and amp > 0,
+                            int(curve.size))
 
 
 # -- policies -------------------------------------------------------------------------------
@@ -555,33 +740,59 @@ def train_ddpg(config: LgcEnvConfig, ddpg: DdpgConfig | None = None, seed: int =
     ddpg = ddpg or DdpgConfig()
     if episode_rounds < 1:
         raise ValueError(f'episode_rounds must be >= 1, got {episode_rounds}')
-    env = LgcEnv(config, seed=seed)
-    returns, losses = [], []
     with one_torch_thread():
         agent = DdpgAgent(config.state_dim, config.action_dim, ddpg, seed=seed)
-        state, ret, rounds = env.reset(), 0.0, 0
-        agent.noise.reset()
-        for step in range(ddpg.train_steps):
-            if step < ddpg.warmup_steps:
-                action = agent.rng.uniform(-1.0, 1.0, config.action_dim)
-            else:
-                decay = 1.0 - (step - ddpg.warmup_steps) / max(1, ddpg.train_steps
-                                                              - ddpg.warmup_steps)
-                action = agent.act(state, noise_scale=decay)
-            next_state, reward, done, _ = env.step(decode_action(action, config))
-            rounds += 1
-            truncated = rounds >= episode_rounds
-            agent.buffer.add(state, action, reward, next_state, done)
-            ret += reward
-            if agent.buffer.size >= ddpg.batch_size and step >= ddpg.warmup_steps // 2:
-                losses.append(agent.update())
-            if done or truncated:
-                returns.append(ret)
-                state, ret, rounds = env.reset(), 0.0, 0
-                agent.noise.reset()
-            else:
-                state = next_state
-    return agent, TrainingLog(tuple(returns), tuple(losses))
+        log = _run_ddpg(agent, LgcEnv(config, seed=seed), ddpg.train_steps, ddpg.warmup_steps,
+                        episode_rounds)
+    return agent, log
+
+
+def finetune_ddpg(agent: DdpgAgent, config: LgcEnvConfig, train_steps: int, seed: int = 0,
+                  warmup_steps: int | None = None, episode_rounds: int = 50) -> TrainingLog:
+    """Continue training ``agent`` (its current networks and optimiser state) on a new
+    surrogate ``config``: the replay buffer is emptied first (its rewards were computed with
+    the old progress model), then ``warmup_steps`` uniform random actions (default: one
+    minibatch) and OU noise decaying to zero, as in :func:`train_ddpg`. Seeded by ``seed``
+    (the environment's fading draws and the agent's sampling), so a replay gives the same
+    agent."""
+    if train_steps < 1 or episode_rounds < 1:
+        raise ValueError(f'train_steps and episode_rounds must be >= 1, got {train_steps}, '
+                         f'{episode_rounds}')
+    warmup = agent.config.batch_size if warmup_steps is None else int(warmup_steps)
+    agent.buffer.size = agent.buffer._next = 0
+    agent.rng = np.random.default_rng(seed)
+    agent.noise.rng = agent.rng
+    with one_torch_thread():
+        return _run_ddpg(agent, LgcEnv(config, seed=seed), train_steps, warmup, episode_rounds)
+
+
+def _run_ddpg(agent: DdpgAgent, env: LgcEnv, train_steps: int, warmup_steps: int,
+              episode_rounds: int) -> TrainingLog:
+    """The interaction loop shared by :func:`train_ddpg` and :func:`finetune_ddpg`."""
+    config, ddpg = env.config, agent.config
+    returns, losses = [], []
+    state, ret, rounds = env.reset(), 0.0, 0
+    agent.noise.reset()
+    for step in range(train_steps):
+        if step < warmup_steps:
+            action = agent.rng.uniform(-1.0, 1.0, config.action_dim)
+        else:
+            decay = 1.0 - (step - warmup_steps) / max(1, train_steps - warmup_steps)
+            action = agent.act(state, noise_scale=decay)
+        next_state, reward, done, _ = env.step(decode_action(action, config))
+        rounds += 1
+        truncated = rounds >= episode_rounds
+        agent.buffer.add(state, action, reward, next_state, done)
+        ret += reward
+        if agent.buffer.size >= ddpg.batch_size and step >= warmup_steps // 2:
+            losses.append(agent.update())
+        if done or truncated:
+            returns.append(ret)
+            state, ret, rounds = env.reset(), 0.0, 0
+            agent.noise.reset()
+        else:
+            state = next_state
+    return TrainingLog(tuple(returns), tuple(losses))
 
 
 @dataclass(frozen=True)

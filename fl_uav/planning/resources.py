@@ -13,6 +13,10 @@ per drone id, which travels with the round's global model.
   consumption factors (LGC eq. (11)) to ``local_steps`` and ``lgc_channel_entries``. The caller
   reports measured channel rates with :meth:`LgcResourcePlanner.observe_rates` when it has them.
 
+:class:`PlateauSwitch` is a plain rule beside the LGC policies (``resources.lgc_plateau_*``):
+once the fleet's accuracy has plateaued, every drone takes a fixed number of local steps; and
+(``resources.lgc_stall_*``, not latched) while it stalls, every drone takes the mid decision.
+
 :func:`merge_knobs` combines a strategy's knobs with these, refusing silent overwrites.
 """
 
@@ -85,6 +89,52 @@ class LgcResourcePlanner:
             env = self._env(d)
             out[int(d)] = self.policies[int(d)].decide(env, env.state()).knobs()
         return out
+
+
+class PlateauSwitch:
+    """Latches once the accuracy has plateaued: after round r (r > ``window``), when the best
+    accuracy of rounds r − window + 1 .. r exceeds the best of rounds 1 .. r − window by less
+    than ``min_gain`` (both as fractions). From round r + 1 on :meth:`active` is True.
+
+    A plain rule, no model: "no new gain of ``min_gain`` within the last ``window`` rounds".
+    The accuracies are the engine's per-round test accuracy of the global model (what the
+    server would score on a held-out set); rounds must be reported in order, 1, 2, ...
+    """
+
+    def __init__(self, window: int, min_gain: float) -> None:
+        if window < 1 or not 0.0 <= min_gain <= 1.0:
+            raise ValueError(f'window must be >= 1 and min_gain in [0, 1], got {window}, '
+                             f'{min_gain}')
+        self.window, self.min_gain = int(window), float(min_gain)
+        self.accuracies: list[float] = []
+        self.switched_after: int | None = None
+
+    def observe(self, round_index: int, accuracy: float) -> bool:
+        """Record round ``round_index``'s accuracy; True once the switch has latched."""
+        if round_index != len(self.accuracies) + 1:
+            raise ValueError(f'rounds must be reported in order: expected round '
+                             f'{len(self.accuracies) + 1}, got {round_index}')
+        self.accuracies.append(float(accuracy))
+        if self.switched_after is None and self.stalled():
+            self.switched_after = int(round_index)
+        return self.switched_after is not None
+
+    def gain(self) -> float | None:
+        """Best of the last ``window`` rounds minus the best before them (None: too few)."""
+        w = self.window
+        if len(self.accuracies) <= w:
+            return None
+        return max(self.accuracies[-w:]) - max(self.accuracies[:-w])
+
+    def stalled(self) -> bool:
+        """The verdict on the rounds seen so far, not latched: the last window gained less
+        than ``min_gain`` (``resources.lgc_stall_*`` uses it round by round)."""
+        gain = self.gain()
+        return gain is not None and gain < self.min_gain
+
+    def active(self, round_index: int) -> bool:
+        """True in the rounds after the one in which the plateau was seen."""
+        return self.switched_after is not None and round_index > self.switched_after
 
 
 def merge_knobs(strategy_knobs: Mapping[int, Mapping], resource_knobs: Mapping[int, Mapping]

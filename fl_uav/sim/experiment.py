@@ -72,8 +72,11 @@ from fl_uav.sim.experiment_config import ExperimentConfig
 from fl_uav.sim.express import EngineExpress
 from fl_uav.sim.resource_planning import (
     KNOBS_FILE,
+    STEPS_SCALE_EVAL_SAMPLES,
+    STEPS_SCALE_SAMPLE_TAG,
     LgcRoundResources,
     build_round_resources,
+    resource_summary,
     write_knobs,
 )
 
@@ -305,6 +308,11 @@ class ExperimentEngine:
         seeds = [_round_seed(self.config.seed, r, 10 + k) for k in active]
         config = dataclasses.replace(self.train_config, lr=lr, proximal_mu=mu)
         results = self._train_clients(r, active, client_data, seeds, config, knobs)
+        if self._wants_trace(r):   # resources.lgc_steps_scale auto / online: the measurement
+            self.resources.observe_trace(
+                r, self._compressed_trace_losses(active, client_data, knobs,
+                                                 self.resources.probe_drones(r))
+                if self.resources.online else self._trace_losses(client_data))
         updates, times, energies, losses, uplink, lost = [], [], [], [], 0, 0
         self.last_round_drones: dict[int, dict[str, float]] = {}   # per drone, for inspection
         rng = np.random.default_rng(_round_seed(self.config.seed, r, 3))
@@ -372,6 +380,8 @@ class ExperimentEngine:
         self.weights = aggregated.weights
         set_weights(self.model, self.weights)
         accuracy, test_loss = evaluate(self.model, self.data.test_x, self.data.test_y)
+        if isinstance(self.resources, LgcRoundResources):   # resources.lgc_plateau_*
+            self.resources.observe_accuracy(r, accuracy)
         round_s = max(times) if times else down_s
         self.sim_time_s += round_s
         self.round_index = r
@@ -436,7 +446,10 @@ class ExperimentEngine:
             else:   # mixed: the others take the steps their epochs would (the same batches)
                 steps = [s if s is not None else _epoch_steps(config, len(labels))
                          for s, (_, labels) in zip(steps, client_data)]
-            return self._train_vectorized(r, active, client_data, seeds, config, steps)
+            trace = ([len(labels) for _, labels in client_data] if self._wants_trace(r)
+                     else None)
+            return self._train_vectorized(r, active, client_data, seeds, config, steps, trace,
+                                          trace is not None and self.resources.online)
         shared = {}
         if isinstance(self.strategy, Scaffold):   # c travels with the model (in process)
             shared[SERVER_CONTROL_KNOB] = self.strategy.server_control(self.weights)
@@ -450,12 +463,72 @@ class ExperimentEngine:
                                       f' partial results are in {self.out_dir}') from exc
         return results
 
+    def _wants_trace(self, r: int) -> bool:
+        return isinstance(self.resources, LgcRoundResources) and self.resources.wants_trace(r)
+
+    def _trace_sample(self, client_data) -> tuple[np.ndarray, np.ndarray]:
+        """The seeded sample of the drones' own training data the traces are evaluated on."""
+        x = np.concatenate([x for x, _ in client_data])
+        y = np.concatenate([y for _, y in client_data])
+        rng = np.random.default_rng(np.random.SeedSequence([self.config.seed,
+                                                            STEPS_SCALE_SAMPLE_TAG]))
+        pick = np.sort(rng.choice(len(y), min(len(y), STEPS_SCALE_EVAL_SAMPLES), replace=False))
+        return x[pick], y[pick]
+
+    def _trace_losses(self, client_data) -> list[float]:
+        """Training loss of the trainer's ``last_mean_trace`` models (the fleet's FedAvg after
+        h = 0, 1, ... local steps) on a seeded sample of the drones' own training data: the
+        warm-up's measurement for ``resources.lgc_steps_scale: auto``."""
+        x, y = self._trace_sample(client_data)
+        losses = []
+        for weights in self._trainer.last_mean_trace:
+            set_weights(self._worker, weights)
+            losses.append(float(evaluate(self._worker, x, y)[1]))
+        return losses
+
+    def _compressed_trace_losses(self, active: list[int], client_data,
+                                 knobs: dict[int, dict], probe: set[int]) -> list[float]:
+        """``resources.lgc_steps_scale: online``'s measurement: the training loss (same sample
+        as :meth:`_trace_losses`) of the model the LGC server would produce had the drones in
+        ``probe`` stopped after h = 0, 1, ... local steps and the others taken all of theirs,
+        w + η/M Σ_k Top_{K_k}(e_k + Δ_k(h_k)), with each drone's own error memory e_k and this
+        round's entries K_k = Σ_n D_n (LGC Algorithm 1 lines 8-11 and 20-21, all layers
+        delivered). At h = 0 the probe's drones send their memory alone."""
+        from fl_uav.compression.lgc import top_k_indices
+        from fl_uav.compression.quantization import flatten, unflatten
+
+        x, y = self._trace_sample(client_data)
+        start, layout = flatten(self.weights)
+        names = layout.names
+        scale = float(self.strategy.server_lr) / float(self.strategy.num_clients)
+        traces = self._trainer.last_client_trace
+        memories, ks = [], []
+        for k in active:
+            encoder = getattr(self._compressor(k), 'encoder', None)
+            memories.append(np.zeros_like(start) if encoder is None else encoder.residual)
+            ks.append(min(int(sum(knobs[k][ENTRIES_KNOB])), start.size))
+        losses = []
+        length = max(len(t) for t, k in zip(traces, active) if k in probe)
+        for h in range(length):
+            total = np.zeros_like(start)
+            for trace, memory, k, drone in zip(traces, memories, ks, active):
+                step = min(h, len(trace) - 1) if drone in probe else len(trace) - 1
+                local, _ = flatten({n: trace[step][n] for n in names})
+                u = memory + (local - start)
+                idx = top_k_indices(u, k)
+                total[idx] += u[idx]
+            set_weights(self._worker, unflatten(start + scale * total, layout))
+            losses.append(float(evaluate(self._worker, x, y)[1]))
+        return losses
+
     def _train_vectorized(self, r: int, active: list[int], client_data, seeds: list[int],
-                          config: TrainConfig, steps: list[int] | None = None
-                          ) -> list[ClientResult]:
+                          config: TrainConfig, steps: list[int] | None = None,
+                          trace_weights: list[int] | None = None,
+                          trace_clients: bool = False) -> list[ClientResult]:
         """The sgd client (structured pruning included, with the same kept-coordinate mask
         as :class:`SgdClient`, so the upload is charged as the fleet sends it) or, with
-        ``steps``, the osafl client for all drones at once."""
+        ``steps``, the osafl client for all drones at once. ``trace_weights``: also record
+        the trainer's ``last_mean_trace`` (see :meth:`_trace_losses`)."""
         model, start, index_map = self.model, self.weights, None
         keep = self.config.learning.structured_keep
         if keep < 1.0:   # structured pruning: every drone trains this round's smaller model
@@ -464,7 +537,8 @@ class ExperimentEngine:
                    else self.config.engine.build_trainer(model, config))
         trainer.config = config
         try:
-            updates = trainer.train(start, client_data, seeds, steps=steps)
+            updates = trainer.train(start, client_data, seeds, steps=steps,
+                                    trace_weights=trace_weights, trace_clients=trace_clients)
         except NonFiniteLossError as exc:
             drone = self._first_diverging_drone(trainer, start, active, client_data, seeds,
                                                 steps)
@@ -571,8 +645,10 @@ class ExperimentEngine:
         self.sim_time_s = float(meta['sim_time_s'])
         knobs_path = self.out_dir / KNOBS_FILE
         if isinstance(self.resources, LgcRoundResources) and knobs_path.is_file():
-            self.resources.load_log(json.loads(knobs_path.read_text()).get('decisions', {}),
-                                    self.round_index)
+            try:
+                self.resources.load_log(json.loads(knobs_path.read_text()), self.round_index)
+            except ValueError as exc:
+                raise ExperimentError(str(exc)) from exc
         self.consumed = np.asarray(meta['consumed'], np.int64)
         self.topup_sources = list(meta.get('topup_sources', self.topup_sources))
         self.strategy.load_state_dict(strategy_state)
@@ -672,7 +748,7 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
     engine.write_express()   # the log up to the last completed update
     write_knobs(engine.resources, out_dir)
     summary = write_summary(config, out_dir, rows, status, error,
-                            time.perf_counter() - wall_start)
+                            time.perf_counter() - wall_start, resource_summary(engine.resources))
     return summary
 
 
@@ -704,8 +780,9 @@ def energy_to_target(rows: list[dict[str, Any]], target_accuracy: float) -> dict
 
 
 def write_summary(config: ExperimentConfig, out_dir: Path, rows: list[dict[str, Any]],
-                  status: str, error: str, wall_s: float) -> dict[str, Any]:
-    """DIR/summary.json and the three plots."""
+                  status: str, error: str, wall_s: float,
+                  extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """DIR/summary.json (``extra``: the planner's entries, e.g. LGC's h0) and the plots."""
     summary = {
         'name': config.name, 'status': status, 'error': error,
         'rounds_completed': len(rows), 'num_rounds': config.num_rounds,
@@ -717,6 +794,7 @@ def write_summary(config: ExperimentConfig, out_dir: Path, rows: list[dict[str, 
         'uplink_bytes_total': sum(r['uplink_bytes'] for r in rows),
         'energy_total_j': float(sum(r['energy_total_j'] for r in rows)),
         'resources_planner': config.resources.planner,
+        **(extra or {}),
         **energy_to_target(rows, config.target_accuracy),
         'engine_wall_s': sum(r['wall_s'] for r in rows),
         'wall_s': wall_s,

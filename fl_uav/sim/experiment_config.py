@@ -6,6 +6,7 @@ one parser and one validator serve ``ros2 launch``, ``fl-uav sim`` and the engin
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from fl_uav.aggregation.config import AggregationConfig
@@ -19,6 +20,8 @@ from fl_uav.sim.express import ExpressConfig, check_express
 DATASETS = ('digits', 'fashion_mnist', 'image_folder', 'world')
 PLANNERS = ('none', 'feddpq', 'lgc_ddpg', 'lgc_fixed', 'lgc_heuristic')
 LGC_PLANNERS = ('lgc_ddpg', 'lgc_fixed', 'lgc_heuristic')
+STEPS_SCALE_AUTO = 'auto'   # resources.lgc_steps_scale: fit h0 after a warm-up round
+STEPS_SCALE_ONLINE = 'online'   # resources.lgc_steps_scale: refit H^beta every few rounds
 PARTITIONS = ('iid', 'dirichlet', 'shards', 'location')
 
 
@@ -171,8 +174,38 @@ class ResourcesConfig:
         lgc_max_local_steps is H_max (LGC eq. (10c)); lgc_hover_power_w is charged while the
         drone waits on its round (FedEx eq. (8); 0 = not modelled); lgc_entries_scale is the
         progress surrogate's k0 as a fraction of the model's entries and lgc_steps_scale its h0 in
-        steps (fl_uav.planning.lgc_control: progress ∝ (1 − e^(−H/h0)) (1 − e^(−K/k0)));
-        lgc_ddpg_train_steps: DDPG steps per drone on the surrogate before round 1.
+        steps (fl_uav.planning.lgc_control: progress ∝ (1 − e^(−H/h0)) (1 − e^(−K/k0))), a
+        number > 0 or ``auto``: the engine runs round 1 at the mid decision (the warm-up that
+        lgc_fixed runs anyway, charged like any round), fits h0 to the training loss of the
+        fleet's mean model after each local step of that round (fl_uav.planning.lgc_control.
+        fit_steps_scale; capped at LINEAR_STEPS_FACTOR · lgc_max_local_steps), then
+        trains the controllers and lets them act from round 2 (fl_uav.sim.resource_planning);
+        lgc_ddpg_train_steps: DDPG steps per drone on the surrogate (before round 1, or after
+        the warm-up with ``auto``). lgc_steps_scale_min_drop (auto only; 0 = off): the
+        warm-up goes on, up to 5 rounds, until the measured loss falls by this fraction of
+        its start within the round (a fit to a flatter curve measures noise).
+        lgc_steps_scale ``online`` replaces the surrogate's (1 − e^(−H/h0)) with (H / H_max)^β
+        refitted during the run: every lgc_refit_rounds rounds (rounds 1, 1 + K, 1 + 2K, ...)
+        is a probe round in which one of lgc_probe_groups groups of drones (drone id modulo
+        lgc_probe_groups, in turn; 1 = the whole fleet) takes the mid decision and the others
+        their controller's; the engine measures the loss of the model the LGC server would
+        produce had the group's drones stopped after h = 0..H steps and fits β
+        (fl_uav.planning.lgc_control.fit_steps_exponent); after every informative probe each
+        drone's DDPG is retrained from scratch on the refitted surrogate
+        (lgc_ddpg_train_steps, seeded), or with lgc_finetune_steps > 0 fine-tuned from its
+        current weights for that many steps after the first (off by default: an actor
+        saturated at one end of its tanh does not move, fl_uav.planning.lgc_control.
+        finetune_ddpg).
+    lgc_plateau_window (0 = off; engine only, a configured lgc_steps_scale): a plain rule on
+        top of the LGC policy (fl_uav.planning.resources.PlateauSwitch): once the best test
+        accuracy of the last lgc_plateau_window rounds exceeds the best before them by less
+        than lgc_plateau_min_gain (a fraction), every drone takes lgc_plateau_local_steps
+        local steps for the rest of the run (its entries per channel stay the policy's).
+        With lgc_fixed: "fixed-decision LGC, then H = 1 once the accuracy has plateaued".
+    lgc_stall_window (0 = off; engine only): a guard on top of the LGC policy, not latched:
+        in every round after one in which the best test accuracy of the last lgc_stall_window
+        rounds gains less than lgc_stall_min_gain over the best before them, every drone takes
+        the mid decision (what lgc_fixed does) instead of its policy's.
     """
 
     planner: str = 'none'
@@ -187,14 +220,24 @@ class ResourcesConfig:
     lgc_max_local_steps: int = 10
     lgc_hover_power_w: float = 20.0
     lgc_entries_scale: float = 0.02
-    lgc_steps_scale: float = 3.0
+    lgc_steps_scale: float | str = 3.0
     lgc_ddpg_train_steps: int = 600
+    lgc_steps_scale_min_drop: float = 0.0
+    lgc_refit_rounds: int = 5
+    lgc_finetune_steps: int = 0
+    lgc_probe_groups: int = 4
+    lgc_plateau_window: int = 0
+    lgc_plateau_min_gain: float = 0.01
+    lgc_plateau_local_steps: int = 1
+    lgc_stall_window: int = 0
+    lgc_stall_min_gain: float = 0.01
 
     def __post_init__(self) -> None:
         require_choice('resources.planner', self.planner, PLANNERS)
         require_choice('resources.feddpq_fallback', self.feddpq_fallback, ('clip', 'error'))
         for name in ('feddpq_max_bcd_rounds', 'feddpq_q_trials', 'feddpq_block_trials',
-                     'lgc_channel_max_entries', 'lgc_max_local_steps', 'lgc_ddpg_train_steps'):
+                     'lgc_channel_max_entries', 'lgc_max_local_steps', 'lgc_ddpg_train_steps',
+                     'lgc_refit_rounds', 'lgc_probe_groups'):
             if getattr(self, name) < 1:
                 raise ValueError(f'resources.{name} must be >= 1, got {getattr(self, name)}')
         if not self.feddpq_heterogeneity_label_scale >= 0:
@@ -210,9 +253,36 @@ class ResourcesConfig:
         if not self.lgc_hover_power_w >= 0 or not 0 < self.lgc_entries_scale <= 1:
             raise ValueError('resources.lgc_hover_power_w must be >= 0 and lgc_entries_scale '
                              'in (0, 1]')
-        if not self.lgc_steps_scale > 0:
-            raise ValueError(f'resources.lgc_steps_scale must be > 0, got '
-                             f'{self.lgc_steps_scale}')
+        if self.lgc_finetune_steps < 0:
+            raise ValueError(f'resources.lgc_finetune_steps must be >= 0, got '
+                             f'{self.lgc_finetune_steps}')
+        if not 0.0 <= self.lgc_steps_scale_min_drop < 1.0:
+            raise ValueError(f'resources.lgc_steps_scale_min_drop must be in [0, 1), got '
+                             f'{self.lgc_steps_scale_min_drop}')
+        if self.lgc_plateau_window < 0 or not 0.0 <= self.lgc_plateau_min_gain <= 1.0:
+            raise ValueError(f'resources.lgc_plateau_window must be >= 0 and '
+                             f'lgc_plateau_min_gain in [0, 1], got {self.lgc_plateau_window}, '
+                             f'{self.lgc_plateau_min_gain}')
+        if self.lgc_stall_window < 0 or not 0.0 <= self.lgc_stall_min_gain <= 1.0:
+            raise ValueError(f'resources.lgc_stall_window must be >= 0 and lgc_stall_min_gain '
+                             f'in [0, 1], got {self.lgc_stall_window}, {self.lgc_stall_min_gain}')
+        if self.lgc_stall_window > 0 and not self.planner.startswith('lgc'):
+            raise ValueError(f'resources.lgc_stall_window needs an lgc_* planner, got '
+                             f'{self.planner!r}')
+        if not 1 <= self.lgc_plateau_local_steps <= self.lgc_max_local_steps:
+            raise ValueError(f'resources.lgc_plateau_local_steps must be in [1, '
+                             f'lgc_max_local_steps = {self.lgc_max_local_steps}], got '
+                             f'{self.lgc_plateau_local_steps}')
+        h0 = self.lgc_steps_scale
+        number = not isinstance(h0, str) and math.isfinite(h0) and h0 > 0
+        if h0 not in (STEPS_SCALE_AUTO, STEPS_SCALE_ONLINE) and not number:
+            raise ValueError(f'resources.lgc_steps_scale must be a number > 0, '
+                             f'{STEPS_SCALE_AUTO!r} or {STEPS_SCALE_ONLINE!r}, got {h0!r}')
+        if self.lgc_plateau_window > 0 and (not self.planner.startswith('lgc')
+                                            or isinstance(h0, str)):
+            raise ValueError(f'resources.lgc_plateau_window needs an lgc_* planner with a '
+                             f'configured lgc_steps_scale (a number), got planner '
+                             f'{self.planner!r}, lgc_steps_scale {h0!r}')
 
 
 def check_planner_procedures(resources: ResourcesConfig, learning: LearningConfig,
@@ -259,6 +329,11 @@ def check_resources(config: ExperimentConfig) -> None:
                              config.aggregation)
     if planner == 'feddpq' and not config.data.topup:
         raise ValueError(f'resources.planner {planner} needs data.topup = True, got False')
+    if (planner != 'feddpq' and config.resources.lgc_steps_scale
+            in (STEPS_SCALE_AUTO, STEPS_SCALE_ONLINE) and not config.engine.vectorized):
+        # the warm-up's (auto) or the probe rounds' (online) trace
+        raise ValueError(f'resources.lgc_steps_scale {config.resources.lgc_steps_scale} needs '
+                         f'engine.vectorized = True, got False')
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,14 @@ def test_fleet_resources_section_names_the_key_and_the_choices():
     ({**FEDDPQ, 'aggregation.num_selected': 0}, 'aggregation.num_selected >= 1'),
     ({**PLANNERS['lgc_fixed'], 'compression.lgc_channel_entries': [100, 300]},
      'compression.lgc_channel_entries has 2 channels'),
+    ({**PLANNERS['lgc_ddpg'], 'resources.lgc_steps_scale': 'online'},
+     "lgc_steps_scale 'online' is the engine's"),
+    ({**PLANNERS['lgc_fixed'], 'resources.lgc_steps_scale': 'auto'},
+     "lgc_steps_scale 'auto' is the engine's"),
+    ({**PLANNERS['lgc_fixed'], 'resources.lgc_plateau_window': 5},
+     "lgc_plateau_window is the engine's"),
+    ({**PLANNERS['lgc_ddpg'], 'resources.lgc_stall_window': 5},
+     "lgc_stall_window is the engine's"),
 ])
 def test_a_planner_without_the_procedure_it_drives_fails_at_start(overrides, key):
     # Act / Assert

@@ -365,3 +365,64 @@ def test_fedprox_proximal_term_matches_between_paths_and_pulls_towards_the_ancho
         drift_free = sum(float(np.sum((unconstrained.weights[n] - weights[n]) ** 2))
                          for n in weights)
         assert drift < drift_free
+
+
+@pytest.mark.parametrize('chunk', [32, 2])
+def test_mean_trace_is_the_weighted_fleet_mean_after_each_step(chunk):
+    # Setup: unequal step counts (a client that stopped keeps its final weights)
+    model = build_model('tiny_cnn', 3, input_px=8, seed=1)
+    weights = get_weights(model)
+    data = _clients((37, 5, 24, 16))
+    steps, trace_weights = [4, 1, 3, 2], [37.0, 5.0, 24.0, 16.0]
+    config = TrainConfig(local_epochs=1, batch_size=8)
+    trainer = VectorizedTrainer(model, config, max_clients_per_chunk=chunk)
+    # Execute
+    updates = trainer.train(weights, data, [1, 2, 3, 4], steps=steps,
+                            trace_weights=trace_weights)
+    trace = trainer.last_mean_trace
+    # Assert: t = 0 is the start, t = 4 the weighted mean of the final weights, and t = 2 the
+    # mean of the clients' weights after two steps (the one-step client at its final weights)
+    assert len(trace) == 5
+    for name in weights:
+        np.testing.assert_allclose(trace[0][name], weights[name], atol=1e-6)
+        final = sum(w * u.weights[name] for w, u in zip(trace_weights, updates)) / 82.0
+        np.testing.assert_allclose(trace[4][name], final, atol=1e-5)
+    after_two = trainer.train(weights, data, [1, 2, 3, 4], steps=[min(s, 2) for s in steps])
+    for name in weights:
+        mean = sum(w * u.weights[name] for w, u in zip(trace_weights, after_two)) / 82.0
+        np.testing.assert_allclose(trace[2][name], mean, atol=1e-5)
+    assert trainer.last_mean_trace == []   # the second call recorded nothing
+
+
+def test_traces_are_the_same_with_worker_threads():
+    # Setup: 5 clients in chunks of 2 (3 chunks), unequal steps
+    model = build_model('tiny_cnn', 3, input_px=8, seed=1)
+    weights = get_weights(model)
+    data = _clients((37, 5, 24, 16, 9))
+    kwargs = dict(steps=[4, 1, 3, 2, 2], trace_weights=[37.0, 5.0, 24.0, 16.0, 9.0],
+                  trace_clients=True)
+    config = TrainConfig(local_epochs=1, batch_size=8)
+    one = VectorizedTrainer(model, config, max_clients_per_chunk=2)
+    two = VectorizedTrainer(model, config, max_clients_per_chunk=2, workers=2)
+    # Execute
+    one.train(weights, data, [1, 2, 3, 4, 5], **kwargs)
+    two.train(weights, data, [1, 2, 3, 4, 5], **kwargs)
+    # Assert: the chunks' traces are put together in the same order
+    assert len(one.last_mean_trace) == len(two.last_mean_trace) == 5
+    for a, b in zip(one.last_mean_trace, two.last_mean_trace):
+        for name in weights:
+            np.testing.assert_array_equal(a[name], b[name])
+    assert [len(t) for t in two.last_client_trace] == [5, 2, 4, 3, 3]
+    for ta, tb in zip(one.last_client_trace, two.last_client_trace):
+        for a, b in zip(ta, tb):
+            for name in weights:
+                np.testing.assert_array_equal(a[name], b[name])
+
+
+def test_mean_trace_needs_one_weight_per_client():
+    # Setup
+    model = build_model('tiny_cnn', 3, input_px=8, seed=1)
+    trainer = VectorizedTrainer(model, TrainConfig(batch_size=8))
+    # Execute / Assert
+    with pytest.raises(ValueError, match='trace weights'):
+        trainer.train(get_weights(model), _clients((8, 8)), [1, 2], trace_weights=[1.0])

@@ -18,6 +18,10 @@ from fl_uav.planning.lgc_control import (
     decode_action,
     encode_decision,
     evaluate_policy,
+    finetune_ddpg,
+    fit_steps_exponent,
+    fit_steps_scale,
+    mean_loss_curve,
     table1_channels,
     train_ddpg,
 )
@@ -154,3 +158,124 @@ def test_bad_env_config_is_named(kwargs, message):
 def test_bad_channel_is_named():
     with pytest.raises(ValueError, match="channel 'x': max_entries"):
         LgcChannel('x', 1.0, 0)
+
+
+# --- h0 from measured loss curves (resources.lgc_steps_scale: auto) ----------------------------
+
+def _curves(steps_scale, num_steps=20, num_curves=20, noise=0.0, seed=0):
+    """Per-drone losses ℓ(h) = c_k − A_k (1 − e^(−h/h0)) plus mini-batch-like noise."""
+    rng = np.random.default_rng(seed)
+    h = np.arange(num_steps)
+    return [rng.uniform(2.2, 2.4) - rng.uniform(0.3, 1.0) * -np.expm1(-h / steps_scale)
+            + noise * rng.standard_normal(num_steps) for _ in range(num_curves)]
+
+
+@pytest.mark.parametrize('steps_scale, num_steps', [(5.0, 20), (200.0, 100)])
+def test_fit_recovers_a_known_steps_scale_within_20_percent(steps_scale, num_steps):
+    # Setup: 20 drones' noisy curves with a known h0. A curve much shorter than h0 cannot tell
+    # h0 from a straight line (20 steps of h0 = 200 bend by 5 %), so h0 = 200 gets 100 steps.
+    curves = _curves(steps_scale, num_steps=num_steps, noise=0.02)
+    # Execute
+    fit = fit_steps_scale(curves, max_steps_scale=1000.0)
+    # Assert
+    assert fit.steps_scale == pytest.approx(steps_scale, rel=0.2)
+    assert fit.informative and not fit.at_upper_bound
+    assert (fit.num_steps, fit.num_curves) == (num_steps, 20)
+
+
+def test_fit_is_exact_on_noise_free_curves_and_deterministic():
+    # Execute
+    first = fit_steps_scale(_curves(12.0), max_steps_scale=200.0)
+    second = fit_steps_scale(_curves(12.0), max_steps_scale=200.0)
+    # Assert
+    assert first == second
+    assert first.steps_scale == pytest.approx(12.0, rel=1e-3) and first.rmse < 1e-6
+
+
+def test_a_curve_without_saturation_fits_at_the_cap():
+    # Setup: the loss falls linearly (and a little faster later): no diminishing returns
+    h = np.arange(12)
+    curve = 2.305 - 0.0004 * h - 0.00002 * h ** 2
+    # Execute
+    fit = fit_steps_scale([curve], max_steps_scale=200.0)
+    # Assert
+    assert fit.at_upper_bound and fit.steps_scale == pytest.approx(200.0)
+    assert fit.informative
+
+
+def test_a_loss_that_does_not_fall_is_not_informative():
+    # Execute
+    fit = fit_steps_scale([2.3 + 0.01 * np.arange(8)], max_steps_scale=200.0)
+    # Assert
+    assert fit.drop == 0.0 and not fit.informative
+
+
+def test_mean_curve_averages_the_drones_that_reach_each_step():
+    # Execute
+    mean = mean_loss_curve([[3.0, 2.0, 1.0], [1.0, 0.0], []])
+    # Assert
+    assert mean.tolist() == [2.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize('curves, kwargs, message', [
+    ([[2.3, 2.2]], {}, 'at least 3 steps'),
+    ([], {}, 'at least one non-empty'),
+    ([[2.3, float('nan'), 2.1]], {}, 'finite'),
+    ([[2.3, 2.2, 2.1]], {'min_steps_scale': 0.0}, 'min_steps_scale'),
+])
+def test_bad_fit_inputs_are_named(curves, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        fit_steps_scale(curves, max_steps_scale=100.0, **kwargs)
+
+
+# --- power-law progress (resources.lgc_steps_scale: online) ------------------------------------
+
+@pytest.mark.parametrize('beta', [0.5, 1.0, 1.3])
+def test_exponent_fit_recovers_a_known_power_law(beta):
+    # Setup: ℓ(h) = 2.3 − 0.01 h^β over h = 0..11 (the probe's mid decision)
+    curve = 2.3 - 0.01 * np.arange(12) ** beta
+    # Execute
+    fit = fit_steps_exponent(curve)
+    # Assert
+    assert fit.exponent == pytest.approx(beta, abs=0.003)
+    assert fit.drop == pytest.approx(0.01, rel=0.02) and fit.informative
+    assert not fit.at_bound and fit.num_steps == 12
+
+
+def test_exponent_fit_of_a_rising_curve_is_not_informative_and_bounds_are_flagged():
+    # Execute
+    rising = fit_steps_exponent([2.3, 2.31, 2.32, 2.33])
+    steep = fit_steps_exponent(2.3 - 0.001 * np.arange(12) ** 3.0)
+    # Assert
+    assert not rising.informative and rising.drop == 0.0
+    assert steep.at_bound and steep.exponent == pytest.approx(2.0)
+    with pytest.raises(ValueError, match='3 points'):
+        fit_steps_exponent([2.3, 2.2])
+
+
+def test_power_law_progress_replaces_the_exponential_h_factor():
+    # Setup
+    env = LgcEnv(_tiny_config(steps_exponent=0.5))
+    exp_env = LgcEnv(_tiny_config())
+    # Assert: (H / H_max)^β, 1 at H_max; the default keeps (1 − e^(−H/h0))
+    assert env.steps_factor(6) == pytest.approx(1.0)
+    assert env.steps_factor(3) == pytest.approx(0.5 ** 0.5)
+    assert exp_env.steps_factor(3) == pytest.approx(-np.expm1(-3 / 3.0))
+    with pytest.raises(ValueError, match='steps_exponent'):
+        _tiny_config(steps_exponent=0.0)
+
+
+def test_finetune_continues_the_agent_and_is_seeded():
+    # Setup: an agent trained where few steps pay (β = 0.25), then the curve turns convex
+    ddpg = DdpgConfig(train_steps=300, warmup_steps=100)
+    concave, convex = _tiny_config(steps_exponent=0.25), _tiny_config(steps_exponent=2.0)
+    agents = [train_ddpg(concave, ddpg, seed=3)[0] for _ in range(2)]
+    first = [p.detach().clone() for p in agents[0].actor.parameters()]
+    # Execute
+    logs = [finetune_ddpg(a, convex, train_steps=200, seed=7) for a in agents]
+    # Assert: the networks were updated from their weights; the same seed, the same agent
+    assert len(logs[0].critic_losses) > 0
+    assert any(not bool((p == q).all()) for p, q in zip(first, agents[0].actor.parameters()))
+    assert all(bool((p == q).all()) for p, q in zip(agents[0].actor.parameters(),
+                                                     agents[1].actor.parameters()))
+    assert logs[0].critic_losses == logs[1].critic_losses

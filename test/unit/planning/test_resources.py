@@ -15,7 +15,12 @@ from fl_uav.planning.lgc_control import (
     LgcEnvConfig,
     table1_channels,
 )
-from fl_uav.planning.resources import FeddpqResourcePlanner, LgcResourcePlanner, merge_knobs
+from fl_uav.planning.resources import (
+    FeddpqResourcePlanner,
+    LgcResourcePlanner,
+    PlateauSwitch,
+    merge_knobs,
+)
 
 
 @pytest.fixture(scope='module')
@@ -70,3 +75,31 @@ def test_lgc_planner_asks_each_drone_policy_with_its_current_state():
         planner.observe_rates(1, [1e6, 0.0, 1e6])
     with pytest.raises(KeyError, match='drone 4 has no LGC controller'):
         planner.knobs(1, [4])
+
+
+# --- PlateauSwitch ---------------------------------------------------------------------------
+
+def test_plateau_switch_latches_when_the_last_window_gains_less_than_min_gain():
+    # Setup: window 3, 1 point; rounds 1-5 rise fast, 6-8 gain 0.5 points over the best before
+    switch = PlateauSwitch(window=3, min_gain=0.01)
+    accuracies = [0.10, 0.30, 0.50, 0.60, 0.650, 0.652, 0.655, 0.640, 0.90]
+    # Execute
+    seen = [switch.observe(r, a) for r, a in enumerate(accuracies, start=1)]
+    # Assert: round 7: rounds 5-7 (best 0.655) gain 5.5 points over rounds 1-4 (0.60); round 8:
+    # rounds 6-8 (0.655) gain 0.5 point over rounds 1-5 (0.65) < 1 point: latched, and stays
+    assert seen == [False] * 7 + [True, True]
+    assert switch.switched_after == 8
+    assert not switch.active(8) and switch.active(9)   # from the next round on, for good
+    assert not switch.stalled()   # round 9 gained again: the round-by-round verdict clears
+
+
+def test_plateau_switch_needs_more_rounds_than_its_window_and_rounds_in_order():
+    # Setup
+    switch = PlateauSwitch(window=2, min_gain=0.5)
+    # Execute / Assert: no verdict on 2 rounds (nothing before the window)
+    assert not switch.observe(1, 0.1) and not switch.observe(2, 0.1)
+    assert switch.observe(3, 0.1) and switch.switched_after == 3
+    with pytest.raises(ValueError, match='in order'):
+        switch.observe(5, 0.2)
+    with pytest.raises(ValueError, match='window'):
+        PlateauSwitch(window=0, min_gain=0.01)

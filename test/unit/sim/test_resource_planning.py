@@ -10,6 +10,8 @@ import pytest
 
 from fl_uav.configschema import ConfigError, build_config, read_params_file
 from fl_uav.learning.client_algorithms import LOCAL_STEPS_KNOB, PRUNE_FRACTION_KNOB
+from fl_uav.learning.training import evaluate
+from fl_uav.learning.weights import set_weights
 from fl_uav.planning.feddpq_opt import BITS_KNOB, PRUNE_KNOB, TOPUP_KNOB, TX_POWER_KNOB
 from fl_uav.planning.lgc_control import ENTRIES_KNOB
 from fl_uav.planning.lgc_control import LOCAL_STEPS_KNOB as LGC_STEPS_KNOB
@@ -98,6 +100,37 @@ def test_bad_resource_values_are_refused():
         _config(**{'resources.lgc_channel_bandwidth_hz': [1e6]})
     with pytest.raises(ConfigError, match='target_accuracy'):
         _config(target_accuracy=1.5)
+
+
+@pytest.mark.parametrize('value, expected', [('auto', 'auto'), ('online', 'online'), (100, 100.0),
+                                             (2.5, 2.5)])
+def test_steps_scale_accepts_auto_and_numbers(value, expected):
+    # Execute
+    config = _config(**{'resources.lgc_steps_scale': value})
+    # Assert: a YAML integer becomes a float, the word stays a word
+    assert config.resources.lgc_steps_scale == expected
+    assert type(config.resources.lgc_steps_scale) is type(expected)
+
+
+@pytest.mark.parametrize('value', ['fast', 'Auto', 0, -3.0, float('inf'), True, [3.0]])
+def test_steps_scale_junk_is_refused_naming_the_key(value):
+    # Execute / Assert
+    with pytest.raises(ConfigError, match='lgc_steps_scale'):
+        _config(**{'resources.lgc_steps_scale': value})
+
+
+def test_steps_scale_auto_needs_the_vectorised_trainer():
+    # Execute / Assert: the warm-up's trace comes from the vectorised trainer
+    with pytest.raises(ConfigError, match='engine.vectorized'):
+        _config(**{**LGC, 'resources.planner': 'lgc_ddpg', 'resources.lgc_steps_scale': 'auto',
+                   'engine.vectorized': False})
+
+
+def test_shipped_lgc_ddpg_config_keeps_a_configured_h0():
+    # Execute (auto and online are --set in docs/benchmarks.md; the shipped rows stay reproducible)
+    flat = read_params_file(REPO / 'config' / 'experiments' / 'lgc_ddpg_fmnist.yaml')
+    # Assert
+    assert build_config(ExperimentConfig, flat).resources.lgc_steps_scale == 3.0
 
 
 # --- energy to target -------------------------------------------------------------------------
@@ -270,3 +303,310 @@ def test_label_scale_default_is_the_convergence_model_default():
     # Assert: the config does not drift from the model it parameterises
     assert (ResourcesConfig().feddpq_heterogeneity_label_scale
             == ConvergenceConstants().heterogeneity_label_scale)
+
+
+# --- resources.lgc_steps_scale: auto ------------------------------------------------------------
+
+AUTO = {**LGC, 'resources.planner': 'lgc_ddpg', 'resources.lgc_steps_scale': 'auto',
+        'resources.lgc_ddpg_train_steps': 150, 'num_rounds': 3}
+
+
+def test_auto_warms_up_at_the_mid_action_then_fits_h0_and_records_it(tmp_path):
+    # Setup
+    config = _config(**AUTO)
+    # Execute
+    summary = run_experiment(config, tmp_path, echo=lambda _: None)
+    knobs = json.loads((tmp_path / KNOBS_FILE).read_text())
+    # Assert: round 1 is lgc_fixed's mid action (H = 1 + round(2.5) = 3, 200 per channel)
+    first = knobs['decisions']['1'].values()
+    assert all(d[LGC_STEPS_KNOB] == 3 and d[ENTRIES_KNOB] == [200, 200, 200] for d in first)
+    # the fit is on the warm-up's H + 1 losses (h = 0..3) and is what the surrogates use
+    h0 = knobs['steps_scale']
+    assert h0['setting'] == 'auto' and h0['calibrated'] and h0['warmup_rounds'] == 1
+    assert len(h0['losses_after_steps']) == 4 and h0['fit']['num_steps'] == 4
+    assert h0['cap'] == 10.0 * 6 and 0.1 <= h0['value'] <= h0['cap']
+    assert summary['lgc_steps_scale'] == h0['value'] == h0['fit']['steps_scale']
+    # the warm-up round's energy counts like any other (target 0: not asked, so check sums)
+    rows = (tmp_path / 'rounds.csv').read_text().splitlines()
+    col = rows[0].split(',').index('energy_total_j')
+    assert summary['energy_total_j'] == pytest.approx(
+        sum(float(r.split(',')[col]) for r in rows[1:]))
+
+
+def test_auto_trace_starts_at_the_global_model_loss(tmp_path):
+    # Setup
+    engine = ExperimentEngine(_config(**AUTO), tmp_path)
+    start = dict(engine.weights)
+    # Execute
+    engine.run_round()
+    # Assert: h = 0 is the round's global model on the drones' sample (before any step)
+    curve = engine.resources.steps_scale_curve
+    parts = np.concatenate(engine.parts)
+    x, y = engine.data.train_x[parts], engine.data.train_y[parts]
+    set_weights(engine._worker, start)
+    assert len(y) <= 4096   # the quick config's fleet is smaller than the sample: all of it
+    assert curve[0] == pytest.approx(evaluate(engine._worker, x, y)[1], rel=1e-5)
+    assert engine.resources.calibrated and len(curve) == 4
+
+
+@pytest.mark.parametrize('min_drop', [0.0, 0.5])   # stopped after the warm-up / within it
+def test_auto_resume_gives_the_same_decisions(tmp_path, min_drop):
+    # Setup: one run straight through, one stopped after round 2 and resumed
+    extra = {'engine.checkpoint_every': 1, 'resources.lgc_steps_scale_min_drop': min_drop}
+    config = _config(**AUTO, **extra)
+    run_experiment(config, tmp_path / 'straight', echo=lambda _: None)
+    run_experiment(_config(**{**AUTO, **extra, 'num_rounds': 2}), tmp_path / 'resumed',
+                   echo=lambda _: None)
+    # Execute
+    run_experiment(config, tmp_path / 'resumed', resume=True, echo=lambda _: None)
+    # Assert
+    straight, resumed = (json.loads((tmp_path / d / KNOBS_FILE).read_text())
+                         for d in ('straight', 'resumed'))
+    assert resumed['decisions'] == straight['decisions']
+    assert resumed['steps_scale'] == straight['steps_scale']
+
+
+def test_min_drop_warms_up_until_the_curve_falls_enough_then_fits_that_round():
+    # Setup: the warm-up needs a 1 % fall of the loss within the round
+    engine = ExperimentEngine(_config(**{**AUTO, 'resources.lgc_steps_scale_min_drop': 0.01}),
+                              Path('/nonexistent'))
+    resources = engine.resources
+    h = np.arange(12)
+    flat_curve = (2.3 - 0.0002 * h).tolist()                   # falls 0.1 %: too little
+    bent_curve = (2.3 - 0.2 * -np.expm1(-h / 4.0)).tolist()    # falls 8 %, h0 = 4
+    # Execute
+    resources.observe_trace(1, flat_curve)
+    after_one = (resources.calibrated, resources.wants_trace(2))
+    resources.observe_trace(2, bent_curve)
+    # Assert: round 1 did not calibrate; round 2's curve is the one fitted
+    assert after_one == (False, True)
+    assert resources.calibrated and not resources.wants_trace(3)
+    assert resources.steps_scale == pytest.approx(4.0, rel=1e-3)
+    summary = resources.steps_scale_summary()
+    assert summary['warmup_rounds'] == 2 and sorted(summary['warmup_curves']) == ['1', '2']
+    assert all(env.config.steps_scale == pytest.approx(4.0, rel=1e-3)
+               for env in resources.planner.envs.values())
+
+
+def test_min_drop_fits_the_last_warm_up_round_when_the_loss_never_falls_enough():
+    # Setup
+    engine = ExperimentEngine(_config(**{**AUTO, 'resources.lgc_steps_scale_min_drop': 0.5}),
+                              Path('/nonexistent'))
+    curve = (2.3 - 0.01 * -np.expm1(-np.arange(6) / 2.0)).tolist()
+    # Execute
+    for r in range(1, 5):
+        engine.resources.observe_trace(r, curve)
+    before_last = engine.resources.calibrated
+    engine.resources.observe_trace(5, curve)
+    # Assert
+    assert not before_last and engine.resources.calibrated
+    assert engine.resources.steps_scale_summary()['warmup_rounds'] == 5
+
+
+@pytest.mark.parametrize('value', [-0.1, 1.0])
+def test_bad_min_drop_is_refused_naming_the_key(value):
+    with pytest.raises(ConfigError, match='lgc_steps_scale_min_drop'):
+        _config(**{'resources.lgc_steps_scale_min_drop': value})
+
+
+# --- resources.lgc_steps_scale: online ----------------------------------------------------------
+
+ONLINE = {**LGC, 'resources.planner': 'lgc_ddpg', 'resources.lgc_steps_scale': 'online',
+          'resources.lgc_ddpg_train_steps': 150,
+          'resources.lgc_refit_rounds': 2, 'num_rounds': 4}
+
+
+def test_online_probes_at_the_mid_action_every_k_rounds_and_refits_beta(tmp_path):
+    # Setup: one probe group (the whole fleet probes)
+    config = _config(**ONLINE, **{'resources.lgc_probe_groups': 1})
+    # Execute
+    summary = run_experiment(config, tmp_path, echo=lambda _: None)
+    knobs = json.loads((tmp_path / KNOBS_FILE).read_text())
+    # Assert: rounds 1 and 3 are probes at the mid action (H = 3, 200 per channel)
+    for r in ('1', '3'):
+        assert all(d[LGC_STEPS_KNOB] == 3 and d[ENTRIES_KNOB] == [200, 200, 200]
+                   for d in knobs['decisions'][r].values())
+    online = knobs['steps_scale']['online']
+    assert sorted(online['probes']) == ['1', '3'] and online['refit_rounds'] == 2
+    assert all(len(p['losses_after_steps']) == 4 for p in online['probes'].values())
+    last = online['probes']['3']['fit']
+    assert last['informative'] and online['exponent'] == last['exponent']
+    assert summary['lgc_steps_exponent'] == online['exponent']
+    assert sorted(summary['lgc_steps_exponent_probes']) == ['1', '3']
+
+
+def test_online_resume_gives_the_same_decisions(tmp_path):
+    # Setup: one run straight through, one stopped after round 3 (a probe) and resumed
+    extra = {'engine.checkpoint_every': 1}
+    config = _config(**ONLINE, **extra)
+    run_experiment(config, tmp_path / 'straight', echo=lambda _: None)
+    run_experiment(_config(**{**ONLINE, **extra, 'num_rounds': 3}), tmp_path / 'resumed',
+                   echo=lambda _: None)
+    # Execute
+    run_experiment(config, tmp_path / 'resumed', resume=True, echo=lambda _: None)
+    # Assert
+    straight, resumed = (json.loads((tmp_path / d / KNOBS_FILE).read_text())
+                         for d in ('straight', 'resumed'))
+    assert resumed['decisions'] == straight['decisions']
+    assert resumed['steps_scale'] == straight['steps_scale']
+
+
+def test_online_flat_probe_keeps_the_warm_up_and_a_falling_one_sets_every_surrogate():
+    # Setup
+    engine = ExperimentEngine(_config(**ONLINE), Path('/nonexistent'))
+    resources = engine.resources
+    h = np.arange(4)
+    # Execute
+    resources.observe_trace(1, [2.3, 2.3, 2.31, 2.32])      # rises: nothing to fit
+    after_flat = (resources.calibrated, resources.steps_exponent, dict(resources.agents))
+    resources.observe_trace(2, (2.3 - 0.01 * h).tolist())   # not a probe round: ignored
+    resources.observe_trace(3, (2.3 - 0.01 * h ** 1.5).tolist())
+    # Assert
+    assert after_flat == (False, None, {})
+    assert sorted(resources.exponent_fits) == ['1', '3']
+    assert resources.steps_exponent == pytest.approx(1.5, abs=0.01)
+    assert all(env.config.steps_exponent == resources.steps_exponent
+               for env in resources.planner.envs.values())
+    assert sorted(resources.agents) == list(range(5))
+
+
+def test_online_needs_the_vectorised_trainer():
+    # Execute / Assert
+    with pytest.raises(ConfigError, match='engine.vectorized'):
+        _config(**{**ONLINE, 'engine.vectorized': False})
+
+
+def test_online_finetune_keeps_the_agents_and_retraining_replaces_them():
+    # Setup
+    h = np.arange(4)
+    agents = {}
+    for steps in (0, 60):
+        engine = ExperimentEngine(_config(**{**ONLINE, 'resources.lgc_finetune_steps': steps}),
+                                  Path('/nonexistent'))
+        engine.resources.observe_trace(1, (2.3 - 0.01 * h).tolist())
+        first = dict(engine.resources.agents)
+        engine.resources.observe_trace(3, (2.3 - 0.01 * h ** 0.5).tolist())
+        agents[steps] = (first, engine.resources.agents)
+    # Assert: fine-tuning continues the same agent objects, retraining builds new ones
+    assert all(agents[60][1][k] is agents[60][0][k] for k in range(5))
+    assert all(agents[0][1][k] is not agents[0][0][k] for k in range(5))
+
+
+def test_online_probe_curve_ends_at_the_model_the_lgc_server_produced(tmp_path):
+    # Setup: two rounds, so round 2's memories are not zero; probes every round
+    engine = ExperimentEngine(_config(**{**ONLINE, 'resources.lgc_refit_rounds': 1}), tmp_path)
+    engine.run_round()
+    seen = {}
+    observe = engine.resources.observe_trace
+    engine.resources.observe_trace = lambda r, c: (seen.setdefault(r, c), observe(r, c))
+    # Execute
+    engine.run_round()
+    # Assert: h = H is the round's compressed aggregate (every drone took H = 3 steps)
+    curve = seen[2]
+    parts = np.concatenate(engine.parts)
+    x, y = engine.data.train_x[parts], engine.data.train_y[parts]
+    set_weights(engine._worker, engine.weights)
+    assert len(curve) == 4
+    assert curve[-1] == pytest.approx(evaluate(engine._worker, x, y)[1], rel=1e-4)
+
+
+def test_online_probe_groups_take_turns_after_the_first_fit():
+    # Setup: 5 drones, 2 groups (even / odd ids), a probe every 2 rounds
+    engine = ExperimentEngine(_config(**{**ONLINE, 'resources.lgc_probe_groups': 2}),
+                              Path('/nonexistent'))
+    resources = engine.resources
+    # Execute / Assert: the whole fleet until a fit, then group 1 (round 3), group 0 (round 5)
+    assert resources.probe_drones(1) == set(range(5))
+    resources.observe_trace(1, (2.3 - 0.01 * np.arange(4)).tolist())
+    assert resources.probe_drones(2) == set()
+    assert resources.probe_drones(3) == {1, 3} and resources.probe_drones(5) == {0, 2, 4}
+    knobs = resources.knobs(3, list(range(5)))
+    assert all(knobs[k][LGC_STEPS_KNOB] == 3 and knobs[k][ENTRIES_KNOB] == [200, 200, 200]
+               for k in (1, 3))
+    assert all(type(resources.planner.policies[k]).__name__ == 'DdpgPolicy' for k in (0, 2, 4))
+
+
+# --- resources.lgc_plateau_*: fixed-decision LGC, then H = 1 after the plateau ---------------
+
+PLATEAU = {**LGC, 'resources.planner': 'lgc_fixed', 'resources.lgc_plateau_window': 1,
+           'resources.lgc_plateau_min_gain': 1.0, 'num_rounds': 4}
+
+
+def test_plateau_rule_switches_every_drone_to_its_local_steps_after_the_plateau(tmp_path):
+    # Setup: window 1, min gain 100 %: round 2 never gains that much, so the switch latches
+    # after round 2 and rounds 3-4 run at H = 2
+    config = _config(**PLATEAU, **{'resources.lgc_plateau_local_steps': 2})
+    # Execute
+    summary = run_experiment(config, tmp_path, echo=lambda _: None)
+    knobs = json.loads((tmp_path / KNOBS_FILE).read_text())
+    # Assert: the mid decision (H = 3, 200 per channel) until then, H = 2 with the same entries
+    decisions = knobs['decisions']
+    for r, steps in (('1', 3), ('2', 3), ('3', 2), ('4', 2)):
+        assert all(d[LGC_STEPS_KNOB] == steps and d[ENTRIES_KNOB] == [200, 200, 200]
+                   for d in decisions[r].values())
+    assert knobs['plateau']['switched_after_round'] == 2
+    assert sorted(knobs['accuracies']) == ['1', '2', '3', '4'] and knobs['stall'] is None
+    assert summary['lgc_plateau_switched_after_round'] == 2
+
+
+def test_plateau_rule_resume_gives_the_same_decisions(tmp_path):
+    # Setup: one run straight through, one stopped after round 2 (the switch) and resumed
+    extra = {'engine.checkpoint_every': 1}
+    run_experiment(_config(**PLATEAU, **extra), tmp_path / 'straight', echo=lambda _: None)
+    run_experiment(_config(**{**PLATEAU, **extra, 'num_rounds': 2}), tmp_path / 'resumed',
+                   echo=lambda _: None)
+    # Execute
+    run_experiment(_config(**PLATEAU, **extra), tmp_path / 'resumed', resume=True,
+                   echo=lambda _: None)
+    # Assert
+    straight, resumed = (json.loads((tmp_path / d / KNOBS_FILE).read_text())
+                         for d in ('straight', 'resumed'))
+    assert resumed['decisions'] == straight['decisions']
+    assert resumed['plateau'] == straight['plateau']
+    assert resumed['accuracies'] == straight['accuracies']
+
+
+@pytest.mark.parametrize('overrides, match', [
+    ({'resources.lgc_plateau_window': -1}, 'lgc_plateau_window must be >= 0'),
+    ({'resources.lgc_plateau_min_gain': 1.5}, 'lgc_plateau_min_gain in'),
+    ({'resources.lgc_plateau_local_steps': 7}, 'lgc_plateau_local_steps must be in'),
+    ({'resources.lgc_steps_scale': 'online', 'resources.planner': 'lgc_ddpg'},
+     'configured lgc_steps_scale'),
+    ({'resources.lgc_stall_window': -1}, 'lgc_stall_window must be >= 0'),
+    ({'resources.lgc_stall_min_gain': -0.1}, 'lgc_stall_min_gain'),
+])
+def test_bad_plateau_settings_are_refused_naming_the_key(overrides, match):
+    # Act / Assert
+    with pytest.raises(ConfigError, match=match):
+        _config(**{**PLATEAU, **overrides})
+
+
+STALL = {**LGC, 'resources.planner': 'lgc_heuristic', 'resources.lgc_stall_window': 1,
+         'resources.lgc_stall_min_gain': 1.0, 'num_rounds': 4}
+
+
+def test_stall_guard_takes_the_mid_decision_while_the_accuracy_stalls(tmp_path):
+    # Setup: the heuristic's own decisions, then (window 1, min gain 100 %: every round stalls)
+    # the mid decision from round 3 on (the verdict after round 2 applies to round 3)
+    own = _config(**{**STALL, 'resources.lgc_stall_window': 0})
+    guarded = _config(**STALL, **{'engine.checkpoint_every': 1})
+    # Execute
+    run_experiment(own, tmp_path / 'own', echo=lambda _: None)
+    summary = run_experiment(guarded, tmp_path / 'guarded', echo=lambda _: None)
+    # Assert
+    mine, knobs = (json.loads((tmp_path / d / KNOBS_FILE).read_text())
+                   for d in ('own', 'guarded'))
+    assert knobs['decisions']['1'] == mine['decisions']['1']
+    assert knobs['decisions']['2'] == mine['decisions']['2']
+    assert any(d[LGC_STEPS_KNOB] != 3 or d[ENTRIES_KNOB] != [200, 200, 200]
+               for d in mine['decisions']['3'].values())   # the heuristic is not the mid
+    for r in ('3', '4'):
+        assert all(d[LGC_STEPS_KNOB] == 3 and d[ENTRIES_KNOB] == [200, 200, 200]
+                   for d in knobs['decisions'][r].values())
+    assert knobs['stall']['rounds'] == [3, 4] and summary['lgc_stall_rounds'] == 2
+    # resume after round 3: the same record
+    run_experiment(_config(**{**STALL, 'engine.checkpoint_every': 1, 'num_rounds': 3}),
+                   tmp_path / 'resumed', echo=lambda _: None)
+    run_experiment(guarded, tmp_path / 'resumed', resume=True, echo=lambda _: None)
+    resumed = json.loads((tmp_path / 'resumed' / KNOBS_FILE).read_text())
+    assert resumed['decisions'] == knobs['decisions'] and resumed['stall'] == knobs['stall']
