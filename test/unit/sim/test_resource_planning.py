@@ -349,13 +349,18 @@ def test_auto_trace_starts_at_the_global_model_loss(tmp_path):
     assert engine.resources.calibrated and len(curve) == 4
 
 
-@pytest.mark.parametrize('min_drop', [0.0, 0.5])   # stopped after the warm-up / within it
-def test_auto_resume_gives_the_same_decisions(tmp_path, min_drop):
-    # Setup: one run straight through, one stopped after round 2 and resumed
-    extra = {'engine.checkpoint_every': 1, 'resources.lgc_steps_scale_min_drop': min_drop}
-    config = _config(**AUTO, **extra)
+@pytest.mark.parametrize('mode, extra, stop_round', [
+    ('auto', {'resources.lgc_steps_scale_min_drop': 0.0}, 2),   # stopped after the warm-up
+    ('auto', {'resources.lgc_steps_scale_min_drop': 0.5}, 2),   # stopped within it
+    ('online', {}, 3),                                          # stopped after a probe
+])
+def test_fitted_progress_model_resumes_with_the_same_decisions(tmp_path, mode, extra,
+                                                               stop_round):
+    # Setup: one run straight through, one stopped after stop_round and resumed
+    keys = {**(AUTO if mode == 'auto' else ONLINE), 'engine.checkpoint_every': 1, **extra}
+    config = _config(**keys)
     run_experiment(config, tmp_path / 'straight', echo=lambda _: None)
-    run_experiment(_config(**{**AUTO, **extra, 'num_rounds': 2}), tmp_path / 'resumed',
+    run_experiment(_config(**{**keys, 'num_rounds': stop_round}), tmp_path / 'resumed',
                    echo=lambda _: None)
     # Execute
     run_experiment(config, tmp_path / 'resumed', resume=True, echo=lambda _: None)
@@ -433,22 +438,6 @@ def test_online_probes_at_the_mid_action_every_k_rounds_and_refits_beta(tmp_path
     assert last['informative'] and online['exponent'] == last['exponent']
     assert summary['lgc_steps_exponent'] == online['exponent']
     assert sorted(summary['lgc_steps_exponent_probes']) == ['1', '3']
-
-
-def test_online_resume_gives_the_same_decisions(tmp_path):
-    # Setup: one run straight through, one stopped after round 3 (a probe) and resumed
-    extra = {'engine.checkpoint_every': 1}
-    config = _config(**ONLINE, **extra)
-    run_experiment(config, tmp_path / 'straight', echo=lambda _: None)
-    run_experiment(_config(**{**ONLINE, **extra, 'num_rounds': 3}), tmp_path / 'resumed',
-                   echo=lambda _: None)
-    # Execute
-    run_experiment(config, tmp_path / 'resumed', resume=True, echo=lambda _: None)
-    # Assert
-    straight, resumed = (json.loads((tmp_path / d / KNOBS_FILE).read_text())
-                         for d in ('straight', 'resumed'))
-    assert resumed['decisions'] == straight['decisions']
-    assert resumed['steps_scale'] == straight['steps_scale']
 
 
 def test_online_flat_probe_keeps_the_warm_up_and_a_falling_one_sets_every_surrogate():
