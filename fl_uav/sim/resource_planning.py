@@ -316,17 +316,21 @@ class LgcRoundResources:
         self.stall = (PlateauSwitch(r.lgc_stall_window, r.lgc_stall_min_gain)
                       if r.lgc_stall_window > 0 else None)
         self.stall_rounds: list[int] = []   # the rounds the stall guard took over
-        self.accuracies: dict[str, float] = {}
 
     def observe_accuracy(self, round_index: int, accuracy: float) -> None:
         """The global model's accuracy after round ``round_index`` (the accuracy rules' input:
         ``lgc_plateau_*``, ``lgc_stall_*``)."""
-        if self.plateau is None and self.stall is None:
-            return
-        self.accuracies[str(round_index)] = float(accuracy)
         for rule in (self.plateau, self.stall):
             if rule is not None:
                 rule.observe(round_index, accuracy)
+
+    def observed_accuracies(self) -> dict[str, float] | None:
+        """Round -> accuracy as the accuracy rules saw it (None without one); kept by the
+        rules themselves, both of which see every round."""
+        rule = self.plateau or self.stall
+        if rule is None:
+            return None
+        return {str(i): a for i, a in enumerate(rule.accuracies, start=1)}
 
     def plateau_summary(self) -> dict[str, Any] | None:
         p = self.plateau
@@ -508,7 +512,7 @@ class LgcRoundResources:
                 'hover_power_w': self.hover_power_w,
                 'steps_scale': self.steps_scale_summary(), 'plateau': self.plateau_summary(),
                 'stall': self.stall_summary(),
-                'accuracies': self.accuracies if self.plateau or self.stall else None,
+                'accuracies': self.observed_accuracies(),
                 'decisions': self.log}
 
     def load_log(self, knobs: dict[str, Any], upto: int) -> None:
