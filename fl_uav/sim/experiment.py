@@ -74,9 +74,7 @@ from fl_uav.sim.resource_planning import (
     KNOBS_FILE,
     STEPS_SCALE_EVAL_SAMPLES,
     STEPS_SCALE_SAMPLE_TAG,
-    LgcRoundResources,
     build_round_resources,
-    resource_summary,
     write_knobs,
 )
 
@@ -299,16 +297,16 @@ class ExperimentEngine:
         mu = max((float(k.get(PROXIMAL_MU_KNOB, 0.0)) for k in knobs.values()), default=0.0)
         # Strategies that select drones (FedDPQ's draws) leave the others idle this round.
         active = [k for k in active if knobs.get(k, {}).get(DRAWS_KNOB, 1) > 0]
-        if self.resources is not None:   # the planner's per-drone knobs (config.resources)
-            knobs = merge_knobs(knobs, self.resources.knobs(r, active))
-            self.resources.record(r, knobs)
+        # the planner's per-drone knobs (config.resources; none: no knobs)
+        knobs = merge_knobs(knobs, self.resources.knobs(r, active))
+        self.resources.record(r, knobs)
         mixed = {k: self._training_data(k, indices[k], knobs.get(k, {}).get(TOPUP_KNOB))
                  for k in active}   # (x, y, generated)
         client_data = [mixed[k][:2] for k in active]
         seeds = [_round_seed(self.config.seed, r, 10 + k) for k in active]
         config = dataclasses.replace(self.train_config, lr=lr, proximal_mu=mu)
         results = self._train_clients(r, active, client_data, seeds, config, knobs)
-        if self._wants_trace(r):   # resources.lgc_steps_scale auto / online: the measurement
+        if self.resources.wants_trace(r):   # lgc_steps_scale auto / online: the measurement
             self.resources.observe_trace(
                 r, self._compressed_trace_losses(active, client_data, knobs,
                                                  self.resources.probe_drones(r))
@@ -318,8 +316,7 @@ class ExperimentEngine:
         rng = np.random.default_rng(_round_seed(self.config.seed, r, 3))
         per_rng = np.random.default_rng(_round_seed(self.config.seed, r, PER_SEED_TAG))
         system = self.config.system
-        hover_w = (self.resources.hover_power_w
-                   if isinstance(self.resources, LgcRoundResources) else 0.0)
+        hover_w = self.resources.hover_power_w
         down_bits = 8 * encoded_size(self.weights, {'round': r})
         down_s = down_bits / self.config.system.downlink_rate_bit_s
         late = []
@@ -380,8 +377,7 @@ class ExperimentEngine:
         self.weights = aggregated.weights
         set_weights(self.model, self.weights)
         accuracy, test_loss = evaluate(self.model, self.data.test_x, self.data.test_y)
-        if isinstance(self.resources, LgcRoundResources):   # resources.lgc_plateau_*
-            self.resources.observe_accuracy(r, accuracy)
+        self.resources.observe_accuracy(r, accuracy)   # resources.lgc_plateau_* / lgc_stall_*
         round_s = max(times) if times else down_s
         self.sim_time_s += round_s
         self.round_index = r
@@ -446,7 +442,7 @@ class ExperimentEngine:
             else:   # mixed: the others take the steps their epochs would (the same batches)
                 steps = [s if s is not None else _epoch_steps(config, len(labels))
                          for s, (_, labels) in zip(steps, client_data)]
-            trace = ([len(labels) for _, labels in client_data] if self._wants_trace(r)
+            trace = ([len(labels) for _, labels in client_data] if self.resources.wants_trace(r)
                      else None)
             return self._train_vectorized(r, active, client_data, seeds, config, steps, trace,
                                           trace is not None and self.resources.online)
@@ -462,9 +458,6 @@ class ExperimentEngine:
                 raise ExperimentError(f'round {r}, drone {k}: non-finite training loss ({exc});'
                                       f' partial results are in {self.out_dir}') from exc
         return results
-
-    def _wants_trace(self, r: int) -> bool:
-        return isinstance(self.resources, LgcRoundResources) and self.resources.wants_trace(r)
 
     def _trace_sample(self, client_data) -> tuple[np.ndarray, np.ndarray]:
         """The seeded sample of the drones' own training data the traces are evaluated on."""
@@ -644,7 +637,7 @@ class ExperimentEngine:
         self.round_index = int(meta['round_index'])
         self.sim_time_s = float(meta['sim_time_s'])
         knobs_path = self.out_dir / KNOBS_FILE
-        if isinstance(self.resources, LgcRoundResources) and knobs_path.is_file():
+        if knobs_path.is_file():
             try:
                 self.resources.load_log(json.loads(knobs_path.read_text()), self.round_index)
             except ValueError as exc:
@@ -725,7 +718,7 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
         writer.writerows(rows)
     (out_dir / CONFIG_FILE).write_text(json.dumps(to_flat(config), indent=2))
     write_knobs(engine.resources, out_dir)   # FedDPQ's plan, before round 1
-    if engine.resources is not None:
+    if config.resources.planner != 'none':
         echo(f'resources: {config.resources.planner} planner ready; decisions in '
              f'{out_dir / KNOBS_FILE}')
     status, error = 'finished', ''
@@ -748,7 +741,7 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
     engine.write_express()   # the log up to the last completed update
     write_knobs(engine.resources, out_dir)
     summary = write_summary(config, out_dir, rows, status, error,
-                            time.perf_counter() - wall_start, resource_summary(engine.resources))
+                            time.perf_counter() - wall_start, engine.resources.run_summary())
     return summary
 
 

@@ -196,7 +196,47 @@ def feddpq_fleet(inputs: PlannerInputs):
                        generator_makes_absent_classes=inputs.generator_makes_absent_classes)
 
 
-class FeddpqRoundResources:
+class RoundResources:
+    """What the engine asks of a resource planner every round; the hooks only some planners
+    use are no-ops here, so the engine calls them without asking which planner it has."""
+
+    kind = 'none'
+    #: W drawn while a drone hovers for its round (FedEx eq. (8)); LGC's setting only
+    hover_power_w = 0.0
+    #: the engine records traces with each drone's error memory (LGC ``online``)
+    online = False
+
+    def knobs(self, round_index: int, drone_ids) -> dict[int, dict]:
+        """Per drone, the knobs this round (none: the strategy's and the config's)."""
+        return {}
+
+    def record(self, round_index: int, knobs: dict[int, dict]) -> None:
+        """The knobs the round ran with, merged (kept by planners that log them)."""
+
+    def observe_accuracy(self, round_index: int, accuracy: float) -> None:
+        """The global model's test accuracy after ``round_index`` (LGC's accuracy rules)."""
+
+    def wants_trace(self, round_index: int) -> bool:
+        """True when the engine should measure and report :meth:`observe_trace`."""
+        return False
+
+    def load_log(self, knobs: dict[str, Any], upto: int) -> None:
+        """Resume from DIR/knobs.json up to round ``upto`` (planners with per-round state)."""
+
+    def summary(self) -> dict[str, Any] | None:
+        """DIR/knobs.json's content, or None: no file."""
+        return None
+
+    def run_summary(self) -> dict[str, Any]:
+        """What summary.json records about the planner beyond its name."""
+        return {}
+
+
+class NoRoundResources(RoundResources):
+    """``resources.planner: none``: every knob from the strategy and the config."""
+
+
+class FeddpqRoundResources(RoundResources):
     """FedDPQ Algorithm 2's plan for a fleet, the same knobs every round."""
 
     kind = 'feddpq'
@@ -243,7 +283,7 @@ def lgc_channels(resources: ResourcesConfig, system: SystemConfig, distance_m: f
                                                      r.lgc_channel_bandwidth_hz)))
 
 
-class LgcRoundResources:
+class LgcRoundResources(RoundResources):
     """Each drone's LGC controller, fed the channel rates the engine draws every round."""
 
     kind = 'lgc'
@@ -515,6 +555,27 @@ class LgcRoundResources:
                 'accuracies': self.observed_accuracies(),
                 'decisions': self.log}
 
+    def run_summary(self) -> dict[str, Any]:
+        """What summary.json records about LGC beyond its name: h0 and its fit, the rules."""
+        fit = self.steps_scale_fit
+        rules: dict[str, Any] = {}   # resources.lgc_plateau_* / lgc_stall_*
+        if self.plateau is not None:
+            rules['lgc_plateau_switched_after_round'] = self.plateau.switched_after
+        if self.stall is not None:
+            rules['lgc_stall_rounds'] = len(self.stall_rounds)
+        if self.online:
+            return {'lgc_steps_scale': None,
+                    'lgc_steps_scale_setting': self.steps_scale_setting,
+                    'lgc_steps_scale_note': self.steps_scale_note,
+                    'lgc_steps_exponent': self.steps_exponent,
+                    'lgc_steps_exponent_probes': {
+                        r: v['fit']['exponent'] if v['fit']['informative'] else None
+                        for r, v in self.exponent_fits.items()}, **rules}
+        return {'lgc_steps_scale': self.steps_scale if self.calibrated else None,
+                'lgc_steps_scale_setting': self.steps_scale_setting,
+                'lgc_steps_scale_note': self.steps_scale_note,
+                'lgc_steps_scale_fit': fit.as_dict() if fit is not None else None, **rules}
+
     def load_log(self, knobs: dict[str, Any], upto: int) -> None:
         """Resume from DIR/knobs.json: the decisions up to round ``upto`` and, past an auto
         warm-up, the fitted h0 (the controllers are retrained on it, seeded: the same)."""
@@ -555,30 +616,6 @@ class LgcRoundResources:
         self.calibrate(float(saved['value']), saved.get('note', ''))
 
 
-def resource_summary(resources) -> dict[str, Any]:
-    """What summary.json records about the planner beyond its name (LGC: h0 and its fit)."""
-    if not isinstance(resources, LgcRoundResources):
-        return {}
-    fit = resources.steps_scale_fit
-    rules: dict[str, Any] = {}   # resources.lgc_plateau_* / lgc_stall_*
-    if resources.plateau is not None:
-        rules['lgc_plateau_switched_after_round'] = resources.plateau.switched_after
-    if resources.stall is not None:
-        rules['lgc_stall_rounds'] = len(resources.stall_rounds)
-    if resources.online:
-        return {'lgc_steps_scale': None,
-                'lgc_steps_scale_setting': resources.steps_scale_setting,
-                'lgc_steps_scale_note': resources.steps_scale_note,
-                'lgc_steps_exponent': resources.steps_exponent,
-                'lgc_steps_exponent_probes': {
-                    r: v['fit']['exponent'] if v['fit']['informative'] else None
-                    for r, v in resources.exponent_fits.items()}, **rules}
-    return {'lgc_steps_scale': resources.steps_scale if resources.calibrated else None,
-            'lgc_steps_scale_setting': resources.steps_scale_setting,
-            'lgc_steps_scale_note': resources.steps_scale_note,
-            'lgc_steps_scale_fit': fit.as_dict() if fit is not None else None, **rules}
-
-
 def build_planner(inputs: PlannerInputs):
     """The planner ``inputs.resources.planner`` names, or None for ``none``."""
     planner = inputs.resources.planner
@@ -589,17 +626,18 @@ def build_planner(inputs: PlannerInputs):
     return LgcRoundResources(inputs)
 
 
-def build_round_resources(engine: ExperimentEngine, down_s: float):
-    """The engine's configured planner, or None for ``resources.planner: none``."""
+def build_round_resources(engine: ExperimentEngine, down_s: float) -> RoundResources:
+    """The engine's configured planner (:class:`NoRoundResources` for ``none``)."""
     if engine.config.resources.planner == 'none':
-        return None
+        return NoRoundResources()
     return build_planner(engine_inputs(engine, down_s))
 
 
-def write_knobs(resources, out_dir: Path) -> None:
+def write_knobs(resources: RoundResources, out_dir: Path) -> None:
     """DIR/knobs.json: the planner's decisions (FedDPQ's plan; LGC's per-round choices)."""
-    if resources is None:
+    summary = resources.summary()
+    if summary is None:
         return
     tmp = Path(out_dir) / (KNOBS_FILE + '.tmp')
-    tmp.write_text(json.dumps(resources.summary(), indent=1))
+    tmp.write_text(json.dumps(summary, indent=1))
     tmp.replace(Path(out_dir) / KNOBS_FILE)

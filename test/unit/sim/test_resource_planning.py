@@ -22,7 +22,13 @@ from fl_uav.sim.experiment import (
     run_experiment,
 )
 from fl_uav.sim.experiment_config import ExperimentConfig
-from fl_uav.sim.resource_planning import KNOBS_FILE, FeddpqRoundResources, engine_inputs
+from fl_uav.sim.resource_planning import (
+    KNOBS_FILE,
+    FeddpqRoundResources,
+    NoRoundResources,
+    RoundResources,
+    engine_inputs,
+)
 
 REPO = Path(__file__).resolve().parents[3]
 QUICK = REPO / 'config' / 'experiments' / 'quick_digits.yaml'
@@ -40,7 +46,7 @@ def _config(**overrides) -> ExperimentConfig:
     return build_config(ExperimentConfig, flat)
 
 
-class _Knobs:
+class _Knobs(RoundResources):
     """A stub planner: fixed knobs for some drones, none for the others."""
 
     def __init__(self, by_drone: dict[int, dict]) -> None:
@@ -49,9 +55,6 @@ class _Knobs:
     def knobs(self, round_index, drone_ids):
         return {int(d): dict(self.by_drone.get(int(d), {})) for d in drone_ids}
 
-    def record(self, round_index, knobs):
-        pass
-
 
 def _one_round(config: ExperimentConfig, planner=None) -> dict[int, dict]:
     engine = ExperimentEngine(config, Path('/nonexistent'))
@@ -59,6 +62,20 @@ def _one_round(config: ExperimentConfig, planner=None) -> dict[int, dict]:
         engine.resources = planner
     engine.run_round()
     return engine.last_round_drones
+
+
+def test_no_planner_runs_with_default_knobs_and_writes_no_knobs_file(tmp_path):
+    # Arrange
+    config = _config(num_rounds=1)
+
+    # Act
+    summary = run_experiment(config, tmp_path, echo=lambda _: None)
+
+    # Assert: the null planner adds nothing to a round, knobs.json or summary.json
+    assert not (tmp_path / KNOBS_FILE).exists()
+    assert summary['resources_planner'] == 'none' and 'lgc_steps_scale' not in summary
+    assert NoRoundResources().knobs(1, [0, 1]) == {}
+    assert _one_round(config) == _one_round(config, _Knobs({}))
 
 
 # --- config -----------------------------------------------------------------------------------
