@@ -1,0 +1,42 @@
+"""Tour lengths in whole 1-min slots of the engine's FedEx plans (CARP, FedEx Sec. VI) for the
+paper's setting (config/experiments/fedex_{sync,async}_fmnist.yaml: 40 clients, 4 UAVs,
+2 km x 2 km, 15 kJ), per route objective and placement seed: how unbalanced can the tours get?
+FedEx's Sync/Async ordering depends on it (bench/fedex_sync_vs_async_quadratic.py).
+
+    PYTHONPATH=. .venv/bin/python bench/fedex_tour_slots.py [--seeds 4] [--set KEY=VALUE ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from fl_uav.configschema import build_config, parse_override, read_params_file
+from fl_uav.sim.experiment_config import ExperimentConfig
+from fl_uav.sim.express import place_clients, plan_routes, revisit_slots
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--seeds', type=int, default=4)
+    parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE')
+    args = parser.parse_args()
+    overrides = dict(map(parse_override, args.set))
+    print('| mode | route objective | seed | tour slots | clients per tour |')
+    print('|---|---|---|---|---|')
+    for mode, objective in (('sync', 'auto'), ('async', 'auto'), ('sync', 'total'),
+                            ('async', 'total')):
+        for seed in range(args.seeds):
+            flat = read_params_file(f'config/experiments/fedex_{mode}_fmnist.yaml')
+            flat.update({'seed': seed, 'express.placement_seed': seed,
+                         'express.route_objective': objective, **overrides})
+            config = build_config(ExperimentConfig, flat)
+            positions, _ = place_clients(config.express, config.num_drones)
+            _, plan = plan_routes(config.express, positions, seed)
+            slots = revisit_slots(mode, plan, config.express.step_time_s)
+            print(f'| {mode} | {objective} | {seed} | '
+                  f'{", ".join(str(slots[k]) for k in sorted(slots))} | '
+                  f'{", ".join(str(len(t)) for t in plan.tours)} |', flush=True)
+
+
+if __name__ == '__main__':
+    main()
