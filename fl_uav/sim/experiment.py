@@ -637,7 +637,7 @@ class ExperimentEngine:
         self.round_index = int(meta['round_index'])
         self.sim_time_s = float(meta['sim_time_s'])
         knobs_path = self.out_dir / KNOBS_FILE
-        if knobs_path.is_file():
+        if self.resources.resumes_from_knobs and knobs_path.is_file():
             try:
                 self.resources.load_log(json.loads(knobs_path.read_text()), self.round_index)
             except ValueError as exc:

@@ -205,6 +205,9 @@ class RoundResources:
     hover_power_w = 0.0
     #: the engine records traces with each drone's error memory (LGC ``online``)
     online = False
+    #: a resume reads DIR/knobs.json back (:meth:`load_log`); planners without per-round
+    #: state leave the file, which may be another run's, unread
+    resumes_from_knobs = False
 
     def knobs(self, round_index: int, drone_ids) -> dict[int, dict]:
         """Per drone, the knobs this round (none: the strategy's and the config's)."""
@@ -287,6 +290,7 @@ class LgcRoundResources(RoundResources):
     """Each drone's LGC controller, fed the channel rates the engine draws every round."""
 
     kind = 'lgc'
+    resumes_from_knobs = True
 
     def __init__(self, inputs: PlannerInputs) -> None:
         r, s = inputs.resources, inputs.system

@@ -35,10 +35,10 @@ def _problem():
     return ref.quadratic_grad(centers, curvature), np.zeros(dim)
 
 
-def _engine(mode: str, grad, x0: np.ndarray, n_updates: int):
+def _engine(mode: str, grad, x0: np.ndarray, n_updates: int, deltas=tuple(DELTAS)):
     """(slot, UAVs landing, model after the update) of the engine's first updates."""
     plan = RoutePlan(mode, tuple(map(tuple, TOURS)), (0.0,) * len(TOURS),
-                     tuple(d * SLOT_S for d in DELTAS), (1.0,) * len(TOURS), 0.0)
+                     tuple(d * SLOT_S for d in deltas), (1.0,) * len(TOURS), 0.0)
     runtime = ExpressRuntime(ExpressConfig(mode=mode, step_time_s=SLOT_S), plan,
                              {'w': np.array(x0, np.float64)})
     n = sum(map(len, TOURS))
@@ -114,3 +114,15 @@ def test_reference_async_with_equal_tours_is_sync(delta):
     assert [u.slot for u in sync] == [u.slot for u in asyn]
     for us, ua in zip(sync, asyn, strict=True):
         np.testing.assert_allclose(us.x, ua.x, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize('deltas', [[4, 6, 6, 9], [9, 9, 9, 9]])
+@pytest.mark.parametrize('mode', ['sync', 'async'])
+def test_engine_matches_the_reference_on_the_other_tour_sets_docs_cite(mode, deltas):
+    # docs/benchmarks.md (session 7) cites engine = reference on these too
+    grad, x0 = _problem()
+    offsets = [[1 + j % (d - 1) for j in range(len(t))] for t, d in zip(TOURS, deltas)]
+    reference = (ref.run_sync(TOURS, offsets, deltas, grad, x0, ETA, rounds=10)
+                 if mode == 'sync' else ref.run_async(TOURS, offsets, deltas, grad, x0, ETA,
+                                                      slots=60))
+    _assert_same(reference, _engine(mode, grad, x0, len(reference), deltas))

@@ -616,3 +616,16 @@ def test_stall_guard_takes_the_mid_decision_while_the_accuracy_stalls(tmp_path):
     run_experiment(guarded, tmp_path / 'resumed', resume=True, echo=lambda _: None)
     resumed = json.loads((tmp_path / 'resumed' / KNOBS_FILE).read_text())
     assert resumed['decisions'] == knobs['decisions'] and resumed['stall'] == knobs['stall']
+
+
+def test_resume_without_planner_ignores_an_unreadable_knobs_file(tmp_path):
+    # Arrange: a planner-less run checkpointed after round 1; a knobs.json it never wrote
+    # (left by an earlier run in the same directory, here truncated)
+    run_experiment(_config(num_rounds=1), tmp_path, echo=lambda _: None)
+    (tmp_path / KNOBS_FILE).write_text('{"planner": "lgc", "decisions": {')
+
+    # Act: resume to round 2
+    summary = run_experiment(_config(num_rounds=2), tmp_path, resume=True, echo=lambda _: None)
+
+    # Assert: planner none reads nothing from knobs.json (as before RoundResources)
+    assert summary['status'] == 'finished' and summary['rounds_completed'] == 2
