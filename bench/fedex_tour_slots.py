@@ -12,7 +12,7 @@ import argparse
 
 from fl_uav.configschema import build_config, parse_override, read_params_file
 from fl_uav.sim.experiment_config import ExperimentConfig
-from fl_uav.sim.express import place_clients, plan_routes, revisit_slots
+from fl_uav.sim.express import place_clients, plan_routes, tour_slots
 
 
 def main() -> None:
@@ -21,8 +21,9 @@ def main() -> None:
     parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE')
     args = parser.parse_args()
     overrides = dict(map(parse_override, args.set))
-    print('| mode | route objective | seed | tour slots | clients per tour |')
-    print('|---|---|---|---|---|')
+    print('| mode | route objective | seed | tour slots (each tour) | revisit slots | '
+          'clients per tour |')
+    print('|---|---|---|---|---|---|')
     for mode, objective in (('sync', 'auto'), ('async', 'auto'), ('sync', 'total'),
                             ('async', 'total')):
         for seed in range(args.seeds):
@@ -32,9 +33,11 @@ def main() -> None:
             config = build_config(ExperimentConfig, flat)
             positions, _ = place_clients(config.express, config.num_drones)
             _, plan = plan_routes(config.express, positions, seed)
-            slots = revisit_slots(mode, plan, config.express.step_time_s)
-            print(f'| {mode} | {objective} | {seed} | '
-                  f'{", ".join(str(slots[k]) for k in sorted(slots))} | '
+            step_s = config.express.step_time_s
+            slots = [tour_slots(s, step_s) for s, t in zip(plan.round_trip_s, plan.tours) if t]
+            revisit = (f'{max(slots)} (Sync: the longest tour)' if mode == 'sync'
+                       else 'each its own tour')
+            print(f'| {mode} | {objective} | {seed} | {", ".join(map(str, slots))} | {revisit} | '
                   f'{", ".join(str(len(t)) for t in plan.tours)} |', flush=True)
 
 

@@ -620,11 +620,11 @@ class LgcRoundResources(RoundResources):
         self.calibrate(float(saved['value']), saved.get('note', ''))
 
 
-def build_planner(inputs: PlannerInputs):
-    """The planner ``inputs.resources.planner`` names, or None for ``none``."""
+def build_planner(inputs: PlannerInputs) -> RoundResources:
+    """The planner ``inputs.resources.planner`` names (:class:`NoRoundResources` for ``none``)."""
     planner = inputs.resources.planner
     if planner == 'none':
-        return None
+        return NoRoundResources()
     if planner == 'feddpq':
         return FeddpqRoundResources(inputs)
     return LgcRoundResources(inputs)
