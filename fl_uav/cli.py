@@ -74,11 +74,21 @@ def _experiment(args: argparse.Namespace) -> int:
     return 0 if summary['status'] == 'finished' else 1
 
 
+def _fractions(text: str) -> tuple[float, ...]:
+    """``0.6,0.7`` -> (0.6, 0.7), for argparse (its error names the bad value)."""
+    try:
+        return tuple(float(part) for part in text.split(','))
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f'{text!r} is not a comma-separated list of '
+                                         f'accuracies such as 0.6,0.7') from exc
+
+
 def _compare(args: argparse.Namespace) -> int:
     from fl_uav.sim.experiment import ExperimentError, compare_runs
 
     try:
-        print(compare_runs([Path(d) for d in args.dirs], Path(args.out), args.target))
+        print(compare_runs([Path(d) for d in args.dirs], Path(args.out), args.target,
+                           args.targets))
     except ExperimentError as exc:
         print(f'fl-uav: {exc}', file=sys.stderr)
         return 1
@@ -160,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     cmp_.add_argument('--target', type=float, default=None,
                       help='accuracy for the energy-to-target column (default: the '
                       'target_accuracy of each run)')
+    cmp_.add_argument('--targets', type=_fractions, default=(), metavar='T1,T2,...',
+                      help="add a table of each run's energy and round to each of these "
+                      'accuracies, e.g. --targets 0.6,0.7,0.75')
     cmp_.set_defaults(func=_compare)
     plan = sub.add_parser('plan', help='plan a 2CEOAFL trajectory or FedEx routes from a config '
                           'and write PNG plots and a JSON of the figures')

@@ -24,7 +24,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -833,14 +833,32 @@ def _target_cells(summary: dict[str, Any]) -> str:
             f'{(str(rounds) if rounds is not None else "-"):>6}')
 
 
-def compare_runs(run_dirs: list[Path], out_dir: Path, target_accuracy: float | None = None
-                 ) -> str:
+def _targets_table(runs: list[tuple[str, list[dict[str, Any]]]], targets: Sequence[float]
+                   ) -> str:
+    """Per run, the energy (kJ) and round to each target accuracy (:func:`energy_to_target`)."""
+    lines = [f'{"energy to target, kJ (round)":<28} '
+             + ' '.join(f'{f"{t:.1%}":>16}' for t in targets)]
+    for label, rows in runs:
+        cells = []
+        for t in targets:
+            hit = energy_to_target(rows, t)
+            cells.append('never' if hit['rounds_to_target'] is None else
+                         f'{hit["energy_to_target_j"] / 1e3:.1f} ({hit["rounds_to_target"]})')
+        lines.append(f'{label[:28]:<28} ' + ' '.join(f'{c:>16}' for c in cells))
+    return '\n'.join(lines)
+
+
+def compare_runs(run_dirs: list[Path], out_dir: Path, target_accuracy: float | None = None,
+                 targets: Sequence[float] = ()) -> str:
     """Overlay runs in one set of plots and return a table of their figures.
 
     The energy-to-target columns use each run's own ``target_accuracy`` or, if given,
-    ``target_accuracy`` for every run (recomputed from its rounds.csv)."""
-    if target_accuracy is not None and not 0.0 < target_accuracy <= 1.0:
-        raise ExperimentError(f'--target must be in (0, 1], got {target_accuracy}')
+    ``target_accuracy`` for every run (recomputed from its rounds.csv). ``targets`` adds a
+    second table: each run's energy (kJ) to the first round at or above each target, and that
+    round ('never' if not reached), the paper-style "energy to a target accuracy" curve."""
+    for name, value in [('--target', target_accuracy), *(('--targets', t) for t in targets)]:
+        if value is not None and not 0.0 < value <= 1.0:
+            raise ExperimentError(f'{name} must be in (0, 1], got {value}')
     runs, lines = [], []
     header = (f'{"run":<28} {"rounds":>6} {"final acc":>9} {"best acc":>9} '
               f'{"uplink MB":>10} {"sim s":>9} {"wall s":>8} {"target":>6} '
@@ -862,6 +880,8 @@ def compare_runs(run_dirs: list[Path], out_dir: Path, target_accuracy: float | N
                      f'{sum(r["uplink_bytes"] for r in rows) / 1e6:>10.2f} '
                      f'{(rows[-1]["sim_time_s"] if rows else 0.0):>9.1f} '
                      f'{summary.get("wall_s", 0.0):>8.1f} ' + _target_cells(summary))
+    if targets:
+        lines += ['', _targets_table(runs, targets)]
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     plot_runs(runs, Path(out_dir))
     table = '\n'.join(lines)

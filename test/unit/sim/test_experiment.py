@@ -11,7 +11,7 @@ import pytest
 
 from fl_uav.cli import main as cli_main
 from fl_uav.configschema import build_config, read_params_file
-from fl_uav.sim.experiment import compare_runs, run_experiment
+from fl_uav.sim.experiment import ROUND_COLUMNS, compare_runs, run_experiment
 from fl_uav.sim.experiment_config import ExperimentConfig, check_resources
 
 REPO = Path(__file__).resolve().parents[3]
@@ -112,6 +112,50 @@ def test_compare_overlays_runs(tmp_path):
     table = compare_runs([tmp_path / 'a', tmp_path / 'b'], tmp_path / 'cmp')
     assert table.count('quick_digits') == 2
     assert (tmp_path / 'cmp' / 'accuracy_vs_round.png').exists()
+
+
+def _fake_run(run_dir: Path, name: str, accuracies: list[float], energy_j: float) -> Path:
+    """A run directory as the engine writes it, every round costing ``energy_j``."""
+    run_dir.mkdir(parents=True)
+    (run_dir / 'summary.json').write_text(json.dumps({'name': name, 'wall_s': 1.0}))
+    with open(run_dir / 'rounds.csv', 'w', newline='') as f:
+        writer = csv.DictWriter(f, ROUND_COLUMNS)
+        writer.writeheader()
+        for r, acc in enumerate(accuracies, 1):
+            writer.writerow({**dict.fromkeys(ROUND_COLUMNS, 0), 'round': r, 'accuracy': acc,
+                             'sim_time_s': 10.0 * r, 'energy_total_j': energy_j})
+    return run_dir
+
+
+def test_compare_tabulates_energy_to_each_target(tmp_path, capsys):
+    # Arrange: a reaches 0.6 at round 2 and 0.7 at round 3; b reaches 0.6 at round 3, never 0.7
+    a = _fake_run(tmp_path / 'a', 'fast', [0.5, 0.65, 0.72], 1000.0)
+    b = _fake_run(tmp_path / 'b', 'slow', [0.3, 0.55, 0.61], 400.0)
+
+    # Act
+    code = cli_main(['compare', str(a), str(b), '--out', str(tmp_path / 'cmp'),
+                     '--targets', '0.6,0.7'])
+
+    # Assert: kJ summed up to the first round at the target, and that round
+    lines = capsys.readouterr().out.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith('energy to target'))
+    rows = {line.split()[0]: line.split()[2:] for line in lines[header + 1:]}
+    assert code == 0
+    assert rows['fast'] == ['2.0', '(2)', '3.0', '(3)']
+    assert rows['slow'] == ['1.2', '(3)', 'never']
+
+
+def test_compare_refuses_a_target_outside_0_1(tmp_path, capsys):
+    # Arrange
+    a = _fake_run(tmp_path / 'a', 'fast', [0.5], 1.0)
+
+    # Act / Assert: argparse names the bad list; the range check names the value
+    with pytest.raises(SystemExit):
+        cli_main(['compare', str(a), '--out', str(tmp_path / 'cmp'), '--targets', '0.7,x'])
+    assert "'0.7,x'" in capsys.readouterr().err
+    assert cli_main(['compare', str(a), '--out', str(tmp_path / 'cmp'),
+                     '--targets', '0.7,1.5']) == 1
+    assert '--targets must be in (0, 1], got 1.5' in capsys.readouterr().err
 
 
 
