@@ -12,24 +12,10 @@ which the accuracy stays >= A to the end of the run ("held"; '-' if the last rou
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 
-
-def read_rows(run_dir: Path) -> list[dict[str, float]]:
-    with open(Path(run_dir) / 'rounds.csv', newline='') as f:
-        return [{k: float(v) for k, v in row.items() if v not in ('', None)}
-                for row in csv.DictReader(f)]
-
-
-def energy_to_first(rows: list[dict[str, float]], target: float) -> tuple[float, int] | None:
-    """Cumulative energy (J) up to and including the first round with accuracy >= target."""
-    total = 0.0
-    for row in rows:
-        total += row['energy_total_j']
-        if row['accuracy'] >= target:
-            return total, int(row['round'])
-    return None
+from energy_to_targets import energy_to as energy_to_first  # bench/, beside this file
+from energy_to_targets import read_rows
 
 
 def energy_to_held(rows: list[dict[str, float]], target: float) -> tuple[float, int] | None:
