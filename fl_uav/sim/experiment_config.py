@@ -362,6 +362,8 @@ class ExperimentConfig:
     target_accuracy: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.seed < 0:
+            raise ValueError(f'seed must be >= 0, got {self.seed}')
         if not 0.0 <= self.target_accuracy <= 1.0:
             raise ValueError(f'target_accuracy must be in [0, 1], got {self.target_accuracy}')
         if not 1 <= self.num_drones <= 100_000:
