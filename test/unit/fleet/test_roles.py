@@ -528,3 +528,21 @@ def test_a_plan_or_deadline_that_is_not_numbers_is_rejected_not_fatal(station, a
     # Execute + Assert: counted, never raised (the drone node's callback would die)
     assert agent.accept_global_frame(frame) is None
     assert agent.rejected_frames == 1
+
+
+@pytest.mark.parametrize('metadata', [
+    {'num_samples': 10 ** 400},                      # JSON ints beyond a float
+    {'num_samples': 5, 'train_loss': 10 ** 400},
+    {'num_samples': 5, 'steps': 10 ** 400},
+])
+def test_an_update_with_numbers_beyond_a_float_is_rejected_and_the_round_still_closes(
+        station, metadata):
+    # Prepare
+    opening = station.open_round(now_s=0.0)
+    delta = {n: np.zeros_like(w) for n, w in station.weights.items()}
+    frame = encode_frame(FrameKind.UPDATE, 1, 0, station._fingerprint, delta, metadata)
+    # Execute + Assert: rejected on receipt, so closing the round cannot fail on it (a round
+    # that fails to close stays open and fails again at every tick: the run stalls)
+    assert station.receive_update(frame).reason == 'metadata'
+    record = station.close_round(opening.deadline_s)
+    assert record.empty and station.next_round_index == 2
