@@ -10,6 +10,7 @@ node provides); back at the station it uploads u_k as an UPDATE frame
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -132,6 +133,9 @@ class ExpressCarrier:
         except ExchangeRejected as exc:
             self.rejected[exc.reason] += 1
             return False
+        if clu.steps > self.config.ground_clients.max_local_steps:
+            self.rejected['metadata'] += 1      # no client trains more per visit
+            return False
         for name, value in clu.delta.items():
             self.running_sum[name] += value
         tour.exchanged.append(client)
@@ -172,7 +176,10 @@ class ExpressCarrier:
         if tour is None:
             raise RuntimeError('no tour started')
         trained = [c for c in tour.exchanged if tour.clu_steps.get(c, 0) > 0]
-        loss = float(np.mean(tour.losses)) if tour.losses else None
+        with np.errstate(over='ignore'):
+            loss = float(np.mean(tour.losses)) if tour.losses else None
+        if loss is not None and not math.isfinite(loss):
+            loss = None          # finite losses whose sum overflows: the frame must encode
         metadata = {'num_samples': len(trained),
                     'steps': sum(tour.clu_steps.get(c, 0) for c in trained),
                     'train_loss': loss, 'waypoints_reached': waypoints_reached_total,

@@ -470,3 +470,44 @@ def test_a_delivery_asking_more_steps_than_the_client_trains_is_rejected(clients
     assert c.gate(encode_delivery(0, 1, 2, fp, weights, 10 ** 9), 5.0) is None
     assert dict(c.rejected) == {'metadata': 1}
     assert c.gate(encode_delivery(0, 1, 2, fp, weights, 3), 5.0) is not None
+
+
+@pytest.mark.parametrize('bad', [
+    {'train_loss': 10 ** 400},                 # JSON ints beyond a float
+    {'distance_m': 10 ** 400},
+    {'steps': 10 ** 6},                        # more than any client trains per visit
+])
+def test_a_bad_clu_is_rejected_and_the_other_clients_still_reach_the_station(clients, bad):
+    # Arrange: a tour over two clients; the first answers with a malformed CLU
+    cs = clients()
+    fp, weights = _zero_model(cs[0])
+    carrier = ExpressCarrier(CONFIG, 0, cs[0]._shapes, fp)
+    carrier.start_tour(RoundTask(1, weights, tuple(PlanWaypoint(585.0, 600.0, 30.0)
+                                                   for _ in range(3)),
+                                 {EXPRESS_KNOB: {'clients': [0, 1], 'local_steps': 2}}))
+    good = {'steps': 2, 'num_samples': 24, 'train_loss': 0.5, 'distance_m': 30.0}
+    ones = {n: np.ones_like(w) for n, w in weights.items()}
+    # Act
+    first = carrier.accept_clu(encode_clu(0, 0, 1, fp, ones, {**good, **bad}), 0)
+    second = carrier.accept_clu(encode_clu(1, 0, 1, fp, ones, good), 1)
+    # Assert: the bad one counted and skipped, the good one summed and uploaded
+    assert not first and second and dict(carrier.rejected) == {'metadata': 1}
+    assert all(np.all(v == 1.0) for v in carrier.running_sum.values())
+    assert carrier.upload_frame()
+
+
+def test_losses_whose_mean_overflows_upload_without_a_loss(clients):
+    # Arrange: two finite CLU losses whose sum is beyond a float
+    cs = clients()
+    fp, weights = _zero_model(cs[0])
+    carrier = ExpressCarrier(CONFIG, 0, cs[0]._shapes, fp)
+    carrier.start_tour(RoundTask(1, weights, tuple(PlanWaypoint(585.0, 600.0, 30.0)
+                                                   for _ in range(3)),
+                                 {EXPRESS_KNOB: {'clients': [0, 1], 'local_steps': 2}}))
+    meta = {'steps': 2, 'num_samples': 24, 'train_loss': 1e308, 'distance_m': 30.0}
+    for c in (0, 1):
+        assert carrier.accept_clu(encode_clu(c, 0, 1, fp, weights, meta), c)
+    # Act / Assert: the upload is still made (an unencodable frame would lose u_k)
+    gs = GroundStation(CONFIG, np.zeros((10, 3, 32, 32), np.float32), np.zeros(10, np.int64))
+    gs.open_round(0.0)
+    assert gs.receive_update(carrier.upload_frame()).accepted
