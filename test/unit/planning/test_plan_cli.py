@@ -144,3 +144,18 @@ def test_a_bad_number_stops_as_a_config_error_naming_the_key(tmp_path, capsys, c
     err = capsys.readouterr().err
     assert code == 2 and words in err and 'config error' in err
     assert not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('config', ['routes_fedex.yaml', 'trajectory_world.yaml'])
+def test_an_out_path_that_cannot_be_a_directory_stops_before_planning(tmp_path, capsys,
+                                                                       config):
+    # Arrange: --out is a file, or under one
+    afile = tmp_path / 'afile'
+    afile.write_text('')
+    for out in (afile, afile / 'sub'):
+        # Act
+        code = _run(config, out, [])
+        # Assert: a config error naming --out, no traceback, the file untouched
+        err = capsys.readouterr().err
+        assert code == 2 and '--out' in err and 'Traceback' not in err
+    assert afile.read_text() == ''
