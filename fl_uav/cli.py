@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -56,6 +57,7 @@ def _experiment(args: argparse.Namespace) -> int:
     out = Path(args.out or args.resume or '')
     if not str(out):
         raise ConfigError('give --out DIR (or --resume DIR)')
+    _check_out_dir(out)
     flat = read_params_file(args.config)
     flat.update(dict(parse_override(text) for text in args.set))
     config = build_config(ExperimentConfig, flat)
@@ -111,6 +113,7 @@ def _plan(args: argparse.Namespace) -> int:
     flat.update(dict(parse_override(text) for text in args.set))
     config = build_config(PlanConfig, flat)
     out = Path(args.out)
+    _check_out_dir(out)      # before the planning, which may take minutes
     try:
         if config.kind == 'trajectory':
             outcome = plan_trajectory_request(config)
@@ -131,6 +134,18 @@ def _plan(args: argparse.Namespace) -> int:
 def _mkdir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
+
+
+def _check_out_dir(path: Path) -> None:
+    """ConfigError naming --out unless ``path`` is a directory or can be made one (nothing
+    is created here: an infeasible plan writes nothing)."""
+    existing = path.absolute()
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f'--out {str(path)!r}: {str(existing)!r} is not a directory')
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f'--out {str(path)!r}: directory {str(existing)!r} is not writable')
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import logging
-import math
 import threading
 import time
 from collections import Counter, deque
@@ -247,15 +246,16 @@ class DroneAgent:
             return None
         try:
             knobs = dict(frame.metadata.get('knobs', {}).get(str(self.drone_id), {}))
-            plan = tuple(PlanWaypoint(float(e), float(n), float(u))
-                         for e, n, u in knobs.get('plan', []))
+            raw_plan = knobs.get('plan', [])
             deadline_s = float(frame.metadata.get('deadline_s', 0.0))
-        except (AttributeError, TypeError, ValueError):
+        except (AttributeError, TypeError, ValueError, OverflowError):
             self.rejected_frames += 1           # malformed knobs or plan: not this round's task
             return None
-        if not all(math.isfinite(v) for w in plan for v in (w.east_m, w.north_m, w.up_m)):
+        # Each waypoint three finite numbers (not strings, not an int beyond a float).
+        if not (isinstance(raw_plan, list) and all(map(valid_position, raw_plan))):
             self.rejected_frames += 1
             return None
+        plan = tuple(PlanWaypoint(float(e), float(n), float(u)) for e, n, u in raw_plan)
         if control:
             knobs[SERVER_CONTROL_KNOB] = control
         return RoundTask(round_index=frame.round_index, weights=weights, plan=plan,

@@ -10,6 +10,7 @@ node provides); back at the station it uploads u_k as an UPDATE frame
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -22,6 +23,10 @@ from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.express_exchange import ExchangeRejected, decode_clu, encode_delivery
 from fl_uav.fleet.messages import EXPRESS_KNOB, RoundTask
 from fl_uav.learning.weights import Weights
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class ExpressLink(Protocol):
@@ -83,15 +88,26 @@ class ExpressCarrier:
         """Take the round's model and tour; u_k <- 0. Raises ExpressTaskError on a bad knob."""
         knob = task.knobs.get(EXPRESS_KNOB)
         try:
-            clients = tuple(int(c) for c in knob['clients'])
-            steps = int(knob['local_steps'])
-        except (KeyError, TypeError, ValueError) as exc:
+            clients, steps = knob['clients'], knob['local_steps']
+        except (KeyError, TypeError) as exc:
             raise ExpressTaskError(f'round {task.round_index}: express knob {knob!r} '
                                    f'unusable: {exc!r}') from None
-        if len(task.plan) != (len(clients) + 1 if clients else 0) or steps < 1:
+        g = self.config.ground_clients
+        # Each client once (a second visit would add its CLU to u_k twice), all of them real.
+        if not (isinstance(clients, list | tuple) and all(map(_is_int, clients))
+                and all(0 <= c < g.num_clients for c in clients)
+                and len(set(clients)) == len(clients)):
+            raise ExpressTaskError(f'round {task.round_index}: express clients {clients!r} '
+                                   f'must be distinct ids in 0..{g.num_clients - 1}')
+        if not (_is_int(steps) and 1 <= steps <= g.max_local_steps):
+            raise ExpressTaskError(f'round {task.round_index}: express local_steps {steps!r} '
+                                   f'must be an integer in [1, {g.max_local_steps}] '
+                                   f'(ground_clients.max_local_steps)')
+        clients = tuple(clients)
+        if len(task.plan) != (len(clients) + 1 if clients else 0):
             raise ExpressTaskError(f'round {task.round_index}: {len(clients)} clients but '
                                    f'{len(task.plan)} waypoints (want one per client and the '
-                                   f'station), local_steps {steps}')
+                                   f'station)')
         self.carried = task.weights
         self.running_sum = {n: np.zeros(s, np.float32) for n, s in self._shapes.items()}
         self.tour = TourLog(task.round_index, clients, steps)
@@ -116,6 +132,9 @@ class ExpressCarrier:
                              tour.round_index, client)
         except ExchangeRejected as exc:
             self.rejected[exc.reason] += 1
+            return False
+        if clu.steps > self.config.ground_clients.max_local_steps:
+            self.rejected['metadata'] += 1      # no client trains more per visit
             return False
         for name, value in clu.delta.items():
             self.running_sum[name] += value
@@ -157,7 +176,10 @@ class ExpressCarrier:
         if tour is None:
             raise RuntimeError('no tour started')
         trained = [c for c in tour.exchanged if tour.clu_steps.get(c, 0) > 0]
-        loss = float(np.mean(tour.losses)) if tour.losses else None
+        with np.errstate(over='ignore'):
+            loss = float(np.mean(tour.losses)) if tour.losses else None
+        if loss is not None and not math.isfinite(loss):
+            loss = None          # finite losses whose sum overflows: the frame must encode
         metadata = {'num_samples': len(trained),
                     'steps': sum(tour.clu_steps.get(c, 0) for c in trained),
                     'train_loss': loss, 'waypoints_reached': waypoints_reached_total,

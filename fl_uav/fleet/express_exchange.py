@@ -68,6 +68,16 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _is_finite_number(value: Any) -> bool:
+    """An int or float a float holds finitely (JSON may carry an int beyond a float)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _decode(data: bytes, limits: DecodeLimits, fingerprint: bytes,
             shapes: dict[str, tuple[int, ...]], kind: FrameKind):
     try:
@@ -127,9 +137,7 @@ def decode_clu(data: bytes, limits: DecodeLimits, fingerprint: bytes,
     steps, samples = meta.get('steps'), meta.get('num_samples')
     loss, distance = meta.get('train_loss'), meta.get('distance_m')
     if not (_is_count(steps) and _is_count(samples)
-            and (loss is None or (isinstance(loss, int | float) and not isinstance(loss, bool)))
-            and isinstance(distance, int | float) and not isinstance(distance, bool)
-            and math.isfinite(distance)):
+            and (loss is None or _is_finite_number(loss)) and _is_finite_number(distance)):
         raise ExchangeRejected('metadata', f'{meta!r}')
     delta = {n: np.asarray(t, np.float32) for n, t in frame.tensors.items()}
     return Clu(client, frame.round_index, delta, steps, samples,

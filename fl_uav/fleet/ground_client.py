@@ -164,6 +164,9 @@ class GroundClient:
         except ExchangeRejected as exc:
             self.rejected[exc.reason] += 1
             return None
+        if delivery.local_steps > self.config.ground_clients.max_local_steps:
+            self.rejected['metadata'] += 1      # the station never asks more: not trained
+            return None
         distance = self.distance_to_m(delivery.uav, now_s)
         reason = ('no_pose' if distance is None
                   else 'out_of_range' if distance > self.radio_range_m else '')

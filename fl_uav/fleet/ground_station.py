@@ -70,6 +70,9 @@ from fl_uav.world.landcover import CLASS_NAMES
 # Non-negative integer counts a drone reports with its update (anything else is rejected).
 _COUNT_METRICS = ('num_samples', 'steps', 'samples_collected', 'waypoints_reached',
                   'mission_waypoints')
+# Largest count accepted: the integers a float holds exactly (JSON ints are unbounded; a sum
+# of sample weights beyond a float would fail the round's aggregation).
+_MAX_COUNT = 2 ** 53
 # Codec v2 kinds a drone may upload (an LGC update is several LGC_LAYER frames).
 _V2_UPDATE_KINDS = (FrameKindV2.QSGD, FrameKindV2.RANGE, FrameKindV2.RAW, FrameKindV2.LGC_LAYER)
 _VERSION_OFFSET = 4
@@ -355,11 +358,11 @@ class GroundStation:
         if set(frame.delta) != set(self._shapes):
             return UpdateVerdict(False, 'shape', frame.sender)
         counts = {key: frame.metadata.get(key, 0) for key in _COUNT_METRICS}
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0
+        if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _MAX_COUNT
                    for v in counts.values()):
             return UpdateVerdict(False, 'metadata', frame.sender)
         loss = frame.metadata.get('train_loss')
-        if loss is not None and (isinstance(loss, bool) or not isinstance(loss, int | float)):
+        if loss is not None and not _finite_number(loss):
             return UpdateVerdict(False, 'metadata', frame.sender)
         if not self._reports_ok(frame.metadata):
             return UpdateVerdict(False, 'metadata', frame.sender)
@@ -492,6 +495,16 @@ class GroundStation:
         """The control frame telling drones the run is over."""
         return encode_frame(FrameKind.CONTROL, len(self.records), GROUND_STATION_ID,
                             self._fingerprint, {}, {'command': 'finish'})
+
+
+def _finite_number(value: Any) -> bool:
+    """An int or float a float holds finitely (JSON may carry an int beyond a float)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _finite_or_nan(value: Any) -> float:

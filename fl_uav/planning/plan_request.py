@@ -99,9 +99,14 @@ class TrajectoryRequest:
                              f'{self.fit_samples}, {self.components_per_class}')
         if not 1 <= self.num_rounds <= 500:
             raise ValueError(f'num_rounds must be in [1, 500], got {self.num_rounds}')
-        for name in ('margin_m',):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
+        for name in ('margin_m', 'start_east_m', 'start_north_m', 'altitude_m',
+                     'min_altitude_m', 'max_altitude_m'):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f'{name} must be finite, got {getattr(self, name)}')
+        if not self.margin_m >= 0:
+            raise ValueError(f'margin_m must be >= 0, got {self.margin_m}')
+        if not 0 < self.zeta <= 1:
+            raise ValueError(f'zeta must be in (0, 1], got {self.zeta}')
         for name in ('max_speed_m_s', 'round_time_s', 'budget_m', 'eps_tol', 'time_limit_s'):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
@@ -143,8 +148,18 @@ class RoutesRequest:
         if not (1 <= self.num_clients <= 1000 and 1 <= self.num_uavs <= 100):
             raise ValueError(f'num_clients must be in [1, 1000] and num_uavs in [1, 100], got '
                              f'{self.num_clients}, {self.num_uavs}')
+        for name in ('area_east_m', 'area_north_m', 'depot_east_m', 'depot_north_m'):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f'{name} must be finite, got {getattr(self, name)}')
         if not (self.area_east_m > 0 and self.area_north_m > 0):
             raise ValueError('area_east_m and area_north_m must be > 0')
+        for name in ('speed_m_s', 'energy_budget_j'):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                raise ValueError(f'{name} must be finite and > 0, got {getattr(self, name)}')
+        if not (math.isfinite(self.hover_time_per_client_s)
+                and self.hover_time_per_client_s >= 0):
+            raise ValueError(f'hover_time_per_client_s must be finite and >= 0, got '
+                             f'{self.hover_time_per_client_s}')
         if self.n_sweeps < 1 or self.n_chains < 1:
             raise ValueError('n_sweeps and n_chains must be >= 1')
         if self.blocks_east < 1 or self.blocks_north < 1:

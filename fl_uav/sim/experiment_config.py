@@ -240,19 +240,23 @@ class ResourcesConfig:
                      'lgc_refit_rounds', 'lgc_probe_groups'):
             if getattr(self, name) < 1:
                 raise ValueError(f'resources.{name} must be >= 1, got {getattr(self, name)}')
-        if not self.feddpq_heterogeneity_label_scale >= 0:
-            raise ValueError(f'resources.feddpq_heterogeneity_label_scale must be >= 0, got '
+        if not 0 <= self.feddpq_heterogeneity_label_scale < math.inf:
+            raise ValueError(f'resources.feddpq_heterogeneity_label_scale must be finite and '
+                             f'>= 0, got '
                              f'{self.feddpq_heterogeneity_label_scale}')
         prices, bandwidths = self.lgc_channel_energy_j_per_mb, self.lgc_channel_bandwidth_hz
         if not prices or len(prices) != len(bandwidths):
             raise ValueError(f'resources.lgc_channel_energy_j_per_mb and '
                              f'lgc_channel_bandwidth_hz need one value per channel, got '
                              f'{list(prices)} and {list(bandwidths)}')
-        if any(not p >= 0 for p in prices) or any(not b > 0 for b in bandwidths):
-            raise ValueError('resources: channel prices must be >= 0 J/MB and bandwidths > 0 Hz')
-        if not self.lgc_hover_power_w >= 0 or not 0 < self.lgc_entries_scale <= 1:
-            raise ValueError('resources.lgc_hover_power_w must be >= 0 and lgc_entries_scale '
-                             'in (0, 1]')
+        if (any(not 0 <= p < math.inf for p in prices)
+                or any(not 0 < b < math.inf for b in bandwidths)):
+            raise ValueError(f'resources.lgc_channel_energy_j_per_mb must be finite and >= 0 '
+                             f'J/MB and lgc_channel_bandwidth_hz finite and > 0 Hz, got '
+                             f'{list(prices)} and {list(bandwidths)}')
+        if not 0 <= self.lgc_hover_power_w < math.inf or not 0 < self.lgc_entries_scale <= 1:
+            raise ValueError('resources.lgc_hover_power_w must be finite and >= 0 and '
+                             'lgc_entries_scale in (0, 1]')
         if self.lgc_finetune_steps < 0:
             raise ValueError(f'resources.lgc_finetune_steps must be >= 0, got '
                              f'{self.lgc_finetune_steps}')
@@ -362,6 +366,8 @@ class ExperimentConfig:
     target_accuracy: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.seed < 0:
+            raise ValueError(f'seed must be >= 0, got {self.seed}')
         if not 0.0 <= self.target_accuracy <= 1.0:
             raise ValueError(f'target_accuracy must be in [0, 1], got {self.target_accuracy}')
         if not 1 <= self.num_drones <= 100_000:

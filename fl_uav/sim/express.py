@@ -173,6 +173,12 @@ class ExpressConfig:
             raise ValueError(f'express.altitude_m ({self.altitude_m} m) exceeds '
                              f'express.radio_range_m ({self.radio_range_m} m): a hovering UAV '
                              f'could not reach its client')
+        for key in ('station_east_m', 'station_north_m'):
+            if math.isnan(getattr(self, key)):
+                raise ValueError(f"express.{key} must be a number (negative: the area's "
+                                 f'centre), got nan')
+        if self.placement_seed < 0:
+            raise ValueError(f'express.placement_seed must be >= 0, got {self.placement_seed}')
         if self.station_east_m > self.area_east_m or self.station_north_m > self.area_north_m:
             raise ValueError('express.station_east_m / station_north_m must lie in the area '
                              '(or be negative for its centre)')

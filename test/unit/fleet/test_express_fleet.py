@@ -13,7 +13,7 @@ from fl_uav.configschema import ConfigError, build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.drone_agent import DroneAgent
 from fl_uav.fleet.drone_pilot import DronePilot
-from fl_uav.fleet.express_carrier import ExpressCarrier
+from fl_uav.fleet.express_carrier import ExpressCarrier, ExpressTaskError
 from fl_uav.fleet.express_exchange import encode_clu, encode_delivery
 from fl_uav.fleet.express_routes import express_layout, plan_express_routes
 from fl_uav.fleet.ground_client import GroundClient, client_dataset
@@ -21,6 +21,7 @@ from fl_uav.fleet.ground_station import GroundStation
 from fl_uav.fleet.messages import EXPRESS_KNOB, RoundTask
 from fl_uav.fleet.world_setup import map_labeler
 from fl_uav.learning.weights import architecture_fingerprint
+from fl_uav.planning.coverage import PlanWaypoint
 from fl_uav.planning.geofence import Geofence
 from fl_uav.vehicle.fake_vehicle import FakeVehicle
 from fl_uav.vehicle.interface import VehicleError
@@ -436,3 +437,77 @@ def test_a_lost_delivery_is_sent_again_and_a_repeat_gets_the_same_answer(clients
     again = c.exchange(*gated, 0.0)
     assert c.repeats == 1 and [r for r in c.exchanges if r.accepted] == first
     assert carrier.accept_clu(again, c.client_id)     # the same CLU (zero: nothing trained)
+
+
+# --- malformed express knobs and deliveries --------------------------------------------------
+
+@pytest.mark.parametrize('knob', [
+    {'clients': [0, 99], 'local_steps': 2},        # no client 99 (4 ground clients)
+    {'clients': [-1], 'local_steps': 2},
+    {'clients': [1, 1], 'local_steps': 2},         # visited twice: its CLU summed twice
+    {'clients': '01', 'local_steps': 2},           # a string, not a list of ids
+    {'clients': [0], 'local_steps': 10 ** 6},      # beyond ground_clients.max_local_steps
+    {'clients': [0.5], 'local_steps': 2},
+])
+def test_a_tour_knob_naming_unknown_or_repeated_clients_is_refused_before_flying(clients, knob):
+    # Arrange: as many waypoints as the knob's clients and the station, all in the fence
+    cs = clients()
+    fp, weights = _zero_model(cs[0])
+    carrier = ExpressCarrier(CONFIG, 0, cs[0]._shapes, fp)
+    count = len(knob['clients']) + 1
+    plan = tuple(PlanWaypoint(585.0, 600.0, 30.0) for _ in range(count))
+    # Act / Assert
+    with pytest.raises(ExpressTaskError):
+        carrier.start_tour(RoundTask(1, weights, plan, {EXPRESS_KNOB: knob}))
+
+
+def test_a_delivery_asking_more_steps_than_the_client_trains_is_rejected(clients):
+    # Arrange: a UAV in range asks for far more than ground_clients.max_local_steps (3)
+    c = clients()[2]
+    fp, weights = _zero_model(c)
+    c.on_uav_pose(0, *c.position_enu_m[:2], 30.0, 5.0)
+    # Act / Assert: rejected by reason, never trained (a client busy for ever serves no one)
+    assert c.gate(encode_delivery(0, 1, 2, fp, weights, 10 ** 9), 5.0) is None
+    assert dict(c.rejected) == {'metadata': 1}
+    assert c.gate(encode_delivery(0, 1, 2, fp, weights, 3), 5.0) is not None
+
+
+@pytest.mark.parametrize('bad', [
+    {'train_loss': 10 ** 400},                 # JSON ints beyond a float
+    {'distance_m': 10 ** 400},
+    {'steps': 10 ** 6},                        # more than any client trains per visit
+])
+def test_a_bad_clu_is_rejected_and_the_other_clients_still_reach_the_station(clients, bad):
+    # Arrange: a tour over two clients; the first answers with a malformed CLU
+    cs = clients()
+    fp, weights = _zero_model(cs[0])
+    carrier = ExpressCarrier(CONFIG, 0, cs[0]._shapes, fp)
+    carrier.start_tour(RoundTask(1, weights, tuple(PlanWaypoint(585.0, 600.0, 30.0)
+                                                   for _ in range(3)),
+                                 {EXPRESS_KNOB: {'clients': [0, 1], 'local_steps': 2}}))
+    good = {'steps': 2, 'num_samples': 24, 'train_loss': 0.5, 'distance_m': 30.0}
+    ones = {n: np.ones_like(w) for n, w in weights.items()}
+    # Act
+    first = carrier.accept_clu(encode_clu(0, 0, 1, fp, ones, {**good, **bad}), 0)
+    second = carrier.accept_clu(encode_clu(1, 0, 1, fp, ones, good), 1)
+    # Assert: the bad one counted and skipped, the good one summed and uploaded
+    assert not first and second and dict(carrier.rejected) == {'metadata': 1}
+    assert all(np.all(v == 1.0) for v in carrier.running_sum.values())
+    assert carrier.upload_frame()
+
+
+def test_losses_whose_mean_overflows_upload_without_a_loss(clients):
+    # Arrange: two finite CLU losses whose sum is beyond a float
+    cs = clients()
+    fp, weights = _zero_model(cs[0])
+    carrier = ExpressCarrier(CONFIG, 0, cs[0]._shapes, fp)
+    carrier.start_tour(RoundTask(1, weights, tuple(PlanWaypoint(585.0, 600.0, 30.0)
+                                                   for _ in range(3)),
+                                 {EXPRESS_KNOB: {'clients': [0, 1], 'local_steps': 2}}))
+    meta = {'steps': 2, 'num_samples': 24, 'train_loss': 1e308, 'distance_m': 30.0}
+    for c in (0, 1):
+        assert carrier.accept_clu(encode_clu(c, 0, 1, fp, weights, meta), c)
+    # Act / Assert: the upload is still made (an unencodable frame would lose u_k)
+    gs = GroundStation(CONFIG, np.zeros((10, 3, 32, 32), np.float32), np.zeros(10, np.int64))
+    gs.open_round(0.0)
+    assert gs.receive_update(carrier.upload_frame()).accepted

@@ -246,13 +246,15 @@ def test_malformed_planning_reports_are_rejected_as_metadata():
     bad = [{'num_samples': 3, 'class_counts': [1, 2]},
            {'num_samples': 3, 'class_counts': [1, -2, 0, 0, 0, 0, 0]},
            {'num_samples': 3, POSITION_KEY: [1.0, 'north', 3.0]},
-           {'num_samples': 3, KNOBS_REJECTED_KEY: ['range_bits']}]
+           {'num_samples': 3, KNOBS_REJECTED_KEY: ['range_bits']},
+           # a JSON int beyond a float: the planner's inputs (float64) could not take it
+           {'num_samples': 3, 'class_counts': [10 ** 400, 0, 0, 0, 0, 0, 0]}]
     # Act
     verdicts = [station.receive_update(encode_frame(FrameKind.UPDATE, 1, 0,
                                                     station._fingerprint, delta, meta))
                 for meta in bad]
     # Assert
-    assert [v.reason for v in verdicts] == ['metadata'] * 4
+    assert [v.reason for v in verdicts] == ['metadata'] * 5
 
 
 # --- the drone applies --------------------------------------------------------------------

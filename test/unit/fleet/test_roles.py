@@ -512,3 +512,37 @@ def test_no_corruption_of_a_compressed_upload_makes_the_station_raise(method):
         assert all(np.all(np.isfinite(w)) for w in fresh.weights.values()), pos
         assert np.isfinite(record.accuracy), pos
     assert accepted > 0   # some corruptions decode and reach the aggregation
+
+
+@pytest.mark.parametrize('metadata', [
+    {'knobs': {'1': {'plan': [[10 ** 400, 600.0, 30.0]]}}},   # JSON int beyond a float
+    {'deadline_s': 10 ** 400},
+    {'knobs': {'1': {'plan': ['123']}}},                       # a string is not a waypoint
+    {'knobs': {'1': {'plan': {'123': 1}}}},                    # nor a mapping a plan
+    {'knobs': {'1': {'plan': [[600.0, 600.0, True]]}}},
+])
+def test_a_plan_or_deadline_that_is_not_numbers_is_rejected_not_fatal(station, agent, metadata):
+    # Prepare
+    frame = encode_frame(FrameKind.GLOBAL_MODEL, 1, GROUND_STATION_ID, station._fingerprint,
+                         station.weights, metadata)
+    # Execute + Assert: counted, never raised (the drone node's callback would die)
+    assert agent.accept_global_frame(frame) is None
+    assert agent.rejected_frames == 1
+
+
+@pytest.mark.parametrize('metadata', [
+    {'num_samples': 10 ** 400},                      # JSON ints beyond a float
+    {'num_samples': 5, 'train_loss': 10 ** 400},
+    {'num_samples': 5, 'steps': 10 ** 400},
+])
+def test_an_update_with_numbers_beyond_a_float_is_rejected_and_the_round_still_closes(
+        station, metadata):
+    # Prepare
+    opening = station.open_round(now_s=0.0)
+    delta = {n: np.zeros_like(w) for n, w in station.weights.items()}
+    frame = encode_frame(FrameKind.UPDATE, 1, 0, station._fingerprint, delta, metadata)
+    # Execute + Assert: rejected on receipt, so closing the round cannot fail on it (a round
+    # that fails to close stays open and fails again at every tick: the run stalls)
+    assert station.receive_update(frame).reason == 'metadata'
+    record = station.close_round(opening.deadline_s)
+    assert record.empty and station.next_round_index == 2

@@ -117,3 +117,45 @@ def test_an_infeasible_request_exits_with_its_cause_and_writes_nothing(tmp_path,
     # Assert
     assert code == 1 and f'infeasible plan ({cause})' in capsys.readouterr().err
     assert not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('config, overrides, words', [
+    ('routes_fedex.yaml', ['routes.speed_m_s=0.0'], 'speed_m_s must be finite and > 0'),
+    ('routes_fedex.yaml', ['routes.speed_m_s=.nan'], 'speed_m_s must be finite and > 0'),
+    ('routes_fedex.yaml', ['routes.energy_budget_j=-5.0'], 'energy_budget_j must be finite'),
+    ('routes_fedex.yaml', ['routes.energy_budget_j=.inf'], 'energy_budget_j must be finite'),
+    ('routes_fedex.yaml', ['routes.hover_time_per_client_s=-1.0'],
+     'hover_time_per_client_s must be finite and >= 0'),
+    ('routes_fedex.yaml', ['routes.depot_east_m=.nan'], 'depot_east_m must be finite'),
+    ('routes_fedex.yaml', ['routes.area_east_m=.inf'], 'area_east_m must be finite'),
+    ('trajectory_world.yaml', ['trajectory.zeta=2.0'], 'zeta must be in (0, 1]'),
+    ('trajectory_world.yaml', ['trajectory.zeta=.nan'], 'zeta must be in (0, 1]'),
+    ('trajectory_world.yaml', ['trajectory.altitude_m=.nan'], 'altitude_m must be finite'),
+    ('trajectory_world.yaml', ['trajectory.min_altitude_m=.nan'],
+     'min_altitude_m must be finite'),
+    ('trajectory_world.yaml', ['trajectory.start_east_m=.inf'], 'start_east_m must be finite'),
+    ('trajectory_world.yaml', ['trajectory.margin_m=.inf'], 'margin_m must be finite'),
+])
+def test_a_bad_number_stops_as_a_config_error_naming_the_key(tmp_path, capsys, config,
+                                                              overrides, words):
+    # Arrange / Act
+    code = _run(config, tmp_path / 'out', overrides)
+    # Assert: exit 2 with the key named, no traceback, nothing written
+    err = capsys.readouterr().err
+    assert code == 2 and words in err and 'config error' in err
+    assert not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('config', ['routes_fedex.yaml', 'trajectory_world.yaml'])
+def test_an_out_path_that_cannot_be_a_directory_stops_before_planning(tmp_path, capsys,
+                                                                       config):
+    # Arrange: --out is a file, or under one
+    afile = tmp_path / 'afile'
+    afile.write_text('')
+    for out in (afile, afile / 'sub'):
+        # Act
+        code = _run(config, out, [])
+        # Assert: a config error naming --out, no traceback, the file untouched
+        err = capsys.readouterr().err
+        assert code == 2 and '--out' in err and 'Traceback' not in err
+    assert afile.read_text() == ''

@@ -100,6 +100,13 @@ def test_bad_config_key_fails_before_any_work(tmp_path, capsys):
     assert not (tmp_path / 'x').exists()
 
 
+def test_an_out_path_under_a_file_fails_naming_out(tmp_path, capsys):
+    (tmp_path / 'afile').write_text('')
+    code = cli_main(['experiment', str(QUICK), '--out', str(tmp_path / 'afile' / 'run')])
+    err = capsys.readouterr().err
+    assert code == 2 and '--out' in err and 'Traceback' not in err
+
+
 def test_bad_value_names_the_allowed_choices(tmp_path, capsys):
     code = cli_main(['experiment', str(QUICK), '--out', str(tmp_path / 'x'),
                      '--set', 'data.partition=zigzag'])

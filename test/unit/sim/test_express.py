@@ -239,6 +239,10 @@ def _flat(**overrides) -> dict:
     ('learning.client_algorithm', 'scaffold', 'learning.client_algorithm'),
     ('express.num_uavs', 9, 'num_drones'),
     ('learning.lr_decay', 0.99, 'learning.lr_decay'),
+    ('express.station_east_m', float('nan'), 'express.station_east_m'),
+    ('express.station_north_m', float('nan'), 'express.station_north_m'),
+    ('express.placement_seed', -1, 'express.placement_seed'),
+    ('seed', -1, 'seed'),
 ])
 def test_config_errors_name_the_key(key, value, named):
     with pytest.raises(ConfigError, match=named.replace('.', r'\.')):

@@ -119,6 +119,18 @@ def test_bad_resource_values_are_refused():
         _config(target_accuracy=1.5)
 
 
+@pytest.mark.parametrize('key, value', [
+    ('resources.lgc_channel_energy_j_per_mb', [float('inf'), 1.0, 2.0]),
+    ('resources.lgc_channel_bandwidth_hz', [float('inf'), 1e6, 2e6]),
+    ('resources.lgc_hover_power_w', float('inf')),
+    ('resources.feddpq_heterogeneity_label_scale', float('inf')),
+])
+def test_infinite_resource_values_are_refused_naming_the_key(key, value):
+    # Execute / Assert: refused by the config, not by a controller after the data is loaded
+    with pytest.raises(ConfigError, match=key.split('.')[1]):
+        _config(**{key: value})
+
+
 @pytest.mark.parametrize('value, expected', [('auto', 'auto'), ('online', 'online'), (100, 100.0),
                                              (2.5, 2.5)])
 def test_steps_scale_accepts_auto_and_numbers(value, expected):
