@@ -16,7 +16,6 @@ and raises :class:`ExchangeRejected` with a counter reason; the callers count an
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +28,7 @@ from fl_uav.compression.codec import (
     decode_frame,
     encode_frame,
 )
+from fl_uav.fleet.messages import is_finite_number
 from fl_uav.learning.weights import Weights
 
 
@@ -66,16 +66,6 @@ class Clu:
 
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _is_finite_number(value: Any) -> bool:
-    """An int or float a float holds finitely (JSON may carry an int beyond a float)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def _decode(data: bytes, limits: DecodeLimits, fingerprint: bytes,
@@ -137,7 +127,7 @@ def decode_clu(data: bytes, limits: DecodeLimits, fingerprint: bytes,
     steps, samples = meta.get('steps'), meta.get('num_samples')
     loss, distance = meta.get('train_loss'), meta.get('distance_m')
     if not (_is_count(steps) and _is_count(samples)
-            and (loss is None or _is_finite_number(loss)) and _is_finite_number(distance)):
+            and (loss is None or is_finite_number(loss)) and is_finite_number(distance)):
         raise ExchangeRejected('metadata', f'{meta!r}')
     delta = {n: np.asarray(t, np.float32) for n, t in frame.tensors.items()}
     return Clu(client, frame.round_index, delta, steps, samples,

@@ -51,7 +51,7 @@ from fl_uav.compression.lgc import decode as lgc_sum
 from fl_uav.compression.quantization import flatten, unflatten
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.express_routes import ExpressRoutes, plan_express_routes
-from fl_uav.fleet.messages import EXPRESS_KNOB, UPLOAD_ACK_KNOB
+from fl_uav.fleet.messages import EXPRESS_KNOB, UPLOAD_ACK_KNOB, is_finite_number
 from fl_uav.fleet.resource_knobs import KNOBS_REJECTED_KEY, POSITION_KEY, valid_position
 from fl_uav.fleet.station_resources import CLASS_COUNTS_KEY, StationResources, valid_class_counts
 from fl_uav.learning.models import build_model
@@ -362,7 +362,7 @@ class GroundStation:
                    for v in counts.values()):
             return UpdateVerdict(False, 'metadata', frame.sender)
         loss = frame.metadata.get('train_loss')
-        if loss is not None and not _finite_number(loss):
+        if loss is not None and not is_finite_number(loss):
             return UpdateVerdict(False, 'metadata', frame.sender)
         if not self._reports_ok(frame.metadata):
             return UpdateVerdict(False, 'metadata', frame.sender)
@@ -495,16 +495,6 @@ class GroundStation:
         """The control frame telling drones the run is over."""
         return encode_frame(FrameKind.CONTROL, len(self.records), GROUND_STATION_ID,
                             self._fingerprint, {}, {'command': 'finish'})
-
-
-def _finite_number(value: Any) -> bool:
-    """An int or float a float holds finitely (JSON may carry an int beyond a float)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def _finite_or_nan(value: Any) -> float:

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from fl_uav.planning.coverage import PlanWaypoint
+
+
+def is_finite_number(value: Any) -> bool:
+    """A finite int or float: what a JSON number in a message must be (JSON may carry an int
+    too large for a float, and booleans are ints in Python: neither is a number here)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
 
 #: Per-drone knob of a GLOBAL_MODEL frame (round r ≥ 2) saying whether the drone's round r − 1
 #: upload was used: ``{'round': r - 1, 'used': bool, 'layers': [ids]}``; ``layers`` (LGC only)

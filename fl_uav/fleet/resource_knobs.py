@@ -28,11 +28,11 @@ configured procedure cannot apply (e.g. ``range_bits`` with ``compression.method
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from fl_uav.fleet.messages import is_finite_number
 from fl_uav.learning.client_algorithms import LOCAL_STEPS_KNOB, PRUNE_FRACTION_KNOB
 from fl_uav.learning.topup import Generator, build_generator
 from fl_uav.planning.feddpq_opt import (
@@ -81,19 +81,10 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_number(value: Any) -> bool:
-    """A finite int or float (JSON may carry an int too large for a float: not a number)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
-
-
 def valid_position(value: Any) -> bool:
     """An upload position (``POSITION_KEY``): three finite ENU metres."""
-    return isinstance(value, list | tuple) and len(value) == 3 and all(map(_is_number, value))
+    return (isinstance(value, list | tuple) and len(value) == 3
+            and all(map(is_finite_number, value)))
 
 
 def _malformed(knob: str, value: Any) -> str | None:
@@ -102,16 +93,16 @@ def _malformed(knob: str, value: Any) -> str | None:
         ok = _is_int(value) and 1 <= value <= MAX_LOCAL_STEPS
         return None if ok else f'an integer in [1, {MAX_LOCAL_STEPS}]'
     if knob == PRUNE_FRACTION_KNOB:
-        return None if _is_number(value) and 0.0 <= value < 1.0 else 'a number in [0, 1)'
+        return None if is_finite_number(value) and 0.0 <= value < 1.0 else 'a number in [0, 1)'
     if knob == BITS_KNOB:
         ok = _is_int(value) and RANGE_BITS_MIN <= value <= RANGE_BITS_MAX
         return None if ok else f'an integer in [{RANGE_BITS_MIN}, {RANGE_BITS_MAX}]'
     if knob == TOPUP_KNOB:
-        return None if _is_number(value) and 0.0 < value <= 1.0 else 'a number in (0, 1]'
+        return None if is_finite_number(value) and 0.0 < value <= 1.0 else 'a number in (0, 1]'
     if knob == TX_POWER_KNOB:
-        return None if _is_number(value) and value > 0.0 else 'a number > 0 (W)'
+        return None if is_finite_number(value) and value > 0.0 else 'a number > 0 (W)'
     if knob in (Q_TARGET_KNOB, Q_KNOB):
-        return None if _is_number(value) and 0.0 <= value <= 1.0 else 'a number in [0, 1]'
+        return None if is_finite_number(value) and 0.0 <= value <= 1.0 else 'a number in [0, 1]'
     ok = (isinstance(value, list | tuple) and all(_is_int(k) and k >= 0 for k in value)
           and sum(value) >= 1)
     return None if ok else 'a list of entry counts >= 0 with a positive sum'

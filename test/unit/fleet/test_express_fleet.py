@@ -472,6 +472,16 @@ def test_a_delivery_asking_more_steps_than_the_client_trains_is_rejected(clients
     assert c.gate(encode_delivery(0, 1, 2, fp, weights, 3), 5.0) is not None
 
 
+def _tour_over_two_clients(cs):
+    """(fingerprint, zero model, a carrier on a tour over clients 0 and 1, 2 steps each)."""
+    fp, weights = _zero_model(cs[0])
+    carrier = ExpressCarrier(CONFIG, 0, cs[0]._shapes, fp)
+    carrier.start_tour(RoundTask(1, weights, tuple(PlanWaypoint(585.0, 600.0, 30.0)
+                                                   for _ in range(3)),
+                                 {EXPRESS_KNOB: {'clients': [0, 1], 'local_steps': 2}}))
+    return fp, weights, carrier
+
+
 @pytest.mark.parametrize('bad', [
     {'train_loss': 10 ** 400},                 # JSON ints beyond a float
     {'distance_m': 10 ** 400},
@@ -479,12 +489,7 @@ def test_a_delivery_asking_more_steps_than_the_client_trains_is_rejected(clients
 ])
 def test_a_bad_clu_is_rejected_and_the_other_clients_still_reach_the_station(clients, bad):
     # Arrange: a tour over two clients; the first answers with a malformed CLU
-    cs = clients()
-    fp, weights = _zero_model(cs[0])
-    carrier = ExpressCarrier(CONFIG, 0, cs[0]._shapes, fp)
-    carrier.start_tour(RoundTask(1, weights, tuple(PlanWaypoint(585.0, 600.0, 30.0)
-                                                   for _ in range(3)),
-                                 {EXPRESS_KNOB: {'clients': [0, 1], 'local_steps': 2}}))
+    fp, weights, carrier = _tour_over_two_clients(clients())
     good = {'steps': 2, 'num_samples': 24, 'train_loss': 0.5, 'distance_m': 30.0}
     ones = {n: np.ones_like(w) for n, w in weights.items()}
     # Act
@@ -498,12 +503,7 @@ def test_a_bad_clu_is_rejected_and_the_other_clients_still_reach_the_station(cli
 
 def test_losses_whose_mean_overflows_upload_without_a_loss(clients):
     # Arrange: two finite CLU losses whose sum is beyond a float
-    cs = clients()
-    fp, weights = _zero_model(cs[0])
-    carrier = ExpressCarrier(CONFIG, 0, cs[0]._shapes, fp)
-    carrier.start_tour(RoundTask(1, weights, tuple(PlanWaypoint(585.0, 600.0, 30.0)
-                                                   for _ in range(3)),
-                                 {EXPRESS_KNOB: {'clients': [0, 1], 'local_steps': 2}}))
+    fp, weights, carrier = _tour_over_two_clients(clients())
     meta = {'steps': 2, 'num_samples': 24, 'train_loss': 1e308, 'distance_m': 30.0}
     for c in (0, 1):
         assert carrier.accept_clu(encode_clu(c, 0, 1, fp, weights, meta), c)
