@@ -461,17 +461,18 @@ class GroundStation:
             resource_knobs=r.resource_knobs,
             knobs_rejected={u.sender: dict(u.metrics[KNOBS_REJECTED_KEY]) for u in updates
                             if KNOBS_REJECTED_KEY in u.metrics})
+        # Closed before anything else can fail: a retry would apply the aggregate twice.
         self.records.append(record)
+        self._round = None
+        self._used_last_round = {
+            d: sorted(r.lgc_layers[d][1]) if d in r.lgc_layers else None for d in r.updates}
         if self.resources.enabled:   # the planner's inputs: each drone's histogram and pose
             for u in updates:
                 self.resources.observe(u.sender, u.metrics)
             # The model download alone, as the engine charges it (LGC's round time), not the
-            # whole frame with every drone's plan and knobs.
+            # whole frame with every drone's plan and knobs. A failure is recorded, not raised.
             self.resources.plan_if_ready(r.index, self.drone_ids, self._layout.dim,
                                          encoded_size(self.weights, {'round': r.index}))
-        self._used_last_round = {
-            d: sorted(r.lgc_layers[d][1]) if d in r.lgc_layers else None for d in r.updates}
-        self._round = None
         return record
 
     def plan_pending(self) -> None:

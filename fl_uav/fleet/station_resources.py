@@ -116,8 +116,17 @@ class StationResources:
         seconds per drone."""
         if self.status != 'waiting' or self.missing(drone_ids):
             return
+        try:
+            self.inputs = self._planner_inputs(drone_ids, num_params, model_bytes)
+        except Exception as exc:  # noqa: BLE001 - a planning failure must not stop the rounds
+            self._fail(round_index, exc)
+            return
+        self.status, self.planned_after_round = 'planning', round_index
+
+    def _planner_inputs(self, drone_ids: Sequence[int], num_params: int,
+                        model_bytes: int) -> PlannerInputs:
         c = self.config
-        self.inputs = PlannerInputs(
+        return PlannerInputs(
             drone_ids=tuple(int(d) for d in drone_ids),
             class_counts=np.array([self.class_counts[d] for d in drone_ids], np.float64),
             distance_m=np.array([self.distance_m(d) for d in drone_ids], np.float64),
@@ -127,7 +136,14 @@ class StationResources:
             download_s=8.0 * model_bytes / self.system.downlink_rate_bit_s,
             generator_makes_absent_classes=bool(getattr(
                 drone_topup_generator(), 'makes_absent_classes', True)))
-        self.status, self.planned_after_round = 'planning', round_index
+
+    def _fail(self, round_index: int, exc: Exception) -> None:
+        """Record a planning failure: logged, in knobs.json, and the rounds go on without
+        knobs."""
+        self.status, self.error = 'failed', f'{type(exc).__name__}: {exc}'
+        self.planned_after_round = None
+        _log.error('resources.planner %s failed after round %d (rounds go on without '
+                   'knobs): %s', self.planner_name, round_index, self.error)
 
     @property
     def pending(self) -> bool:
@@ -143,10 +159,7 @@ class StationResources:
         try:
             self.planner = build_planner(self.inputs)
         except Exception as exc:  # noqa: BLE001 - a planning failure must not stop the rounds
-            self.status, self.error = 'failed', f'{type(exc).__name__}: {exc}'
-            self.planned_after_round = None
-            _log.error('resources.planner %s failed after round %d (rounds go on without '
-                       'knobs): %s', self.planner_name, round_index, self.error)
+            self._fail(round_index, exc)
             return
         self.status = 'planned'
         _log.info('resources.planner %s planned after round %d', self.planner_name,

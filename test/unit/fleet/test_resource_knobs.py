@@ -215,6 +215,29 @@ def test_a_planner_that_fails_to_build_leaves_the_rounds_without_knobs(monkeypat
     assert 'solver exploded' in caplog.text
 
 
+def test_a_failure_taking_the_planner_inputs_still_closes_the_round_once(monkeypatch):
+    # Arrange: taking the inputs raises (any unforeseen error after the aggregation)
+    import fl_uav.fleet.station_resources as station_resources
+
+    def broken(*args, **kwargs):
+        raise OverflowError('inputs exploded')
+
+    monkeypatch.setattr(station_resources, 'PlannerInputs', broken)
+    station = GroundStation(build_config(FleetConfig, FEDDPQ), *_eval_set())
+    station.open_round(0.0)
+    for drone in (0, 1):
+        station.receive_update(_report_frame(station, drone, 1))
+    # Act
+    record = station.close_round(1.0)
+    second = station.open_round(2.0)
+    # Assert: one record, the next round opens, the failure is reported, no knobs are sent
+    assert [r.round_index for r in station.records] == [record.round_index]
+    assert second.round_index == record.round_index + 1
+    report = station.resources.report()
+    assert report['status'] == 'failed' and 'inputs exploded' in report['error']
+    assert all('range_bits' not in k for k in _sent_knobs(second.frame).values())
+
+
 def test_the_planner_takes_the_fleets_planning_model_constants():
     # Arrange: an operator's radio and companion computer
     config = build_config(FleetConfig, {**FEDDPQ, 'planning_model.cpu_freq_hz': 8.0e8,
