@@ -51,7 +51,7 @@ from fl_uav.compression.lgc import decode as lgc_sum
 from fl_uav.compression.quantization import flatten, unflatten
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.express_routes import ExpressRoutes, plan_express_routes
-from fl_uav.fleet.messages import EXPRESS_KNOB, UPLOAD_ACK_KNOB, is_finite_number
+from fl_uav.fleet.messages import EXPRESS_KNOB, MAX_COUNT, UPLOAD_ACK_KNOB, is_finite_number
 from fl_uav.fleet.resource_knobs import KNOBS_REJECTED_KEY, POSITION_KEY, valid_position
 from fl_uav.fleet.station_resources import CLASS_COUNTS_KEY, StationResources, valid_class_counts
 from fl_uav.learning.models import build_model
@@ -70,9 +70,6 @@ from fl_uav.world.landcover import CLASS_NAMES
 # Non-negative integer counts a drone reports with its update (anything else is rejected).
 _COUNT_METRICS = ('num_samples', 'steps', 'samples_collected', 'waypoints_reached',
                   'mission_waypoints')
-# Largest count accepted: the integers a float holds exactly (JSON ints are unbounded; a sum
-# of sample weights beyond a float would fail the round's aggregation).
-_MAX_COUNT = 2 ** 53
 # Codec v2 kinds a drone may upload (an LGC update is several LGC_LAYER frames).
 _V2_UPDATE_KINDS = (FrameKindV2.QSGD, FrameKindV2.RANGE, FrameKindV2.RAW, FrameKindV2.LGC_LAYER)
 _VERSION_OFFSET = 4
@@ -358,7 +355,7 @@ class GroundStation:
         if set(frame.delta) != set(self._shapes):
             return UpdateVerdict(False, 'shape', frame.sender)
         counts = {key: frame.metadata.get(key, 0) for key in _COUNT_METRICS}
-        if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _MAX_COUNT
+        if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_COUNT
                    for v in counts.values()):
             return UpdateVerdict(False, 'metadata', frame.sender)
         loss = frame.metadata.get('train_loss')

@@ -8,6 +8,10 @@ from typing import Any
 
 from fl_uav.planning.coverage import PlanWaypoint
 
+#: Largest count a message may carry: the integers a float64 holds exactly (JSON ints are
+#: unbounded; counts are summed and planned with as floats).
+MAX_COUNT = 2 ** 53
+
 
 def is_finite_number(value: Any) -> bool:
     """A finite int or float: what a JSON number in a message must be (JSON may carry an int

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.messages import MAX_COUNT
 from fl_uav.fleet.resource_knobs import POSITION_KEY, drone_topup_generator, valid_position
 from fl_uav.sim.resource_planning import PlannerInputs, build_planner
 
@@ -52,14 +53,11 @@ MIN_PLANNING_DISTANCE_M = 1.0   # d_u floor: the path loss (d / 1 m)^-2 of FedDP
 CLASS_COUNTS_KEY = 'class_counts'
 
 
-MAX_CLASS_COUNT = 2 ** 53      # a count the planner's float64 inputs hold exactly
-
-
 def valid_class_counts(value: Any, num_classes: int) -> bool:
     """A drone's reported histogram: ``num_classes`` integer counts in [0, 2^53] (JSON ints
     are unbounded; the planner takes them as float64)."""
     return (isinstance(value, list) and len(value) == num_classes
-            and all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= MAX_CLASS_COUNT
+            and all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= MAX_COUNT
                     for c in value))
 
 
