@@ -21,12 +21,8 @@ import numpy as np
 from fl_uav.compression.codec import DecodeLimits, FrameKind, encode_frame
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.express_exchange import ExchangeRejected, decode_clu, encode_delivery
-from fl_uav.fleet.messages import EXPRESS_KNOB, RoundTask
+from fl_uav.fleet.messages import EXPRESS_KNOB, RoundTask, is_int
 from fl_uav.learning.weights import Weights
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class ExpressLink(Protocol):
@@ -94,12 +90,12 @@ class ExpressCarrier:
                                    f'unusable: {exc!r}') from None
         g = self.config.ground_clients
         # Each client once (a second visit would add its CLU to u_k twice), all of them real.
-        if not (isinstance(clients, list | tuple) and all(map(_is_int, clients))
+        if not (isinstance(clients, list | tuple) and all(map(is_int, clients))
                 and all(0 <= c < g.num_clients for c in clients)
                 and len(set(clients)) == len(clients)):
             raise ExpressTaskError(f'round {task.round_index}: express clients {clients!r} '
                                    f'must be distinct ids in 0..{g.num_clients - 1}')
-        if not (_is_int(steps) and 1 <= steps <= g.max_local_steps):
+        if not (is_int(steps) and 1 <= steps <= g.max_local_steps):
             raise ExpressTaskError(f'round {task.round_index}: express local_steps {steps!r} '
                                    f'must be an integer in [1, {g.max_local_steps}] '
                                    f'(ground_clients.max_local_steps)')

@@ -51,7 +51,13 @@ from fl_uav.compression.lgc import decode as lgc_sum
 from fl_uav.compression.quantization import flatten, unflatten
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.express_routes import ExpressRoutes, plan_express_routes
-from fl_uav.fleet.messages import EXPRESS_KNOB, MAX_COUNT, UPLOAD_ACK_KNOB, is_finite_number
+from fl_uav.fleet.messages import (
+    EXPRESS_KNOB,
+    MAX_COUNT,
+    UPLOAD_ACK_KNOB,
+    is_finite_number,
+    is_int,
+)
 from fl_uav.fleet.resource_knobs import KNOBS_REJECTED_KEY, POSITION_KEY, valid_position
 from fl_uav.fleet.station_resources import CLASS_COUNTS_KEY, StationResources, valid_class_counts
 from fl_uav.learning.models import build_model
@@ -355,7 +361,7 @@ class GroundStation:
         if set(frame.delta) != set(self._shapes):
             return UpdateVerdict(False, 'shape', frame.sender)
         counts = {key: frame.metadata.get(key, 0) for key in _COUNT_METRICS}
-        if not all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_COUNT
+        if not all(is_int(v) and 0 <= v <= MAX_COUNT
                    for v in counts.values()):
             return UpdateVerdict(False, 'metadata', frame.sender)
         loss = frame.metadata.get('train_loss')

@@ -13,6 +13,11 @@ from fl_uav.planning.coverage import PlanWaypoint
 MAX_COUNT = 2 ** 53
 
 
+def is_int(value: Any) -> bool:
+    """An integer, not a bool (booleans are ints in Python; in a message they are not counts)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def is_finite_number(value: Any) -> bool:
     """A finite int or float: what a JSON number in a message must be (JSON may carry an int
     too large for a float, and booleans are ints in Python: neither is a number here)."""

@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from fl_uav.fleet.messages import is_finite_number
+from fl_uav.fleet.messages import is_finite_number, is_int
 from fl_uav.learning.client_algorithms import LOCAL_STEPS_KNOB, PRUNE_FRACTION_KNOB
 from fl_uav.learning.topup import Generator, build_generator
 from fl_uav.planning.feddpq_opt import (
@@ -77,10 +77,6 @@ class KnobCheck:
     rejected: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def valid_position(value: Any) -> bool:
     """An upload position (``POSITION_KEY``): three finite ENU metres."""
     return (isinstance(value, list | tuple) and len(value) == 3
@@ -90,12 +86,12 @@ def valid_position(value: Any) -> bool:
 def _malformed(knob: str, value: Any) -> str | None:
     """Why ``value`` is not a well-formed ``knob``, or None."""
     if knob == LOCAL_STEPS_KNOB:
-        ok = _is_int(value) and 1 <= value <= MAX_LOCAL_STEPS
+        ok = is_int(value) and 1 <= value <= MAX_LOCAL_STEPS
         return None if ok else f'an integer in [1, {MAX_LOCAL_STEPS}]'
     if knob == PRUNE_FRACTION_KNOB:
         return None if is_finite_number(value) and 0.0 <= value < 1.0 else 'a number in [0, 1)'
     if knob == BITS_KNOB:
-        ok = _is_int(value) and RANGE_BITS_MIN <= value <= RANGE_BITS_MAX
+        ok = is_int(value) and RANGE_BITS_MIN <= value <= RANGE_BITS_MAX
         return None if ok else f'an integer in [{RANGE_BITS_MIN}, {RANGE_BITS_MAX}]'
     if knob == TOPUP_KNOB:
         return None if is_finite_number(value) and 0.0 < value <= 1.0 else 'a number in (0, 1]'
@@ -103,7 +99,7 @@ def _malformed(knob: str, value: Any) -> str | None:
         return None if is_finite_number(value) and value > 0.0 else 'a number > 0 (W)'
     if knob in (Q_TARGET_KNOB, Q_KNOB):
         return None if is_finite_number(value) and 0.0 <= value <= 1.0 else 'a number in [0, 1]'
-    ok = (isinstance(value, list | tuple) and all(_is_int(k) and k >= 0 for k in value)
+    ok = (isinstance(value, list | tuple) and all(is_int(k) and k >= 0 for k in value)
           and sum(value) >= 1)
     return None if ok else 'a list of entry counts >= 0 with a positive sum'
 

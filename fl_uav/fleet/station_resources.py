@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from fl_uav.fleet.config import FleetConfig
-from fl_uav.fleet.messages import MAX_COUNT
+from fl_uav.fleet.messages import MAX_COUNT, is_int
 from fl_uav.fleet.resource_knobs import POSITION_KEY, drone_topup_generator, valid_position
 from fl_uav.sim.resource_planning import PlannerInputs, build_planner
 
@@ -57,8 +57,7 @@ def valid_class_counts(value: Any, num_classes: int) -> bool:
     """A drone's reported histogram: ``num_classes`` integer counts in [0, 2^53] (JSON ints
     are unbounded; the planner takes them as float64)."""
     return (isinstance(value, list) and len(value) == num_classes
-            and all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= MAX_COUNT
-                    for c in value))
+            and all(is_int(c) and 0 <= c <= MAX_COUNT for c in value))
 
 
 class StationResources:

@@ -192,18 +192,26 @@ def test_closing_a_round_only_takes_the_inputs_and_the_planner_is_built_apart():
     assert all('local_steps' in k for k in _sent_knobs(station.open_round(2.0).frame).values())
 
 
-def test_a_planner_that_fails_to_build_leaves_the_rounds_without_knobs(monkeypatch, caplog):
-    # Arrange
+def _station_whose_planning_raises(monkeypatch, name: str, exc: Exception) -> GroundStation:
+    """A FedDPQ station whose ``station_resources.<name>`` raises ``exc``, with round 1 open
+    and both drones' reports received."""
     import fl_uav.fleet.station_resources as station_resources
 
-    def broken(inputs):
-        raise RuntimeError('solver exploded')
+    def broken(*args, **kwargs):
+        raise exc
 
-    monkeypatch.setattr(station_resources, 'build_planner', broken)
+    monkeypatch.setattr(station_resources, name, broken)
     station = GroundStation(build_config(FleetConfig, FEDDPQ), *_eval_set())
     station.open_round(0.0)
     for drone in (0, 1):
         station.receive_update(_report_frame(station, drone, 1))
+    return station
+
+
+def test_a_planner_that_fails_to_build_leaves_the_rounds_without_knobs(monkeypatch, caplog):
+    # Arrange
+    station = _station_whose_planning_raises(monkeypatch, 'build_planner',
+                                             RuntimeError('solver exploded'))
     station.close_round(1.0)
     # Act
     with caplog.at_level(logging.ERROR):
@@ -217,16 +225,8 @@ def test_a_planner_that_fails_to_build_leaves_the_rounds_without_knobs(monkeypat
 
 def test_a_failure_taking_the_planner_inputs_still_closes_the_round_once(monkeypatch):
     # Arrange: taking the inputs raises (any unforeseen error after the aggregation)
-    import fl_uav.fleet.station_resources as station_resources
-
-    def broken(*args, **kwargs):
-        raise OverflowError('inputs exploded')
-
-    monkeypatch.setattr(station_resources, 'PlannerInputs', broken)
-    station = GroundStation(build_config(FleetConfig, FEDDPQ), *_eval_set())
-    station.open_round(0.0)
-    for drone in (0, 1):
-        station.receive_update(_report_frame(station, drone, 1))
+    station = _station_whose_planning_raises(monkeypatch, 'PlannerInputs',
+                                             OverflowError('inputs exploded'))
     # Act
     record = station.close_round(1.0)
     second = station.open_round(2.0)
