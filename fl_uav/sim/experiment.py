@@ -69,7 +69,7 @@ from fl_uav.planning.feddpq_opt import BITS_KNOB, TOPUP_KNOB, TX_POWER_KNOB
 from fl_uav.planning.lgc_control import ENTRIES_KNOB
 from fl_uav.planning.resources import merge_knobs
 from fl_uav.sim.experiment_config import ExperimentConfig
-from fl_uav.sim.express import EngineExpress
+from fl_uav.sim.express import EngineExpress, plan_express
 from fl_uav.sim.resource_planning import (
     KNOBS_FILE,
     STEPS_SCALE_EVAL_SAMPLES,
@@ -186,6 +186,9 @@ class ExperimentEngine:
                  data: TrainTestData | None = None) -> None:
         self.config = config
         self.out_dir = Path(out_dir)
+        # FedEx: CARP is solved from the config alone, before the dataset loads, so an
+        # infeasible plan (e.g. a budget below one tour) is reported at once.
+        express_layout = plan_express(config) if config.express.enabled else None
         self.data = data if data is not None else load_experiment_data(config)
         self.parts = partition_data(config, self.data)
         sample_shape = self.data.train_x.shape[1:]
@@ -208,8 +211,8 @@ class ExperimentEngine:
         self.fingerprint = architecture_fingerprint(self.weights)
         # FedEx express delivery: ground clients placed, data assigned, CARP solved at start.
         self.express = (EngineExpress(config, self.data.train_y, self.data.num_classes,
-                                      self.parts, self.weights)
-                        if config.express.enabled else None)
+                                      self.parts, self.weights, express_layout)
+                        if express_layout is not None else None)
         if self.express is not None:
             self.parts = self.express.parts
         c = config.compression

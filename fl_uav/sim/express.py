@@ -508,6 +508,27 @@ def plan_summary(config: ExpressConfig, problem: RoutingProblem, plan: RoutePlan
 
 # ----------------------------------------------------------------------------- engine glue
 
+@dataclass(frozen=True)
+class ExpressLayout:
+    """Where the ground clients are (and their blocks) and the CARP plan that serves them."""
+
+    clients_enu_m: np.ndarray
+    blocks: np.ndarray
+    problem: RoutingProblem
+    plan: RoutePlan
+
+
+def plan_express(config: ExperimentConfig) -> ExpressLayout:
+    """Place the ground clients and solve CARP (FedEx Sec. VI) from the config alone.
+
+    Needs no data, so the engine calls it before loading the dataset: an infeasible plan
+    (a budget below one tour, a client out of reach) is reported at once (ExpressPlanError).
+    """
+    clients_enu_m, blocks = place_clients(config.express, config.num_drones)
+    problem, plan = plan_routes(config.express, clients_enu_m, config.seed)
+    return ExpressLayout(clients_enu_m, blocks, problem, plan)
+
+
 class EngineExpress:
     """What the experiment engine holds in express mode: positions, data, plan, runtime.
 
@@ -516,10 +537,12 @@ class EngineExpress:
     """
 
     def __init__(self, config: ExperimentConfig, labels: np.ndarray, num_classes: int,
-                 parts: list[np.ndarray], weights: Weights) -> None:
+                 parts: list[np.ndarray], weights: Weights,
+                 layout: ExpressLayout | None = None) -> None:
         e = config.express
         self.config = e
-        self.clients_enu_m, self.blocks = place_clients(e, config.num_drones)
+        layout = layout if layout is not None else plan_express(config)
+        self.clients_enu_m, self.blocks = layout.clients_enu_m, layout.blocks
         n = e.samples_per_client
         if e.partition == 'location':
             self.parts = location_partition(labels, self.blocks, num_classes, n,
@@ -530,7 +553,7 @@ class EngineExpress:
             if len(part) == 0:
                 raise ValueError(f'express: ground client {i} has no training data '
                                  f'(num_drones {config.num_drones} too large for the data)')
-        self.problem, self.plan = plan_routes(e, self.clients_enu_m, config.seed)
+        self.problem, self.plan = layout.problem, layout.plan
         self.runtime = ExpressRuntime(e, self.plan, weights, config.seed)
         self.log: list[dict[str, Any]] = []
         self._trainer: VectorizedTrainer | None = None

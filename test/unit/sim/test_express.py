@@ -204,6 +204,21 @@ def test_a_budget_below_one_tour_gives_the_reason():
         plan_routes(config, clients, seed=0)
 
 
+def test_engine_reports_a_budget_below_one_tour_before_loading_the_data(tmp_path,
+                                                                        monkeypatch):
+    # Arrange: a budget no tour fits; loading the dataset would fail the test
+    from fl_uav.sim import experiment
+
+    def no_data(config):
+        raise AssertionError('the dataset was loaded before the plan was checked')
+
+    monkeypatch.setattr(experiment, 'load_experiment_data', no_data)
+    config = build_config(ExperimentConfig, _flat(**{'express.energy_budget_j': 2000.0}))
+    # Act / Assert
+    with pytest.raises(ExpressPlanError, match='express .*energy_budget_j.*budget'):
+        experiment.ExperimentEngine(config, tmp_path)
+
+
 def test_clients_fill_the_blocks_and_location_data_follow_the_block():
     config = ExpressConfig(area_east_m=2000, area_north_m=2000, blocks_east=5, blocks_north=2)
     positions, blocks = place_clients(config, 40)
