@@ -4,7 +4,8 @@ of runs paired by position (e.g. FedEx-Sync and FedEx-Async with the same seeds)
 per-pair differences. The clock is FedEx Sec. VII-A's (1 slot = 1 min); the accuracy "at hour
 h" is the model as of the last server update at or before h (Async updates ~K x as often);
 with --metric hour-mean it is the mean of the evaluations in (h - 1, h] instead (the delayed
-updates make single evaluations oscillate).
+updates make single evaluations oscillate; hour 1's mean counts the first tours' empty
+updates, which Async has more of, so read it with care).
 
     PYTHONPATH=. .venv/bin/python bench/fedex_hours.py --hours 8 --thresholds 0.5,0.6,0.7 \
         --first runs/sync_s0 runs/sync_s1 --second runs/async_s0 runs/async_s1

@@ -22,8 +22,8 @@ def main() -> None:
     args = parser.parse_args()
     overrides = dict(map(parse_override, args.set))
     print('| mode | route objective | seed | tour slots (each tour) | revisit slots | '
-          'clients per tour |')
-    print('|---|---|---|---|---|---|')
+          'clients per tour | energy per tour (kJ) |')
+    print('|---|---|---|---|---|---|---|')
     for mode, objective in (('sync', 'auto'), ('async', 'auto'), ('sync', 'total'),
                             ('async', 'total')):
         for seed in range(args.seeds):
@@ -38,7 +38,8 @@ def main() -> None:
             revisit = (f'{max(slots)} (Sync: the longest tour)' if mode == 'sync'
                        else 'each its own tour')
             print(f'| {mode} | {objective} | {seed} | {", ".join(map(str, slots))} | {revisit} | '
-                  f'{", ".join(str(len(t)) for t in plan.tours)} |', flush=True)
+                  f'{", ".join(str(len(t)) for t in plan.tours)} | '
+                  f'{", ".join(f"{e / 1000:.2f}" for e in plan.energy_j)} |', flush=True)
 
 
 if __name__ == '__main__':
