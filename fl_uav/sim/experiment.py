@@ -209,7 +209,7 @@ class ExperimentEngine:
         self.weights: Weights = get_weights(self.model)
         self.shapes = {n: w.shape for n, w in self.weights.items()}
         self.fingerprint = architecture_fingerprint(self.weights)
-        # FedEx express delivery: ground clients placed, data assigned, CARP solved at start.
+        # FedEx express delivery: data assigned to the placed clients, runtime on the plan.
         self.express = (EngineExpress(config, self.data.train_y, self.data.num_classes,
                                       self.parts, self.weights, express_layout)
                         if express_layout is not None else None)

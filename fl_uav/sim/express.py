@@ -534,14 +534,13 @@ class EngineExpress:
 
     ``parts`` replaces the engine's partition when ``express.partition`` is location or
     ``express.samples_per_client`` > 0. ``run_update(engine)`` is one rounds.csv row.
+    ``layout`` is :func:`plan_express`'s, solved before the engine loads the data.
     """
 
     def __init__(self, config: ExperimentConfig, labels: np.ndarray, num_classes: int,
-                 parts: list[np.ndarray], weights: Weights,
-                 layout: ExpressLayout | None = None) -> None:
+                 parts: list[np.ndarray], weights: Weights, layout: ExpressLayout) -> None:
         e = config.express
         self.config = e
-        layout = layout if layout is not None else plan_express(config)
         self.clients_enu_m, self.blocks = layout.clients_enu_m, layout.blocks
         n = e.samples_per_client
         if e.partition == 'location':
