@@ -16,27 +16,22 @@ Reads each run's rounds.csv (columns sim_time_s, accuracy).
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 from pathlib import Path
 
 import numpy as np
+from energy_to_targets import read_rows  # bench/, beside this file
 
 SECONDS_PER_HOUR = 3600.0
 
 
 def read_curve(run: Path) -> tuple[np.ndarray, np.ndarray]:
     """(sim_time_s, accuracy) of a run's server updates, in time order."""
-    path = run / 'rounds.csv'
-    if not path.is_file():
-        raise SystemExit(f'{run}: no rounds.csv (not a finished fl-uav run directory)')
-    with path.open(newline='') as handle:
-        rows = list(csv.DictReader(handle))
+    rows = read_rows(run)
     if not rows:
-        raise SystemExit(f'{path}: no rounds recorded')
-    time_s = np.array([float(r['sim_time_s']) for r in rows])
-    accuracy = np.array([float(r['accuracy']) for r in rows])
-    return time_s, accuracy
+        raise SystemExit(f'{run}: no rounds recorded')
+    return (np.array([r['sim_time_s'] for r in rows]),
+            np.array([r['accuracy'] for r in rows]))
 
 
 def accuracy_at(time_s: np.ndarray, accuracy: np.ndarray, at_s: float) -> float:
@@ -101,16 +96,14 @@ def main() -> None:
         print(f'| **{label}: mean of {len(runs)}** | {fmt(mean["at"] + mean["last"])} | '
               f'{fmt(mean["to"], 1.0, 2)} |')
         sums[label] = per_run
+    diff_at, diff_to = [], []
     for first, second, run in zip(sums['first'], sums['second'], args.second):
-        at = list(np.subtract(second['at'] + second['last'], first['at'] + first['last']))
-        to = list(np.subtract(second['to'], first['to']))
-        print(f'| second - first ({run.name}) | {fmt(at)} | {fmt(to, 1.0, 2)} |')
-    diff_at = np.mean([np.subtract(b['at'] + b['last'], a['at'] + a['last'])
-                       for a, b in zip(sums['first'], sums['second'])], axis=0)
-    diff_to = np.mean([np.subtract(b['to'], a['to'])
-                       for a, b in zip(sums['first'], sums['second'])], axis=0)
-    print(f'| **second - first, mean** | {fmt(list(diff_at))} | {fmt(list(diff_to), 1.0, 2)} |')
-
+        diff_at.append(np.subtract(second['at'] + second['last'], first['at'] + first['last']))
+        diff_to.append(np.subtract(second['to'], first['to']))
+        print(f'| second - first ({run.name}) | {fmt(list(diff_at[-1]))} | '
+              f'{fmt(list(diff_to[-1]), 1.0, 2)} |')
+    print(f'| **second - first, mean** | {fmt(list(np.mean(diff_at, axis=0)))} | '
+          f'{fmt(list(np.mean(diff_to, axis=0)), 1.0, 2)} |')
 
 if __name__ == '__main__':
     main()

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from fl_uav.configschema import build_config, parse_override, read_params_file
 from fl_uav.sim.experiment import ExperimentEngine
@@ -37,27 +38,22 @@ class FlatModel:
 
     def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
-        self.sizes = [p.numel() for p in model.parameters()]
         self.loss = torch.nn.CrossEntropyLoss()
 
     def vector(self) -> np.ndarray:
-        return np.concatenate([p.detach().numpy().ravel()
-                               for p in self.model.parameters()]).astype(np.float64)
+        return parameters_to_vector(self.model.parameters()).detach().numpy().astype(np.float64)
 
     def load(self, x: np.ndarray) -> None:
-        flat = torch.as_tensor(x, dtype=torch.float32)
         with torch.no_grad():
-            offset = 0
-            for p, size in zip(self.model.parameters(), self.sizes):
-                p.copy_(flat[offset:offset + size].view_as(p))
-                offset += size
+            vector_to_parameters(torch.as_tensor(x, dtype=torch.float32),
+                                 self.model.parameters())
 
     def grad(self, x: np.ndarray, inputs: torch.Tensor, labels: torch.Tensor) -> np.ndarray:
         self.load(x)
         self.model.zero_grad()
         self.loss(self.model(inputs), labels).backward()
-        return np.concatenate([p.grad.numpy().ravel()
-                               for p in self.model.parameters()]).astype(np.float64)
+        grads = parameters_to_vector(p.grad for p in self.model.parameters())
+        return grads.numpy().astype(np.float64)
 
     def accuracy(self, x: np.ndarray, inputs: torch.Tensor, labels: torch.Tensor) -> float:
         self.load(x)
