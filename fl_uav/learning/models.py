@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-MODEL_NAMES = ('small_cnn', 'tiny_cnn', 'digits_cnn')
+MODEL_NAMES = ('small_cnn', 'tiny_cnn', 'digits_cnn', 'lenet5')
 
 
 class SmallCnn(nn.Module):
@@ -57,6 +57,29 @@ class DigitsCnn(nn.Module):
         return self.classifier(self.features(x))
 
 
+class LeNet5(nn.Module):
+    """LeNet-5: two 5×5 conv layers and three linear layers (120, 84, classes), the model
+    FedEx Sec. VII-A trains on FMNIST and SVHN ("two convolutional layers and three fully
+    connected layers"). The first convolution pads by 2, so a 28×28 input keeps LeNet's
+    classic 16×5×5 feature map; other sizes get the flat size their geometry gives."""
+
+    def __init__(self, num_classes: int, in_channels: int = 1, input_px: int = 28) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
+        )
+        side_px = (input_px // 2 - 4) // 2
+        if side_px < 1:
+            raise ValueError(f'lenet5 needs inputs of at least 12 px, got {input_px}')
+        self.classifier = nn.Sequential(
+            nn.Flatten(), nn.Linear(16 * side_px ** 2, 120), nn.ReLU(),
+            nn.Linear(120, 84), nn.ReLU(), nn.Linear(84, num_classes))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
 def build_model(name: str, num_classes: int, input_px: int = 32, seed: int = 0,
                 in_channels: int = 3) -> nn.Module:
     """Build a model by name with deterministic initial weights."""
@@ -69,6 +92,8 @@ def build_model(name: str, num_classes: int, input_px: int = 32, seed: int = 0,
             model = TinyCnn(num_classes, in_channels, input_px=input_px)
         elif name == 'digits_cnn':
             model = DigitsCnn(num_classes, in_channels, input_px=input_px)
+        elif name == 'lenet5':
+            model = LeNet5(num_classes, in_channels, input_px=input_px)
         else:
             raise ValueError(f'unknown model {name!r}; choices: {", ".join(MODEL_NAMES)}')
     finally:

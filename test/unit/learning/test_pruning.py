@@ -26,7 +26,7 @@ from fl_uav.learning.pruning import (
 from fl_uav.learning.training import TrainConfig, train_local
 from fl_uav.learning.weights import get_weights, set_weights, subtract, weight_shapes
 
-MODELS = [('small_cnn', 3, 32), ('tiny_cnn', 3, 32), ('digits_cnn', 1, 8)]
+MODELS = [('small_cnn', 3, 32), ('tiny_cnn', 3, 32), ('digits_cnn', 1, 8), ('lenet5', 1, 28)]
 
 
 def _weights(seed: int = 0):

@@ -82,6 +82,19 @@ def test_unknown_model_lists_choices():
         build_model('resnet', 3)
 
 
+def test_lenet5_keeps_the_classic_feature_map_on_28_px_and_names_too_small_inputs():
+    # Arrange
+    model = build_model('lenet5', 10, input_px=28, in_channels=1)
+    # Act
+    logits = model(torch.zeros(2, 1, 28, 28))
+    # Assert: 16 x 5 x 5 features into 120-84-10 (FedEx Sec. VII-A: 2 conv + 3 FC)
+    linears = [m for m in model.classifier if isinstance(m, torch.nn.Linear)]
+    assert [(m.in_features, m.out_features) for m in linears] == [(400, 120), (120, 84), (84, 10)]
+    assert logits.shape == (2, 10)
+    with pytest.raises(ValueError, match='at least 12 px, got 8'):
+        build_model('lenet5', 10, input_px=8, in_channels=1)
+
+
 def test_one_torch_thread_runs_on_one_thread_and_restores_the_count_even_on_error():
     # Arrange
     from fl_uav.learning.training import one_torch_thread

@@ -64,11 +64,14 @@ def test_sequential_reference_is_train_local():
     TrainConfig(local_epochs=2, batch_size=8, optimizer='adam', lr=1e-3, weight_decay=1e-4),
     TrainConfig(local_epochs=3, batch_size=8, max_steps=4),
 ], ids=['sgd', 'momentum-wd', 'adam', 'max-steps'])
-@pytest.mark.parametrize('model_name', ['tiny_cnn', 'one_channel'])
+@pytest.mark.parametrize('model_name', ['tiny_cnn', 'one_channel', 'lenet5'])
 def test_vectorized_matches_sequential(config, model_name):
     # Prepare
     if model_name == 'one_channel':
         model, data = _one_channel_net(), _clients(SIZES, channels=1)
+    elif model_name == 'lenet5':
+        model = build_model('lenet5', 3, input_px=12, seed=2, in_channels=1)
+        data = _clients(SIZES, channels=1, px=12)
     else:
         model, data = build_model('tiny_cnn', 3, input_px=8, seed=2), _clients(SIZES)
     weights = get_weights(model)
@@ -79,8 +82,11 @@ def test_vectorized_matches_sequential(config, model_name):
     actual = trainer.train(weights, data, seeds)
     # Assert
     assert trainer.backend == 'stacked'
+    # Adam divides by the root of tiny second moments, which lifts LeNet-5's float-order
+    # differences to ~1e-5; its updates are still ~1e-3 per step.
+    tolerance = 5e-5 if (model_name, config.optimizer) == ('lenet5', 'adam') else 1e-5
     for want, got in zip(expected, actual):
-        assert _max_difference(want.weights, got.weights) < 1e-5
+        assert _max_difference(want.weights, got.weights) < tolerance
         assert (got.result.steps, got.result.samples_seen) == (want.result.steps,
                                                                want.result.samples_seen)
         if want.result.steps:
