@@ -50,19 +50,25 @@ def _experiment(args: argparse.Namespace) -> int:
     )
 
     with collector_paused_for_imports() as fresh_process:
-        from fl_uav.sim.experiment import ExperimentError, run_experiment
+        from fl_uav.sim.experiment import ExperimentError, read_run_config, run_experiment
         from fl_uav.sim.experiment_config import ExperimentConfig
     from fl_uav.configschema import build_config, read_params_file
 
+    if args.out and args.resume:
+        raise ConfigError('give --out DIR for a new run or --resume DIR to continue one, '
+                          'not both')
     out = Path(args.out or args.resume or '')
     if not str(out):
         raise ConfigError('give --out DIR (or --resume DIR)')
+    if args.config is None and args.resume is None:
+        raise ConfigError('give a CONFIG file (config/experiments/<name>.yaml)')
     _check_out_dir(out)
-    flat = read_params_file(args.config)
-    flat.update(dict(parse_override(text) for text in args.set))
-    config = build_config(ExperimentConfig, flat)
-    keep_large_allocations()   # the trainer's big buffers reused, not mapped afresh per step
     try:
+        # A resumed run reads its own keys unless a CONFIG is given (then they must agree).
+        flat = read_run_config(out) if args.config is None else read_params_file(args.config)
+        flat.update(dict(parse_override(text) for text in args.set))
+        config = build_config(ExperimentConfig, flat)
+        keep_large_allocations()   # the trainer's big buffers reused, not mapped afresh
         summary = run_experiment(config, out, resume=args.resume is not None)
     except ExperimentError as exc:
         print(f'fl-uav: {exc}', file=sys.stderr)
@@ -172,12 +178,14 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument('--timeout', type=float, default=1800.0, help='give up after seconds')
     sim.set_defaults(func=_sim)
     exp = sub.add_parser('experiment', help='run an in-process experiment on a simulated clock')
-    exp.add_argument('config', type=Path, help='config/experiments/<name>.yaml')
+    exp.add_argument('config', type=Path, nargs='?',
+                     help='config/experiments/<name>.yaml (with --resume: default the '
+                     "run's own config.json)")
     exp.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                      help='override one config key, e.g. --set num_drones=100')
     exp.add_argument('--out', help='output directory')
     exp.add_argument('--resume', metavar='DIR', help='continue the run in DIR from its '
-                     'last checkpoint')
+                     'last checkpoint (--set num_rounds=N to run it longer)')
     exp.set_defaults(func=_experiment)
     cmp_ = sub.add_parser('compare', help='overlay experiment runs in one plot and one table')
     cmp_.add_argument('dirs', nargs='+', help='experiment output directories')

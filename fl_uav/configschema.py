@@ -16,6 +16,8 @@ bad value with a :class:`ConfigError` naming the key and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import math
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -96,6 +98,23 @@ def default_flat(cls: type) -> dict[str, Any]:
     return {key: default for key, default, _, _ in iter_leaves(cls)}
 
 
+def _number_text(value: Any) -> Any:
+    """``'1e-3'`` -> 0.001: YAML 1.1 (PyYAML) reads exponents without a dot as strings."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
+
+
+def _not_nan(key: str, value: float) -> float:
+    """NaN passes every ``x < 0`` range check, so it is refused here, once for every key."""
+    if math.isnan(value):
+        raise ConfigError(f'config key {key!r}: NaN is not a value')
+    return value
+
+
 def _coerce(key: str, value: Any, elem: type, kind: str) -> Any:
     def one(v: Any) -> Any:
         if elem is bool:
@@ -107,15 +126,17 @@ def _coerce(key: str, value: Any, elem: type, kind: str) -> Any:
                 raise ConfigError(f'config key {key!r}: expected an integer, got {v!r}')
             return v
         if elem is float:
+            v = _number_text(v)
             if isinstance(v, bool) or not isinstance(v, int | float):
                 raise ConfigError(f'config key {key!r}: expected a number, got {v!r}')
-            return float(v)
+            return _not_nan(key, float(v))
         if elem is NumberOrWord:
+            v = _number_text(v)
             if isinstance(v, str):
                 return v
             if isinstance(v, bool) or not isinstance(v, int | float):
                 raise ConfigError(f'config key {key!r}: expected a number or a word, got {v!r}')
-            return float(v)
+            return _not_nan(key, float(v))
         if not isinstance(v, str):
             raise ConfigError(f'config key {key!r}: expected a string, got {v!r}')
         return v
@@ -135,7 +156,9 @@ def build_config(cls: type, flat: Mapping[str, Any]) -> Any:
             section = key.rsplit('.', 1)[0] if '.' in key else ''
             near = sorted(k for k in leaves if k.startswith(section + '.')) if section else []
             allowed = ', '.join(near) if near else ', '.join(sorted(leaves))
-            raise ConfigError(f'unknown config key {key!r}; allowed keys: {allowed}')
+            close = difflib.get_close_matches(key, leaves, n=1)
+            hint = f' (did you mean {close[0]!r}?)' if close else ''
+            raise ConfigError(f'unknown config key {key!r}{hint}; allowed keys: {allowed}')
     return _build_section(cls, '', flat, leaves)
 
 
@@ -201,10 +224,15 @@ def read_params_file(path: str | Path, node_name: str | None = None) -> dict[str
     sections = ['/**']
     if node_name:
         sections += [node_name, node_name.lstrip('/'), '/' + node_name.lstrip('/')]
-    for section in sections:
-        body = doc.get(section)
-        if body is None:
-            continue
+    found = [section for section in sections if doc.get(section) is not None]
+    if not found:
+        keys = ', '.join(map(str, list(doc)[:8])) or 'none, the file is empty'
+        raise ConfigError(
+            f'config file {str(path)!r} has no {" or ".join(map(repr, sections))} section '
+            f'(top-level keys: {keys}); a ROS 2 parameter file reads '
+            f'"/**:" then "  ros__parameters:" then the keys')
+    for section in found:
+        body = doc[section]
         if not isinstance(body, Mapping) or 'ros__parameters' not in body:
             raise ConfigError(
                 f'config file {str(path)!r}: section {section!r} needs a ros__parameters mapping')

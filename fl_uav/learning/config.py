@@ -7,6 +7,7 @@ same in ``fl-uav sim``, ``ros2 launch`` and ``fl-uav experiment``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from fl_uav.configschema import require_choice
@@ -19,7 +20,8 @@ from fl_uav.learning.training import OPTIMIZERS, TrainConfig
 class LearningConfig:
     """Onboard model and local training.
 
-    model: architecture name; input_px: side of the model input (camera frames are resized);
+    model: architecture name; input_px: side of the model input (camera frames and the
+    image_folder dataset are resized to it; digits keep 8 px, Fashion-MNIST 28 px);
     init_seed: seed of the initial global model; local_epochs, batch_size, lr, momentum,
     weight_decay, max_steps, optimizer ('sgd' | 'adam'): local training; lr_decay: the local
     learning rate in round r is lr · lr_decay^(r-1); min_samples_to_train: a drone with fewer
@@ -72,6 +74,8 @@ class LearningConfig:
             raise ValueError(f'lr must be in (0, 10], got {self.lr}')
         if not (0.0 <= self.momentum < 1.0):
             raise ValueError(f'momentum must be in [0, 1), got {self.momentum}')
+        if not 0.0 <= self.weight_decay < math.inf:
+            raise ValueError(f'weight_decay must be >= 0 and finite, got {self.weight_decay}')
         if self.local_epochs < 1 or self.batch_size < 1 or self.max_steps < 0:
             raise ValueError('local_epochs and batch_size must be >= 1, max_steps >= 0')
         if not (0.0 < self.structured_keep <= 1.0):

@@ -120,7 +120,8 @@ def load_experiment_data(config: ExperimentConfig) -> TrainTestData:
     elif data.dataset == 'world':
         return _world_data(config)
     else:
-        full = load_digits() if data.dataset == 'digits' else load_image_folder(data.path)
+        full = (load_digits() if data.dataset == 'digits' else
+                load_image_folder(data.path, image_px=config.learning.input_px))
         train, test = train_test_split_stratified(full, data.test_fraction, config.seed)
     test_x, test_y = _as_inputs(test), test.labels
     if data.max_test_samples and len(test_y) > data.max_test_samples:
@@ -701,17 +702,60 @@ def _read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+RESUME_MAY_CHANGE = ('num_rounds', 'engine.torch_threads', 'engine.workers',
+                     'engine.checkpoint_every')
+"""Keys a resumed run may set differently from the interrupted one: how long it runs and how
+it uses the machine (workers are bit-identical), never what it computes."""
+
+
+def read_run_config(out_dir: Path) -> dict[str, Any]:
+    """The flat config a run in ``out_dir`` was started with (its config.json)."""
+    path = Path(out_dir) / CONFIG_FILE
+    if not path.is_file():
+        raise ExperimentError(f'cannot resume: {path} does not exist (not an experiment run)')
+    try:
+        flat = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ExperimentError(f'cannot resume: {path} is not readable JSON: {exc}') from exc
+    if not isinstance(flat, dict):
+        raise ExperimentError(f'cannot resume: {path} does not hold a config mapping')
+    return flat
+
+
+def check_resumable(config: ExperimentConfig, out_dir: Path) -> None:
+    """ExperimentError naming every key (outside RESUME_MAY_CHANGE) whose value differs from
+    the one the run in ``out_dir`` was started with: a resumed run is the same experiment."""
+    saved = read_run_config(out_dir)
+    given = json.loads(json.dumps(to_flat(config)))
+    differ = [f'{key}: run {saved[key]!r}, given {given[key]!r}' for key in sorted(given)
+              if key in saved and key not in RESUME_MAY_CHANGE and saved[key] != given[key]]
+    if differ:
+        raise ExperimentError(
+            f'cannot resume {out_dir}: the config differs from the one it was started with '
+            f'({"; ".join(differ)}); resume with the same keys (`fl-uav experiment --resume '
+            f'{out_dir}` reads them from its {CONFIG_FILE}), or start a new run with --out')
+
+
 def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False,
                    echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run (or resume) an experiment; Ctrl-C and errors leave consistent partial results."""
     out_dir = Path(out_dir)
+    if resume:
+        check_resumable(config, out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(config.engine.torch_threads)
     wall_start = time.perf_counter()
-    engine = ExperimentEngine(config, out_dir)
+    try:
+        engine = ExperimentEngine(config, out_dir)
+    except ValueError as exc:   # data, split or model the config cannot give (DatasetError too)
+        raise ExperimentError(f'cannot set up the run: {exc}') from exc
     rows_path = out_dir / ROUNDS_FILE
     if resume:
         engine.load_checkpoint()
+        if engine.round_index > config.num_rounds:
+            raise ExperimentError(f'cannot resume {out_dir}: it already has '
+                                  f'{engine.round_index} rounds, num_rounds is '
+                                  f'{config.num_rounds}')
         rows = [r for r in _read_rows(rows_path) if r['round'] <= engine.round_index]
     else:
         rows = []
@@ -836,10 +880,10 @@ def _target_cells(summary: dict[str, Any]) -> str:
             f'{(str(rounds) if rounds is not None else "-"):>6}')
 
 
-def _targets_table(runs: list[tuple[str, list[dict[str, Any]]]], targets: Sequence[float]
-                   ) -> str:
+def _targets_table(runs: list[tuple[str, list[dict[str, Any]]]], targets: Sequence[float],
+                   width: int) -> str:
     """Per run, the energy (kJ) and round to each target accuracy (:func:`energy_to_target`)."""
-    lines = [f'{"energy to target, kJ (round)":<28} '
+    lines = [f'{"energy to target, kJ (round)":<{width}} '
              + ' '.join(f'{f"{t:.1%}":>16}' for t in targets)]
     for label, rows in runs:
         cells = []
@@ -847,8 +891,24 @@ def _targets_table(runs: list[tuple[str, list[dict[str, Any]]]], targets: Sequen
             hit = energy_to_target(rows, t)
             cells.append('never' if hit['rounds_to_target'] is None else
                          f'{hit["energy_to_target_j"] / 1e3:.1f} ({hit["rounds_to_target"]})')
-        lines.append(f'{label[:28]:<28} ' + ' '.join(f'{c:>16}' for c in cells))
+        lines.append(f'{label:<{width}} ' + ' '.join(f'{c:>16}' for c in cells))
     return '\n'.join(lines)
+
+
+def _experiment_summary(run_dir: Path) -> dict[str, Any]:
+    """The summary.json of an ``fl-uav experiment`` run, or ExperimentError saying what
+    ``run_dir`` is instead (missing, unreadable, or a run of another command)."""
+    path = run_dir / SUMMARY_FILE
+    if not path.is_file():
+        raise ExperimentError(f'{path} does not exist (not an experiment directory)')
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ExperimentError(f'{path} is not readable JSON: {exc}') from exc
+    if not isinstance(summary, dict) or 'name' not in summary:
+        raise ExperimentError(f'{run_dir} is not an `fl-uav experiment` run (its {SUMMARY_FILE} '
+                              f'has no name; `fl-uav sim` runs keep their rounds in it)')
+    return summary
 
 
 def compare_runs(run_dirs: list[Path], out_dir: Path, target_accuracy: float | None = None,
@@ -862,29 +922,27 @@ def compare_runs(run_dirs: list[Path], out_dir: Path, target_accuracy: float | N
     for name, value in [('--target', target_accuracy), *(('--targets', t) for t in targets)]:
         if value is not None and not 0.0 < value <= 1.0:
             raise ExperimentError(f'{name} must be in (0, 1], got {value}')
-    runs, lines = [], []
-    header = (f'{"run":<28} {"rounds":>6} {"final acc":>9} {"best acc":>9} '
-              f'{"uplink MB":>10} {"sim s":>9} {"wall s":>8} {"target":>6} '
-              f'{"kJ to target":>12} {"rounds":>6}')
-    lines.append(header)
+    runs, summaries = [], []
     for run_dir in run_dirs:
-        summary_path = Path(run_dir) / SUMMARY_FILE
-        if not summary_path.is_file():
-            raise ExperimentError(f'{summary_path} does not exist (not an experiment directory)')
-        summary = json.loads(summary_path.read_text())
+        summary = _experiment_summary(Path(run_dir))
         rows = _read_rows(Path(run_dir) / ROUNDS_FILE)
         if target_accuracy is not None:
             summary.update(energy_to_target(rows, target_accuracy))
-        label = f'{summary["name"]} ({Path(run_dir).name})'
-        runs.append((label, rows))
-        lines.append(f'{label[:28]:<28} {len(rows):>6} '
+        runs.append((f'{summary["name"]} ({Path(run_dir).name})', rows))
+        summaries.append(summary)
+    width = max([28, *(len(label) for label, _ in runs)])   # whole labels: seeds differ late
+    lines = [f'{"run":<{width}} {"rounds":>6} {"final acc":>9} {"best acc":>9} '
+             f'{"uplink MB":>10} {"sim s":>9} {"wall s":>8} {"target":>6} '
+             f'{"kJ to target":>12} {"rounds":>6}']
+    for (label, rows), summary in zip(runs, summaries):
+        lines.append(f'{label:<{width}} {len(rows):>6} '
                      f'{(rows[-1]["accuracy"] if rows else math.nan):>9.4f} '
                      f'{max((r["accuracy"] for r in rows), default=math.nan):>9.4f} '
                      f'{sum(r["uplink_bytes"] for r in rows) / 1e6:>10.2f} '
                      f'{(rows[-1]["sim_time_s"] if rows else 0.0):>9.1f} '
                      f'{summary.get("wall_s", 0.0):>8.1f} ' + _target_cells(summary))
     if targets:
-        lines += ['', _targets_table(runs, targets)]
+        lines += ['', _targets_table(runs, targets, width)]
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     plot_runs(runs, Path(out_dir))
     table = '\n'.join(lines)

@@ -7,7 +7,7 @@ one parser and one validator serve ``ros2 launch``, ``fl-uav sim`` and the engin
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from fl_uav.aggregation.config import AggregationConfig
 from fl_uav.compression.compressor import CompressionConfig
@@ -67,6 +67,8 @@ class DataConfig:
     def __post_init__(self) -> None:
         require_choice('dataset', self.dataset, DATASETS)
         require_choice('partition', self.partition, PARTITIONS)
+        if self.dataset == 'image_folder' and not self.path:
+            raise ValueError('dataset image_folder needs data.path (a folder of class folders)')
         if self.partition == 'location' and self.dataset != 'world':
             raise ValueError('partition location needs dataset world (samples with positions)')
         if not self.dirichlet_alpha > 0:
@@ -117,6 +119,9 @@ class SystemConfig:
                      'cpu_freq_hz', 'train_cycles_per_sample', 'gen_cycles_per_sample'):
             if not getattr(self, name) > 0:
                 raise ValueError(f'{name} must be > 0, got {getattr(self, name)}')
+        for name in (f.name for f in fields(self) if f.type == 'float'):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f'{name} must be finite, got {getattr(self, name)}')
         if self.distance_max_m < self.distance_min_m:
             raise ValueError('distance_max_m must be >= distance_min_m')
         if self.interference_w < 0 or self.deadline_s < 0:

@@ -71,3 +71,44 @@ def test_parse_override():
     assert parse_override('learning.lr=0.02') == ('learning.lr', 0.02)
     with pytest.raises(ConfigError, match='key=value'):
         parse_override('learning.lr')
+
+
+@pytest.mark.parametrize('text', ['name: x\nnum_rounds: 2\n', '/*:\n  ros__parameters:\n'
+                                  '    count: 2\n', 'quick:\n  ros__parameters:\n    count: 2\n',
+                                  ''])
+def test_a_file_without_a_parameter_section_is_an_error_not_the_defaults(tmp_path, text):
+    # Arrange: flat keys, a typo of /**, another node's section, an empty file
+    path = tmp_path / 'p.yaml'
+    path.write_text(text)
+    # Act / Assert
+    with pytest.raises(ConfigError, match=r"has no '/\*\*' section \(top-level keys: "):
+        read_params_file(path)
+
+
+def test_exponents_without_a_dot_are_numbers_in_files_and_overrides(tmp_path):
+    # Arrange: YAML 1.1 reads 1e-3 as a string
+    path = tmp_path / 'p.yaml'
+    path.write_text('/**:\n  ros__parameters:\n    inner:\n      rate_hz: 5e2\n')
+    # Act
+    from_file = build_config(_Root, read_params_file(path))
+    from_override = build_config(_Root, dict([parse_override('inner.rate_hz=1e-3')]))
+    # Assert
+    assert from_file.inner.rate_hz == 500.0
+    assert from_override.inner.rate_hz == 0.001
+    with pytest.raises(ConfigError, match="'inner.rate_hz': expected a number, got 'fast'"):
+        build_config(_Root, {'inner.rate_hz': 'fast'})
+
+
+def test_nan_is_refused_for_every_number_key_by_name():
+    # Arrange: NaN would pass a range check written as `x < 0`
+    flat = {'inner.rate_hz': float('nan')}
+    # Act / Assert
+    with pytest.raises(ConfigError, match="'inner.rate_hz': NaN is not a value"):
+        build_config(_Root, flat)
+    with pytest.raises(ConfigError, match="'inner.rate_hz': NaN"):
+        build_config(_Root, dict([parse_override('inner.rate_hz=.nan')]))
+
+
+def test_a_misspelt_key_gets_a_suggestion():
+    with pytest.raises(ConfigError, match=r"'cont' \(did you mean 'count'\?\)"):
+        build_config(_Root, {'cont': 2})

@@ -11,7 +11,7 @@ import pytest
 
 from fl_uav.cli import main as cli_main
 from fl_uav.configschema import build_config, read_params_file
-from fl_uav.sim.experiment import ROUND_COLUMNS, compare_runs, run_experiment
+from fl_uav.sim.experiment import ROUND_COLUMNS, ExperimentError, compare_runs, run_experiment
 from fl_uav.sim.experiment_config import ExperimentConfig, check_resources
 
 REPO = Path(__file__).resolve().parents[3]
@@ -165,6 +165,21 @@ def test_compare_refuses_a_target_outside_0_1(tmp_path, capsys):
     assert '--targets must be in (0, 1], got 1.5' in capsys.readouterr().err
 
 
+def test_compare_keeps_whole_labels_and_names_a_directory_of_another_command(tmp_path):
+    # Arrange: two seeds of a long-named run (their labels differ after 28 characters)
+    name = 'fedavg_fmnist_dirichlet_long'
+    runs = [_fake_run(tmp_path / f'seed{s}', name, [0.5], 1.0) for s in (0, 1)]
+    sim_run = tmp_path / 'sim'
+    sim_run.mkdir()
+    (sim_run / 'summary.json').write_text(json.dumps({'status': 'finished', 'rounds': []}))
+    # Act
+    table = compare_runs(runs, tmp_path / 'cmp')
+    # Assert
+    assert f'{name} (seed0)' in table and f'{name} (seed1)' in table
+    with pytest.raises(ExperimentError, match='is not an `fl-uav experiment` run'):
+        compare_runs([runs[0], sim_run], tmp_path / 'cmp2')
+
+
 
 @pytest.mark.parametrize('path', sorted((REPO / 'config' / 'experiments').glob('*.yaml')),
                          ids=lambda p: p.stem)
@@ -239,3 +254,54 @@ def test_update_finiteness_check(values, expected):
     from fl_uav.sim.experiment import _all_finite
 
     assert _all_finite(np.array(values, dtype=np.float32).reshape(-1, 1)) is expected
+
+
+def test_resume_refuses_a_config_that_differs_and_names_the_keys(tmp_path):
+    # Arrange: a 2-round run of 5 drones
+    run_experiment(_config(**{'num_rounds': 2}), tmp_path, echo=lambda _: None)
+    changed = _config(**{'num_rounds': 4, 'num_drones': 3, 'learning.lr': 0.5})
+    # Act / Assert: nothing of the run is touched
+    with pytest.raises(ExperimentError, match=r'learning\.lr: run 0\.\d+, given 0\.5; '
+                                              r'num_drones: run 5, given 3\)'):
+        run_experiment(changed, tmp_path, resume=True, echo=lambda _: None)
+    assert len(_rows(tmp_path)) == 2
+    assert json.loads((tmp_path / 'config.json').read_text())['num_drones'] == 5
+
+
+def test_resume_refuses_fewer_rounds_than_the_run_has(tmp_path):
+    run_experiment(_config(**{'num_rounds': 3}), tmp_path, echo=lambda _: None)
+    with pytest.raises(ExperimentError, match='already has 3 rounds, num_rounds is 1'):
+        run_experiment(_config(**{'num_rounds': 1}), tmp_path, resume=True, echo=lambda _: None)
+
+
+def test_cli_resume_reads_the_runs_own_config_and_runs_it_longer(tmp_path, capsys):
+    # Arrange: a run with a non-default key, then resumed without the config file
+    out = tmp_path / 'run'
+    assert cli_main(['experiment', str(QUICK), '--set', 'num_drones=4', '--set',
+                     'num_rounds=1', '--out', str(out)]) == 0
+    # Act
+    code = cli_main(['experiment', '--resume', str(out), '--set', 'num_rounds=2'])
+    # Assert
+    assert code == 0
+    assert [int(r['participants']) + int(r['late']) for r in _rows(out)] == [4, 4]
+    assert json.loads((out / 'config.json').read_text())['num_rounds'] == 2
+    assert cli_main(['experiment', str(QUICK), '--resume', str(out), '--out',
+                     str(tmp_path / 'other')]) == 2
+    assert 'not both' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(('override', 'code', 'message'), [
+    ('learning.model=lenet5', 1, 'cannot set up the run: lenet5 needs inputs of at least 12 px'),
+    ('num_drones=5000', 1, 'cannot set up the run: cannot give 5000 clients'),
+    ('data.dataset=image_folder', 2, 'image_folder needs data.path'),
+    ('learning.weight_decay=-5', 2, 'weight_decay must be >= 0'),
+    ('system.distance_max_m=.inf', 2, 'distance_max_m must be finite'),
+])
+def test_cli_names_a_setup_the_data_or_model_cannot_give_without_a_traceback(
+        tmp_path, capsys, override, code, message):
+    # Act
+    result = cli_main(['experiment', str(QUICK), '--set', 'num_rounds=1', '--set', override,
+                       '--out', str(tmp_path)])
+    # Assert
+    assert result == code
+    assert message in capsys.readouterr().err
