@@ -61,6 +61,9 @@ class WorldConfig:
     (rounded to a whole number of cells); resolution_m: side of one map cell in metres;
     num_regions: number of class regions (lakes, woods, dune fields, villages, paved lots...);
     region_radius_min_m / region_radius_max_m: range of a region's larger semi-axis in metres.
+    map_file: a land-cover raster of the real area (an ``.npz`` in :meth:`LandCoverMap.save`'s
+    layout) used instead of the generated world; its side and cell size must equal size_m and
+    resolution_m, and its classes :data:`CLASS_NAMES` ('' = generate from seed).
     """
 
     seed: int = 7
@@ -69,6 +72,7 @@ class WorldConfig:
     num_regions: int = 24
     region_radius_min_m: float = 60.0
     region_radius_max_m: float = 220.0
+    map_file: str = ''
 
     def __post_init__(self) -> None:
         if not (0 <= self.seed < 2 ** 32):
