@@ -82,6 +82,23 @@ def _experiment(args: argparse.Namespace) -> int:
     return 0 if summary['status'] == 'finished' else 1
 
 
+MAX_ROS_DOMAIN_ID = 232
+"""The largest ROS 2 domain ID whose DDS ports fit in 16 bits (REP 2005 / ROS 2 docs)."""
+
+
+def _domain_id(text: str) -> int:
+    """A ROS_DOMAIN_ID for argparse (its error names the bad value)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value <= MAX_ROS_DOMAIN_ID:
+        raise argparse.ArgumentTypeError(
+            f'{text!r} is not a ROS 2 domain ID in [0, {MAX_ROS_DOMAIN_ID}] (0-101 keep clear of '
+            'Linux ephemeral ports)')
+    return value
+
+
 def _fractions(text: str) -> tuple[float, ...]:
     """``0.6,0.7`` -> (0.6, 0.7), for argparse (its error names the bad value)."""
     try:
@@ -174,7 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument('--clients', type=int, help='express: number of ground clients')
     sim.add_argument('--time-factor', type=float, help='autopilot sim speed-up')
     sim.add_argument('--port-base', type=int, help='MAVLink port of drone 0 (default 14540)')
-    sim.add_argument('--domain-id', type=int, help='ROS_DOMAIN_ID (default: random 1..101)')
+    sim.add_argument('--domain-id', type=_domain_id,
+                     help='ROS_DOMAIN_ID (default: random 1..101)')
     sim.add_argument('--timeout', type=float, default=1800.0, help='give up after seconds')
     sim.set_defaults(func=_sim)
     exp = sub.add_parser('experiment', help='run an in-process experiment on a simulated clock')
