@@ -57,7 +57,9 @@ class FlightConfig:
     """How drones fly: connection URL template (``{port}`` = port_base + drone id), speed,
     take-off altitude and timeouts. A round's flight is cut short train_reserve_s before the
     round's deadline (but allowed at least min_flight_budget_s) so the drone can still train
-    and upload in time."""
+    and upload in time. A drone node shut down (Ctrl-C) while its vehicle is in flight
+    commands return to launch and waits at most shutdown_rtl_timeout_s for the landing before
+    it closes the link (the autopilot goes on with the return)."""
 
     url_template: str = 'udpin://127.0.0.1:{port}'
     port_base: int = 14540
@@ -67,6 +69,7 @@ class FlightConfig:
     land_on_finish: bool = True
     train_reserve_s: float = 20.0
     min_flight_budget_s: float = 5.0
+    shutdown_rtl_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if '{port}' not in self.url_template and '{' in self.url_template:
@@ -77,6 +80,9 @@ class FlightConfig:
             raise ValueError(f'speed_m_s must be in [0.5, 25], got {self.speed_m_s}')
         if self.train_reserve_s < 0 or self.min_flight_budget_s <= 0:
             raise ValueError('train_reserve_s must be >= 0 and min_flight_budget_s > 0')
+        if not (0.0 < self.shutdown_rtl_timeout_s <= 600.0):
+            raise ValueError(f'shutdown_rtl_timeout_s must be in (0, 600], got '
+                             f'{self.shutdown_rtl_timeout_s}')
         if not (2.0 <= self.takeoff_altitude_m <= 120.0):
             raise ValueError(f'takeoff_altitude_m must be in [2, 120], got '
                              f'{self.takeoff_altitude_m}')
@@ -460,3 +466,4 @@ class FleetConfig:
         """The drones' geofence (ENU m): geofence.source 'world' is the world less
         coverage.margin_m, 'box' the geofence.*_m limits."""
         return resolve_geofence(self.geofence, self.world.size_m, self.coverage.margin_m)
+
