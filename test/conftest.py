@@ -14,14 +14,31 @@ os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
 os.environ.pop('ROS_STATIC_PEERS', None)
 
 
+def _test_ports() -> tuple[int, int, int]:
+    """(lowest base, highest base, bind offset) of the tests' MAVLink port blocks.
+    FL_UAV_TEST_PORTS=LOW-HIGH keeps every port (the drones' and the simulator's bind ports)
+    inside LOW..HIGH, e.g. on a shared machine; by default bases are 20000..40000, offset 1000."""
+    text = os.environ.get('FL_UAV_TEST_PORTS')
+    if not text:
+        return 20000, 40000, 1000
+    low, high = (int(v) for v in text.split('-'))
+    offset = (high - low + 1) // 2
+    return low, low + offset - 8, offset
+
+
+_LOWEST_BASE, _HIGHEST_BASE, BIND_PORT_OFFSET = _test_ports()
+
+
 def free_udp_port_block(count: int) -> int:
-    """A base port such that base..base+count-1 and base+1000.. are free UDP ports now."""
+    """A base port such that base..base+count-1 and base+BIND_PORT_OFFSET.. are free UDP
+    ports now."""
     rng = random.Random()
     for _ in range(200):
-        base = rng.randint(20000, 40000)
+        base = rng.randint(_LOWEST_BASE, _HIGHEST_BASE)
         sockets = []
         try:
-            for port in [*range(base, base + count), *range(base + 1000, base + 1000 + count)]:
+            for port in [*range(base, base + count),
+                         *range(base + BIND_PORT_OFFSET, base + BIND_PORT_OFFSET + count)]:
                 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 sockets.append(s)
                 s.bind(('127.0.0.1', port))
@@ -36,7 +53,7 @@ def free_udp_port_block(count: int) -> int:
 
 @pytest.fixture
 def port_base() -> int:
-    """Free MAVLink ports for drones 0..3 (and the simulator's bind ports at +1000)."""
+    """Free MAVLink ports for drones 0..3 (and the simulator's bind ports at +offset)."""
     return free_udp_port_block(4)
 
 
@@ -49,5 +66,5 @@ def tiny_fleet_overrides(num_drones: int, port_base: int) -> dict:
         'rounds.eval_samples': 200,
         'flight.port_base': port_base,
         'autopilot.remote_base_port': port_base,
-        'autopilot.bind_base_port': port_base + 1000,
+        'autopilot.bind_base_port': port_base + BIND_PORT_OFFSET,
     }

@@ -57,7 +57,9 @@ class FlightConfig:
     """How drones fly: connection URL template (``{port}`` = port_base + drone id), speed,
     take-off altitude and timeouts. A round's flight is cut short train_reserve_s before the
     round's deadline (but allowed at least min_flight_budget_s) so the drone can still train
-    and upload in time."""
+    and upload in time. A drone node shut down (Ctrl-C) while its vehicle is in flight
+    commands return to launch and waits at most shutdown_rtl_timeout_s for the landing before
+    it closes the link (the autopilot goes on with the return)."""
 
     url_template: str = 'udpin://127.0.0.1:{port}'
     port_base: int = 14540
@@ -67,6 +69,7 @@ class FlightConfig:
     land_on_finish: bool = True
     train_reserve_s: float = 20.0
     min_flight_budget_s: float = 5.0
+    shutdown_rtl_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if '{port}' not in self.url_template and '{' in self.url_template:
@@ -77,6 +80,9 @@ class FlightConfig:
             raise ValueError(f'speed_m_s must be in [0.5, 25], got {self.speed_m_s}')
         if self.train_reserve_s < 0 or self.min_flight_budget_s <= 0:
             raise ValueError('train_reserve_s must be >= 0 and min_flight_budget_s > 0')
+        if not (0.0 < self.shutdown_rtl_timeout_s <= 600.0):
+            raise ValueError(f'shutdown_rtl_timeout_s must be in (0, 600], got '
+                             f'{self.shutdown_rtl_timeout_s}')
         if not (2.0 <= self.takeoff_altitude_m <= 120.0):
             raise ValueError(f'takeoff_altitude_m must be in [2, 120], got '
                              f'{self.takeoff_altitude_m}')
@@ -460,3 +466,63 @@ class FleetConfig:
         """The drones' geofence (ENU m): geofence.source 'world' is the world less
         coverage.margin_m, 'box' the geofence.*_m limits."""
         return resolve_geofence(self.geofence, self.world.size_m, self.coverage.margin_m)
+
+
+# --- the nodes' own ROS parameters (beside the shared config; fl_uav.ros.params declares them)
+
+MAX_TIMER_RATE_HZ = 1000.0     # a node timer faster than this is a typo, not a setting
+
+
+def _require_positive(key: str, value: float, max_value: float) -> None:
+    if not (math.isfinite(value) and 0.0 < value <= max_value):
+        raise ValueError(f'{key} must be in (0, {max_value:g}], got {value}')
+
+
+@dataclass(frozen=True)
+class DroneNodeParams:
+    """The drone node's own parameters: drone_id (0..num_drones-1: its autopilot port is
+    flight.port_base + drone_id and the station plans for drones 0..num_drones-1 only),
+    exit_on_finish (end the node once landed at the end of the run), output_dir (where the
+    onboard planner's record is written; '' = nowhere)."""
+
+    drone_id: int = 0
+    exit_on_finish: bool = False
+    output_dir: str = ''
+
+    def check(self, config: FleetConfig) -> None:
+        """ValueError unless drone_id is one of the fleet's drones."""
+        if not 0 <= self.drone_id < config.num_drones:
+            raise ValueError(f'drone_id must be in [0, {config.num_drones - 1}] (num_drones '
+                             f'{config.num_drones}), got {self.drone_id}')
+
+
+@dataclass(frozen=True)
+class GroundStationNodeParams:
+    """The ground station node's own parameters: output_dir (run log; '' = none),
+    exit_on_finish, tick_period_s (how often it checks deadlines and opens rounds, in
+    (0, 60] s), finish_linger_s (how long it keeps publishing the finish command before it
+    exits, >= 0)."""
+
+    output_dir: str = ''
+    exit_on_finish: bool = False
+    tick_period_s: float = 0.1
+    finish_linger_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        _require_positive('tick_period_s', self.tick_period_s, 60.0)
+        if not (math.isfinite(self.finish_linger_s) and self.finish_linger_s >= 0.0):
+            raise ValueError(f'finish_linger_s must be finite and >= 0, got '
+                             f'{self.finish_linger_s}')
+
+
+@dataclass(frozen=True)
+class AutopilotSimNodeParams:
+    """The autopilot simulator node's own parameters: log_dir (event log on shutdown; '' =
+    none), ground_truth_rate_hz (ground-truth pose publishing rate, in (0, 1000] Hz)."""
+
+    log_dir: str = ''
+    ground_truth_rate_hz: float = 20.0
+
+    def __post_init__(self) -> None:
+        _require_positive('ground_truth_rate_hz', self.ground_truth_rate_hz,
+                          MAX_TIMER_RATE_HZ)

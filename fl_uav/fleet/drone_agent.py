@@ -251,6 +251,11 @@ class DroneAgent:
         except (AttributeError, TypeError, ValueError, OverflowError):
             self.rejected_frames += 1           # malformed knobs or plan: not this round's task
             return None
+        num_rounds = frame.metadata.get('num_rounds')
+        if num_rounds is not None and (isinstance(num_rounds, bool)
+                                       or not isinstance(num_rounds, int) or num_rounds < 1):
+            self.rejected_frames += 1           # a run length that is not a count
+            return None
         # Each waypoint three finite numbers (not strings, not an int beyond a float).
         if not (isinstance(raw_plan, list) and all(map(valid_position, raw_plan))):
             self.rejected_frames += 1
@@ -259,7 +264,7 @@ class DroneAgent:
         if control:
             knobs[SERVER_CONTROL_KNOB] = control
         return RoundTask(round_index=frame.round_index, weights=weights, plan=plan,
-                         knobs=knobs, deadline_s=deadline_s)
+                         knobs=knobs, deadline_s=deadline_s, num_rounds=num_rounds)
 
     def train_round(self, task: RoundTask) -> UpdateReport:
         """Run the configured client algorithm from the global weights on the buffer (the

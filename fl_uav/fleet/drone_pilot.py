@@ -7,6 +7,12 @@ sent to the autopilot; a plan that leaves it is rejected whole, counted by reaso
 and the drone flies nothing that round (it holds in the air, or stays on the ground). With an
 :class:`~fl_uav.fleet.onboard_planner.OnboardPlanner`, the round's plan is first replaced by the
 drone's own mission (its 2CEOAFL q_t after the survey rounds), which passes the same check.
+
+Telemetry (:meth:`DronePilot.stream_telemetry`) follows the vehicle link: it starts whenever a
+connection is established, by itself or by a round's :meth:`DronePilot.ensure_airborne`, so a
+drone whose autopilot comes up late still gets poses (and keeps its camera frames).
+:meth:`DronePilot.shutdown` ends the pilot: a vehicle still in the air is sent home (RTL,
+waited for at most a given time), then the link is closed.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -30,7 +36,7 @@ from fl_uav.fleet.express_carrier import (
 from fl_uav.fleet.messages import PoseSample, RoundTask
 from fl_uav.fleet.onboard_planner import OnboardPlanner
 from fl_uav.planning.geofence import Geofence, GeofenceViolationError, require_inside
-from fl_uav.vehicle.interface import Vehicle, VehicleError, WaypointEnu
+from fl_uav.vehicle.interface import BatteryStatus, Vehicle, VehicleError, WaypointEnu
 
 _log = logging.getLogger(__name__)
 
@@ -61,18 +67,26 @@ class DronePilot:
         self.plans_rejected: Counter[str] = Counter()   # by the first violation's reason
         self._train_executor = train_executor
         self._lock: asyncio.Lock | None = None
+        self._link_up: asyncio.Event | None = None   # set on every established connection
+        self._closed = False
 
     def _guard(self) -> asyncio.Lock:
         if self._lock is None:
             self._lock = asyncio.Lock()
         return self._lock
 
+    def _link_event(self) -> asyncio.Event:
+        if self._link_up is None:
+            self._link_up = asyncio.Event()
+        return self._link_up
+
     async def ensure_connected(self) -> None:
-        """Connect and wait until the autopilot is healthy (once)."""
+        """Connect and wait until the autopilot is healthy (once); wakes the telemetry."""
         async with self._guard():
             if not self.state.connected:
                 await self.vehicle.connect(self.flight.connect_timeout_s)
                 self.state.connected = True
+                self._link_event().set()
 
     async def ensure_airborne(self) -> None:
         """Connect, arm and take off if not done yet."""
@@ -201,8 +215,82 @@ class DronePilot:
             return
         if self.flight.land_on_finish:
             await self.vehicle.return_to_launch()
+            self.state.armed = False           # RTL returns once landed and disarmed
         self.state.airborne = False
         self.state.landed_after_flight = True
+
+    @property
+    def in_flight(self) -> bool:
+        """True from arming until the pilot saw the vehicle land (it may still be climbing,
+        flying, hovering after the run with ``land_on_finish`` false, or landed by a failsafe
+        the pilot could not see)."""
+        return self.state.armed
+
+    async def shutdown(self, rtl_timeout_s: float) -> None:
+        """End the pilot: a vehicle in flight is commanded to return to launch and waited for
+        at most ``rtl_timeout_s`` (the autopilot goes on with RTL after that), then the link
+        is closed and the telemetry ends. Never raises a VehicleError (logged instead)."""
+        self._closed = True
+        try:
+            if self.in_flight:
+                _log.warning('shutting down in flight: returning to launch (waiting up to '
+                             '%.0f s)', rtl_timeout_s)
+                await asyncio.wait_for(self.vehicle.return_to_launch(), rtl_timeout_s)
+                self.state.armed = self.state.airborne = False
+                self.state.landed_after_flight = True
+        except TimeoutError:
+            _log.warning('not landed within %.0f s: closing the link; the autopilot '
+                         'continues its return to launch', rtl_timeout_s)
+        except VehicleError as exc:
+            _log.error('return to launch at shutdown failed: %s', exc)
+        finally:
+            try:
+                await self.vehicle.close()
+            except VehicleError as exc:
+                _log.warning('vehicle close failed: %s', exc)
+            self._link_event().set()            # let a waiting telemetry loop see the end
+
+    async def stream_telemetry(self, on_pose: Callable[[PoseSample], None],
+                               on_battery: Callable[[BatteryStatus], None]) -> None:
+        """Forward poses (to the agent and ``on_pose``) and battery states (to
+        ``on_battery``) whenever the vehicle link is up, until :meth:`shutdown`.
+
+        Tries to connect first; if that fails (autopilot not up yet) it waits, and starts the
+        streams as soon as a later connection succeeds (e.g. a round's ensure_airborne).
+        Streams that end or fail without a shutdown wait for the next connection."""
+        try:
+            await self.ensure_connected()
+        except VehicleError as exc:
+            _log.warning('telemetry waits for the vehicle link: %s', exc)
+        link_up = self._link_event()
+        while True:
+            await link_up.wait()
+            link_up.clear()
+            if self._closed:
+                return
+            await self._stream_until_end(on_pose, on_battery)
+            if self._closed:
+                return
+            _log.warning('telemetry ended: waiting for the vehicle link')
+
+    async def _stream_until_end(self, on_pose: Callable[[PoseSample], None],
+                                on_battery: Callable[[BatteryStatus], None]) -> None:
+        batteries = asyncio.ensure_future(self._forward(self.vehicle.batteries(), on_battery))
+        try:
+            await self.stream_poses(on_pose)
+        except VehicleError as exc:
+            _log.warning('pose stream failed: %s', exc)
+        finally:
+            batteries.cancel()
+
+    @staticmethod
+    async def _forward(stream: AsyncIterator[BatteryStatus],
+                       callback: Callable[[BatteryStatus], None]) -> None:
+        try:
+            async for item in stream:
+                callback(item)
+        except VehicleError as exc:
+            _log.warning('battery stream failed: %s', exc)
 
     async def stream_poses(self, on_pose: Callable[[PoseSample], None]) -> None:
         """Forward telemetry poses to the agent and to a callback (e.g. a publisher)."""

@@ -49,13 +49,15 @@ class PoseSample:
 
 @dataclass(frozen=True)
 class RoundTask:
-    """What a drone must do in a round: fly the plan, then train from the global weights."""
+    """What a drone must do in a round: fly the plan, then train from the global weights.
+    ``num_rounds`` is the run length the station announced with it (None: not announced)."""
 
     round_index: int
     weights: dict
     plan: tuple[PlanWaypoint, ...]
     knobs: dict[str, Any] = field(default_factory=dict)
     deadline_s: float = 0.0
+    num_rounds: int | None = None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
 
-from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.config import AutopilotSimNodeParams, FleetConfig
 from fl_uav.fleet.messages import PoseSample
 from fl_uav.ros import names
 from fl_uav.ros.conversions import pose_to_msg
@@ -21,7 +21,7 @@ from fl_uav.ros.params import declare_config
 from fl_uav.ros.spin import run_node
 from fl_uav.sim.autopilot import AutopilotSim
 
-NODE_PARAMS = {'log_dir': '', 'ground_truth_rate_hz': 20.0}
+NODE_PARAMS = AutopilotSimNodeParams
 LOG_FILE = 'autopilot_log.json'
 
 
@@ -40,7 +40,7 @@ class AutopilotSimNode(Node):
                                             names.drone_topic(d, names.GROUND_TRUTH_POSE_TOPIC),
                                             names.TELEMETRY_QOS)
                       for d in range(cfg.num_drones)]
-        self.create_timer(1.0 / self.own['ground_truth_rate_hz'], self._publish_truth)
+        self.create_timer(1.0 / self.own.ground_truth_rate_hz, self._publish_truth)
         last_port = cfg.flight.port_base + cfg.num_drones - 1
         self.get_logger().info(f'autopilot sim: {cfg.num_drones} vehicles, MAVLink to ports '
                                f'{cfg.flight.port_base}..{last_port}, '
@@ -56,9 +56,9 @@ class AutopilotSimNode(Node):
     def shutdown(self) -> None:
         """Stop the simulator and write its event log."""
         self._handle.stop()
-        if self.own['log_dir']:
-            Path(self.own['log_dir']).mkdir(parents=True, exist_ok=True)
-            self.sim.write_log(Path(self.own['log_dir']) / LOG_FILE)
+        if self.own.log_dir:
+            Path(self.own.log_dir).mkdir(parents=True, exist_ok=True)
+            self.sim.write_log(Path(self.own.log_dir) / LOG_FILE)
 
 
 def main(args: list[str] | None = None) -> None:

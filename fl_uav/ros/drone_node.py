@@ -9,6 +9,23 @@ round.
 In ``mode: express`` it is a FedEx transporter instead: it flies the station's tour, hovers
 over each ground client for the exchange (model out on /gc<j>/express/model, CLU back on
 /uav<i>/express/clu) and uploads its running sum u_k; the camera is not used.
+
+Which rounds it takes (:mod:`fl_uav.fleet.round_gate`): a round ahead of the last one taken;
+the same round again is ignored; a round behind the last one starts a new run (the station was
+restarted): the drone resets and takes it, and logs that; a round outside the run length the
+frame announces (1..num_rounds) is rejected as implausible, counted by reason and logged, and
+never moves the gate (a forged round 4000000000 neither runs nor locks the drone out). A finish
+command for a round behind the last one taken is ignored (logged).
+
+Telemetry (/uav<i>/pose, /uav<i>/battery and the poses the camera frames are labelled with)
+starts whenever the autopilot link is established: at start-up, or later when a round connects
+(an autopilot that comes up after the node). Shut down (Ctrl-C) while the vehicle is in flight,
+the node commands return to launch, waits at most ``flight.shutdown_rtl_timeout_s`` for the
+landing, then closes the link.
+
+Its own parameters (:class:`~fl_uav.fleet.config.DroneNodeParams`) are checked at start-up like
+the config: a bad ``drone_id`` (not an integer, or not in 0..num_drones-1) stops the node with
+an error naming the key.
 """
 
 from __future__ import annotations
@@ -25,7 +42,7 @@ from sensor_msgs.msg import BatteryState, Image
 from std_msgs.msg import UInt8MultiArray
 from visualization_msgs.msg import MarkerArray
 
-from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.config import DroneNodeParams, FleetConfig
 from fl_uav.fleet.drone_agent import DroneAgent, UpdateReport
 from fl_uav.fleet.drone_pilot import DronePilot
 from fl_uav.fleet.express_carrier import ExpressCarrier
@@ -36,6 +53,7 @@ from fl_uav.fleet.onboard_planner import (
     map_geotags,
     record_file_name,
 )
+from fl_uav.fleet.round_gate import NEW_RUN, REPEAT, RoundGate
 from fl_uav.fleet.world_setup import map_labeler
 from fl_uav.ros import names
 from fl_uav.ros.conversions import (
@@ -51,11 +69,13 @@ from fl_uav.ros.conversions import (
 from fl_uav.ros.markers import class_region_markers, clear_markers, planned_path_markers
 from fl_uav.ros.params import declare_config
 from fl_uav.ros.spin import run_node
+from fl_uav.vehicle.interface import BatteryStatus
 from fl_uav.vehicle.mavsdk_vehicle import MavsdkVehicle
 from fl_uav.vehicle.runner import VehicleRunner
 from fl_uav.world.geo import GeoOrigin
 
-NODE_PARAMS = {'drone_id': 0, 'exit_on_finish': False, 'output_dir': ''}
+NODE_PARAMS = DroneNodeParams
+IGNORED_LOG_THROTTLE_S = 5.0   # the latched model topic may re-deliver a round: log it rarely
 
 
 class RosExpressLink:
@@ -91,7 +111,7 @@ class DroneNode(Node):
         super().__init__('drone', automatically_declare_parameters_from_overrides=True)
         self.config, self.own = declare_config(self, FleetConfig, NODE_PARAMS)
         cfg: FleetConfig = self.config
-        self.drone_id = int(self.own['drone_id'])
+        self.drone_id = self.own.drone_id
         labeler = map_labeler(cfg.world, cfg.camera)
         self.agent = DroneAgent(cfg, self.drone_id, labeler)
         origin = GeoOrigin(cfg.autopilot.origin_lat_deg, cfg.autopilot.origin_lon_deg,
@@ -109,8 +129,8 @@ class DroneNode(Node):
                                                            origin),
                                 cfg.flight, self._train_pool, geofence=cfg.geofence_enu(),
                                 planner=self.onboard)
-        self._last_round = 0
-        self._busy: Future | None = None
+        self.rounds = RoundGate(cfg.rounds.num_rounds)
+        self._round: Future | None = None
         self._tour: Future | None = None
         self.done = threading.Event()
         self._pose_pub = self.create_publisher(PoseStamped, names.POSE_TOPIC,
@@ -129,24 +149,16 @@ class DroneNode(Node):
                                      names.IMAGE_QOS)
         self.create_subscription(UInt8MultiArray, names.GLOBAL_MODEL_TOPIC, self._on_global,
                                  names.GLOBAL_MODEL_QOS)
-        self.runner.submit(self._telemetry()).add_done_callback(self._on_telemetry_end)
+        self.runner.submit(self.pilot.stream_telemetry(self._publish_pose, self._on_battery)
+                           ).add_done_callback(self._on_telemetry_end)
         self.get_logger().info(f'drone {self.drone_id}: autopilot at '
                                f'{cfg.flight.url_for(self.drone_id)}, geofence '
                                f'{self.pilot.geofence.describe()}')
 
-    async def _telemetry(self) -> None:
-        await self.pilot.ensure_connected()
-        batteries = asyncio.ensure_future(self._battery_stream())
-        try:
-            await self.pilot.stream_poses(self._publish_pose)
-        finally:
-            batteries.cancel()
-
-    async def _battery_stream(self) -> None:
-        async for battery in self.pilot.vehicle.batteries():
-            self.onboard.on_battery(battery.remaining_fraction)
-            self._battery_pub.publish(battery_to_msg(battery.remaining_fraction,
-                                                     battery.voltage_v, self._now()))
+    def _on_battery(self, battery: BatteryStatus) -> None:
+        self.onboard.on_battery(battery.remaining_fraction)
+        self._battery_pub.publish(battery_to_msg(battery.remaining_fraction,
+                                                 battery.voltage_v, self._now()))
 
     def _on_telemetry_end(self, future: Future) -> None:
         if not future.cancelled() and future.exception() is not None:
@@ -183,27 +195,49 @@ class DroneNode(Node):
         if work is None:
             self.get_logger().warning('rejected a global model frame')
         elif isinstance(work, FinishCommand):
+            verdict = self.rounds.admit_finish(work.round_index)
+            if not verdict.taken:
+                self._log_ignored(verdict.action, verdict.detail)
+                return
             self.get_logger().info('run finished: returning to launch')
             if self._tour is not None and not self._tour.done():
                 self._tour.cancel()    # FedEx-Async: the run may end while a tour is out
             self.runner.submit(self.pilot.finish()).add_done_callback(self._on_finished)
-        elif (isinstance(work, RoundTask) and work.round_index > self._last_round
-              and self.express):
-            if EXPRESS_KNOB not in work.knobs:
-                return   # FedEx-Async: another UAV's departure; this one is still out
-            self._last_round = work.round_index
+        elif self.express and EXPRESS_KNOB not in work.knobs:
+            return   # FedEx-Async: another UAV's departure; this one is still out
+        else:
+            verdict = self.rounds.admit_round(work.round_index, work.num_rounds)
+            if not verdict.taken:
+                self._log_ignored(verdict.action, verdict.detail)
+                return
+            if verdict.action == NEW_RUN:
+                self.get_logger().warning(verdict.detail)
+            self._start_round(work)
+
+    def _start_round(self, work: RoundTask) -> None:
+        if self.express:
             self.get_logger().info(f'round {work.round_index}: express tour over '
                                    f'{max(0, len(work.plan) - 1)} clients')
             self._tour = self.runner.submit(self.pilot.run_express_tour(
                 work, self.carrier, self.link, self.config.express.speed_m_s))
             self._tour.add_done_callback(self._on_tour_done)
-        elif isinstance(work, RoundTask) and work.round_index > self._last_round:
-            self._last_round = work.round_index
-            self.get_logger().info(f'round {work.round_index}: flying '
-                                   f'{len(work.plan)} waypoints')
-            self.runner.submit(self.pilot.run_round(work)).add_done_callback(self._on_trained)
+            return
+        self.get_logger().info(f'round {work.round_index}: flying {len(work.plan)} waypoints')
+        self._round = self.runner.submit(self.pilot.run_round(work))
+        self._round.add_done_callback(self._on_trained)
+
+    def _log_ignored(self, reason: str, detail: str) -> None:
+        message = (f'global frame ignored ({reason}): {detail}; ignored so far '
+                   f'{dict(self.rounds.ignored)}')
+        if reason == REPEAT:
+            self.get_logger().info(message, throttle_duration_sec=IGNORED_LOG_THROTTLE_S)
+        else:
+            self.get_logger().warning(message)
 
     def _on_trained(self, future: Future) -> None:
+        if future.cancelled():
+            self.get_logger().info('round cancelled: the node is shutting down')
+            return
         if future.exception() is not None:
             self.get_logger().error(f'round failed: {future.exception()!r}')
             return
@@ -240,28 +274,41 @@ class DroneNode(Node):
             + (f', error: {tour.error}' if tour.error else ''))
 
     def _write_record(self) -> None:
-        if not self.own['output_dir']:
+        if not self.own.output_dir:
             return
         try:
-            self.onboard.write_record(PathLib(self.own['output_dir'])
+            self.onboard.write_record(PathLib(self.own.output_dir)
                                       / record_file_name(self.drone_id))
         except OSError as exc:
             self.get_logger().warning(f'trajectory record not written: {exc}',
                                       throttle_duration_sec=60.0)
 
     def _on_finished(self, future: Future) -> None:
+        if future.cancelled():
+            return
         if future.exception() is not None:
             self.get_logger().error(f'landing failed: {future.exception()!r}')
-        if self.own['exit_on_finish']:
+        if self.own.exit_on_finish:
             self.done.set()
 
     def shutdown(self) -> None:
-        """Close the MAVLink connection, then stop the vehicle loop and the training thread."""
-        closing = self.runner.submit(self.pilot.vehicle.close())
+        """Stop the round or tour in progress; a vehicle in flight returns to launch (waited
+        for at most flight.shutdown_rtl_timeout_s); close the MAVLink connection, then stop
+        the vehicle loop and the training thread (once; later calls do nothing)."""
+        if not self.runner.running:
+            return
+        for work in (self._round, self._tour):
+            if work is not None:
+                work.cancel()
+        flight = self.config.flight
+        if self.pilot.in_flight:
+            self.get_logger().warning(f'shutting down in flight: returning to launch, waiting '
+                                      f'up to {flight.shutdown_rtl_timeout_s:.0f} s')
+        ending = self.runner.submit(self.pilot.shutdown(flight.shutdown_rtl_timeout_s))
         try:
-            closing.result(timeout=self.config.flight.connect_timeout_s)
+            ending.result(timeout=flight.shutdown_rtl_timeout_s + flight.connect_timeout_s)
         except Exception as exc:  # noqa: BLE001 - shutting down whatever happened
-            self.get_logger().warning(f'vehicle close failed: {exc!r}')
+            self.get_logger().warning(f'vehicle shutdown failed: {exc!r}')
         self.runner.stop()
         self._train_pool.shutdown(wait=False, cancel_futures=True)
 

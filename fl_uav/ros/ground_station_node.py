@@ -11,7 +11,7 @@ from rclpy.node import Node
 from std_msgs.msg import UInt8MultiArray
 from visualization_msgs.msg import MarkerArray
 
-from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.config import FleetConfig, GroundStationNodeParams
 from fl_uav.fleet.ground_station import GroundStation
 from fl_uav.fleet.run_log import RunLog
 from fl_uav.fleet.world_setup import world_map
@@ -27,8 +27,7 @@ from fl_uav.ros.params import declare_config
 from fl_uav.ros.spin import run_node
 from fl_uav.world.dataset import heldout_set, to_model_input
 
-NODE_PARAMS = {'output_dir': '', 'exit_on_finish': False, 'tick_period_s': 0.1,
-               'finish_linger_s': 60.0}
+NODE_PARAMS = GroundStationNodeParams
 
 
 class GroundStationNode(Node):
@@ -42,7 +41,7 @@ class GroundStationNode(Node):
         images, labels = heldout_set(world_map(cfg.world), cfg.camera,
                                      n=cfg.rounds.eval_samples, seed=cfg.rounds.eval_seed)
         self.station = GroundStation(cfg, to_model_input(images, cfg.learning.input_px), labels)
-        self.log = RunLog(self.own['output_dir'] or None)
+        self.log = RunLog(self.own.output_dir or None)
         self._lock = threading.Lock()
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix='aggregate')
         self._closing = False
@@ -63,7 +62,7 @@ class GroundStationNode(Node):
                                  names.UPDATES_QOS)
         self._ground_clients = (range(cfg.ground_clients.num_clients) if self.station.express
                          else range(0))
-        self.create_timer(self.own['tick_period_s'], self._tick)
+        self.create_timer(self.own.tick_period_s, self._tick)
         self.get_logger().info(
             f'ground station: {cfg.num_drones} drones, {cfg.rounds.num_rounds} rounds, '
             f'initial accuracy {self.station.initial_accuracy:.3f}'
@@ -180,10 +179,10 @@ class GroundStationNode(Node):
         self.get_logger().info('all rounds done; finish sent')
 
     def _linger(self, now: float) -> None:
-        if not self.own['exit_on_finish'] or self._finished_s is None:
+        if not self.own.exit_on_finish or self._finished_s is None:
             return
         drones_gone = self._model_pub.get_subscription_count() == 0
-        if drones_gone or now - self._finished_s >= self.own['finish_linger_s']:
+        if drones_gone or now - self._finished_s >= self.own.finish_linger_s:
             self.done.set()
 
 

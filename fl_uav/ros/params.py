@@ -2,31 +2,51 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from rcl_interfaces.msg import ParameterDescriptor
 from rclpy.node import Node
 
-from fl_uav.configschema import build_config, default_flat
+from fl_uav.configschema import ConfigError, build_config, default_flat
 
 _ROS_BUILTIN = {'use_sim_time', 'start_type_description_service'}
 
 
-def declare_config(node: Node, config_cls: type, node_params: dict[str, Any]) -> tuple[Any, dict]:
+def declare_config(node: Node, config_cls: type, node_params: dict[str, Any] | type
+                   ) -> tuple[Any, Any]:
     """Declare every schema key (and the node's own keys), then validate all of them.
+
+    ``node_params`` is the node's own parameters: a dict of defaults (returned as a dict,
+    unchecked) or a frozen dataclass whose fields are the keys (returned as an instance, built
+    and checked like the config: a ConfigError names the key and what is allowed). Such a
+    dataclass may have a ``check(config)`` method for rules that need the config (e.g. a
+    drone id below ``num_drones``).
 
     The node must be created with ``automatically_declare_parameters_from_overrides=True`` so
     that keys from parameter files that are not in the schema surface here and fail loudly.
     """
+    own_defaults = (default_flat(node_params) if dataclasses.is_dataclass(node_params)
+                    else node_params)
     descriptor = ParameterDescriptor(dynamic_typing=True)
-    for key, default in {**default_flat(config_cls), **node_params}.items():
+    for key, default in {**default_flat(config_cls), **own_defaults}.items():
         if not node.has_parameter(key) and default not in ((), []):
             # Empty lists have no ROS type; such keys are settable from parameter files only.
             node.declare_parameter(key, _ros_default(default), descriptor)
     values = {name: p.value for name, p in node.get_parameters_by_prefix('').items()
               if name not in _ROS_BUILTIN}
-    own = {key: values.pop(key) for key in node_params if key in values}
-    return build_config(config_cls, values), own
+    own = {key: values.pop(key) for key in own_defaults if key in values}
+    config = build_config(config_cls, values)
+    if not dataclasses.is_dataclass(node_params):
+        return config, own
+    own_params = build_config(node_params, own)
+    check = getattr(own_params, 'check', None)
+    if callable(check):
+        try:
+            check(config)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+    return config, own_params
 
 
 def _ros_default(value: Any) -> Any:

@@ -17,7 +17,7 @@ from std_msgs.msg import UInt8MultiArray
 from fl_uav.ros.drone_node import DroneNode
 from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig
 from fl_uav.sim.launch_plan import write_params_file
-from test.conftest import tiny_fleet_overrides
+from test.conftest import BIND_PORT_OFFSET, tiny_fleet_overrides
 
 
 def spin_until(executor: Executor, condition: Callable[[], bool], timeout_s: float) -> bool:
@@ -69,7 +69,7 @@ def drone_under_test(tmp_path: Path, port_base: int, home_enu_m: tuple[float, fl
     ``home_enu_m`` (time factor 10), plus a ``probe`` node on the same executor; the fleet
     config is the tiny fleet with ``overrides``. Everything is stopped on exit."""
     sim = AutopilotSim(AutopilotSimConfig(
-        num_vehicles=1, remote_base_port=port_base, bind_base_port=port_base + 1000,
+        num_vehicles=1, remote_base_port=port_base, bind_base_port=port_base + BIND_PORT_OFFSET,
         time_factor=10.0, home_east_m=home_enu_m[0], home_north_m=home_enu_m[1],
         heartbeat_rate_hz=2.0, cruise_speed_m_s=12.0, rtl_return_alt_m=20.0))
     handle = sim.run_in_thread()

@@ -9,7 +9,8 @@ import pytest
 import rclpy
 from rclpy.node import Node
 
-from fl_uav.ros.spin import run_node
+from fl_uav.configschema import ConfigError
+from fl_uav.ros.spin import CONFIG_ERROR_EXIT_STATUS, run_node
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -61,4 +62,17 @@ def test_run_node_cleans_up_on_ctrl_c():
     run_node(_FailingNode, args=[])
     # Assert
     assert _FailingNode.events == ['shutdown', 'destroyed']
+    assert not rclpy.ok()
+
+
+def _misconfigured_node() -> Node:
+    raise ConfigError("config key 'drone_id': expected an integer, got 'abc'")
+
+
+def test_run_node_ends_a_misconfigured_node_with_its_error_and_no_traceback():
+    # Act
+    with pytest.raises(SystemExit) as ended:
+        run_node(_misconfigured_node, args=[])
+    # Assert
+    assert ended.value.code == CONFIG_ERROR_EXIT_STATUS and ended.value.__cause__ is None
     assert not rclpy.ok()

@@ -14,6 +14,7 @@ from fl_uav.fleet.messages import RoundTask
 from fl_uav.planning.coverage import PlanWaypoint
 from fl_uav.planning.geofence import Geofence
 from fl_uav.vehicle.fake_vehicle import FakeVehicle
+from fl_uav.vehicle.interface import VehicleError
 
 FENCE = Geofence(10.0, 10.0, 390.0, 390.0, min_up_m=5.0, max_up_m=120.0)
 INSIDE = (PlanWaypoint(100.0, 100.0, 30.0), PlanWaypoint(150.0, 100.0, 30.0))
@@ -98,3 +99,128 @@ def test_an_airborne_drone_holds_where_it_is_when_the_next_plan_is_rejected():
     assert vehicle.in_air and vehicle.position_enu_m == [150.0, 100.0, 30.0]
     assert pilot.state.airborne and pilot.plans_rejected == {'outside_fence': 1}
     assert agent.trained == [1, 2]
+
+
+class _PoseAgent(_Agent):
+    """An agent that also takes telemetry poses (what stream_telemetry feeds)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.poses: list = []
+
+    def on_pose(self, pose) -> None:
+        self.poses.append(pose)
+
+    def latest_pose(self):
+        return self.poses[-1] if self.poses else None
+
+
+async def _until(condition, timeout_s: float = 5.0) -> None:
+    """Yield to the loop until condition() holds; TimeoutError after timeout_s."""
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0)
+    await asyncio.wait_for(poll(), timeout_s)
+
+
+def test_telemetry_starts_when_a_later_round_connects_after_a_failed_first_connect():
+    # Arrange: the autopilot is not reachable when the telemetry starts
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0),
+                          fail_on={'connect': VehicleError('no autopilot heartbeat')})
+    agent = _PoseAgent()
+    published, batteries = [], []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = DronePilot(agent, vehicle, FlightConfig(speed_m_s=20.0), pool, geofence=FENCE)
+
+        async def scenario() -> None:
+            telemetry = asyncio.ensure_future(
+                pilot.stream_telemetry(published.append, batteries.append))
+            await _until(lambda: ('connect', 60.0) in vehicle.calls)
+            # Act: the autopilot comes up; the next round connects through ensure_airborne
+            vehicle.fail_on.clear()
+            await pilot.run_round(RoundTask(1, {}, INSIDE, deadline_s=600.0))
+            await _until(lambda: published and batteries)
+            await pilot.shutdown(rtl_timeout_s=60.0)
+            await asyncio.wait_for(telemetry, 5.0)     # ends with the shutdown
+
+        asyncio.run(scenario())
+    # Assert: poses reached the agent (camera frames get labelled) and the publisher
+    assert agent.poses and published and batteries
+    assert [call[0] for call in vehicle.calls].count('connect') == 2
+
+
+def _pilot(vehicle: FakeVehicle, pool: ThreadPoolExecutor) -> DronePilot:
+    pilot = DronePilot(_Agent(), vehicle, FlightConfig(speed_m_s=20.0), pool, geofence=FENCE)
+    return pilot
+
+
+def test_shutdown_in_flight_returns_to_launch_then_closes():
+    # Arrange
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _pilot(vehicle, pool)
+
+        async def scenario() -> None:
+            await pilot.run_round(RoundTask(1, {}, INSIDE, deadline_s=600.0))
+            assert vehicle.in_air and pilot.in_flight
+            # Act
+            await pilot.shutdown(rtl_timeout_s=60.0)
+
+        asyncio.run(scenario())
+    # Assert
+    assert _operations(vehicle)[-2:] == ['return_to_launch', 'close']
+    assert not vehicle.in_air and vehicle.position_enu_m == [200.0, 200.0, 0.0]
+    assert not pilot.in_flight
+
+
+def test_shutdown_waits_for_the_return_at_most_the_timeout(caplog):
+    # Arrange: a return that takes far longer than the timeout (wall time)
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _pilot(vehicle, pool)
+
+        async def scenario() -> float:
+            await pilot.run_round(RoundTask(1, {}, INSIDE, deadline_s=600.0))
+            vehicle.time_factor = 0.01          # each 0.1 s step now takes 10 s
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            # Act
+            await pilot.shutdown(rtl_timeout_s=0.2)
+            return loop.time() - start
+
+        with caplog.at_level(logging.WARNING, logger='fl_uav.fleet.drone_pilot'):
+            took_s = asyncio.run(scenario())
+    # Assert: RTL commanded, the link closed after the timeout, not after the landing
+    assert _operations(vehicle)[-2:] == ['return_to_launch', 'close']
+    assert took_s < 5.0 and vehicle.in_air
+    assert any('not landed within' in r.getMessage() for r in caplog.records)
+
+
+def test_shutdown_on_the_ground_only_closes():
+    # Arrange
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _pilot(vehicle, pool)
+        # Act
+        asyncio.run(pilot.shutdown(rtl_timeout_s=60.0))
+    # Assert
+    assert _operations(vehicle) == ['close']
+
+
+def test_a_failed_return_at_shutdown_is_logged_and_the_link_still_closed(caplog):
+    # Arrange
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0),
+                          fail_on={'return_to_launch': VehicleError('RTL denied')})
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _pilot(vehicle, pool)
+
+        async def scenario() -> None:
+            await pilot.run_round(RoundTask(1, {}, INSIDE, deadline_s=600.0))
+            await pilot.shutdown(rtl_timeout_s=60.0)
+
+        # Act
+        with caplog.at_level(logging.ERROR, logger='fl_uav.fleet.drone_pilot'):
+            asyncio.run(scenario())
+    # Assert
+    assert _operations(vehicle)[-2:] == ['return_to_launch', 'close']
+    assert any('RTL denied' in r.getMessage() for r in caplog.records)

@@ -546,3 +546,17 @@ def test_an_update_with_numbers_beyond_a_float_is_rejected_and_the_round_still_c
     assert station.receive_update(frame).reason == 'metadata'
     record = station.close_round(opening.deadline_s)
     assert record.empty and station.next_round_index == 2
+
+
+def test_agent_reads_the_run_length_and_rejects_one_that_is_not_a_count(station, agent):
+    # Arrange
+    def frame(num_rounds: object) -> bytes:
+        return encode_frame(FrameKind.GLOBAL_MODEL, 1, GROUND_STATION_ID, station._fingerprint,
+                            station.weights, {'num_rounds': num_rounds})
+    opening = station.open_round(now_s=0.0)
+    # Act
+    task = agent.accept_global_frame(opening.frame)
+    bad = [agent.accept_global_frame(frame(v)) for v in ('10', 0, True, 2.5)]
+    # Assert
+    assert task.num_rounds == CONFIG.rounds.num_rounds
+    assert bad == [None] * 4 and agent.rejected_frames == 4

@@ -1,0 +1,173 @@
+"""drone node over real rclpy/DDS and real MAVLink: an autopilot that comes up late, Ctrl-C in
+flight, rounds from a restarted or forged station, and bad node parameters."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import numpy as np
+import pytest
+import rclpy
+from geometry_msgs.msg import PoseStamped
+from sensor_msgs.msg import Image
+from std_msgs.msg import UInt8MultiArray
+
+from fl_uav.compression.codec import GROUND_STATION_ID, FrameKind, decode_frame, encode_frame
+from fl_uav.configschema import ConfigError
+from fl_uav.learning.models import build_model
+from fl_uav.learning.weights import architecture_fingerprint, get_weights
+from fl_uav.ros import names
+from fl_uav.ros.autopilot_sim_node import AutopilotSimNode
+from fl_uav.ros.conversions import rgb_to_image
+from fl_uav.ros.drone_node import DroneNode
+from fl_uav.ros.ground_station_node import GroundStationNode
+from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig
+from fl_uav.sim.launch_plan import write_params_file
+from test.conftest import BIND_PORT_OFFSET, tiny_fleet_overrides
+from test.ros.rosutil import drone_under_test, frame_msg, node_with_probe, spin_until
+
+pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
+HOME = (585.0, 600.0)
+RUN_ROUNDS = 10
+
+
+def _fingerprint_and_weights() -> tuple[bytes, dict]:
+    weights = get_weights(build_model('tiny_cnn', 7))
+    return architecture_fingerprint(weights), weights
+
+
+def _round_frame(round_index: int, plan: list, num_rounds: int = RUN_ROUNDS) -> bytes:
+    fingerprint, weights = _fingerprint_and_weights()
+    return encode_frame(FrameKind.GLOBAL_MODEL, round_index, GROUND_STATION_ID, fingerprint,
+                        weights, {'deadline_s': 60.0, 'num_rounds': num_rounds,
+                                  'knobs': {'0': {'plan': plan}}})
+
+
+def _simulator(port_base: int) -> AutopilotSim:
+    return AutopilotSim(AutopilotSimConfig(
+        num_vehicles=1, remote_base_port=port_base, bind_base_port=port_base + BIND_PORT_OFFSET,
+        time_factor=10.0, home_east_m=HOME[0], home_north_m=HOME[1], heartbeat_rate_hz=2.0,
+        cruise_speed_m_s=12.0, rtl_return_alt_m=20.0))
+
+
+def _uploads_and_model_pub(probe):
+    uploads: list[bytes] = []
+    probe.create_subscription(UInt8MultiArray, names.UPDATES_TOPIC,
+                              lambda m: uploads.append(bytes(m.data)), names.UPDATES_QOS)
+    model_pub = probe.create_publisher(UInt8MultiArray, names.GLOBAL_MODEL_TOPIC,
+                                       names.GLOBAL_MODEL_QOS)
+    return uploads, model_pub
+
+
+def test_a_drone_started_before_its_autopilot_gets_telemetry_and_samples(tmp_path, port_base):
+    # Arrange: the drone node starts, its first connect fails (no autopilot yet)
+    overrides = {**tiny_fleet_overrides(1, port_base), 'flight.takeoff_altitude_m': 20.0,
+                 'flight.connect_timeout_s': 3.0, 'learning.min_samples_to_train': 4}
+    params = write_params_file(overrides, tmp_path / 'params.yaml')
+    args = ['--ros-args', '-r', '__ns:=/uav0', '--params-file', str(params),
+            '-p', 'drone_id:=0']
+    sim = _simulator(port_base)
+    handle = None
+    try:
+        with node_with_probe(DroneNode, args) as (node, probe, executor):
+            uploads, model_pub = _uploads_and_model_pub(probe)
+            poses: list = []
+            probe.create_subscription(PoseStamped, names.drone_topic(0, names.POSE_TOPIC),
+                                      poses.append, names.TELEMETRY_QOS)
+            camera = probe.create_publisher(Image, names.drone_topic(0, names.IMAGE_TOPIC),
+                                            names.IMAGE_QOS)
+            pilot = node.pilot
+            first_connect_over = spin_until(
+                executor, lambda: pilot._lock is not None and not pilot._lock.locked()
+                and not pilot.state.connected, 20.0)
+            assert first_connect_over, 'the first connect did not fail as arranged'
+            # Act: the autopilot comes up; a round arrives and connects
+            handle = sim.run_in_thread()
+            plan = [[HOME[0] + 40.0, HOME[1], 20.0], [HOME[0] + 40.0, HOME[1] + 40.0, 20.0]]
+            model_pub.publish(frame_msg(_round_frame(1, plan)))
+            rng = np.random.default_rng(0)
+
+            def fly_and_film() -> bool:
+                image = rng.integers(0, 255, (64, 64, 3), np.uint8)
+                camera.publish(rgb_to_image(image, 'uav0/camera_optical', time.time()))
+                return bool(uploads)
+
+            uploaded = spin_until(executor, fly_and_film, 120.0)
+            # Assert: telemetry runs, so frames were kept and trained on
+            assert uploaded, f'no update uploaded; pilot state {pilot.state}'
+            update = decode_frame(uploads[0])
+            assert update.round_index == 1 and update.metadata['num_samples'] > 0
+            assert poses, 'no /uav0/pose published'
+            assert node.agent.buffered_samples > 0
+    finally:
+        if handle is not None:
+            handle.stop()
+
+
+def test_shutdown_in_flight_returns_to_launch_without_a_traceback(tmp_path, port_base, caplog):
+    # Arrange: a long mission under way
+    overrides = {'flight.takeoff_altitude_m': 20.0, 'flight.speed_m_s': 5.0}
+    with drone_under_test(tmp_path, port_base, HOME, overrides, {}) as (sim, node, probe,
+                                                                       executor):
+        _, model_pub = _uploads_and_model_pub(probe)
+        far = [[HOME[0] + 400.0, HOME[1], 20.0], [HOME[0] + 400.0, HOME[1] + 400.0, 20.0]]
+        model_pub.publish(frame_msg(_round_frame(1, far)))
+        assert spin_until(executor, lambda: sim.events_of(0, 'mission_started'), 60.0)
+        # Act: what run_node does on Ctrl-C
+        with caplog.at_level(logging.ERROR):
+            node.shutdown()
+        # Assert: the autopilot flew home and landed; no callback raised
+        events = [e['event'] for e in sim.events_of(0)]
+        assert 'rtl' in events[events.index('mission_started'):]
+        assert 'landed' in events[events.index('rtl'):]
+        snapshot = sim.snapshots()[0]
+        assert not snapshot.armed
+        assert np.hypot(snapshot.position_enu_m[0] - HOME[0],
+                        snapshot.position_enu_m[1] - HOME[1]) < 3.0
+        assert not [r for r in caplog.records if 'CancelledError' in r.getMessage()
+                    or (r.exc_info and 'CancelledError' in repr(r.exc_info[1]))
+                    or r.name == 'concurrent.futures']
+
+
+def test_rounds_of_a_restarted_station_are_taken_and_a_forged_round_is_rejected(tmp_path,
+                                                                               port_base):
+    # Arrange: rounds without a plan (nothing flown: the drone trains and uploads at once)
+    with drone_under_test(tmp_path, port_base, HOME, {}, {}) as (sim, node, probe, executor):
+        uploads, model_pub = _uploads_and_model_pub(probe)
+
+        def rounds_uploaded() -> list[int]:
+            return [decode_frame(f).round_index for f in uploads]
+
+        model_pub.publish(frame_msg(_round_frame(3, [])))
+        assert spin_until(executor, lambda: rounds_uploaded() == [3], 30.0)
+        # Act: a forged round far beyond the run, then round 1 of a new run
+        model_pub.publish(frame_msg(_round_frame(4_000_000_000, [])))
+        assert spin_until(executor, lambda: node.rounds.ignored['beyond_run'] == 1, 15.0)
+        model_pub.publish(frame_msg(_round_frame(1, [])))
+        new_run = spin_until(executor, lambda: rounds_uploaded() == [3, 1], 30.0)
+        # Assert
+        assert new_run, f'uploads for rounds {rounds_uploaded()}'
+        assert node.rounds.events['new_run'] == 1 and node.rounds.last_round == 1
+        assert rounds_uploaded() == [3, 1]       # the forged round was never run
+
+
+@pytest.mark.parametrize('factory, key, value, message', [
+    (DroneNode, 'drone_id', 'abc', "'drone_id': expected an integer"),
+    (DroneNode, 'drone_id', '5', r'drone_id must be in \[0, 0\] \(num_drones 1\)'),
+    (GroundStationNode, 'tick_period_s', '-1.0', r'tick_period_s must be in \(0, 60\]'),
+    (AutopilotSimNode, 'ground_truth_rate_hz', '0.0',
+     r'ground_truth_rate_hz must be in \(0, 1000\]'),
+])
+def test_a_bad_node_parameter_stops_the_node_with_an_error_naming_it(tmp_path, port_base,
+                                                                     factory, key, value,
+                                                                     message):
+    # Arrange
+    params = write_params_file(tiny_fleet_overrides(1, port_base), tmp_path / 'params.yaml')
+    rclpy.init(args=['--ros-args', '--params-file', str(params), '-p', f'{key}:={value}'])
+    try:
+        # Act / Assert
+        with pytest.raises(ConfigError, match=message):
+            factory()
+    finally:
+        rclpy.try_shutdown()

@@ -1,0 +1,46 @@
+"""The nodes' own parameters are checked like the config: errors name the key and the range."""
+
+from __future__ import annotations
+
+import pytest
+
+from fl_uav.configschema import ConfigError, build_config
+from fl_uav.fleet.config import (
+    AutopilotSimNodeParams,
+    DroneNodeParams,
+    FleetConfig,
+    GroundStationNodeParams,
+)
+
+
+@pytest.mark.parametrize('cls, key, value, expected', [
+    (DroneNodeParams, 'drone_id', 'abc', 'expected an integer'),
+    (DroneNodeParams, 'drone_id', 1.5, 'expected an integer'),
+    (GroundStationNodeParams, 'tick_period_s', -1.0, r'\(0, 60\]'),
+    (GroundStationNodeParams, 'tick_period_s', 0.0, r'\(0, 60\]'),
+    (GroundStationNodeParams, 'finish_linger_s', -1.0, '>= 0'),
+    (AutopilotSimNodeParams, 'ground_truth_rate_hz', 0.0, r'\(0, 1000\]'),
+    (AutopilotSimNodeParams, 'ground_truth_rate_hz', float('inf'), r'\(0, 1000\]'),
+])
+def test_a_bad_node_parameter_names_its_key_and_what_is_allowed(cls, key, value, expected):
+    # Act / Assert
+    with pytest.raises(ConfigError, match=f'{key}.*{expected}|{expected}.*{key}'):
+        build_config(cls, {key: value})
+
+
+@pytest.mark.parametrize('drone_id', [-1, 2, 5])
+def test_a_drone_id_outside_the_fleet_is_refused(drone_id):
+    # Arrange
+    params = build_config(DroneNodeParams, {'drone_id': drone_id})
+    # Act / Assert
+    with pytest.raises(ValueError, match=r'drone_id must be in \[0, 1\] \(num_drones 2\)'):
+        params.check(FleetConfig(num_drones=2))
+
+
+def test_defaults_and_good_values_pass():
+    # Act
+    drone = build_config(DroneNodeParams, {'drone_id': 1, 'exit_on_finish': True})
+    station = build_config(GroundStationNodeParams, {'tick_period_s': 1})
+    # Assert
+    drone.check(FleetConfig(num_drones=2))
+    assert station.tick_period_s == 1.0 and AutopilotSimNodeParams().ground_truth_rate_hz > 0

@@ -1,0 +1,81 @@
+"""RoundGate: which of the station's rounds a drone takes (restarts, repeats, forged rounds)."""
+
+from __future__ import annotations
+
+import pytest
+
+from fl_uav.fleet.round_gate import BEYOND_RUN, NEW_RUN, REPEAT, STALE_FINISH, TAKE, RoundGate
+
+RUN = 10       # the run length the station announces
+
+
+def _gate_at(round_index: int) -> RoundGate:
+    gate = RoundGate(default_num_rounds=RUN)
+    assert gate.admit_round(round_index, RUN).taken
+    return gate
+
+
+def test_rounds_ahead_are_taken_even_when_some_were_missed():
+    # Arrange
+    gate = _gate_at(1)
+    # Act
+    verdicts = [gate.admit_round(r, RUN).action for r in (2, 5)]
+    # Assert
+    assert verdicts == [TAKE, TAKE] and gate.last_round == 5 and not gate.ignored
+
+
+def test_the_same_round_again_is_ignored_and_counted():
+    # Arrange
+    gate = _gate_at(3)
+    # Act
+    verdict = gate.admit_round(3, RUN)
+    # Assert
+    assert not verdict.taken and verdict.action == REPEAT and gate.ignored == {REPEAT: 1}
+
+
+def test_a_round_behind_the_last_starts_a_new_run():
+    # Arrange: the drone was at round 7 when the ground station was restarted
+    gate = _gate_at(7)
+    # Act
+    verdict = gate.admit_round(1, RUN)
+    # Assert
+    assert verdict.taken and verdict.action == NEW_RUN and 'new run' in verdict.detail
+    assert gate.last_round == 1 and gate.events == {NEW_RUN: 1}
+    assert gate.admit_round(2, RUN).action == TAKE
+
+
+@pytest.mark.parametrize('round_index, num_rounds', [
+    (4_000_000_000, RUN),      # the forged frame of the review
+    (RUN + 1, RUN),
+    (0, RUN),
+    (-3, RUN),
+    (RUN + 1, None),           # no run length announced: the drone's own rounds.num_rounds
+])
+def test_a_round_outside_the_run_is_rejected_and_never_locks_the_drone_out(round_index,
+                                                                          num_rounds):
+    # Arrange
+    gate = _gate_at(2)
+    # Act
+    verdict = gate.admit_round(round_index, num_rounds)
+    # Assert: rejected, counted, the gate unmoved: the next real round is still taken
+    assert not verdict.taken and verdict.action == BEYOND_RUN
+    assert str(round_index) in verdict.detail and gate.ignored == {BEYOND_RUN: 1}
+    assert gate.last_round == 2 and gate.admit_round(3, RUN).action == TAKE
+
+
+def test_a_finish_for_an_earlier_round_is_ignored_a_current_one_obeyed():
+    # Arrange
+    gate = _gate_at(5)
+    # Act
+    stale, current = gate.admit_finish(1), gate.admit_finish(5)
+    # Assert
+    assert not stale.taken and stale.action == STALE_FINISH
+    assert current.taken and gate.ignored == {STALE_FINISH: 1}
+
+
+def test_a_fresh_gate_takes_any_round_of_the_run_and_obeys_any_finish():
+    # Arrange
+    gate = RoundGate(default_num_rounds=RUN)
+    # Act / Assert: a drone (re)started mid-run joins the round the station is at
+    assert gate.admit_finish(1).taken
+    assert gate.admit_round(8, RUN).action == TAKE
