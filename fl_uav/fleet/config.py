@@ -59,7 +59,11 @@ class FlightConfig:
     round's deadline (but allowed at least min_flight_budget_s) so the drone can still train
     and upload in time. A drone node shut down (Ctrl-C) while its vehicle is in flight
     commands return to launch and waits at most shutdown_rtl_timeout_s for the landing before
-    it closes the link (the autopilot goes on with the return)."""
+    it closes the link (the autopilot goes on with the return). Before arming, the autopilot's
+    home must lie within max_home_offset_up_m of the ENU origin's altitude
+    (autopilot.origin_alt_amsl_m): every altitude and the geofence band are metres above the
+    origin, so a wrong origin altitude would shift them all by the difference; on sloped
+    ground raise it to the site's relief."""
 
     url_template: str = 'udpin://127.0.0.1:{port}'
     port_base: int = 14540
@@ -70,6 +74,7 @@ class FlightConfig:
     train_reserve_s: float = 20.0
     min_flight_budget_s: float = 5.0
     shutdown_rtl_timeout_s: float = 30.0
+    max_home_offset_up_m: float = 10.0
 
     def __post_init__(self) -> None:
         if '{port}' not in self.url_template and '{' in self.url_template:
@@ -83,6 +88,9 @@ class FlightConfig:
         if not (0.0 < self.shutdown_rtl_timeout_s <= 600.0):
             raise ValueError(f'shutdown_rtl_timeout_s must be in (0, 600], got '
                              f'{self.shutdown_rtl_timeout_s}')
+        if not (0.0 <= self.max_home_offset_up_m <= 500.0):
+            raise ValueError(f'max_home_offset_up_m must be in [0, 500], got '
+                             f'{self.max_home_offset_up_m}')
         if not (2.0 <= self.takeoff_altitude_m <= 120.0):
             raise ValueError(f'takeoff_altitude_m must be in [2, 120], got '
                              f'{self.takeoff_altitude_m}')

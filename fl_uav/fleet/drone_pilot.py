@@ -93,10 +93,24 @@ class DronePilot:
         await self.ensure_connected()
         async with self._guard():
             if not self.state.airborne:
+                self._check_home_altitude()
                 await self.vehicle.arm()
                 self.state.armed = True
                 await self.vehicle.takeoff(self.flight.takeoff_altitude_m)
                 self.state.airborne = True
+
+    def _check_home_altitude(self) -> None:
+        """VehicleError (the drone does not arm) if the autopilot's home is further above or
+        below the ENU origin than flight.max_home_offset_up_m: the origin altitude in the
+        config does not match the site, and every altitude would be off by the difference."""
+        home_up_m = self.vehicle.home_enu_m[2]
+        if abs(home_up_m) > self.flight.max_home_offset_up_m:
+            raise VehicleError(
+                f'not arming: the autopilot home is {home_up_m:+.1f} m from the origin altitude '
+                f'(autopilot.origin_alt_amsl_m), more than flight.max_home_offset_up_m '
+                f'({self.flight.max_home_offset_up_m} m); every altitude and the geofence band '
+                f'would be off by as much. Set the origin to the site, or raise the limit on '
+                f'sloped ground')
 
     def checked_mission(self, task: RoundTask) -> list[WaypointEnu]:
         """The round's plan as a mission, if every waypoint is inside the geofence; else

@@ -61,7 +61,9 @@ class Vehicle(Protocol):
     """An autopilot-controlled multirotor. Every method is a coroutine or async iterator.
 
     Failures raise :class:`VehicleError`; operations that wait (take-off, go-to, missions,
-    landing) raise it on time-out as well.
+    landing) raise it on time-out as well. Once connected, a vehicle also has ``home_enu_m``,
+    the autopilot's home in the ENU frame (not declared here: ``isinstance`` on a runtime
+    protocol reads every member, and the home is unknown before ``connect``).
     """
 
     async def connect(self, timeout_s: float) -> None:

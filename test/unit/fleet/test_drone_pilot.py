@@ -32,8 +32,9 @@ class _Agent:
         return f'report {task.round_index}'
 
 
-def _fly(plan: tuple[PlanWaypoint, ...]) -> tuple[DronePilot, FakeVehicle, _Agent, str]:
-    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+def _fly(plan: tuple[PlanWaypoint, ...], home_up_m: float = 0.0
+         ) -> tuple[DronePilot, FakeVehicle, _Agent, str]:
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, home_up_m))
     agent = _Agent()
     with ThreadPoolExecutor(max_workers=1) as pool:
         pilot = DronePilot(agent, vehicle, FlightConfig(speed_m_s=20.0), pool, geofence=FENCE)
@@ -224,3 +225,18 @@ def test_a_failed_return_at_shutdown_is_logged_and_the_link_still_closed(caplog)
     # Assert
     assert _operations(vehicle)[-2:] == ['return_to_launch', 'close']
     assert any('RTL denied' in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize('home_up_m', [-32.0, 10.5])
+def test_a_home_far_from_the_origin_altitude_is_not_armed(home_up_m):
+    # Arrange / Act: the config's origin altitude is 32 m above the site (or 10.5 m below)
+    pilot, vehicle, agent, _ = _fly(INSIDE, home_up_m=home_up_m)
+    # Assert: no arm, no take-off, no mission; the reason names the key to fix
+    assert not {'arm', 'takeoff', 'fly_waypoints'} & set(_operations(vehicle))
+    assert 'flight.max_home_offset_up_m' in pilot.state.last_error
+    assert f'{home_up_m:+.1f} m from the origin altitude' in pilot.state.last_error
+
+
+def test_a_home_within_the_offset_is_armed_and_flown():
+    pilot, vehicle, _, _ = _fly(INSIDE, home_up_m=-9.5)
+    assert 'fly_waypoints' in _operations(vehicle) and pilot.state.last_error == ''
