@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fl_uav.aggregation._common import apply_step, keep_model, weighted_sum, with_step_counts
-from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy, Weights
+from fl_uav.aggregation.strategy import (
+    AggregateResult,
+    ClientUpdate,
+    Strategy,
+    Weights,
+    senders,
+)
 
 
 class AFACD(Strategy):
@@ -35,4 +41,5 @@ class AFACD(Strategy):
                             list(global_weights))
         new = apply_step(global_weights, mean, self.server_lr)
         return AggregateResult(weights=new, empty=False,
+                               used=senders([u for u, _ in usable]),
                                metrics={'participants': m, 'skipped': skipped})

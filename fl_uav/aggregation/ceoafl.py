@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fl_uav.aggregation._common import LOCAL_LR_KEY, apply_step, keep_model, weighted_sum
-from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy, Weights
+from fl_uav.aggregation.strategy import (
+    AggregateResult,
+    ClientUpdate,
+    Strategy,
+    Weights,
+    senders,
+)
 
 
 class TwoCEOAFL(Strategy):
@@ -59,5 +65,6 @@ class TwoCEOAFL(Strategy):
                             list(global_weights))
         new = apply_step(global_weights, step, eta)
         return AggregateResult(weights=new, empty=False,
+                               used=senders([u for u, _ in usable]),
                                metrics={'participants': len(usable), 'skipped': skipped,
                                         'server_lr': eta})

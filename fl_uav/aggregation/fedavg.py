@@ -9,6 +9,7 @@ from fl_uav.aggregation.strategy import (
     ClientUpdate,
     Strategy,
     Weights,
+    senders,
     weighted_mean_delta,
 )
 
@@ -32,6 +33,6 @@ class FedAvg(Strategy):
         mean = weighted_mean_delta(usable, [u.num_samples for u in usable])
         new = {name: (global_weights[name] + self.server_lr * mean[name]).astype('float32')
                for name in global_weights}
-        return AggregateResult(weights=new, empty=False,
+        return AggregateResult(weights=new, empty=False, used=senders(usable),
                                metrics={'participants': len(usable),
                                         'samples': sum(u.num_samples for u in usable)})

@@ -7,7 +7,13 @@ from collections.abc import Sequence
 import numpy as np
 
 from fl_uav.aggregation._common import CLASS_COUNTS_KEY, apply_step, keep_model, weighted_sum
-from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy, Weights
+from fl_uav.aggregation.strategy import (
+    AggregateResult,
+    ClientUpdate,
+    Strategy,
+    Weights,
+    senders,
+)
 from fl_uav.configschema import require_choice
 
 MEASURES = ('kl', 'l1', 'l2')
@@ -92,6 +98,7 @@ class FedDisco(Strategy):
         mean = weighted_sum([u.delta for u, _ in pairs], p, list(global_weights))
         new = apply_step(global_weights, mean, self.server_lr)
         return AggregateResult(weights=new, empty=False,
+                               used=senders([u for u, _ in pairs]),
                                metrics={'participants': len(pairs), 'skipped': skipped,
                                         'weights': {u.sender: float(pk)
                                                     for (u, _), pk in zip(pairs, p)}})

@@ -8,7 +8,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fl_uav.aggregation._common import apply_step, keep_model, weighted_sum
-from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy, Weights
+from fl_uav.aggregation.strategy import (
+    AggregateResult,
+    ClientUpdate,
+    Strategy,
+    Weights,
+    senders,
+)
 
 #: Knob: how many times the drone was drawn this round (0 = not selected; it need not train).
 DRAWS_KNOB = 'draws'
@@ -74,6 +80,7 @@ class FedDPQ(Strategy):
                             list(global_weights))
         new = apply_step(global_weights, mean, self.server_lr)
         return AggregateResult(weights=new, empty=False,
+                               used=senders(usable),
                                metrics={'participants': len(usable), 'ignored': ignored,
                                         'arrived_draws': total})
 

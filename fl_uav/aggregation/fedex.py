@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from fl_uav.aggregation._common import apply_step, keep_model, weighted_sum
-from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy, Weights
+from fl_uav.aggregation.strategy import (
+    AggregateResult,
+    ClientUpdate,
+    Strategy,
+    Weights,
+    senders,
+)
 
 
 class _FedExBase(Strategy):
@@ -29,7 +35,7 @@ class _FedExBase(Strategy):
         total = weighted_sum([u.delta for u in usable], [1.0] * len(usable), list(global_weights))
         self.applied += 1
         return AggregateResult(weights=apply_step(global_weights, total, 1.0 / self.num_clients),
-                               empty=False,
+                               empty=False, used=senders(usable),
                                metrics={'participants': len(usable), 'version': self.applied,
                                         **metrics})
 

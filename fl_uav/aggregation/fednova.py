@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fl_uav.aggregation._common import apply_step, keep_model, weighted_sum, with_step_counts
-from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy, Weights
+from fl_uav.aggregation.strategy import (
+    AggregateResult,
+    ClientUpdate,
+    Strategy,
+    Weights,
+    senders,
+)
 
 
 class FedNova(Strategy):
@@ -39,5 +45,6 @@ class FedNova(Strategy):
                                  list(global_weights))
         new = apply_step(global_weights, direction, self.server_lr * tau_eff)
         return AggregateResult(weights=new, empty=False,
+                               used=senders([u for u, _ in usable]),
                                metrics={'participants': len(usable), 'skipped': skipped,
                                         'tau_eff': tau_eff})

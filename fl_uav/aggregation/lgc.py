@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fl_uav.aggregation._common import apply_step, keep_model, weighted_sum
-from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy, Weights
+from fl_uav.aggregation.strategy import (
+    AggregateResult,
+    ClientUpdate,
+    Strategy,
+    Weights,
+    senders,
+)
 
 
 class LGC(Strategy):
@@ -38,5 +44,6 @@ class LGC(Strategy):
                              list(global_weights))
         new = apply_step(global_weights, total, self.server_lr / self.num_clients)
         return AggregateResult(weights=new, empty=False,
+                               used=senders(usable),
                                metrics={'participants': len({u.sender for u in usable}),
                                         'layers': len(usable)})

@@ -8,7 +8,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fl_uav.aggregation._common import apply_step, keep_model, weighted_sum, with_step_counts
-from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy, Weights
+from fl_uav.aggregation.strategy import (
+    AggregateResult,
+    ClientUpdate,
+    Strategy,
+    Weights,
+    senders,
+)
 from fl_uav.configschema import require_choice
 
 WEIGHTINGS = ('uniform', 'samples')
@@ -148,6 +154,7 @@ class OSAFL(Strategy):
                             [c / tau for c, (_, tau) in zip(coeffs, usable)], names)
         new = apply_step(global_weights, step, self.server_lr)
         return AggregateResult(weights=new, empty=False,
+                               used=senders([u for u, _ in usable]),
                                metrics={'participants': len(usable), 'skipped': skipped,
                                         'scores': dict(scores), 'cosines': cosines,
                                         'score_mass': float(sum(coeffs))})

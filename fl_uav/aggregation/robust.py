@@ -9,7 +9,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fl_uav.aggregation._common import apply_step, flatten, keep_model
-from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy, Weights
+from fl_uav.aggregation.strategy import (
+    AggregateResult,
+    ClientUpdate,
+    Strategy,
+    Weights,
+    senders,
+)
 
 
 def clip_delta(delta: Mapping[str, np.ndarray], max_norm: float) -> tuple[Weights, float]:
@@ -99,7 +105,8 @@ class _RobustMean(Strategy):
             return keep_model(global_weights)
         center = self._center([u.delta for u in usable], list(global_weights))
         return AggregateResult(weights=apply_step(global_weights, center, self.server_lr),
-                               empty=False, metrics={'participants': len(usable)})
+                               empty=False, metrics={'participants': len(usable)},
+                               used=senders(usable))
 
 
 class CoordinateMedian(_RobustMean):

@@ -7,7 +7,13 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fl_uav.aggregation._common import apply_step, keep_model, weighted_sum, weights_to_state
-from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy, Weights
+from fl_uav.aggregation.strategy import (
+    AggregateResult,
+    ClientUpdate,
+    Strategy,
+    Weights,
+    senders,
+)
 
 #: Metric key of a drone's control-variate change Δc_k = c_k⁺ − c_k: a mapping from tensor name
 #: to an array (or nested list) of that tensor's shape (SCAFFOLD option II, OSAFL digest §6.6).
@@ -84,6 +90,7 @@ class Scaffold(Strategy):
             self.control[name] = self.control[name] + sum_dc[name] / self.num_clients
         new = apply_step(global_weights, mean_dy, self.server_lr)
         return AggregateResult(weights=new, empty=False,
+                               used=senders(usable),
                                metrics={'participants': m, 'skipped': skipped})
 
     def state_dict(self) -> dict:

@@ -29,11 +29,17 @@ class ClientUpdate:
 
 @dataclass(frozen=True)
 class AggregateResult:
-    """The new global weights and what the strategy reports about the round."""
+    """The new global weights and what the strategy reports about the round.
+
+    ``used``: the senders whose updates the rule applied (sorted, once each; empty when
+    ``empty``): the round's participants, as many as ``metrics['participants']`` counts. An
+    update the rule skipped (no samples, no step count, another round, ...) is not in it.
+    """
 
     weights: Weights
     empty: bool
     metrics: Mapping[str, Any] = field(default_factory=dict)
+    used: tuple[int, ...] = ()
 
 
 class Strategy(ABC):
@@ -56,6 +62,11 @@ class Strategy(ABC):
 
     def load_state_dict(self, state: Mapping) -> None:  # noqa: B027 (optional hook)
         """Restore :meth:`state_dict`."""
+
+
+def senders(updates: Sequence[ClientUpdate]) -> tuple[int, ...]:
+    """The distinct senders of some updates, sorted (an :attr:`AggregateResult.used`)."""
+    return tuple(sorted({u.sender for u in updates}))
 
 
 def weighted_mean_delta(updates: Sequence[ClientUpdate], weights: Sequence[float]) -> Weights:

@@ -182,7 +182,9 @@ class DroneAgent:
         """Label a frame at the drone's pose and buffer it; False if it was not kept."""
         self.frames_received += 1
         pose = self.pose_at(stamp_s)
-        if (pose is None or pose.up_m < self.config.camera.min_altitude_m
+        # A non-finite pose (an autopilot NaN altitude) has no footprint: no label for it.
+        if (pose is None or pose.non_finite_fields()
+                or pose.up_m < self.config.camera.min_altitude_m
                 or image_rgb.ndim != 3 or image_rgb.shape[2] != 3):
             self.frames_skipped += 1
             return False

@@ -117,7 +117,7 @@ class RoundRecord:
     round_index: int
     accuracy: float
     loss: float
-    participants: list[int]
+    participants: list[int]              # senders whose update the strategy applied (used)
     late_or_missing: list[int]
     bytes_down_per_drone: int
     bytes_up: dict[int, int]
@@ -442,7 +442,9 @@ class GroundStation:
         accuracy, loss = self.evaluate()
         record = RoundRecord(
             round_index=r.index, accuracy=accuracy, loss=loss,
-            participants=[u.sender for u in updates if u.num_samples > 0],
+            # Whose update the strategy applied (FedEx: a first tour's u_k = 0 is applied
+            # too; FedAvg: not an update without samples), as its 'participants' counts.
+            participants=list(result.used),
             late_or_missing=[d for d in self.drone_ids if d not in r.updates],
             bytes_down_per_drone=r.bytes_down, bytes_up=dict(r.bytes_up),
             train_loss={u.sender: _finite_or_nan(u.metrics.get('train_loss'))

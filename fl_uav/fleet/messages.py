@@ -46,6 +46,12 @@ class PoseSample:
     yaw_rad: float
     stamp_s: float
 
+    def non_finite_fields(self) -> tuple[str, ...]:
+        """Names of the fields that are NaN or infinite (empty for a usable pose): a bad
+        telemetry or ground-truth message is refused by name, not rendered or labelled."""
+        return tuple(name for name in ('east_m', 'north_m', 'up_m', 'yaw_rad', 'stamp_s')
+                     if not math.isfinite(getattr(self, name)))
+
 
 @dataclass(frozen=True)
 class RoundTask:

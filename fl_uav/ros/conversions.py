@@ -52,7 +52,10 @@ def yaw_to_quaternion(yaw_rad: float) -> tuple[float, float, float, float]:
 
 
 def quaternion_to_yaw(x: float, y: float, z: float, w: float) -> float:
-    """Yaw (about up) of a quaternion."""
+    """Yaw (about up) of a quaternion; NaN if a component is not finite (atan2 would turn
+    an infinite component into a plausible angle)."""
+    if not all(math.isfinite(c) for c in (x, y, z, w)):
+        return math.nan
     return math.atan2(2.0 * (w * z + x * y), 1.0 - 2.0 * (y * y + z * z))
 
 

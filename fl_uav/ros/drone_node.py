@@ -108,7 +108,8 @@ class DroneNode(Node):
     """Thin wrapper: messages in → DroneAgent / DronePilot → messages out."""
 
     def __init__(self) -> None:
-        super().__init__('drone', automatically_declare_parameters_from_overrides=True)
+        super().__init__(names.DRONE_NODE_NAME,
+                         automatically_declare_parameters_from_overrides=True)
         self.config, self.own = declare_config(self, FleetConfig, NODE_PARAMS)
         cfg: FleetConfig = self.config
         self.drone_id = self.own.drone_id

@@ -35,7 +35,7 @@ class GroundClientNode(Node):
     """Thin wrapper: deliveries and UAV poses in → GroundClient → CLU frames out."""
 
     def __init__(self) -> None:
-        super().__init__('ground_client',
+        super().__init__(names.GROUND_CLIENT_NODE_NAME,
                          automatically_declare_parameters_from_overrides=True)
         self.config, self.own = declare_config(self, FleetConfig, NODE_PARAMS)
         cfg: FleetConfig = self.config

@@ -101,11 +101,29 @@ class GroundStationNode(Node):
 
     def _everyone_listens(self) -> bool:
         """Every drone subscribes to the global model (and, in express mode, every ground
-        client to its delivery topic, so no UAV hovers over a client that cannot hear it)."""
-        if self._model_pub.get_subscription_count() < self.config.num_drones:
+        client to its delivery topic, so no UAV hovers over a client that cannot hear it).
+
+        Counted by who subscribes, not how many: a viewer (``ros2 topic echo``, rviz, a
+        Foxglove bridge) is no drone, so only drone i's own node (see :meth:`_listening`)
+        counts for drone i."""
+        if len(self._drones_listening()) < len(self.station.drone_ids):
             return False
-        return all(self.count_subscribers(names.ground_client_topic(
-            j, names.EXPRESS_MODEL_TOPIC)) > 0 for j in self._ground_clients)
+        return all(self._listening(names.ground_client_topic(j, names.EXPRESS_MODEL_TOPIC),
+                                   names.GROUND_CLIENT_NODE_NAME,
+                                   names.ground_client_namespace(j))
+                   for j in self._ground_clients)
+
+    def _drones_listening(self) -> list[int]:
+        """The drones whose node subscribes to the global model now."""
+        return [d for d in self.station.drone_ids
+                if self._listening(names.GLOBAL_MODEL_TOPIC, names.DRONE_NODE_NAME,
+                                   names.drone_namespace(d))]
+
+    def _listening(self, topic: str, node_name: str, namespace: str) -> bool:
+        """A node ``node_name`` in ``namespace`` (a drone: 'drone' in /uav<i>) subscribes to
+        ``topic`` (from the ROS graph, as DDS discovery sees it)."""
+        return any(info.node_name == node_name and info.node_namespace == namespace
+                   for info in self.get_subscriptions_info_by_topic(topic))
 
     def _open_round(self, now: float) -> None:
         opening = self.station.open_round(now)
@@ -181,7 +199,7 @@ class GroundStationNode(Node):
     def _linger(self, now: float) -> None:
         if not self.own.exit_on_finish or self._finished_s is None:
             return
-        drones_gone = self._model_pub.get_subscription_count() == 0
+        drones_gone = not self._drones_listening()   # viewers may stay subscribed
         if drones_gone or now - self._finished_s >= self.own.finish_linger_s:
             self.done.set()
 

@@ -26,6 +26,11 @@ GROUND_TRUTH_POSE_TOPIC = 'ground_truth/pose'
 EXPRESS_MODEL_TOPIC = 'express/model'
 EXPRESS_CLU_TOPIC = 'express/clu'
 MAP_FRAME = 'map'
+# Node names of the fleet's roles: with the namespace they tell the station which subscriber of
+# /fl/global_model is drone i (node 'drone' in /uav<i>) and which of /gc<j>/express/model is
+# ground client j (node 'ground_client' in /gc<j>), not a viewer (ros2 topic echo, rviz).
+DRONE_NODE_NAME = 'drone'
+GROUND_CLIENT_NODE_NAME = 'ground_client'
 
 
 def drone_namespace(drone_id: int) -> str:

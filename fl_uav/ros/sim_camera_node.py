@@ -6,6 +6,8 @@ camera driver would use, so the drone node cannot tell the embedded world from t
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
@@ -20,6 +22,9 @@ from fl_uav.ros.params import declare_config
 from fl_uav.ros.spin import run_node
 from fl_uav.world.camera import AerialRenderer
 
+REJECT_LOG_PERIOD_S = 5.0
+"""At most one warning per this many seconds about refused ground-truth poses."""
+
 
 class SimCameraNode(Node):
     """One timer renders every drone's frame from the latest ground-truth pose."""
@@ -32,15 +37,29 @@ class SimCameraNode(Node):
         self._rng = np.random.default_rng(cfg.sim_camera.seed)
         self._poses: dict[int, PoseSample] = {}
         self._pubs = {}
+        # Ground-truth poses refused, by reason ('non_finite'): the drone's last good pose
+        # stays in use, the node goes on.
+        self.poses_rejected: Counter = Counter()
         for d in range(cfg.num_drones):
             self._pubs[d] = self.create_publisher(
                 Image, names.drone_topic(d, names.IMAGE_TOPIC), names.IMAGE_QOS)
             self.create_subscription(
                 PoseStamped, names.drone_topic(d, names.GROUND_TRUTH_POSE_TOPIC),
-                lambda msg, d=d: self._poses.__setitem__(d, msg_to_pose(msg)),
-                names.TELEMETRY_QOS)
+                lambda msg, d=d: self._on_truth(d, msg), names.TELEMETRY_QOS)
         self.frames_published = 0
         self.create_timer(1.0 / cfg.sim_camera.rate_hz, self._render_all)
+
+    def _on_truth(self, drone: int, msg: PoseStamped) -> None:
+        pose = msg_to_pose(msg)
+        bad = pose.non_finite_fields()
+        if bad:
+            self.poses_rejected['non_finite'] += 1
+            self.get_logger().warning(
+                f'uav{drone} ground-truth pose refused: non-finite {", ".join(bad)} '
+                f'(refused so far {dict(self.poses_rejected)})',
+                throttle_duration_sec=REJECT_LOG_PERIOD_S)
+            return
+        self._poses[drone] = pose
 
     def _render_all(self) -> None:
         now = self.get_clock().now().nanoseconds * 1e-9

@@ -67,10 +67,21 @@ class CameraConfig:
             raise ValueError(f'min_altitude_m must be in [0.5, 500], got {self.min_altitude_m}')
 
 
+def check_pose(east_m: float, north_m: float, altitude_m: float, yaw_rad: float) -> None:
+    """Raise ValueError unless the camera pose is finite with a positive altitude (a NaN or
+    infinite pose has no footprint: the caller decides what to do with it)."""
+    values = {'east_m': east_m, 'north_m': north_m, 'altitude_m': altitude_m,
+              'yaw_rad': yaw_rad}
+    if not all(math.isfinite(value) for value in values.values()):
+        raise ValueError(f'camera pose must be finite, got {values}')
+    if not altitude_m > 0:
+        raise ValueError(f'altitude_m must be > 0, got {altitude_m}')
+
+
 def footprint_m(altitude_m: float, fov_deg: float) -> float:
     """Side of the ground square a nadir camera sees: 2 · altitude · tan(fov / 2), in metres."""
-    if altitude_m <= 0:
-        raise ValueError(f'altitude_m must be > 0, got {altitude_m}')
+    if not (math.isfinite(altitude_m) and altitude_m > 0):
+        raise ValueError(f'altitude_m must be finite and > 0, got {altitude_m}')
     if not (0.0 < fov_deg < 180.0):
         raise ValueError(f'fov_deg must be in (0, 180), got {fov_deg}')
     return 2.0 * altitude_m * math.tan(math.radians(fov_deg) / 2.0)
@@ -113,9 +124,9 @@ class AerialRenderer:
 
     def render_clean(self, east_m: float, north_m: float, altitude_m: float,
                      yaw_rad: float) -> np.ndarray:
-        """The image without nuisances (uint8 image_px×image_px×3 RGB)."""
-        if not altitude_m > 0:
-            raise ValueError(f'altitude_m must be > 0, got {altitude_m}')
+        """The image without nuisances (uint8 image_px×image_px×3 RGB); ValueError for a
+        non-finite pose or an altitude <= 0 (see :func:`check_pose`)."""
+        check_pose(east_m, north_m, altitude_m, yaw_rad)
         size = self.camera.image_px
         res = self.world.resolution_m
         gsd = 2.0 * altitude_m * self._half_fov_tan / size  # metres per pixel
@@ -134,7 +145,8 @@ class AerialRenderer:
 
     def render(self, east_m: float, north_m: float, altitude_m: float, yaw_rad: float,
                rng: np.random.Generator | None = None) -> np.ndarray:
-        """The camera frame at a pose: uint8 image_px×image_px×3 RGB with random nuisances."""
+        """The camera frame at a pose: uint8 image_px×image_px×3 RGB with random nuisances
+        (ValueError for a pose :func:`check_pose` refuses)."""
         rng = self._rng if rng is None else rng
         image = self.render_clean(east_m, north_m, altitude_m, yaw_rad).astype(np.float32)
         return self._apply_nuisance(image, rng)

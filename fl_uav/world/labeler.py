@@ -13,8 +13,11 @@ import math
 
 import numpy as np
 
-from fl_uav.world.camera import footprint_m
+from fl_uav.world.camera import check_pose, footprint_m
 from fl_uav.world.landcover import LandCoverMap
+
+_MAX_CELL_INDEX = 2.0 ** 62
+"""Largest |cell index| a footprint point may have (beyond it, an int64 index overflows)."""
 
 
 class MapLabeler:
@@ -46,12 +49,20 @@ class MapLabeler:
 
     def _sample(self, east_m: float, north_m: float, altitude_m: float,
                 yaw_rad: float) -> tuple[np.ndarray, np.ndarray]:
+        check_pose(east_m, north_m, altitude_m, yaw_rad)
         side = footprint_m(altitude_m, self.fov_deg)
         cos, sin = math.cos(yaw_rad), math.sin(yaw_rad)
         forward = self._forward * side
         right = self._right * side
-        col = np.floor((east_m + forward * cos + right * sin) * self._inv_res).astype(np.intp)
-        row = np.floor((north_m + forward * sin - right * cos) * self._inv_res).astype(np.intp)
+        with np.errstate(over='ignore', invalid='ignore'):
+            col_m = np.floor((east_m + forward * cos + right * sin) * self._inv_res)
+            row_m = np.floor((north_m + forward * sin - right * cos) * self._inv_res)
+        # A finite pose so far out that the cell index overflows has no footprint either.
+        if not (np.all(np.abs(col_m) < _MAX_CELL_INDEX)
+                and np.all(np.abs(row_m) < _MAX_CELL_INDEX)):
+            raise ValueError(f'camera pose out of range: east {east_m} m, north {north_m} m, '
+                             f'altitude {altitude_m} m')
+        col, row = col_m.astype(np.intp), row_m.astype(np.intp)
         inside = (col >= 0) & (col < self._cells) & (row >= 0) & (row < self._cells)
         if inside.all():
             return self._grid[row, col], self._weights
@@ -63,13 +74,18 @@ class MapLabeler:
 
     def label(self, east_m: float, north_m: float, altitude_m: float,
               yaw_rad: float = 0.0) -> int:
-        """Majority class id inside the footprint of a nadir camera at the pose."""
+        """Majority class id inside the footprint of a nadir camera at the pose.
+
+        ValueError for a pose with no footprint (NaN or infinite values, altitude <= 0, a
+        position too far out to index): there is no honest class for it, the caller decides.
+        """
         classes, weights = self._sample(east_m, north_m, altitude_m, yaw_rad)
         return int(np.argmax(np.bincount(classes, weights, minlength=self._num_classes)))
 
     def label_fractions(self, east_m: float, north_m: float, altitude_m: float,
                         yaw_rad: float = 0.0) -> np.ndarray:
-        """Share of each class inside the footprint (float64, length num_classes, sums to 1)."""
+        """Share of each class inside the footprint (float64, length num_classes, sums to 1);
+        ValueError as :meth:`label`."""
         classes, _ = self._sample(east_m, north_m, altitude_m, yaw_rad)
         counts = np.bincount(classes, minlength=self._num_classes).astype(np.float64)
         return counts / counts.sum()

@@ -52,7 +52,11 @@ def test_express_round_with_two_uavs_and_four_ground_clients(tmp_path):
     assert summary['status'] == 'finished' and summary['mode'] == 'express'
     assert [r['round'] for r in summary['rounds']] == [1, 2]
     first, second = summary['rounds']
-    assert first['participants'] == [] and second['participants'] == [0, 1]   # one-round lag
+    # Both u_k are applied each round (round 1's are zero: FedEx's one-round lag), so both
+    # UAVs take part in both, as many as the strategy reports
+    assert first['participants'] == [0, 1] and second['participants'] == [0, 1]
+    assert all(r['aggregation']['participants'] == len(r['participants'])
+               for r in summary['rounds'])
     assert all(r['rejected'] == {} for r in summary['rounds'])
     # Round 1's u_k are zero (no CLU yet), round 2 applies eq. (13): the model moves
     assert first['model_change_l2'] == 0.0 and second['model_change_l2'] > 0.0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import rclpy
 from diagnostic_msgs.msg import DiagnosticArray
 from std_msgs.msg import UInt8MultiArray
 from visualization_msgs.msg import MarkerArray
@@ -78,3 +79,85 @@ def test_round_survives_bad_frames_and_closes_at_deadline(station, tmp_path):
     assert namespaces.count('plans') == 2 and namespaces.count('class_regions') > 0
     rows = read_progress(tmp_path)
     assert rows[0]['participants'] == [0] and rows[0]['late_or_missing'] == [1]
+
+
+@pytest.fixture
+def waiting_station(tmp_path):
+    """A 2-drone station that would wait a minute for its drones, and exits when done."""
+    overrides = {**tiny_fleet_overrides(2, 14540), 'rounds.num_rounds': 1,
+                 'rounds.deadline_s': 60.0, 'rounds.first_round_extra_s': 0.0,
+                 'rounds.start_timeout_s': 60.0}
+    params = write_params_file(overrides, tmp_path / 'params.yaml')
+    args = ['--ros-args', '--params-file', str(params), '-p', f'output_dir:={tmp_path}',
+            '-p', 'exit_on_finish:=true']
+    with node_with_probe(GroundStationNode, args) as handles:
+        yield handles
+
+
+def _listen_to_models(node, models: list) -> None:
+    node.create_subscription(UInt8MultiArray, names.GLOBAL_MODEL_TOPIC,
+                             lambda m: models.append(decode_frame(bytes(m.data))),
+                             names.GLOBAL_MODEL_QOS)
+
+
+def test_viewers_are_not_drones_round_one_waits_for_the_drones_nodes(waiting_station):
+    # Prepare: two viewers in the root namespace (ros2 topic echo, a Foxglove bridge) and a
+    # node named like a drone outside the fleet's namespaces
+    node, probe, executor = waiting_station
+    seen = []
+    for _ in range(2):
+        _listen_to_models(probe, seen)
+    stranger = rclpy.create_node(names.DRONE_NODE_NAME, namespace=names.drone_namespace(7))
+    _listen_to_models(stranger, seen)
+    executor.add_node(stranger)
+    drones = [rclpy.create_node(names.DRONE_NODE_NAME, namespace=names.drone_namespace(d))
+              for d in (0, 1)]
+    models = {d: [] for d in (0, 1)}
+    # Execute: the viewers are discovered (the station's publisher matches all three)...
+    viewers_seen = spin_until(executor, lambda: node.count_subscribers(
+        names.GLOBAL_MODEL_TOPIC) >= 3, 10.0)
+    opened_for_viewers = spin_until(executor, lambda: node.station.round_open, 3.0)
+    # ...then the two drones' nodes subscribe
+    for d, drone in enumerate(drones):
+        _listen_to_models(drone, models[d])
+        executor.add_node(drone)
+    opened = spin_until(executor, lambda: node.station.round_open, 20.0)
+    delivered = spin_until(executor, lambda: all(models.values()), 10.0)
+    # Assert
+    assert viewers_seen, 'the viewers were never discovered'
+    assert not opened_for_viewers, 'round 1 opened with viewers and no drone'
+    assert opened, 'round 1 did not open once both drones subscribed'
+    assert delivered and all(m[0].round_index == 1 for m in models.values())
+    for extra in (stranger, *drones):
+        executor.remove_node(extra)
+        extra.destroy_node()
+
+
+def test_station_exits_when_the_drones_leave_although_a_viewer_stays(waiting_station):
+    # Prepare: both drones listen, and a viewer
+    node, probe, executor = waiting_station
+    _listen_to_models(probe, [])
+    updates = probe.create_publisher(UInt8MultiArray, names.UPDATES_TOPIC, names.UPDATES_QOS)
+    drones = [rclpy.create_node(names.DRONE_NODE_NAME, namespace=names.drone_namespace(d))
+              for d in (0, 1)]
+    models = []
+    for drone in drones:
+        _listen_to_models(drone, models)
+        executor.add_node(drone)
+    assert spin_until(executor, lambda: models, 20.0), 'round 1 never reached the drones'
+    model = models[0]
+    zero = {n: np.zeros_like(t) for n, t in model.tensors.items()}
+    for d in (0, 1):   # both answer: the only round closes and the finish goes out
+        msg = UInt8MultiArray()
+        msg.data = encode_frame(FrameKind.UPDATE, 1, d, model.fingerprint, zero,
+                                {'num_samples': 10})
+        updates.publish(msg)
+    assert spin_until(executor, lambda: any(m.kind == FrameKind.CONTROL for m in models),
+                      20.0), 'no finish'
+    # Execute: the drones' nodes go away (they land and exit), the viewer stays
+    for drone in drones:
+        executor.remove_node(drone)
+        drone.destroy_node()
+    done = spin_until(executor, node.done.is_set, 10.0)
+    # Assert: not after the 60 s finish_linger_s: a viewer does not keep the station up
+    assert done, 'the station waited for a viewer as if it were a drone'

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import socket
 import time
 
@@ -72,6 +73,39 @@ def test_sim_camera_renders_at_the_ground_truth_pose(ros_node):
     assert rgb.shape == (side, side, 3) and images[-1].encoding == 'rgb8'
     assert rgb.std() > 1.0, 'frame is blank'
     assert images[-1].header.frame_id == 'uav0/camera_optical'
+
+
+def test_sim_camera_survives_non_finite_ground_truth_and_counts_it(ros_node):
+    # Prepare: a NaN altitude and an infinite orientation (what a fuzzer or a broken
+    # simulator sends), then a good pose
+    node, probe, executor = ros_node(SimCameraNode, {**tiny_fleet_overrides(1, 14540),
+                                                     'sim_camera.rate_hz': 20.0})
+    images = []
+    probe.create_subscription(Image, names.drone_topic(0, names.IMAGE_TOPIC), images.append,
+                              names.IMAGE_QOS)
+    truth = probe.create_publisher(PoseStamped, names.drone_topic(
+        0, names.GROUND_TRUTH_POSE_TOPIC), names.TELEMETRY_QOS)
+    nan_altitude = pose_to_msg(PoseSample(300.0, 400.0, math.nan, 0.0, time.time()), 'map')
+    infinite_yaw = pose_to_msg(PoseSample(300.0, 400.0, 30.0, 0.0, time.time()), 'map')
+    infinite_yaw.pose.orientation.z = math.inf
+    good = pose_to_msg(PoseSample(300.0, 400.0, 30.0, 0.3, time.time()), 'map')
+
+    def publish_bad() -> bool:
+        truth.publish(nan_altitude)
+        truth.publish(infinite_yaw)
+        return node.poses_rejected['non_finite'] >= 4
+
+    def publish_good() -> bool:
+        truth.publish(good)
+        return len(images) >= 3
+
+    # Execute: a bad pose used to raise out of the render timer and end the node
+    refused = spin_until(executor, publish_bad, 20.0)
+    rendered = spin_until(executor, publish_good, 20.0)
+    # Assert: both kinds refused and counted, and the node still renders
+    assert refused, f'bad poses not refused: {dict(node.poses_rejected)}'
+    assert rendered, 'no camera frames after the bad poses'
+    assert set(node.poses_rejected) == {'non_finite'}
 
 
 def test_autopilot_sim_speaks_mavlink_and_publishes_ground_truth(ros_node, tmp_path):

@@ -5,6 +5,7 @@ import pytest
 
 from fl_uav.aggregation.afacd import AFACD
 from fl_uav.aggregation.ceoafl import TwoCEOAFL
+from fl_uav.aggregation.fedavg import FedAvg
 from fl_uav.aggregation.feddisco import FedDisco
 from fl_uav.aggregation.feddpq import FedDPQ
 from fl_uav.aggregation.fedex import FedExAsync, FedExSync
@@ -31,6 +32,38 @@ def test_nothing_arrived_keeps_the_model(strategy):
     assert result.empty
     for name in w:
         np.testing.assert_array_equal(result.weights[name], w[name])
+
+
+@pytest.mark.parametrize('strategy', JSON_RULES + [FedAvg(), Scaffold(num_clients=3)],
+                         ids=lambda s: s.name)
+def test_used_names_the_senders_the_participants_metric_counts(strategy):
+    # Arrange: a full update, one without samples (FedEx's first tour), one of another round
+    w = model([0.0, 0.0])
+    strategy.configure_round(2, [0, 1, 2, 3])
+    dc = {'scaffold_delta_c': {'w': [0.0, 0.0]}}
+    updates = [update(2, [1.0, 1.0], n=10, round_index=2, steps=2, local_lr=0.1,
+                      class_counts=[5, 5], **dc),
+               update(0, [0.0, 0.0], n=0, round_index=2, steps=0, **dc),
+               update(1, [1.0, 1.0], n=10, round_index=1, steps=2, local_lr=0.1,
+                      class_counts=[5, 5], **dc)]
+    # Act
+    result = strategy.aggregate(2, w, updates)
+    # Assert: the round's participants are the updates the rule applied, whichever it skips
+    assert result.used == tuple(sorted(set(result.used)))
+    assert set(result.used) <= {0, 1, 2}
+    assert len(result.used) == result.metrics['participants']
+    assert result.empty == (not result.used)   # FedDPQ applies only the drones it drew
+
+
+def test_fedex_applies_a_first_tour_without_samples_fedavg_does_not():
+    # Arrange: u_k = 0 with no samples, what a UAV's first tour uploads
+    updates = [update(0, [0.0], n=0), update(1, [0.0], n=0)]
+    # Act
+    fedex, fedavg = (rule.aggregate(1, model([1.0]), updates)
+                     for rule in (FedExSync(4), FedAvg()))
+    # Assert
+    assert fedex.used == (0, 1) and not fedex.empty
+    assert fedavg.used == () and fedavg.empty
 
 
 @pytest.mark.parametrize('strategy', JSON_RULES, ids=lambda s: s.name)

@@ -143,13 +143,17 @@ def test_sync_rounds_lag_one_round_then_apply_the_running_sums_once(station, cli
     first, opening = _fly(gs, cs, 1)
     knobs = opening.plans
     assert all(len(knobs[u]) == len(gs.express.tour(u)) + 1 for u in range(2))
-    # FedEx's one-round lag: round 1 only delivers (u_k = 0), the model does not move
-    assert first.participants == [] and sorted(
+    # FedEx's one-round lag: round 1 only delivers (u_k = 0, no steps), the model does not
+    # move; both u_k are still applied, so both UAVs took part, as the strategy counts them
+    assert first.participants == [0, 1] == list(first.samples)
+    assert first.aggregation['participants'] == len(first.participants)
+    assert all(n == 0 for n in first.samples.values()) and first.model_change_l2 == 0.0
+    assert sorted(
         c for facts in first.express.values() for c in facts['exchanged']) == [0, 1, 2, 3]
     before = {n: w.copy() for n, w in gs.weights.items()}
     sums = []
     second, _ = _fly(gs, cs, 2, sums=sums)
-    assert second.participants == [0, 1]
+    assert second.participants == [0, 1] and second.aggregation['participants'] == 2
     # eq. (13): x <- x + (1/N) sum_k u_k, u_k = sum of its clients' CLUs, applied once
     for n in before:
         np.testing.assert_allclose(gs.weights[n], before[n] + (sums[0][n] + sums[1][n]) / 4,
@@ -381,6 +385,7 @@ def test_async_applies_each_landing_to_the_current_model_and_redeparts_only_it()
     assert gs.should_close(0.0)
     record = gs.close_round(1.0)
     assert list(record.express) == [0] and record.model_change_l2 == 0.0
+    assert record.participants == [0] and record.aggregation['participants'] == 1
     second = gs.open_round(1.0)
     assert set(second.plans) == {0}
     assert _tour_of(gs, second, 1, cs) is None            # UAV 1 is still out on its tour

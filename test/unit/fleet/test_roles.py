@@ -139,6 +139,22 @@ def test_agent_labels_frames_at_its_pose_and_skips_what_it_cannot_place(agent):
     assert agent.class_counts()[expected] == 1
 
 
+@pytest.mark.parametrize('pose', [
+    PoseSample(float('nan'), 300.0, 30.0, 0.0, stamp_s=1.0),
+    PoseSample(300.0, 300.0, float('nan'), 0.0, stamp_s=1.0),
+    PoseSample(300.0, 300.0, 30.0, float('inf'), stamp_s=1.0),
+])
+def test_agent_skips_a_frame_taken_at_a_non_finite_pose(agent, pose):
+    # Arrange
+    image = np.full((64, 64, 3), 100, np.uint8)
+    agent.on_pose(pose)
+    # Act
+    kept = agent.on_camera_frame(image, stamp_s=1.0)
+    # Assert: no label invented for it, the frame counted as skipped
+    assert not kept
+    assert agent.buffered_samples == 0 and agent.frames_skipped == 1
+
+
 def test_agent_rejects_bad_global_frames(agent, station):
     opening = station.open_round(0.0)
     not_station = encode_frame(FrameKind.GLOBAL_MODEL, 1, 0, station._fingerprint,

@@ -36,6 +36,28 @@ def test_footprint_rejects_non_positive_altitude():
         footprint_m(0.0, 60.0)
 
 
+NAN, INF = float('nan'), float('inf')
+
+
+@pytest.mark.parametrize('pose', [
+    (NAN, 200.0, 30.0, 0.0), (200.0, INF, 30.0, 0.0), (200.0, 200.0, NAN, 0.0),
+    (200.0, 200.0, 30.0, INF), (200.0, 200.0, 30.0, NAN),
+])
+def test_render_refuses_a_non_finite_pose_by_name(small_world, pose):
+    # Arrange
+    renderer = AerialRenderer(small_world, CameraConfig(), seed=0)
+
+    # Act / Assert: a clear ValueError, not a silent frame or a math domain error
+    with pytest.raises(ValueError, match='camera pose must be finite'):
+        renderer.render(*pose, np.random.default_rng(0))
+
+
+def test_footprint_refuses_a_nan_altitude():
+    # Act / Assert
+    with pytest.raises(ValueError, match='finite'):
+        footprint_m(NAN, 60.0)
+
+
 def test_render_shape_and_dtype(small_world):
     # Arrange
     renderer = AerialRenderer(small_world, CameraConfig(), seed=0)

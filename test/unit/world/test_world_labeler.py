@@ -97,3 +97,27 @@ def test_labeler_validates_fov(water_sand_map):
     # Act / Assert
     with pytest.raises(ValueError, match='fov_deg'):
         MapLabeler(water_sand_map, fov_deg=0.0)
+
+
+@pytest.mark.parametrize('pose', [
+    (math.nan, 50.0, 20.0, 0.0), (50.0, math.inf, 20.0, 0.0), (50.0, 50.0, math.nan, 0.0),
+    (50.0, 50.0, 20.0, math.inf),
+])
+def test_label_refuses_a_non_finite_pose(water_sand_map, pose):
+    # Arrange
+    labeler = MapLabeler(water_sand_map, fov_deg=60.0)
+
+    # Act / Assert: no class is honest for it (it used to be a silent class id)
+    with pytest.raises(ValueError, match='camera pose must be finite'):
+        labeler.label(*pose)
+    with pytest.raises(ValueError, match='camera pose must be finite'):
+        labeler.label_fractions(*pose)
+
+
+def test_label_refuses_a_position_too_far_out_to_index(water_sand_map):
+    # Arrange
+    labeler = MapLabeler(water_sand_map, fov_deg=60.0)
+
+    # Act / Assert: finite, but its cell index would overflow an int64
+    with pytest.raises(ValueError, match='out of range'):
+        labeler.label(1e300, 50.0, 20.0, 0.0)
