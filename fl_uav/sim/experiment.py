@@ -708,18 +708,22 @@ RESUME_MAY_CHANGE = ('num_rounds', 'engine.torch_threads', 'engine.workers',
 it uses the machine (workers are bit-identical), never what it computes."""
 
 
+def _json_mapping(path: Path, prefix: str = '') -> dict[str, Any]:
+    """A run file's JSON object, or ExperimentError (``prefix`` first) saying what is wrong."""
+    if not path.is_file():
+        raise ExperimentError(f'{prefix}{path} does not exist (not an experiment directory)')
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ExperimentError(f'{prefix}{path} is not readable JSON: {exc}') from exc
+    if not isinstance(value, dict):
+        raise ExperimentError(f'{prefix}{path} does not hold a JSON object')
+    return value
+
+
 def read_run_config(out_dir: Path) -> dict[str, Any]:
     """The flat config a run in ``out_dir`` was started with (its config.json)."""
-    path = Path(out_dir) / CONFIG_FILE
-    if not path.is_file():
-        raise ExperimentError(f'cannot resume: {path} does not exist (not an experiment run)')
-    try:
-        flat = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ExperimentError(f'cannot resume: {path} is not readable JSON: {exc}') from exc
-    if not isinstance(flat, dict):
-        raise ExperimentError(f'cannot resume: {path} does not hold a config mapping')
-    return flat
+    return _json_mapping(Path(out_dir) / CONFIG_FILE, 'cannot resume: ')
 
 
 def check_resumable(config: ExperimentConfig, out_dir: Path) -> None:
@@ -898,14 +902,8 @@ def _targets_table(runs: list[tuple[str, list[dict[str, Any]]]], targets: Sequen
 def _experiment_summary(run_dir: Path) -> dict[str, Any]:
     """The summary.json of an ``fl-uav experiment`` run, or ExperimentError saying what
     ``run_dir`` is instead (missing, unreadable, or a run of another command)."""
-    path = run_dir / SUMMARY_FILE
-    if not path.is_file():
-        raise ExperimentError(f'{path} does not exist (not an experiment directory)')
-    try:
-        summary = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ExperimentError(f'{path} is not readable JSON: {exc}') from exc
-    if not isinstance(summary, dict) or 'name' not in summary:
+    summary = _json_mapping(run_dir / SUMMARY_FILE)
+    if 'name' not in summary:
         raise ExperimentError(f'{run_dir} is not an `fl-uav experiment` run (its {SUMMARY_FILE} '
                               f'has no name; `fl-uav sim` runs keep their rounds in it)')
     return summary
