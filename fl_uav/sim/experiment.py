@@ -20,9 +20,12 @@ from __future__ import annotations
 import copy
 import csv
 import dataclasses
+import functools
 import hashlib
+import importlib.metadata
 import json
 import math
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -82,6 +85,8 @@ ROUNDS_FILE = 'rounds.csv'
 SUMMARY_FILE = 'summary.json'
 CHECKPOINT_FILE = 'checkpoint.npz'
 CONFIG_FILE = 'config.json'
+GIT_TIMEOUT_S = 5.0
+"""Longest wait for git when a summary records the source commit."""
 EXPRESS_FILE = 'express.json'
 PER_SEED_TAG = 4               # the packet-error draws' stream of (seed, round, tag)
 ROUND_COLUMNS = ('round', 'accuracy', 'loss', 'participants', 'late', 'lost', 'uplink_bytes',
@@ -823,12 +828,35 @@ def energy_to_target(rows: list[dict[str, Any]], target_accuracy: float) -> dict
     return out
 
 
+@functools.lru_cache(maxsize=1)
+def source_version() -> dict[str, str]:
+    """Which code made a run: the installed fl_uav version and, in a git checkout, its commit
+    (with ``-dirty`` if tracked files differ from it; '' outside a checkout or without git)."""
+    try:
+        version = importlib.metadata.version('fl_uav')
+    except importlib.metadata.PackageNotFoundError:
+        version = ''
+    here = str(Path(__file__).resolve().parent)
+    commit = ''
+    try:
+        head = subprocess.run(['git', '-C', here, 'rev-parse', 'HEAD'], capture_output=True,
+                              text=True, timeout=GIT_TIMEOUT_S, check=True).stdout.strip()
+        dirty = subprocess.run(['git', '-C', here, 'status', '--porcelain',
+                                '--untracked-files=no'], capture_output=True, text=True,
+                               timeout=GIT_TIMEOUT_S, check=True).stdout.strip()
+        commit = head + ('-dirty' if dirty else '')
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {'fl_uav_version': version, 'git_commit': commit}
+
+
 def write_summary(config: ExperimentConfig, out_dir: Path, rows: list[dict[str, Any]],
                   status: str, error: str, wall_s: float,
                   extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """DIR/summary.json (``extra``: the planner's entries, e.g. LGC's h0) and the plots."""
     summary = {
-        'name': config.name, 'status': status, 'error': error,
+        'name': config.name, 'seed': config.seed, **source_version(),
+        'status': status, 'error': error,
         'rounds_completed': len(rows), 'num_rounds': config.num_rounds,
         'num_drones': config.num_drones, 'dataset': config.data.dataset,
         'partition': config.data.partition, 'strategy': config.aggregation.strategy,

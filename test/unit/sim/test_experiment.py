@@ -305,3 +305,15 @@ def test_cli_names_a_setup_the_data_or_model_cannot_give_without_a_traceback(
     # Assert
     assert result == code
     assert message in capsys.readouterr().err
+
+
+def test_summary_records_the_seed_and_the_code_that_made_the_run(tmp_path):
+    # Act
+    run_experiment(_config(**{'num_rounds': 1, 'seed': 4}), tmp_path, echo=lambda _: None)
+    summary = json.loads((tmp_path / 'summary.json').read_text())
+    # Assert: a git checkout gives its commit ('' where there is none, e.g. an sdist)
+    import importlib.metadata
+    import re
+    assert summary['seed'] == 4
+    assert summary['fl_uav_version'] == importlib.metadata.version('fl_uav')
+    assert re.fullmatch(r'([0-9a-f]{40}(-dirty)?)?', summary['git_commit'])
