@@ -1,0 +1,186 @@
+"""The signed envelope (wire version 3) against docs/wire_format.md: layout, and every
+rejection by its reason before the inner frame is decoded."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from fl_uav.compression.codec import (
+    GROUND_STATION_ID,
+    DecodeLimits,
+    FrameKind,
+    decode_frame,
+    encode_frame,
+    model_fingerprint,
+)
+from fl_uav.compression.codec_v2 import decode_v2, encode_raw
+from fl_uav.compression.errors import FrameError
+from fl_uav.compression.signing import (
+    ALL_REASONS_SIGNED,
+    ENVELOPE_OVERHEAD,
+    SIGNATURE_SIZE,
+    FrameAuth,
+    open_frame,
+    sign_frame,
+)
+
+FP = model_fingerprint([('w', (2,), 'float32')])
+LIMITS = DecodeLimits()
+DRONE_KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(32)))
+STATION_KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(1, 33)))
+KEYS = {1: DRONE_KEY.public_key(), GROUND_STATION_ID: STATION_KEY.public_key()}
+
+
+def _update(sender: int = 1) -> bytes:
+    return encode_frame(FrameKind.UPDATE, 3, sender, FP,
+                        {'w': np.array([1.0, -2.0], np.float32)}, {'n': 4})
+
+
+def _recrc(frame: bytes | bytearray) -> bytes:
+    body = bytes(frame[:-4])
+    return body + struct.pack('<I', zlib.crc32(body))
+
+
+def _reason(data: bytes, require: bool = True, keys=KEYS) -> str:
+    with pytest.raises(FrameError) as err:
+        open_frame(data, LIMITS, keys, require)
+    return err.value.reason
+
+
+def test_envelope_layout_is_the_documented_one():
+    # Arrange
+    inner = _update()
+    # Act
+    signed = sign_frame(inner, 1, DRONE_KEY)
+    # Assert: header, inner frame unchanged, signature over all before it, CRC last
+    assert len(signed) == len(inner) + ENVELOPE_OVERHEAD == len(inner) + 80
+    assert signed[:12] == b'FLUV' + bytes([3, 1]) + struct.pack('<HI', 1, len(inner))
+    assert signed[12:12 + len(inner)] == inner
+    signature = signed[12 + len(inner):-4]
+    assert len(signature) == SIGNATURE_SIZE
+    DRONE_KEY.public_key().verify(signature, signed[:12 + len(inner)])   # raises if not
+    assert struct.unpack('<I', signed[-4:])[0] == zlib.crc32(signed[:-4])
+
+
+@pytest.mark.parametrize('require', [True, False])
+def test_a_signed_v1_frame_opens_to_its_inner_frame_which_decodes(require):
+    # Arrange
+    signed = sign_frame(_update(), 1, DRONE_KEY)
+    # Act
+    inner = open_frame(signed, LIMITS, KEYS, require)
+    frame = decode_frame(inner, LIMITS, expected_fingerprint=FP)
+    # Assert
+    assert bytes(inner) == _update()
+    assert frame.sender == 1 and frame.round_index == 3 and frame.metadata == {'n': 4}
+
+
+def test_a_signed_v2_frame_opens_and_decodes():
+    # Arrange
+    v2 = encode_raw(np.array([0.5, 0.25], np.float32), round_index=2, sender=1,
+                    fingerprint=FP, metadata={'n': 1})
+    # Act
+    inner = open_frame(sign_frame(v2, 1, DRONE_KEY), LIMITS, KEYS, True)
+    # Assert
+    assert decode_v2(inner, LIMITS).sender == 1
+
+
+def test_an_unsigned_frame_passes_unchanged_when_signatures_are_not_required():
+    # Arrange
+    plain = _update()
+    # Act
+    inner = open_frame(plain, LIMITS, KEYS, False)
+    # Assert
+    assert bytes(inner) == plain
+    assert FrameAuth().open(plain, LIMITS).tobytes() == plain    # the default node
+
+
+def test_an_unsigned_frame_is_rejected_when_signatures_are_required():
+    # Act + Assert
+    assert _reason(_update()) == 'unsigned'
+
+
+def test_a_tampered_byte_is_a_crc_error_and_with_a_fixed_crc_a_bad_signature():
+    # Arrange: one bit of the inner frame's round flipped (and its inner CRC re-made)
+    signed = bytearray(sign_frame(_update(), 1, DRONE_KEY))
+    signed[12 + 8] ^= 0x01
+    # Act + Assert
+    assert _reason(bytes(signed)) == 'crc'
+    assert _reason(_recrc(signed)) == 'signature'
+
+
+def test_a_tampered_signature_is_rejected():
+    # Arrange
+    signed = bytearray(sign_frame(_update(), 1, DRONE_KEY))
+    signed[-5] ^= 0x80               # last signature byte
+    # Act + Assert
+    assert _reason(_recrc(signed)) == 'signature'
+
+
+def test_a_frame_signed_with_another_key_is_rejected():
+    # Arrange: drone 1's frame signed by a key that is not drone 1's
+    forged = sign_frame(_update(), 1, Ed25519PrivateKey.generate())
+    # Act + Assert
+    assert _reason(forged) == 'signature'
+    assert _reason(forged, require=False) == 'signature'   # a signed frame is always verified
+
+
+def test_an_unknown_signer_and_a_signer_that_is_not_the_sender_are_rejected():
+    # Arrange
+    unknown = sign_frame(_update(sender=7), 7, DRONE_KEY)
+    # drone 1 signs, but the inner frame claims the station sent it
+    impostor = sign_frame(_update(sender=GROUND_STATION_ID), 1, DRONE_KEY)
+    # Act + Assert
+    assert _reason(unknown) == 'signer'
+    assert _reason(impostor) == 'signer'
+
+
+def test_a_truncated_signature_or_trailing_bytes_are_length_errors():
+    # Arrange
+    signed = sign_frame(_update(), 1, DRONE_KEY)
+    cut = signed[:-4 - 10]                        # 10 signature bytes missing, CRC kept
+    cut = _recrc(cut + b'\0\0\0\0')
+    # Act + Assert
+    assert _reason(cut) == 'truncated'
+    assert _reason(signed[:60]) == 'truncated'    # shorter than any envelope
+    assert _reason(signed + b'\0') == 'length'
+
+
+def test_unknown_scheme_version_and_magic_are_rejected_by_their_reasons():
+    # Arrange
+    signed = sign_frame(_update(), 1, DRONE_KEY)
+    scheme = _recrc(signed[:5] + b'\x02' + signed[6:])
+    version = signed[:4] + b'\x04' + signed[5:]
+    magic = b'XLUV' + signed[4:]
+    # Act + Assert
+    assert _reason(scheme) == 'header'
+    assert _reason(version) == 'version'
+    assert _reason(magic) == 'bad_magic'
+    with pytest.raises(FrameError) as err:
+        open_frame(signed, DecodeLimits(max_frame_bytes=len(signed) - 1), KEYS, True)
+    assert err.value.reason == 'oversized'
+
+
+def test_v1_and_v2_decoders_reject_the_envelope_as_an_unknown_version():
+    # Arrange
+    signed = sign_frame(_update(), 1, DRONE_KEY)
+    # Act + Assert
+    for decode in (decode_frame, decode_v2):
+        with pytest.raises(FrameError) as err:
+            decode(signed, LIMITS)
+        assert err.value.reason == 'version'
+
+
+def test_frame_auth_seals_with_its_key_and_reasons_are_listed():
+    # Arrange
+    auth = FrameAuth(own_id=1, private_key=DRONE_KEY, public_keys=KEYS, require=True)
+    # Act
+    sealed = auth.seal(_update())
+    # Assert
+    assert bytes(auth.open(sealed, LIMITS)) == _update()
+    assert FrameAuth().seal(_update()) == _update()
+    assert set(ALL_REASONS_SIGNED) == {'unsigned', 'signer', 'signature'}
