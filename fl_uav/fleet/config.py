@@ -123,6 +123,28 @@ class CodecConfig:
             raise ValueError(f'max_frame_bytes must be >= 1024, got {self.max_frame_bytes}')
 
 
+@dataclass(frozen=True)
+class SecurityConfig:
+    """``security.*``: signed frames (Ed25519 envelope, docs/wire_format.md, version 3).
+
+    keys_dir: directory of this machine's keys as ``fl-uav keygen`` writes them
+        (fl_uav/fleet/keys.py): the station reads ``station.key`` and every ``drone<i>.pub``,
+        drone i reads ``drone<i>.key`` and ``station.pub``. '' = no keys: frames go out
+        unsigned. With keys, a node signs every global-model, control and update frame it
+        sends and verifies every signed frame it receives.
+    require_signatures: reject (count by reason ``unsigned``) plain v1/v2 frames; needs
+        keys_dir. False (the default) accepts them as before signing existed.
+    """
+
+    keys_dir: str = ''
+    require_signatures: bool = False
+
+    def __post_init__(self) -> None:
+        if self.require_signatures and not self.keys_dir:
+            raise ValueError('security.require_signatures needs security.keys_dir (the '
+                             'directory fl-uav keygen wrote the keys to)')
+
+
 FLEET_MODES = ('standard', 'express')
 RANGE_POSE_SOURCES = ('ground_truth', 'telemetry')
 
@@ -320,6 +342,7 @@ class FleetConfig:
     once every drone has reported a pose and a non-empty class histogram (after round 1) and
     sends its knobs from the next round on (fl_uav.fleet.ground_station); standard mode only.
     planning_model: the radio and compute constants that planner assumes.
+    security: frame signing keys and whether signatures are required (SecurityConfig).
     """
 
     num_drones: int = 4
@@ -342,6 +365,7 @@ class FleetConfig:
     ground_clients: GroundClientConfig = field(default_factory=GroundClientConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     planning_model: PlanningModelConfig = field(default_factory=PlanningModelConfig)
+    security: SecurityConfig = field(default_factory=SecurityConfig)
 
     def __post_init__(self) -> None:
         if not (1 <= self.num_drones <= 250):

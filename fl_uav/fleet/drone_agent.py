@@ -40,6 +40,7 @@ from fl_uav.compression.codec import (
 from fl_uav.compression.codec_v2 import split_frames
 from fl_uav.compression.paper_compressors import LgcCompressor, PlannedCompressors
 from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.keys import load_frame_auth
 from fl_uav.fleet.messages import UPLOAD_ACK_KNOB, FinishCommand, PoseSample, RoundTask
 from fl_uav.fleet.resource_knobs import (
     KNOBS_APPLIED_KEY,
@@ -134,6 +135,7 @@ class DroneAgent:
         self.waypoints_reached = 0
         self.rounds_trained = 0
         self.rejected_frames = 0
+        self.rejected_reasons: Counter = Counter()   # station frames rejected, by reason
         self.malformed_acks = 0         # UPLOAD_ACK_KNOB values that could not be read
         self.uploads_rolled_back = 0    # previous uploads the station reported unused (or part)
         # Resource knobs (fl_uav.fleet.resource_knobs) rejected, by '<knob>/<kind>'.
@@ -143,6 +145,8 @@ class DroneAgent:
         # The last encoded upload awaiting the station's verdict: (round, client trained).
         self._pending_upload: tuple[int, bool] | None = None
         self._train_config = config.learning.train_config()
+        # security.*: signs the updates, verifies the station's frames (fl_uav.fleet.keys)
+        self.auth = load_frame_auth(config.security, drone_id, [GROUND_STATION_ID])
 
     @property
     def shapes(self) -> dict[str, tuple[int, ...]]:
@@ -223,50 +227,47 @@ class DroneAgent:
     # --- rounds --------------------------------------------------------------------------
     def accept_global_frame(self, data: bytes) -> RoundTask | FinishCommand | None:
         """Decode the station's frame; None (and a counted rejection) if it is unusable."""
-        try:
-            frame = decode_frame(data, DecodeLimits(max_frame_bytes=self.config.codec
-                                                    .max_frame_bytes),
+        limits = DecodeLimits(max_frame_bytes=self.config.codec.max_frame_bytes)
+        try:   # the signed envelope is verified before the inner frame is decoded
+            frame = decode_frame(self.auth.open(data, limits), limits,
                                  expected_fingerprint=self._fingerprint)
-        except FrameError:
-            self.rejected_frames += 1
-            return None
+        except FrameError as exc:
+            return self._reject(exc.reason)
         if frame.sender != GROUND_STATION_ID:
-            self.rejected_frames += 1
-            return None
+            return self._reject('unknown_sender')
         if frame.kind == FrameKind.CONTROL:
             if frame.metadata.get('command') == 'finish':
                 return FinishCommand(frame.round_index)
-            self.rejected_frames += 1
-            return None
+            return self._reject('metadata')
         if frame.kind != FrameKind.GLOBAL_MODEL:
-            self.rejected_frames += 1
-            return None
+            return self._reject('wrong_kind')
         weights, control = split_prefixed(frame.tensors, CONTROL_TENSOR_PREFIX)   # SCAFFOLD c
         if _shapes_of(weights) != self._shapes or (control and _shapes_of(control)
                                                    != self._shapes):
-            self.rejected_frames += 1
-            return None
+            return self._reject('shape')
         try:
             knobs = dict(frame.metadata.get('knobs', {}).get(str(self.drone_id), {}))
             raw_plan = knobs.get('plan', [])
             deadline_s = float(frame.metadata.get('deadline_s', 0.0))
         except (AttributeError, TypeError, ValueError, OverflowError):
-            self.rejected_frames += 1           # malformed knobs or plan: not this round's task
-            return None
+            return self._reject('metadata')     # malformed knobs or plan: not this round's task
         num_rounds = frame.metadata.get('num_rounds')
         if num_rounds is not None and (isinstance(num_rounds, bool)
                                        or not isinstance(num_rounds, int) or num_rounds < 1):
-            self.rejected_frames += 1           # a run length that is not a count
-            return None
+            return self._reject('metadata')     # a run length that is not a count
         # Each waypoint three finite numbers (not strings, not an int beyond a float).
         if not (isinstance(raw_plan, list) and all(map(valid_position, raw_plan))):
-            self.rejected_frames += 1
-            return None
+            return self._reject('metadata')
         plan = tuple(PlanWaypoint(float(e), float(n), float(u)) for e, n, u in raw_plan)
         if control:
             knobs[SERVER_CONTROL_KNOB] = control
         return RoundTask(round_index=frame.round_index, weights=weights, plan=plan,
                          knobs=knobs, deadline_s=deadline_s, num_rounds=num_rounds)
+
+    def _reject(self, reason: str) -> None:
+        """Count one unusable station frame (``rejected_frames``, and by reason)."""
+        self.rejected_frames += 1
+        self.rejected_reasons[reason] += 1
 
     def train_round(self, task: RoundTask) -> UpdateReport:
         """Run the configured client algorithm from the global weights on the buffer (the
@@ -417,5 +418,5 @@ class DroneAgent:
             # LGC: one frame per layer; a layer whose channel drops it this round is not sent
             # (the compressor kept it in its residual, LGC §2.5).
             layers = split_frames(sent)
-            return tuple(layers[c] for c in self._compressor.last_received)
-        return (sent,)
+            return tuple(self.auth.seal(layers[c]) for c in self._compressor.last_received)
+        return (self.auth.seal(sent),)

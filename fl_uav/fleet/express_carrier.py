@@ -21,6 +21,7 @@ import numpy as np
 from fl_uav.compression.codec import DecodeLimits, FrameKind, encode_frame
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.express_exchange import ExchangeRejected, decode_clu, encode_delivery
+from fl_uav.fleet.keys import load_frame_auth
 from fl_uav.fleet.messages import EXPRESS_KNOB, RoundTask, is_int
 from fl_uav.learning.weights import Weights
 
@@ -75,6 +76,8 @@ class ExpressCarrier:
         self._shapes = shapes
         self._fingerprint = fingerprint
         self._limits = DecodeLimits(max_frame_bytes=config.codec.max_frame_bytes)
+        # security.*: u_k is signed like any update (the visit frames are not, yet)
+        self._auth = load_frame_auth(config.security, uav_id, [])
         self.carried: Weights | None = None
         self.running_sum: Weights = {n: np.zeros(s, np.float32) for n, s in shapes.items()}
         self.tour: TourLog | None = None
@@ -180,5 +183,5 @@ class ExpressCarrier:
                     'steps': sum(tour.clu_steps.get(c, 0) for c in trained),
                     'train_loss': loss, 'waypoints_reached': waypoints_reached_total,
                     'samples_collected': 0, EXPRESS_KNOB: tour.to_metadata()}
-        return encode_frame(FrameKind.UPDATE, tour.round_index, self.uav_id, self._fingerprint,
-                            self.running_sum, metadata)
+        return self._auth.seal(encode_frame(FrameKind.UPDATE, tour.round_index, self.uav_id,
+                                            self._fingerprint, self.running_sum, metadata))

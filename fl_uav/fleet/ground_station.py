@@ -51,6 +51,7 @@ from fl_uav.compression.lgc import decode as lgc_sum
 from fl_uav.compression.quantization import flatten, unflatten
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.express_routes import ExpressRoutes, plan_express_routes
+from fl_uav.fleet.keys import load_frame_auth
 from fl_uav.fleet.messages import (
     EXPRESS_KNOB,
     MAX_COUNT,
@@ -217,6 +218,8 @@ class GroundStation:
                                                               DELTA_C_TENSOR_PREFIX)
                                                   if self._scaffold else {})}
         self._limits = DecodeLimits(max_frame_bytes=config.codec.max_frame_bytes)
+        # security.*: signs the global model and control frames, verifies the drones' updates
+        self._auth = load_frame_auth(config.security, GROUND_STATION_ID, self.drone_ids)
         self._eval = (eval_inputs, eval_labels)
         self._round: _OpenRound | None = None
         # Per drone: the previous round's update as aggregated (LGC: the layer ids summed,
@@ -280,11 +283,10 @@ class GroundStation:
         if self._scaffold:
             tensors = {**self.weights, **with_prefix(self._strategy.server_control(self.weights),
                                                      CONTROL_TENSOR_PREFIX)}
-        frame = encode_frame(FrameKind.GLOBAL_MODEL, index, GROUND_STATION_ID,
-                             self._fingerprint, tensors,
-                             {'deadline_s': duration, 'num_rounds':
-                              self.config.rounds.num_rounds,
-                              'knobs': {str(d): k for d, k in knobs.items()}})
+        frame = self._auth.seal(encode_frame(
+            FrameKind.GLOBAL_MODEL, index, GROUND_STATION_ID, self._fingerprint, tensors,
+            {'deadline_s': duration, 'num_rounds': self.config.rounds.num_rounds,
+             'knobs': {str(d): k for d, k in knobs.items()}}))
         self._round = _OpenRound(index, now_s, now_s + duration, bytes_down=len(frame),
                                  plan_lengths={d: len(p) for d, p in plans.items()},
                                  resource_knobs={d: dict(k) for d, k in planned.items()})
@@ -321,7 +323,10 @@ class GroundStation:
 
     def _decode_update(self, data: bytes) -> _ReceivedUpdate:
         """Decode a v1 UPDATE (with SCAFFOLD: Δc_k as prefixed tensors) or a v2 QSGD / range /
-        raw frame or one LGC layer frame into a dense named delta and the sender's metadata."""
+        raw frame or one LGC layer frame into a dense named delta and the sender's metadata.
+        A signed envelope is verified (and a plain frame refused if signatures are required)
+        before the inner frame is decoded."""
+        data = self._auth.open(data, self._limits)
         if len(data) > _VERSION_OFFSET and data[_VERSION_OFFSET] == VERSION_V2:
             v2 = decode_v2(data, self._limits, expected_fingerprint=self._fingerprint)
             if v2.kind not in _V2_UPDATE_KINDS:
@@ -499,8 +504,9 @@ class GroundStation:
 
     def finish_frame(self) -> bytes:
         """The control frame telling drones the run is over."""
-        return encode_frame(FrameKind.CONTROL, len(self.records), GROUND_STATION_ID,
-                            self._fingerprint, {}, {'command': 'finish'})
+        return self._auth.seal(encode_frame(FrameKind.CONTROL, len(self.records),
+                                            GROUND_STATION_ID, self._fingerprint, {},
+                                            {'command': 'finish'}))
 
 
 def _finite_or_nan(value: Any) -> float:
