@@ -42,6 +42,20 @@ def _sim(args: argparse.Namespace) -> int:
     return 0 if summary['status'] == 'finished' else 1
 
 
+def _keygen(args: argparse.Namespace) -> int:
+    from fl_uav.fleet.keys import generate_fleet_keys
+
+    _check_out_dir(Path(args.out))
+    try:
+        written = generate_fleet_keys(args.out, args.drones)
+    except (FileExistsError, ValueError) as exc:
+        print(f'fl-uav: {exc}', file=sys.stderr)
+        return 1
+    for path in written:
+        print(path)
+    return 0
+
+
 def _experiment(args: argparse.Namespace) -> int:
     from fl_uav.sim.allocator import (
         collector_paused_for_imports,
@@ -195,6 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help='ROS_DOMAIN_ID (default: random 1..101)')
     sim.add_argument('--timeout', type=float, default=1800.0, help='give up after seconds')
     sim.set_defaults(func=_sim)
+    keygen = sub.add_parser('keygen', help='write Ed25519 key pairs for the ground station and '
+                            'each drone (security.keys_dir; private keys mode 0600)')
+    keygen.add_argument('--out', required=True, help='directory to write the keys to')
+    keygen.add_argument('--drones', type=int, required=True, help='number of drones')
+    keygen.set_defaults(func=_keygen)
     exp = sub.add_parser('experiment', help='run an in-process experiment on a simulated clock')
     exp.add_argument('config', type=Path, nargs='?',
                      help='config/experiments/<name>.yaml (with --resume: default the '

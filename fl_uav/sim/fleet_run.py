@@ -2,7 +2,8 @@
 
 Starts the node set of :func:`fl_uav.sim.launch_plan.fleet_plan` as processes on a private
 ROS_DOMAIN_ID with localhost-only discovery, prints a line per closed round, stops every
-process it started on exit or Ctrl-C, and writes the summary and the accuracy plot.
+process it started on exit or Ctrl-C, and writes the summary and the accuracy plot. Frames
+are signed with keys made for the run (DIR/keys) and the nodes require signatures.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 
 from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.keys import PRIVATE_SUFFIX, PUBLIC_SUFFIX, generate_fleet_keys
 from fl_uav.fleet.onboard_planner import record_file_name
 from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
 from fl_uav.planning.trajectory import class_balance
@@ -31,6 +33,7 @@ CLIENT_LOG_DIR = 'ground_clients'      # ground_client nodes' logs: gc<j>.json
 # Nodes that run until the launcher stops them: their exit is a failure.
 _SERVICE_NODES = ('autopilot_sim_node', 'sim_camera_node', 'ground_client_node')
 SUMMARY_FILE = 'summary.json'
+KEYS_DIR = 'keys'                      # the run's Ed25519 keys (fl-uav keygen layout)
 PLOT_FILE = 'accuracy.png'
 
 
@@ -61,6 +64,7 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     for stale in (out / CLIENT_LOG_DIR).glob('gc*.json'):
         stale.unlink()
     flat = merged_parameters(options.config_files, options.overrides)
+    flat.update(run_keys(out, flat, options.overrides))
     config: FleetConfig = build_config(FleetConfig, flat)
     params_file = write_params_file(flat, out / 'params.yaml')
     domain_id = options.domain_id if options.domain_id is not None else random.randint(1, 101)
@@ -114,6 +118,22 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     echo(f'{status}: {len(summary["rounds"])} rounds in {wall_s:.0f} s, final accuracy '
          f'{final if final is None else round(final, 3)}; wrote {out / SUMMARY_FILE}')
     return summary
+
+
+def run_keys(out: Path, flat: Mapping[str, Any], overrides: Mapping[str, Any]
+             ) -> dict[str, Any]:
+    """Signed frames in the embedded fleet: unless security.keys_dir is set, fresh keys for
+    this run in DIR/keys (the previous run's removed) and security.require_signatures true
+    (unless an override says otherwise). Returns the keys to add to the parameters."""
+    if flat.get('security.keys_dir'):
+        return {}
+    keys_dir = out / KEYS_DIR
+    for suffix in (PRIVATE_SUFFIX, PUBLIC_SUFFIX):
+        for stale in keys_dir.glob(f'*{suffix}'):
+            stale.unlink()
+    generate_fleet_keys(keys_dir, int(flat.get('num_drones', FleetConfig.num_drones)))
+    return {'security.keys_dir': str(keys_dir.resolve()), 'security.require_signatures':
+            overrides.get('security.require_signatures', True)}
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -5,11 +5,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import rclpy
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from diagnostic_msgs.msg import DiagnosticArray
 from std_msgs.msg import UInt8MultiArray
 from visualization_msgs.msg import MarkerArray
 
-from fl_uav.compression.codec import FrameKind, decode_frame, encode_frame
+from fl_uav.compression.codec import (
+    GROUND_STATION_ID,
+    DecodeLimits,
+    FrameKind,
+    decode_frame,
+    encode_frame,
+)
+from fl_uav.compression.signing import sign_frame
+from fl_uav.fleet.config import SecurityConfig
+from fl_uav.fleet.keys import generate_fleet_keys, load_frame_auth
 from fl_uav.fleet.run_log import read_progress
 from fl_uav.ros import names
 from fl_uav.ros.ground_station_node import GroundStationNode
@@ -161,3 +171,47 @@ def test_station_exits_when_the_drones_leave_although_a_viewer_stays(waiting_sta
     done = spin_until(executor, node.done.is_set, 10.0)
     # Assert: not after the 60 s finish_linger_s: a viewer does not keep the station up
     assert done, 'the station waited for a viewer as if it were a drone'
+
+
+@pytest.fixture
+def signed_station(tmp_path):
+    """A 2-drone station with keys that requires signed updates (one round, 4 s)."""
+    keys = tmp_path / 'keys'
+    generate_fleet_keys(keys, 2)
+    overrides = {**tiny_fleet_overrides(2, 14540), 'rounds.num_rounds': 1,
+                 'rounds.deadline_s': 4.0, 'rounds.first_round_extra_s': 0.0,
+                 'rounds.start_timeout_s': 0.5, 'security.keys_dir': str(keys),
+                 'security.require_signatures': True}
+    params = write_params_file(overrides, tmp_path / 'params.yaml')
+    args = ['--ros-args', '--params-file', str(params), '-p', f'output_dir:={tmp_path}']
+    with node_with_probe(GroundStationNode, args) as handles:
+        yield (*handles, keys)
+
+
+def test_signed_station_counts_forged_updates_by_reason_and_keeps_going(signed_station):
+    # Prepare
+    node, probe, executor, keys = signed_station
+    raw = []
+    probe.create_subscription(UInt8MultiArray, names.GLOBAL_MODEL_TOPIC,
+                              lambda m: raw.append(bytes(m.data)), names.GLOBAL_MODEL_QOS)
+    updates = probe.create_publisher(UInt8MultiArray, names.UPDATES_TOPIC, names.UPDATES_QOS)
+    assert spin_until(executor, lambda: raw, 20.0), 'no global model published'
+    assert spin_until(executor, lambda: updates.get_subscription_count() > 0, 10.0)
+    drone0 = load_frame_auth(SecurityConfig(str(keys)), 0, [GROUND_STATION_ID])
+    model = decode_frame(drone0.open(raw[0], DecodeLimits()))    # verified with station.pub
+    zero = {n: np.zeros_like(t) for n, t in model.tensors.items()}
+    update = encode_frame(FrameKind.UPDATE, 1, 0, model.fingerprint, zero, {'num_samples': 10})
+    frames = [update,                                                      # unsigned
+              sign_frame(update, 0, Ed25519PrivateKey.generate()),          # forged
+              drone0.seal(update)]                                         # good
+    # Execute
+    for data in frames:
+        msg = UInt8MultiArray()
+        msg.data = data
+        updates.publish(msg)
+    closed = spin_until(executor, lambda: not node.station.round_open
+                        and node.station.records, 20.0)
+    # Assert
+    assert closed, 'round never closed'
+    assert dict(node.station.rejected_total) == {'unsigned': 1, 'signature': 1}
+    assert node.station.records[0].participants == [0]

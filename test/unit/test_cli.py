@@ -14,3 +14,34 @@ def test_sim_refuses_a_domain_id_dds_cannot_use_before_starting_nodes(tmp_path, 
     assert stop.value.code == 2
     assert f"'{value}' is not a ROS 2 domain ID in [0, 232]" in capsys.readouterr().err
     assert not (tmp_path / 'run').exists()
+
+
+def test_keygen_writes_the_station_and_each_drone_key_pair(tmp_path, capsys):
+    # Arrange
+    out = tmp_path / 'keys'
+    # Act
+    code = main(['keygen', '--out', str(out), '--drones', '3'])
+    again = main(['keygen', '--out', str(out), '--drones', '3'])
+    # Assert
+    assert code == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(f'{n}.{s}' for n in ('station', 'drone0', 'drone1', 'drone2')
+                           for s in ('key', 'pub'))
+    assert all((out / n).stat().st_mode & 0o777 == 0o600 for n in names if n.endswith('.key'))
+    assert again == 1 and 'not overwritten' in capsys.readouterr().err
+
+
+def test_sim_makes_run_keys_and_requires_signatures_unless_keys_are_given(tmp_path):
+    # Arrange
+    from fl_uav.sim.fleet_run import run_keys
+    flat = {'num_drones': 2}
+    # Act
+    made = run_keys(tmp_path, flat, {})
+    remade = run_keys(tmp_path, flat, {'security.require_signatures': False})
+    given = run_keys(tmp_path, {**flat, 'security.keys_dir': '/elsewhere'}, {})
+    # Assert: fresh keys per run (the previous run's replaced), required by default
+    assert made['security.require_signatures'] is True
+    assert remade['security.require_signatures'] is False
+    assert (tmp_path / 'keys' / 'drone1.key').is_file()
+    assert made['security.keys_dir'] == str((tmp_path / 'keys').resolve())
+    assert given == {}
