@@ -194,7 +194,8 @@ class DroneNode(Node):
     def _on_global(self, msg: UInt8MultiArray) -> None:
         work = self.agent.accept_global_frame(msg_to_bytes(msg))
         if work is None:
-            self.get_logger().warning('rejected a global model frame')
+            self.get_logger().warning(f'rejected a global model frame; rejected so far, by '
+                                      f'reason: {dict(self.agent.rejected_reasons)}')
         elif isinstance(work, FinishCommand):
             verdict = self.rounds.admit_finish(work.round_index)
             if not verdict.taken:

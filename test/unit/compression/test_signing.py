@@ -58,7 +58,7 @@ def test_envelope_layout_is_the_documented_one():
     # Act
     signed = sign_frame(inner, 1, DRONE_KEY)
     # Assert: header, inner frame unchanged, signature over all before it, CRC last
-    assert len(signed) == len(inner) + ENVELOPE_OVERHEAD == len(inner) + 80
+    assert len(signed) == len(inner) + ENVELOPE_OVERHEAD == 83 + 80    # the doc's example
     assert signed[:12] == b'FLUV' + bytes([3, 1]) + struct.pack('<HI', 1, len(inner))
     assert signed[12:12 + len(inner)] == inner
     signature = signed[12 + len(inner):-4]
