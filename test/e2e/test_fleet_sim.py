@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fl_uav.compression.codec import encoded_size
 from fl_uav.learning.models import build_model
@@ -64,6 +65,11 @@ def test_two_drones_two_rounds_end_to_end(tmp_path):
     summary = json.loads((out / 'summary.json').read_text())
     assert summary['status'] == 'finished'
     assert [r['round'] for r in summary['rounds']] == [1, 2]
+    # Assert: every node signed with the run's own keys and required signatures (a frame
+    # rejected as unsigned / signer / signature would show in 'rejected' below)
+    params = yaml.safe_load((out / 'params.yaml').read_text())['/**']['ros__parameters']
+    assert params['security.require_signatures'] is True
+    assert (out / 'keys' / 'station.key').stat().st_mode & 0o777 == 0o600
     assert all(r['participants'] == [0, 1] for r in summary['rounds'])
     assert summary['final_accuracy'] > summary['initial_accuracy']
     assert all(r['bytes_up_total'] > 0 and r['bytes_down_per_drone'] > 0
