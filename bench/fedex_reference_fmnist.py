@@ -3,10 +3,12 @@ digest 003 Secs. 2.2-2.3 alone) run on the engine's own clients: the experiment 
 FMNIST data, client split, CARP plan and model, one minibatch SGD step per client per slot.
 It answers whether an ordering seen in the engine (e.g. FedEx-Async behind FedEx-Sync) is the
 algorithm's or the engine's. ``--model linear`` swaps in multinomial logistic regression (a
-convex model) to separate the algorithm from the network's nonconvexity.
+convex model) to separate the algorithm from the network's nonconvexity. ``--tour-slots``
+replaces the plan's round-trip times Δ_k (eq. (9), in slots) by the given ones, keeping its
+client sets: e.g. Async with equal tours (which is Sync) against Async with tours a slot apart.
 
     PYTHONPATH=. .venv/bin/python bench/fedex_reference_fmnist.py sync 0 [--model linear] \
-        [--set KEY=VALUE ...]
+        [--tour-slots 8,8,8,9] [--set KEY=VALUE ...]
 
 Prints the accuracy of the global model as of each simulated hour (1 slot = 1 min) and the
 mean of its evaluations in each hour. ~100 s a run with small_cnn (single-threaded), ~6 s
@@ -66,6 +68,8 @@ def main() -> None:
     parser.add_argument('mode', choices=('sync', 'async'))
     parser.add_argument('seed', type=int)
     parser.add_argument('--model', choices=('engine', 'linear'), default='engine')
+    parser.add_argument('--tour-slots', metavar='D1,D2,...',
+                        help="each UAV's round trip in slots, in place of the plan's")
     parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE')
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -78,6 +82,11 @@ def main() -> None:
     runtime = engine.express.runtime
     tours = [list(engine.express.plan.tours[k]) for k in runtime.uavs]
     deltas = [runtime.period_slots[k] for k in runtime.uavs]
+    if args.tour_slots:
+        deltas = [int(d) for d in args.tour_slots.split(',')]
+        if len(deltas) != len(tours) or min(deltas) < 2:
+            parser.error(f'--tour-slots needs {len(tours)} round trips of at least 2 slots, '
+                         f'got {args.tour_slots!r}')
     offsets = [[1 + j % (d - 1) for j in range(len(t))] for t, d in zip(tours, deltas)]
     print(f'{args.mode} seed {args.seed}: tour slots {deltas}, clients per tour '
           f'{[len(t) for t in tours]}', flush=True)
