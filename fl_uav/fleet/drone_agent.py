@@ -192,7 +192,11 @@ class DroneAgent:
                 or image_rgb.ndim != 3 or image_rgb.shape[2] != 3):
             self.frames_skipped += 1
             return False
-        label = self._labeler.label(pose.east_m, pose.north_m, pose.up_m, pose.yaw_rad)
+        try:
+            label = self._labeler.label(pose.east_m, pose.north_m, pose.up_m, pose.yaw_rad)
+        except ValueError:   # finite but absurd (e.g. a 1e30 m altitude): no cell to label
+            self.frames_skipped += 1
+            return False
         px = self.config.learning.input_px
         small = cv2.resize(image_rgb, (px, px), interpolation=cv2.INTER_AREA)
         with self._lock:

@@ -104,7 +104,7 @@ class DronePilot:
         below the ENU origin than flight.max_home_offset_up_m: the origin altitude in the
         config does not match the site, and every altitude would be off by the difference."""
         home_up_m = self.vehicle.home_enu_m[2]
-        if abs(home_up_m) > self.flight.max_home_offset_up_m:
+        if not abs(home_up_m) <= self.flight.max_home_offset_up_m:   # NaN: unknown, refused
             raise VehicleError(
                 f'not arming: the autopilot home is {home_up_m:+.1f} m from the origin altitude '
                 f'(autopilot.origin_alt_amsl_m), more than flight.max_home_offset_up_m '
@@ -271,7 +271,8 @@ class DronePilot:
 
         Tries to connect first; if that fails (autopilot not up yet) it waits, and starts the
         streams as soon as a later connection succeeds (e.g. a round's ensure_airborne).
-        Streams that end or fail without a shutdown wait for the next connection."""
+        Streams that end or fail without a shutdown wait for the link to come up again, which
+        the pilot does not yet detect once connected (a lost link is not re-established)."""
         try:
             await self.ensure_connected()
         except VehicleError as exc:

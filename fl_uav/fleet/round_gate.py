@@ -1,20 +1,23 @@
 """Which of the station's rounds a drone takes: the rule for round indices of global frames.
 
-Frames are not authenticated, and a station may be restarted (a new run starts at round 1
-again), so the drone must neither stick to the highest round it ever saw nor follow any index:
+Frames may be unsigned (``security.require_signatures`` false) and a station may be restarted
+(a new run starts at round 1 again), so the drone must neither stick to the highest round it
+ever saw nor follow any index:
 
 * a round ahead of the last one taken is taken (rounds may be skipped: a drone that was away
   takes the round the station is at);
 * the same round again is ignored (``repeat``: the latched model topic re-delivers it);
 * a round behind the last one taken starts a new run (the ground station was restarted or a
   new run began): the gate resets and takes it (``new_run`` in :attr:`RoundGate.events`);
-* a round outside 1..num_rounds, the run length the frame announces (or, if it announces
-  none, the drone's own ``rounds.num_rounds``), is rejected as implausible
-  (``beyond_run``): a forged or corrupt round number is never taken, and since a rejected
-  round does not move the gate, it cannot lock the drone out of the real rounds either.
+* a round outside 1..num_rounds is rejected as implausible (``beyond_run``); num_rounds is
+  the run length the frame announces, capped by the drone's own ``rounds.num_rounds`` (the
+  field guide keeps the two equal), so a frame cannot widen the window by announcing a longer
+  run. A rejected round does not move the gate, so it cannot lock the drone out of the real
+  rounds either.
 
 A finish command is obeyed unless it is for a round behind the last one taken
-(``stale_finish``: an earlier run's, or forged).
+(``stale_finish``: an earlier run's, or forged). Not covered: a *replayed* frame of an earlier
+run, even a genuinely signed one, is taken as a new run (frames carry no run identity yet).
 """
 
 from __future__ import annotations
@@ -51,7 +54,8 @@ class RoundGate:
 
     def admit_round(self, round_index: int, num_rounds: int | None) -> RoundVerdict:
         """The verdict on a GLOBAL_MODEL frame's round; taken rounds move the gate."""
-        limit = num_rounds if num_rounds is not None else self.default_num_rounds
+        limit = (self.default_num_rounds if num_rounds is None
+                 else min(num_rounds, self.default_num_rounds))
         if not 1 <= round_index <= limit:
             return self._ignore(BEYOND_RUN, f'round {round_index} is outside the run of '
                                             f'{limit} rounds')

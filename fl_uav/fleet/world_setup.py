@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import math
 
+from fl_uav.configschema import ConfigError
 from fl_uav.world.camera import CameraConfig
 from fl_uav.world.labeler import MapLabeler
 from fl_uav.world.landcover import (
@@ -22,7 +23,10 @@ def world_map(config: WorldConfig) -> LandCoverMap:
     real area's raster; MapFileError if it does not fit the config), else the generated one."""
     if not config.map_file:
         return generate_world(config)
-    land = LandCoverMap.load(config.map_file)
+    try:
+        land = LandCoverMap.load(config.map_file)
+    except (OSError, MapFileError) as exc:   # a node stops on it as on any bad config key
+        raise ConfigError(f'world.map_file: {exc}') from exc
     misfits = [f'{key} {ours} in the config, {theirs} in the file' for key, ours, theirs in (
         ('world.size_m', config.size_m, land.size_m),
         ('world.resolution_m', config.resolution_m, land.resolution_m))
@@ -31,8 +35,8 @@ def world_map(config: WorldConfig) -> LandCoverMap:
         misfits.append(f'classes {list(land.class_names)} in the file, the fleet model has '
                        f'{list(CLASS_NAMES)}')
     if misfits:
-        raise MapFileError(f'land-cover map file {config.map_file!r} does not fit the fleet '
-                           f'config: {"; ".join(misfits)}')
+        raise ConfigError(f'world.map_file {config.map_file!r} does not fit the fleet '
+                          f'config: {"; ".join(misfits)}')
     return land
 
 

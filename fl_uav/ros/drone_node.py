@@ -12,10 +12,13 @@ over each ground client for the exchange (model out on /gc<j>/express/model, CLU
 
 Which rounds it takes (:mod:`fl_uav.fleet.round_gate`): a round ahead of the last one taken;
 the same round again is ignored; a round behind the last one starts a new run (the station was
-restarted): the drone resets and takes it, and logs that; a round outside the run length the
-frame announces (1..num_rounds) is rejected as implausible, counted by reason and logged, and
-never moves the gate (a forged round 4000000000 neither runs nor locks the drone out). A finish
-command for a round behind the last one taken is ignored (logged).
+restarted): the gate starts over and the drone takes it, and logs that (only the round
+counter resets: a round still in flight is not cancelled, and per-run client state such as
+SCAFFOLD's c_k or LGC's residual carries over); a round outside 1..num_rounds (the run length
+the frame announces, capped by the drone's own rounds.num_rounds) is rejected as implausible,
+counted by reason and logged, and never moves the gate (a forged round 4000000000 neither runs
+nor locks the drone out). A finish command for a round behind the last one taken is ignored
+(logged). Replayed frames of an earlier run are not recognised (no run id yet).
 
 Telemetry (/uav<i>/pose, /uav<i>/battery and the poses the camera frames are labelled with)
 starts whenever the autopilot link is established: at start-up, or later when a round connects

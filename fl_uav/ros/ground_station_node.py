@@ -115,15 +115,20 @@ class GroundStationNode(Node):
 
     def _drones_listening(self) -> list[int]:
         """The drones whose node subscribes to the global model now."""
+        subscribers = self._subscribers(names.GLOBAL_MODEL_TOPIC)
         return [d for d in self.station.drone_ids
-                if self._listening(names.GLOBAL_MODEL_TOPIC, names.DRONE_NODE_NAME,
-                                   names.drone_namespace(d))]
+                if (names.DRONE_NODE_NAME, names.drone_namespace(d)) in subscribers]
 
     def _listening(self, topic: str, node_name: str, namespace: str) -> bool:
         """A node ``node_name`` in ``namespace`` (a drone: 'drone' in /uav<i>) subscribes to
-        ``topic`` (from the ROS graph, as DDS discovery sees it)."""
-        return any(info.node_name == node_name and info.node_namespace == namespace
-                   for info in self.get_subscriptions_info_by_topic(topic))
+        ``topic``."""
+        return (node_name, namespace) in self._subscribers(topic)
+
+    def _subscribers(self, topic: str) -> set[tuple[str, str]]:
+        """(node name, namespace) of every subscriber of ``topic``, from one query of the ROS
+        graph (as DDS discovery sees it): one query per tick, not one per drone."""
+        return {(info.node_name, info.node_namespace)
+                for info in self.get_subscriptions_info_by_topic(topic)}
 
     def _open_round(self, now: float) -> None:
         opening = self.station.open_round(now)

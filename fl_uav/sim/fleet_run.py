@@ -124,7 +124,9 @@ def run_keys(out: Path, flat: Mapping[str, Any], overrides: Mapping[str, Any]
              ) -> dict[str, Any]:
     """Signed frames in the embedded fleet: unless security.keys_dir is set, fresh keys for
     this run in DIR/keys (the previous run's removed) and security.require_signatures true
-    (unless an override says otherwise). Returns the keys to add to the parameters."""
+    (unless a --set override says otherwise: config files are not asked, since
+    config/fleet.yaml's false is meant for real fleets without keys). Returns the keys to add
+    to the parameters."""
     if flat.get('security.keys_dir'):
         return {}
     keys_dir = out / KEYS_DIR

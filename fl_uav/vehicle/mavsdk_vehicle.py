@@ -257,7 +257,8 @@ class MavsdkVehicle:
         self._t.health_ok = bool(ok)
 
     def _on_home(self, home) -> None:
-        if math.isfinite(home.latitude_deg) and math.isfinite(home.longitude_deg):
+        if all(math.isfinite(v) for v in (home.latitude_deg, home.longitude_deg,
+                                          home.absolute_altitude_m)):
             self._t.home_geodetic = (home.latitude_deg, home.longitude_deg,
                                      home.absolute_altitude_m)
 

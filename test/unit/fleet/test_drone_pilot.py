@@ -227,7 +227,7 @@ def test_a_failed_return_at_shutdown_is_logged_and_the_link_still_closed(caplog)
     assert any('RTL denied' in r.getMessage() for r in caplog.records)
 
 
-@pytest.mark.parametrize('home_up_m', [-32.0, 10.5])
+@pytest.mark.parametrize('home_up_m', [-32.0, 10.5, float('nan')])
 def test_a_home_far_from_the_origin_altitude_is_not_armed(home_up_m):
     # Arrange / Act: the config's origin altitude is 32 m above the site (or 10.5 m below)
     pilot, vehicle, agent, _ = _fly(INSIDE, home_up_m=home_up_m)

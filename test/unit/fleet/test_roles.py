@@ -143,6 +143,7 @@ def test_agent_labels_frames_at_its_pose_and_skips_what_it_cannot_place(agent):
     PoseSample(float('nan'), 300.0, 30.0, 0.0, stamp_s=1.0),
     PoseSample(300.0, 300.0, float('nan'), 0.0, stamp_s=1.0),
     PoseSample(300.0, 300.0, 30.0, float('inf'), stamp_s=1.0),
+    PoseSample(300.0, 300.0, 1e30, 0.0, stamp_s=1.0),   # finite, but no cell to index
 ])
 def test_agent_skips_a_frame_taken_at_a_non_finite_pose(agent, pose):
     # Arrange

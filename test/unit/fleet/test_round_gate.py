@@ -50,6 +50,7 @@ def test_a_round_behind_the_last_starts_a_new_run():
     (0, RUN),
     (-3, RUN),
     (RUN + 1, None),           # no run length announced: the drone's own rounds.num_rounds
+    (4_000_000_000, 4_000_000_000),   # a forged frame announcing its own run length
 ])
 def test_a_round_outside_the_run_is_rejected_and_never_locks_the_drone_out(round_index,
                                                                           num_rounds):

@@ -3,8 +3,9 @@
 import numpy as np
 import pytest
 
+from fl_uav.configschema import ConfigError
 from fl_uav.fleet.world_setup import world_map
-from fl_uav.world.landcover import CLASS_NAMES, LandCoverMap, MapFileError, WorldConfig
+from fl_uav.world.landcover import CLASS_NAMES, LandCoverMap, WorldConfig
 
 SMALL = {'size_m': 200.0, 'resolution_m': 2.0, 'num_regions': 8,
          'region_radius_min_m': 10.0, 'region_radius_max_m': 50.0}
@@ -37,11 +38,11 @@ def test_a_map_file_that_does_not_fit_the_config_is_named(tmp_path, file_kwargs,
     # Arrange
     path, _ = _area_file(tmp_path, **file_kwargs)
     # Act / Assert
-    with pytest.raises(MapFileError, match='does not fit the fleet config') as error:
+    with pytest.raises(ConfigError, match='does not fit the fleet config') as error:
         world_map(WorldConfig(**SMALL, map_file=str(path)))
     assert words in str(error.value)
 
 
 def test_a_missing_map_file_is_named(tmp_path):
-    with pytest.raises(FileNotFoundError, match='nowhere.npz'):
+    with pytest.raises(ConfigError, match=r'world\.map_file: .*nowhere\.npz'):
         world_map(WorldConfig(**SMALL, map_file=str(tmp_path / 'nowhere.npz')))
