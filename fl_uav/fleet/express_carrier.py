@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from fl_uav.compression.codec import DecodeLimits, FrameKind, encode_frame
+from fl_uav.compression.signing import FrameAuth
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.express_exchange import ExchangeRejected, decode_clu, encode_delivery
 from fl_uav.fleet.keys import load_frame_auth
@@ -70,14 +71,15 @@ class ExpressCarrier:
     """FedEx transporter state of one UAV: the carried model and the running sum u_k."""
 
     def __init__(self, config: FleetConfig, uav_id: int, shapes: dict[str, tuple[int, ...]],
-                 fingerprint: bytes) -> None:
+                 fingerprint: bytes, *, auth: FrameAuth | None = None) -> None:
         self.config = config
         self.uav_id = uav_id
         self._shapes = shapes
         self._fingerprint = fingerprint
         self._limits = DecodeLimits(max_frame_bytes=config.codec.max_frame_bytes)
-        # security.*: u_k is signed like any update (the visit frames are not, yet)
-        self._auth = load_frame_auth(config.security, uav_id, [])
+        # security.*: u_k is signed like any update (the visit frames are not, yet); the
+        # drone's agent already holds its keys, which it passes as ``auth``
+        self._auth = auth if auth is not None else load_frame_auth(config.security, uav_id, [])
         self.carried: Weights | None = None
         self.running_sum: Weights = {n: np.zeros(s, np.float32) for n, s in shapes.items()}
         self.tour: TourLog | None = None

@@ -146,7 +146,7 @@ class DroneNode(Node):
         self.express = cfg.mode == 'express'
         if self.express:   # FedEx transporter: no camera training (the clients train)
             self.carrier = ExpressCarrier(cfg, self.drone_id, self.agent.shapes,
-                                          self.agent.fingerprint)
+                                          self.agent.fingerprint, auth=self.agent.auth)
             self.link = RosExpressLink(self, cfg.ground_clients.num_clients, self.runner.loop)
         else:
             self.create_subscription(Image, names.IMAGE_TOPIC, self._on_image,
@@ -305,10 +305,7 @@ class DroneNode(Node):
         for work in (self._round, self._tour):
             if work is not None:
                 work.cancel()
-        flight = self.config.flight
-        if self.pilot.in_flight:
-            self.get_logger().warning(f'shutting down in flight: returning to launch, waiting '
-                                      f'up to {flight.shutdown_rtl_timeout_s:.0f} s')
+        flight = self.config.flight   # the pilot logs the return to launch
         ending = self.runner.submit(self.pilot.shutdown(flight.shutdown_rtl_timeout_s))
         try:
             ending.result(timeout=flight.shutdown_rtl_timeout_s + flight.connect_timeout_s)
