@@ -427,12 +427,17 @@ def _immutable_view(data: Any, limits: DecodeLimits) -> memoryview:
     return memoryview(view.tobytes())
 
 
-def check_magic_and_version(buf: bytes | memoryview, version: int, header_size: int) -> None:
-    """Magic, version byte and minimum size of a frame of any codec version."""
-    size = len(buf)
+def check_magic(buf: bytes | memoryview) -> None:
+    """BadMagic unless ``buf`` starts with (as much as it holds of) the frame magic."""
     prefix = bytes(buf[: len(MAGIC)])
     if prefix != MAGIC[: len(prefix)]:
         raise BadMagic(f'magic is {prefix!r}, expected {MAGIC!r}', field='magic')
+
+
+def check_magic_and_version(buf: bytes | memoryview, version: int, header_size: int) -> None:
+    """Magic, version byte and minimum size of a frame of any codec version."""
+    size = len(buf)
+    check_magic(buf)
     if size > len(MAGIC) and buf[len(MAGIC)] != version:
         raise UnsupportedVersion(
             f'version is {buf[len(MAGIC)]}, this decoder reads version {version}',

@@ -34,11 +34,11 @@ from fl_uav.compression.codec import (
     VERSION,
     DecodeLimits,
     check_length_and_crc,
+    check_magic,
     check_magic_and_version,
 )
 from fl_uav.compression.codec_v2 import VERSION_V2
 from fl_uav.compression.errors import (
-    BadMagic,
     FrameError,
     MalformedHeader,
     OversizedFrame,
@@ -135,9 +135,7 @@ def open_frame(data: bytes | bytearray | memoryview, limits: DecodeLimits,
     frame's sender equals the signer (signer).
     """
     view = _view(data, limits)
-    prefix = bytes(view[: len(MAGIC)])
-    if prefix != MAGIC[: len(prefix)]:
-        raise BadMagic(f'magic is {prefix!r}, expected {MAGIC!r}', field='magic')
+    check_magic(view)
     if len(view) > len(MAGIC) and view[len(MAGIC)] != VERSION_SIGNED:
         version = view[len(MAGIC)]
         if version not in _INNER_VERSIONS:

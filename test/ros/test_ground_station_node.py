@@ -30,14 +30,21 @@ from test.ros.rosutil import node_with_probe, spin_until
 pytestmark = pytest.mark.ros
 
 
-@pytest.fixture
-def station(tmp_path):
+def _station(tmp_path, deadline_s: float, start_timeout_s: float, *parameters: str):
+    """A 2-drone, 1-round station node with a probe (``parameters``: extra ``-p`` values)."""
     overrides = {**tiny_fleet_overrides(2, 14540), 'rounds.num_rounds': 1,
-                 'rounds.deadline_s': 4.0, 'rounds.first_round_extra_s': 0.0,
-                 'rounds.start_timeout_s': 0.5}
+                 'rounds.deadline_s': deadline_s, 'rounds.first_round_extra_s': 0.0,
+                 'rounds.start_timeout_s': start_timeout_s}
     params = write_params_file(overrides, tmp_path / 'params.yaml')
     args = ['--ros-args', '--params-file', str(params), '-p', f'output_dir:={tmp_path}']
-    with node_with_probe(GroundStationNode, args) as handles:
+    for parameter in parameters:
+        args += ['-p', parameter]
+    return node_with_probe(GroundStationNode, args)
+
+
+@pytest.fixture
+def station(tmp_path):
+    with _station(tmp_path, 4.0, 0.5) as handles:
         yield handles
 
 
@@ -94,13 +101,7 @@ def test_round_survives_bad_frames_and_closes_at_deadline(station, tmp_path):
 @pytest.fixture
 def waiting_station(tmp_path):
     """A 2-drone station that would wait a minute for its drones, and exits when done."""
-    overrides = {**tiny_fleet_overrides(2, 14540), 'rounds.num_rounds': 1,
-                 'rounds.deadline_s': 60.0, 'rounds.first_round_extra_s': 0.0,
-                 'rounds.start_timeout_s': 60.0}
-    params = write_params_file(overrides, tmp_path / 'params.yaml')
-    args = ['--ros-args', '--params-file', str(params), '-p', f'output_dir:={tmp_path}',
-            '-p', 'exit_on_finish:=true']
-    with node_with_probe(GroundStationNode, args) as handles:
+    with _station(tmp_path, 60.0, 60.0, 'exit_on_finish:=true') as handles:
         yield handles
 
 

@@ -50,15 +50,22 @@ def ros_node(tmp_path, request):
         rclpy.try_shutdown()
 
 
-def test_sim_camera_renders_at_the_ground_truth_pose(ros_node):
-    # Prepare
+def _camera(ros_node):
+    """A one-drone sim_camera at 20 Hz, the probe's list of its images and a publisher of
+    drone 0's ground-truth pose."""
     node, probe, executor = ros_node(SimCameraNode, {**tiny_fleet_overrides(1, 14540),
                                                      'sim_camera.rate_hz': 20.0})
     images = []
     probe.create_subscription(Image, names.drone_topic(0, names.IMAGE_TOPIC), images.append,
                               names.IMAGE_QOS)
-    truth_topic = names.drone_topic(0, names.GROUND_TRUTH_POSE_TOPIC)
-    truth = probe.create_publisher(PoseStamped, truth_topic, names.TELEMETRY_QOS)
+    truth = probe.create_publisher(PoseStamped, names.drone_topic(
+        0, names.GROUND_TRUTH_POSE_TOPIC), names.TELEMETRY_QOS)
+    return node, executor, images, truth
+
+
+def test_sim_camera_renders_at_the_ground_truth_pose(ros_node):
+    # Prepare
+    node, executor, images, truth = _camera(ros_node)
     pose = PoseSample(300.0, 400.0, 30.0, 0.3, time.time())
     # Execute
     def publish_and_check() -> bool:
@@ -78,13 +85,7 @@ def test_sim_camera_renders_at_the_ground_truth_pose(ros_node):
 def test_sim_camera_survives_non_finite_ground_truth_and_counts_it(ros_node):
     # Prepare: a NaN altitude and an infinite orientation (what a fuzzer or a broken
     # simulator sends), then a good pose
-    node, probe, executor = ros_node(SimCameraNode, {**tiny_fleet_overrides(1, 14540),
-                                                     'sim_camera.rate_hz': 20.0})
-    images = []
-    probe.create_subscription(Image, names.drone_topic(0, names.IMAGE_TOPIC), images.append,
-                              names.IMAGE_QOS)
-    truth = probe.create_publisher(PoseStamped, names.drone_topic(
-        0, names.GROUND_TRUTH_POSE_TOPIC), names.TELEMETRY_QOS)
+    node, executor, images, truth = _camera(ros_node)
     nan_altitude = pose_to_msg(PoseSample(300.0, 400.0, math.nan, 0.0, time.time()), 'map')
     infinite_yaw = pose_to_msg(PoseSample(300.0, 400.0, 30.0, 0.0, time.time()), 'map')
     infinite_yaw.pose.orientation.z = math.inf
