@@ -125,7 +125,7 @@ class CodecConfig:
 
 @dataclass(frozen=True)
 class SecurityConfig:
-    """``security.*``: signed frames (Ed25519 envelope, docs/wire_format.md, version 3).
+    """``security.*``: signed frames (Ed25519 envelope, docs/wire_format.md, version 4).
 
     keys_dir: directory of this machine's keys as ``fl-uav keygen`` writes them
         (fl_uav/fleet/keys.py): the station reads ``station.key`` and every ``drone<i>.pub``,
@@ -134,15 +134,28 @@ class SecurityConfig:
         sends and verifies every signed frame it receives.
     require_signatures: reject (count by reason ``unsigned``) plain v1/v2 frames; needs
         keys_dir. False (the default) accepts them as before signing existed.
+    max_frame_age_s: a signed frame issued longer ago than this (on the receiver's clock) is
+        rejected as ``stale``: a recording replayed later. Longer than a round (a drone that
+        joins late takes the latched model of the round in progress).
+    max_clock_skew_s: a signed frame issued further in the future than this is ``stale``
+        too (the sender's clock is ahead). Node clocks must agree to within it (GPS time,
+        chrony).
     """
 
     keys_dir: str = ''
     require_signatures: bool = False
+    max_frame_age_s: float = 300.0
+    max_clock_skew_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.require_signatures and not self.keys_dir:
             raise ValueError('security.require_signatures needs security.keys_dir (the '
                              'directory fl-uav keygen wrote the keys to)')
+        for name in ('max_frame_age_s', 'max_clock_skew_s'):
+            value = getattr(self, name)
+            if not 0.0 < value < math.inf:
+                raise ValueError(f'security.{name} must be a positive number of seconds, '
+                                 f'got {value}')
 
 
 FLEET_MODES = ('standard', 'express')

@@ -41,7 +41,14 @@ from fl_uav.compression.codec_v2 import split_frames
 from fl_uav.compression.paper_compressors import LgcCompressor, PlannedCompressors
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.keys import load_frame_auth
-from fl_uav.fleet.messages import UPLOAD_ACK_KNOB, FinishCommand, PoseSample, RoundTask
+from fl_uav.fleet.messages import (
+    RUN_ID_KEY,
+    UPLOAD_ACK_KNOB,
+    FinishCommand,
+    PoseSample,
+    RoundTask,
+    valid_run_id,
+)
 from fl_uav.fleet.resource_knobs import (
     KNOBS_APPLIED_KEY,
     KNOBS_REJECTED_KEY,
@@ -144,6 +151,8 @@ class DroneAgent:
         self.recorded_knobs: dict[str, float] = {}
         # The last encoded upload awaiting the station's verdict: (round, client trained).
         self._pending_upload: tuple[int, bool] | None = None
+        self._run_epoch = 0             # the run (RoundTask.run_epoch) the state belongs to
+        self.runs_started = 0           # learning state reset for a new run (not the first)
         self._train_config = config.learning.train_config()
         # security.*: signs the updates, verifies the station's frames (fl_uav.fleet.keys)
         self.auth = load_frame_auth(config.security, drone_id, [GROUND_STATION_ID])
@@ -239,9 +248,12 @@ class DroneAgent:
             return self._reject(exc.reason)
         if frame.sender != GROUND_STATION_ID:
             return self._reject('unknown_sender')
+        run_id = frame.metadata.get(RUN_ID_KEY)
+        if run_id is not None and not valid_run_id(run_id):
+            return self._reject('metadata')     # not a run id a station draws
         if frame.kind == FrameKind.CONTROL:
             if frame.metadata.get('command') == 'finish':
-                return FinishCommand(frame.round_index)
+                return FinishCommand(frame.round_index, run_id)
             return self._reject('metadata')
         if frame.kind != FrameKind.GLOBAL_MODEL:
             return self._reject('wrong_kind')
@@ -266,7 +278,8 @@ class DroneAgent:
         if control:
             knobs[SERVER_CONTROL_KNOB] = control
         return RoundTask(round_index=frame.round_index, weights=weights, plan=plan,
-                         knobs=knobs, deadline_s=deadline_s, num_rounds=num_rounds)
+                         knobs=knobs, deadline_s=deadline_s, num_rounds=num_rounds,
+                         run_id=run_id)
 
     def _reject(self, reason: str) -> None:
         """Count one unusable station frame (``rejected_frames``, and by reason)."""
@@ -282,6 +295,7 @@ class DroneAgent:
         FedDPQ top-up (``topup_factor``, eqs. (1)-(3)) and the upload's compressor
         (``range_bits``, ``lgc_channel_entries``); a rejected one leaves the config's value."""
         start = time.perf_counter()
+        self.start_run(task.run_epoch)
         self.settle_previous_upload(task)
         check = self.check_knobs(task)
         knobs = {**{k: v for k, v in task.knobs.items() if k not in check.rejected},
@@ -323,6 +337,8 @@ class DroneAgent:
             'mission_waypoints': len(task.plan),
             'class_counts': self.class_counts().tolist(),
         }
+        if task.run_id is not None:     # echoed: the station refuses another run's update
+            metadata[RUN_ID_KEY] = task.run_id
         pose = self.latest_pose()
         position = None if pose is None else [pose.east_m, pose.north_m, pose.up_m]
         if valid_position(position):   # where the upload left, for the station's d_u; a pose
@@ -338,6 +354,22 @@ class DroneAgent:
         self._pending_upload = (task.round_index, trained)
         return UpdateReport(task.round_index, frames, num_samples, steps, loss,
                             time.perf_counter() - start, dict(check.rejected))
+
+    def start_run(self, run_epoch: int) -> None:
+        """Drop the learning state an earlier run left when ``run_epoch`` is a new run: the
+        client algorithm's (SCAFFOLD's c_k), the compressor's (LGC's residual) and the upload
+        awaiting an acknowledgement; the buffer's samples and geo-tags stay (the world did not
+        change). Called by :meth:`train_round` first; a no-op for the same run."""
+        if run_epoch == self._run_epoch:
+            return
+        if self._run_epoch != 0:
+            self._client = self.config.learning.build_client()
+            self._compressor = self.config.compression.build()
+            self._pending_upload = None
+            self.runs_started += 1
+            _log.info('drone %d: a new run (%d): client and compressor state reset',
+                      self.drone_id, run_epoch)
+        self._run_epoch = run_epoch
 
     def check_knobs(self, task: RoundTask) -> KnobCheck:
         """The round's resource knobs (fl_uav.fleet.resource_knobs): each rejected one is

@@ -23,7 +23,7 @@ from fl_uav.compression.signing import FrameAuth
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.express_exchange import ExchangeRejected, decode_clu, encode_delivery
 from fl_uav.fleet.keys import load_frame_auth
-from fl_uav.fleet.messages import EXPRESS_KNOB, RoundTask, is_int
+from fl_uav.fleet.messages import EXPRESS_KNOB, RUN_ID_KEY, RoundTask, is_int
 from fl_uav.learning.weights import Weights
 
 
@@ -56,6 +56,7 @@ class TourLog:
     losses: list[float] = field(default_factory=list)
     waypoints_reached: int = 0
     error: str = ''
+    run_id: str | None = None        # the station's run (echoed in u_k: RUN_ID_KEY)
 
     def to_metadata(self) -> dict[str, Any]:
         """The tour's facts as the upload's ``express`` metadata (JSON keys are strings)."""
@@ -111,7 +112,7 @@ class ExpressCarrier:
                                    f'station)')
         self.carried = task.weights
         self.running_sum = {n: np.zeros(s, np.float32) for n, s in self._shapes.items()}
-        self.tour = TourLog(task.round_index, clients, steps)
+        self.tour = TourLog(task.round_index, clients, steps, run_id=task.run_id)
         return self.tour
 
     def delivery_frame(self, client: int) -> bytes:
@@ -185,5 +186,7 @@ class ExpressCarrier:
                     'steps': sum(tour.clu_steps.get(c, 0) for c in trained),
                     'train_loss': loss, 'waypoints_reached': waypoints_reached_total,
                     'samples_collected': 0, EXPRESS_KNOB: tour.to_metadata()}
+        if tour.run_id is not None:
+            metadata[RUN_ID_KEY] = tour.run_id
         return self._auth.seal(encode_frame(FrameKind.UPDATE, tour.round_index, self.uav_id,
                                             self._fingerprint, self.running_sum, metadata))

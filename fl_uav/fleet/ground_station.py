@@ -20,6 +20,7 @@ With ``resources.planner`` (standard mode) the station also plans each drone's r
 from __future__ import annotations
 
 import math
+import secrets
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field
@@ -55,9 +56,12 @@ from fl_uav.fleet.keys import load_frame_auth
 from fl_uav.fleet.messages import (
     EXPRESS_KNOB,
     MAX_COUNT,
+    RUN_ID_HEX_CHARS,
+    RUN_ID_KEY,
     UPLOAD_ACK_KNOB,
     is_finite_number,
     is_int,
+    valid_run_id,
 )
 from fl_uav.fleet.resource_knobs import KNOBS_REJECTED_KEY, POSITION_KEY, valid_position
 from fl_uav.fleet.station_resources import CLASS_COUNTS_KEY, StationResources, valid_class_counts
@@ -186,8 +190,14 @@ class GroundStation:
     """Owns the global model, the round state machine and the aggregation strategy."""
 
     def __init__(self, config: FleetConfig, eval_inputs: np.ndarray,
-                 eval_labels: np.ndarray) -> None:
+                 eval_labels: np.ndarray, run_id: str | None = None) -> None:
         self.config = config
+        # Drawn at start, in every frame sent, echoed in updates (fl_uav/fleet/round_gate.py):
+        # a restarted station is a new run to the drones, an earlier run's updates are refused.
+        self.run_id = secrets.token_hex(RUN_ID_HEX_CHARS // 2) if run_id is None else run_id
+        if not valid_run_id(self.run_id):
+            raise ValueError(f'run_id must be {RUN_ID_HEX_CHARS} lower-case hex digits, got '
+                             f'{self.run_id!r}')
         self.drone_ids = list(range(config.num_drones))
         self._model = build_model(config.learning.model, len(CLASS_NAMES),
                                   config.learning.input_px, seed=config.learning.init_seed)
@@ -286,7 +296,7 @@ class GroundStation:
         frame = self._auth.seal(encode_frame(
             FrameKind.GLOBAL_MODEL, index, GROUND_STATION_ID, self._fingerprint, tensors,
             {'deadline_s': duration, 'num_rounds': self.config.rounds.num_rounds,
-             'knobs': {str(d): k for d, k in knobs.items()}}))
+             RUN_ID_KEY: self.run_id, 'knobs': {str(d): k for d, k in knobs.items()}}))
         self._round = _OpenRound(index, now_s, now_s + duration, bytes_down=len(frame),
                                  plan_lengths={d: len(p) for d, p in plans.items()},
                                  resource_knobs={d: dict(k) for d, k in planned.items()})
@@ -358,6 +368,9 @@ class GroundStation:
             return UpdateVerdict(False, exc.reason, exc.sender)
         if frame.sender not in self.drone_ids:
             return UpdateVerdict(False, 'unknown_sender', frame.sender)
+        run_id = frame.metadata.get(RUN_ID_KEY)
+        if run_id is not None and run_id != self.run_id:   # none: a drone of an older fl_uav
+            return UpdateVerdict(False, 'wrong_run', frame.sender)
         if self._async:    # u_k of the tour that started in round _out[k]
             if self._out.get(frame.sender) != frame.round_index:
                 return UpdateVerdict(False, 'wrong_round', frame.sender)
@@ -440,7 +453,8 @@ class GroundStation:
         updates = [r.updates[d] for d in sorted(r.updates)]
         result = self._strategy.aggregate(r.index, self.weights, updates)
         change = 0.0
-        if all(np.all(np.isfinite(w)) for w in result.weights.values()):
+        applied = all(np.all(np.isfinite(w)) for w in result.weights.values())
+        if applied:
             change = math.sqrt(sum(float(np.sum((result.weights[n] - w) ** 2))
                                    for n, w in self.weights.items()))
             self.weights = result.weights
@@ -449,7 +463,7 @@ class GroundStation:
             round_index=r.index, accuracy=accuracy, loss=loss,
             # Whose update the strategy applied (FedEx: a first tour's u_k = 0 is applied
             # too; FedAvg: not an update without samples), as its 'participants' counts.
-            participants=list(result.used),
+            participants=list(result.used) if applied else [],
             late_or_missing=[d for d in self.drone_ids if d not in r.updates],
             bytes_down_per_drone=r.bytes_down, bytes_up=dict(r.bytes_up),
             train_loss={u.sender: _finite_or_nan(u.metrics.get('train_loss'))
@@ -474,8 +488,11 @@ class GroundStation:
         # Closed before anything else can fail: a retry would apply the aggregate twice.
         self.records.append(record)
         self._round = None
+        # What the strategy applied, not all that arrived (FedAvg skips an update without
+        # samples; a robust strategy drops outliers): the drones roll back the rest.
         self._used_last_round = {
-            d: sorted(r.lgc_layers[d][1]) if d in r.lgc_layers else None for d in r.updates}
+            d: sorted(r.lgc_layers[d][1]) if d in r.lgc_layers else None
+            for d in (result.used if applied else ()) if d in r.updates}
         if self.resources.enabled:   # the planner's inputs: each drone's histogram and pose
             for u in updates:
                 self.resources.observe(u.sender, u.metrics)
@@ -506,7 +523,7 @@ class GroundStation:
         """The control frame telling drones the run is over."""
         return self._auth.seal(encode_frame(FrameKind.CONTROL, len(self.records),
                                             GROUND_STATION_ID, self._fingerprint, {},
-                                            {'command': 'finish'}))
+                                            {'command': 'finish', RUN_ID_KEY: self.run_id}))
 
 
 def _finite_or_nan(value: Any) -> float:

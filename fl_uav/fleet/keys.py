@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from fl_uav.compression.codec import GROUND_STATION_ID
 from fl_uav.compression.signing import (
     FrameAuth,
+    Freshness,
     load_private_key,
     load_public_key,
     private_key_pem,
@@ -106,4 +107,5 @@ def _load(security: SecurityConfig, own_id: int, peers: list[int]) -> FrameAuth:
         public[peer] = load_public_key(_read(path, private=False),
                                        f'security.keys_dir: {path}')
     return FrameAuth(own_id=own_id, private_key=private, public_keys=public,
-                     require=security.require_signatures)
+                     require=security.require_signatures,
+                     freshness=Freshness(security.max_frame_age_s, security.max_clock_skew_s))

@@ -53,10 +53,25 @@ class PoseSample:
                      if not math.isfinite(getattr(self, name)))
 
 
+#: Metadata key of every station frame (and, echoed, of every update): the run id the
+#: station drew at start (RUN_ID_HEX_CHARS hex digits). See fl_uav/fleet/round_gate.py.
+RUN_ID_KEY = 'run_id'
+RUN_ID_HEX_CHARS = 16
+
+
+def valid_run_id(value: Any) -> bool:
+    """A run id as a station draws it: RUN_ID_HEX_CHARS lower-case hex digits."""
+    return (isinstance(value, str) and len(value) == RUN_ID_HEX_CHARS
+            and all(c in '0123456789abcdef' for c in value))
+
+
 @dataclass(frozen=True)
 class RoundTask:
     """What a drone must do in a round: fly the plan, then train from the global weights.
-    ``num_rounds`` is the run length the station announced with it (None: not announced)."""
+    ``num_rounds`` is the run length the station announced with it (None: not announced),
+    ``run_id`` the station's run (None: an older station), ``run_epoch`` the drone's count of
+    runs taken part in (its RoundGate's): learning state carried between rounds (SCAFFOLD's
+    c_k, LGC's residual, the pending upload) starts over when it changes."""
 
     round_index: int
     weights: dict
@@ -64,13 +79,16 @@ class RoundTask:
     knobs: dict[str, Any] = field(default_factory=dict)
     deadline_s: float = 0.0
     num_rounds: int | None = None
+    run_id: str | None = None
+    run_epoch: int = 0
 
 
 @dataclass(frozen=True)
 class FinishCommand:
-    """The station ended the run: land and stop."""
+    """The station ended the run ``run_id`` (None: an older station): land and stop."""
 
     round_index: int
+    run_id: str | None = None
 
 
 #: Per-UAV knob of a GLOBAL_MODEL frame in ``mode: express``: ``{'clients': [ids in tour

@@ -10,15 +10,17 @@ In ``mode: express`` it is a FedEx transporter instead: it flies the station's t
 over each ground client for the exchange (model out on /gc<j>/express/model, CLU back on
 /uav<i>/express/clu) and uploads its running sum u_k; the camera is not used.
 
-Which rounds it takes (:mod:`fl_uav.fleet.round_gate`): a round ahead of the last one taken;
-the same round again is ignored; a round behind the last one starts a new run (the station was
-restarted): the gate starts over and the drone takes it, and logs that (only the round
-counter resets: a round still in flight is not cancelled, and per-run client state such as
-SCAFFOLD's c_k or LGC's residual carries over); a round outside 1..num_rounds (the run length
-the frame announces, capped by the drone's own rounds.num_rounds) is rejected as implausible,
-counted by reason and logged, and never moves the gate (a forged round 4000000000 neither runs
-nor locks the drone out). A finish command for a round behind the last one taken is ignored
-(logged). Replayed frames of an earlier run are not recognised (no run id yet).
+Which rounds it takes (:mod:`fl_uav.fleet.round_gate`): frames carry the station's run id.
+A round ahead of the last one taken in the run is taken; the same round again, or one behind,
+is ignored; an unseen run id starts a new run (the station was restarted), logged, and the
+drone's learning state (SCAFFOLD's c_k, LGC's residual, the upload awaiting its ack) starts
+over at its next training; a run id the drone has left is ignored (a replayed recording), as
+is a finish of another run. A round still in flight when a new run starts is not cancelled:
+its upload carries the old run id and the station refuses it (``wrong_run``). A round outside
+1..num_rounds (the run length the frame announces, capped by the drone's own
+rounds.num_rounds) is rejected as implausible, counted by reason and logged, and never moves
+the gate (a forged round 4000000000 neither runs nor locks the drone out). Signed frames
+older than ``security.max_frame_age_s`` are refused before any of this (``stale``).
 
 Telemetry (/uav<i>/pose, /uav<i>/battery and the poses the camera frames are labelled with)
 starts whenever the autopilot link is established: at start-up, or later when a round connects
@@ -34,6 +36,7 @@ an error naming the key.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path as PathLib
@@ -200,7 +203,7 @@ class DroneNode(Node):
             self.get_logger().warning(f'rejected a global model frame; rejected so far, by '
                                       f'reason: {dict(self.agent.rejected_reasons)}')
         elif isinstance(work, FinishCommand):
-            verdict = self.rounds.admit_finish(work.round_index)
+            verdict = self.rounds.admit_finish(work.round_index, work.run_id)
             if not verdict.taken:
                 self._log_ignored(verdict.action, verdict.detail)
                 return
@@ -211,13 +214,14 @@ class DroneNode(Node):
         elif self.express and EXPRESS_KNOB not in work.knobs:
             return   # FedEx-Async: another UAV's departure; this one is still out
         else:
-            verdict = self.rounds.admit_round(work.round_index, work.num_rounds)
+            verdict = self.rounds.admit_round(work.round_index, work.num_rounds, work.run_id)
             if not verdict.taken:
                 self._log_ignored(verdict.action, verdict.detail)
                 return
             if verdict.action == NEW_RUN:
                 self.get_logger().warning(verdict.detail)
-            self._start_round(work)
+            # The run's learning state starts over with a new run (DroneAgent.start_run).
+            self._start_round(dataclasses.replace(work, run_epoch=self.rounds.epoch))
 
     def _start_round(self, work: RoundTask) -> None:
         if self.express:

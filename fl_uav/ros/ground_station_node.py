@@ -64,7 +64,8 @@ class GroundStationNode(Node):
                          else range(0))
         self.create_timer(self.own.tick_period_s, self._tick)
         self.get_logger().info(
-            f'ground station: {cfg.num_drones} drones, {cfg.rounds.num_rounds} rounds, '
+            f'ground station: run {self.station.run_id}, {cfg.num_drones} drones, '
+            f'{cfg.rounds.num_rounds} rounds, '
             f'initial accuracy {self.station.initial_accuracy:.3f}'
             + (f', FedEx tours {self.station.express.summary()["tours"]}'
                if self.station.express else ''))
@@ -191,6 +192,7 @@ class GroundStationNode(Node):
         self._model_pub.publish(bytes_to_msg(self.station.finish_frame()))
         self._finished_s = self._now()
         self.log.write_report({
+            'run_id': self.station.run_id,
             'initial_accuracy': self.station.initial_accuracy,
             'initial_loss': self.station.initial_loss,
             'rounds': [r.to_dict() for r in self.station.records],

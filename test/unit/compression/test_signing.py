@@ -1,5 +1,5 @@
-"""The signed envelope (wire version 3) against docs/wire_format.md: layout, and every
-rejection by its reason before the inner frame is decoded."""
+"""The signed envelope (wire version 4) against docs/wire_format.md: layout, and every
+rejection by its reason before the inner frame is decoded (the issue time last)."""
 
 from __future__ import annotations
 
@@ -22,9 +22,11 @@ from fl_uav.compression.codec_v2 import decode_v2, encode_raw
 from fl_uav.compression.errors import FrameError
 from fl_uav.compression.signing import (
     ALL_REASONS_SIGNED,
+    ENVELOPE_HEADER_SIZE,
     ENVELOPE_OVERHEAD,
     SIGNATURE_SIZE,
     FrameAuth,
+    Freshness,
     open_frame,
     sign_frame,
 )
@@ -34,6 +36,8 @@ LIMITS = DecodeLimits()
 DRONE_KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(32)))
 STATION_KEY = Ed25519PrivateKey.from_private_bytes(bytes(range(1, 33)))
 KEYS = {1: DRONE_KEY.public_key(), GROUND_STATION_ID: STATION_KEY.public_key()}
+ISSUED_MS = 1_764_000_000_000        # 2025-11-24T16:00:00Z: the doc's example
+H = ENVELOPE_HEADER_SIZE             # 20
 
 
 def _update(sender: int = 1) -> bytes:
@@ -46,9 +50,10 @@ def _recrc(frame: bytes | bytearray) -> bytes:
     return body + struct.pack('<I', zlib.crc32(body))
 
 
-def _reason(data: bytes, require: bool = True, keys=KEYS) -> str:
+def _reason(data: bytes, require: bool = True, keys=KEYS,
+            freshness: Freshness | None = None) -> str:
     with pytest.raises(FrameError) as err:
-        open_frame(data, LIMITS, keys, require)
+        open_frame(data, LIMITS, keys, require, freshness)
     return err.value.reason
 
 
@@ -56,14 +61,17 @@ def test_envelope_layout_is_the_documented_one():
     # Arrange
     inner = _update()
     # Act
-    signed = sign_frame(inner, 1, DRONE_KEY)
+    signed = sign_frame(inner, 1, DRONE_KEY, issued_ms=ISSUED_MS)
     # Assert: header, inner frame unchanged, signature over all before it, CRC last
-    assert len(signed) == len(inner) + ENVELOPE_OVERHEAD == 83 + 80    # the doc's example
-    assert signed[:12] == b'FLUV' + bytes([3, 1]) + struct.pack('<HI', 1, len(inner))
-    assert signed[12:12 + len(inner)] == inner
-    signature = signed[12 + len(inner):-4]
+    assert len(signed) == len(inner) + ENVELOPE_OVERHEAD == 83 + 88    # the doc's example
+    assert signed[:H] == b'FLUV' + bytes([4, 1]) + struct.pack('<HQI', 1, ISSUED_MS,
+                                                                len(inner))
+    assert signed[:H].hex(' ') == ('46 4c 55 56 04 01 01 00 00 e8 97 b6 9a 01 00 00 '
+                                   '53 00 00 00')          # the bytes docs/wire_format.md shows
+    assert signed[H:H + len(inner)] == inner
+    signature = signed[H + len(inner):-4]
     assert len(signature) == SIGNATURE_SIZE
-    DRONE_KEY.public_key().verify(signature, signed[:12 + len(inner)])   # raises if not
+    DRONE_KEY.public_key().verify(signature, signed[:H + len(inner)])   # raises if not
     assert struct.unpack('<I', signed[-4:])[0] == zlib.crc32(signed[:-4])
 
 
@@ -107,7 +115,7 @@ def test_an_unsigned_frame_is_rejected_when_signatures_are_required():
 def test_a_tampered_byte_is_a_crc_error_and_with_a_fixed_crc_a_bad_signature():
     # Arrange: one bit of the inner frame's round flipped (and its inner CRC re-made)
     signed = bytearray(sign_frame(_update(), 1, DRONE_KEY))
-    signed[12 + 8] ^= 0x01
+    signed[H + 8] ^= 0x01
     # Act + Assert
     assert _reason(bytes(signed)) == 'crc'
     assert _reason(_recrc(signed)) == 'signature'
@@ -154,7 +162,7 @@ def test_unknown_scheme_version_and_magic_are_rejected_by_their_reasons():
     # Arrange
     signed = sign_frame(_update(), 1, DRONE_KEY)
     scheme = _recrc(signed[:5] + b'\x02' + signed[6:])
-    version = signed[:4] + b'\x04' + signed[5:]
+    version = signed[:4] + b'\x05' + signed[5:]
     magic = b'XLUV' + signed[4:]
     # Act + Assert
     assert _reason(scheme) == 'header'
@@ -183,4 +191,55 @@ def test_frame_auth_seals_with_its_key_and_reasons_are_listed():
     # Assert
     assert bytes(auth.open(sealed, LIMITS)) == _update()
     assert FrameAuth().seal(_update()) == _update()
-    assert set(ALL_REASONS_SIGNED) == {'unsigned', 'signer', 'signature'}
+    assert set(ALL_REASONS_SIGNED) == {'unsigned', 'signer', 'signature', 'stale'}
+
+
+def _clock_at(unix_s: float):
+    return lambda: unix_s
+
+
+@pytest.mark.parametrize('received_after_s, opens', [
+    (0.0, True), (299.0, True), (301.0, False),      # max_age_s 300: a replay later is stale
+    (-9.0, True), (-11.0, False),                    # max_skew_s 10: a clock too far ahead
+])
+def test_a_signed_frame_opens_only_within_its_freshness_window(received_after_s, opens):
+    # Arrange
+    signed = sign_frame(_update(), 1, DRONE_KEY, issued_ms=ISSUED_MS)
+    freshness = Freshness(300.0, 10.0, clock=_clock_at(ISSUED_MS / 1000 + received_after_s))
+    # Act + Assert
+    if opens:
+        assert bytes(open_frame(signed, LIMITS, KEYS, True, freshness)) == _update()
+    else:
+        with pytest.raises(FrameError) as err:
+            open_frame(signed, LIMITS, KEYS, True, freshness)
+        assert err.value.reason == 'stale' and err.value.field == 'issued_ms'
+        assert ('ago' if received_after_s > 0 else 'future') in str(err.value)
+
+
+def test_freshness_is_checked_after_the_signature_and_the_issue_time_is_signed():
+    # Arrange: a stale frame whose issue time an attacker moved to now (CRC re-made)
+    freshness = Freshness(300.0, 10.0, clock=_clock_at(ISSUED_MS / 1000 + 3600))
+    signed = bytearray(sign_frame(_update(), 1, DRONE_KEY, issued_ms=ISSUED_MS))
+    signed[8:16] = struct.pack('<Q', ISSUED_MS + 3_600_000)
+    forged_unsigned = sign_frame(_update(), 1, Ed25519PrivateKey.generate(),
+                                 issued_ms=ISSUED_MS)
+    # Act + Assert: the moved time breaks the signature; a bad signature is not 'stale'
+    assert _reason(_recrc(signed), freshness=freshness) == 'signature'
+    assert _reason(forged_unsigned, freshness=freshness) == 'signature'
+
+
+def test_the_first_envelope_version_3_is_refused_by_name():
+    # Arrange: a version 3 header (no issue time)
+    v3 = b'FLUV' + bytes([3, 1]) + struct.pack('<HI', 1, 83) + _update() + bytes(68)
+    # Act
+    with pytest.raises(FrameError) as err:
+        open_frame(v3, LIMITS, KEYS, False)
+    # Assert
+    assert err.value.reason == 'version' and 'older fl_uav' in str(err.value)
+
+
+@pytest.mark.parametrize('age, skew', [(0.0, 10.0), (300.0, -1.0), (float('nan'), 10.0),
+                                       (300.0, float('inf'))])
+def test_a_freshness_window_must_be_positive_seconds(age, skew):
+    with pytest.raises(ValueError, match='positive number of seconds'):
+        Freshness(age, skew)

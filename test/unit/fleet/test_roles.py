@@ -124,7 +124,8 @@ def test_station_finishes_after_the_configured_rounds(station):
     assert station.finished
     with pytest.raises(RuntimeError, match='done'):
         station.open_round(10.0)
-    assert decode_frame(station.finish_frame()).metadata == {'command': 'finish'}
+    assert decode_frame(station.finish_frame()).metadata == {'command': 'finish',
+                                                             'run_id': station.run_id}
 
 
 def test_agent_labels_frames_at_its_pose_and_skips_what_it_cannot_place(agent):
@@ -504,7 +505,7 @@ def test_no_corruption_of_a_compressed_upload_makes_the_station_raise(method):
     _fill(agent, 6, seed=9)
     upload = agent.train_round(agent.accept_global_frame(station.open_round(0.0).frame)).frames[0]
     known = set(ALL_REASONS_V2) | {'accepted', 'duplicate', 'shape', 'wrong_kind', 'wrong_round',
-                                   'unknown_sender', 'metadata'}
+                                   'unknown_sender', 'metadata', 'wrong_run'}
     opened = copy.deepcopy(station)   # round 1 open, nothing received yet
     # Execute
     reasons = set()

@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from fl_uav.fleet.round_gate import BEYOND_RUN, NEW_RUN, REPEAT, STALE_FINISH, TAKE, RoundGate
+from fl_uav.fleet.round_gate import (
+    BEYOND_RUN,
+    NEW_RUN,
+    OLD_RUN,
+    OTHER_RUN,
+    REPEAT,
+    STALE_FINISH,
+    STALE_ROUND,
+    TAKE,
+    RoundGate,
+)
 
 RUN = 10       # the run length the station announces
 
@@ -80,3 +90,62 @@ def test_a_fresh_gate_takes_any_round_of_the_run_and_obeys_any_finish():
     # Act / Assert: a drone (re)started mid-run joins the round the station is at
     assert gate.admit_finish(1).taken
     assert gate.admit_round(8, RUN).action == TAKE
+
+
+RUN_A, RUN_B, RUN_C = '0123456789abcdef', 'fedcba9876543210', '00000000000000aa'
+
+
+def test_the_first_run_id_is_joined_at_any_round():
+    # Arrange
+    gate = RoundGate(default_num_rounds=RUN)
+    # Act
+    verdict = gate.admit_round(4, RUN, RUN_A)
+    # Assert
+    assert verdict.action == TAKE and gate.run_id == RUN_A and gate.epoch == 1
+    assert not gate.events
+
+
+def test_a_new_run_id_starts_a_new_run_at_any_round_and_retires_the_old_one():
+    # Arrange
+    gate = RoundGate(default_num_rounds=RUN)
+    gate.admit_round(1, RUN, RUN_A)
+    gate.admit_round(2, RUN, RUN_A)
+    # Act: the station restarted (round 1), then a recording of run A is replayed
+    restart = gate.admit_round(1, RUN, RUN_B)
+    replay = gate.admit_round(3, RUN, RUN_A)
+    # Assert
+    assert restart.action == NEW_RUN and gate.run_id == RUN_B and gate.epoch == 2
+    assert replay.action == OLD_RUN and not replay.taken and gate.run_id == RUN_B
+    assert gate.admit_round(2, RUN, RUN_B).action == TAKE
+    assert gate.admit_round(5, RUN, RUN_C).action == NEW_RUN     # a run starting later too
+    assert gate.events == {NEW_RUN: 2} and gate.ignored == {OLD_RUN: 1}
+
+
+def test_a_round_behind_in_the_same_run_is_stale_not_a_new_run():
+    # Arrange
+    gate = RoundGate(default_num_rounds=RUN)
+    gate.admit_round(6, RUN, RUN_A)
+    # Act
+    verdict = gate.admit_round(2, RUN, RUN_A)
+    # Assert
+    assert verdict.action == STALE_ROUND and gate.last_round == 6 and gate.epoch == 1
+
+
+def test_a_finish_of_another_run_is_ignored():
+    # Arrange
+    gate = RoundGate(default_num_rounds=RUN)
+    gate.admit_round(3, RUN, RUN_B)
+    # Act
+    other, older, this = (gate.admit_finish(3, RUN_A), gate.admit_finish(2, RUN_B),
+                          gate.admit_finish(3, RUN_B))
+    # Assert
+    assert (other.action, older.action, this.action) == (OTHER_RUN, STALE_FINISH, TAKE)
+
+
+def test_an_old_station_without_run_ids_keeps_the_round_rule_and_epochs_count_runs():
+    # Arrange
+    gate = RoundGate(default_num_rounds=RUN)
+    # Act
+    actions = [gate.admit_round(r, RUN).action for r in (1, 2, 1)]
+    # Assert
+    assert actions == [TAKE, TAKE, NEW_RUN] and gate.epoch == 2 and gate.run_id is None

@@ -3,14 +3,16 @@ station and a drone that sign, verify, and count forged or unsigned frames by re
 
 from __future__ import annotations
 
+import dataclasses
 import stat
+import time
 
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fl_uav.compression.codec import GROUND_STATION_ID, FrameKind, encode_frame
-from fl_uav.compression.signing import sign_frame
+from fl_uav.compression.signing import Freshness, sign_frame
 from fl_uav.configschema import ConfigError, build_config
 from fl_uav.fleet.config import FleetConfig, SecurityConfig
 from fl_uav.fleet.drone_agent import DroneAgent
@@ -120,11 +122,11 @@ def test_signed_fleet_round_trip_and_drone_counts_forged_station_frames(keys):
     verdict = station.receive_update(report.frame)
     finish = agent.accept_global_frame(station.finish_frame())
     # Assert
-    assert opening.frame[4] == 3                    # the global model goes out signed
+    assert opening.frame[4] == 4                    # the global model goes out signed
     assert isinstance(task, RoundTask) and task.round_index == 1
     assert rejected == [None, None]
     assert agent.rejected_reasons == {'unsigned': 1, 'signature': 1}
-    assert report.frame[4] == 3 and verdict.accepted, verdict
+    assert report.frame[4] == 4 and verdict.accepted, verdict
     assert isinstance(finish, FinishCommand)
 
 
@@ -137,3 +139,27 @@ def test_without_required_signatures_plain_and_signed_frames_are_both_accepted(k
     signed = station.receive_update(sign_frame(_update(station, 1), 1, _drone_key(keys, 1)))
     # Assert
     assert plain.accepted and signed.accepted
+
+
+def test_a_recorded_station_frame_replayed_later_is_stale(keys):
+    # Arrange: the drone hears the recording max_frame_age_s + 1 s after it was made
+    config = _config(keys)
+    station = GroundStation(config, *_eval_set())
+    agent = DroneAgent(config, 1, map_labeler(config.world, config.camera))
+    recorded = station.open_round(now_s=0.0).frame
+    finish = station.finish_frame()
+    later = time.time() + config.security.max_frame_age_s + 1.0
+    agent.auth = dataclasses.replace(agent.auth, freshness=Freshness(
+        config.security.max_frame_age_s, config.security.max_clock_skew_s,
+        clock=lambda: later))
+    # Act
+    replayed = [agent.accept_global_frame(frame) for frame in (recorded, finish)]
+    # Assert
+    assert replayed == [None, None] and agent.rejected_reasons == {'stale': 2}
+
+
+@pytest.mark.parametrize('key, value', [('max_frame_age_s', 0.0), ('max_clock_skew_s', -1.0),
+                                        ('max_frame_age_s', float('nan'))])
+def test_a_freshness_window_that_is_not_positive_is_a_config_error(key, value):
+    with pytest.raises(ConfigError, match=f'security.{key}'):
+        build_config(FleetConfig, {**BASE, f'security.{key}': value})

@@ -178,3 +178,55 @@ def test_a_global_frame_with_a_malformed_ack_is_still_a_round_task():
     # Assert
     assert isinstance(task, RoundTask) and agent.rejected_frames == 0
     assert report.round_index == 2 and agent.malformed_acks == 1
+
+
+def test_an_update_the_strategy_did_not_apply_is_acknowledged_unused():
+    # Prepare: SCAFFOLD skips an update without samples (c_k must then be rolled back)
+    agent, station = _scaffold_pair()
+    first = station.open_round(0.0)
+    report = agent.train_round(agent.accept_global_frame(first.frame))
+    update = decode_frame(report.frame)
+    empty = encode_frame(FrameKind.UPDATE, 1, 0, station._fingerprint, update.tensors,
+                         {**update.metadata, 'num_samples': 0})
+    # Execute
+    verdict = station.receive_update(empty)
+    record = station.close_round(1.0)
+    second = station.open_round(1.0)
+    # Assert: it arrived, but it was not applied, so the drone hears 'unused'
+    assert verdict.accepted and record.participants == []
+    assert _ack(second) == {'round': 1, 'used': False}
+
+
+def test_a_new_run_starts_the_drones_learning_state_over():
+    # Prepare: an LGC drone's residual after a round of run 1; the station restarts
+    agent, station = _lgc_pair()
+    first = station.open_round(0.0)
+    agent.train_round(dataclasses.replace(agent.accept_global_frame(first.frame), run_epoch=1))
+    residual_run_1 = agent._compressor.encoder.residual
+    restarted = GroundStation(station.config, *_eval_set())
+    task = agent.accept_global_frame(restarted.open_round(0.0).frame)
+    # Execute
+    agent.start_run(2)
+    fresh_encoder, fresh_pending = agent._compressor.encoder, agent._pending_upload
+    agent.start_run(2)                       # the same run again: nothing more
+    report = agent.train_round(dataclasses.replace(task, run_epoch=2))
+    # Assert: run 2 starts without run 1's residual and without its pending upload
+    assert np.count_nonzero(residual_run_1) > 0
+    assert fresh_encoder is None and fresh_pending is None
+    assert agent.runs_started == 1 and agent.uploads_rolled_back == 0
+    assert restarted.run_id != station.run_id and task.run_id == restarted.run_id
+    assert all(restarted.receive_update(f).accepted for f in report.frames)
+
+
+def test_updates_carry_the_run_id_and_another_runs_update_is_refused():
+    # Prepare
+    agent, station = _lgc_pair()
+    frames = agent.train_round(agent.accept_global_frame(station.open_round(0.0).frame)).frames
+    restarted = GroundStation(station.config, *_eval_set())
+    restarted.open_round(0.0)
+    # Execute
+    verdicts = [restarted.receive_update(f) for f in frames]
+    # Assert
+    assert decode_v2(frames[0]).metadata['run_id'] == station.run_id
+    assert [v.reason for v in verdicts] == ['wrong_run'] * 3
+    assert restarted.rejected_total == {'wrong_run': 3}
