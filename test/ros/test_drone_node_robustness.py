@@ -37,11 +37,13 @@ def _fingerprint_and_weights() -> tuple[bytes, dict]:
     return architecture_fingerprint(weights), weights
 
 
-def _round_frame(round_index: int, plan: list, num_rounds: int = RUN_ROUNDS) -> bytes:
+def _round_frame(round_index: int, plan: list, num_rounds: int = RUN_ROUNDS,
+                 run_id: str | None = None) -> bytes:
     fingerprint, weights = _fingerprint_and_weights()
     return encode_frame(FrameKind.GLOBAL_MODEL, round_index, GROUND_STATION_ID, fingerprint,
                         weights, {'deadline_s': 60.0, 'num_rounds': num_rounds,
-                                  'knobs': {'0': {'plan': plan}}})
+                                  'knobs': {'0': {'plan': plan}},
+                                  **({'run_id': run_id} if run_id else {})})
 
 
 def _simulator(port_base: int) -> AutopilotSim:
@@ -150,6 +152,29 @@ def test_rounds_of_a_restarted_station_are_taken_and_a_forged_round_is_rejected(
         assert new_run, f'uploads for rounds {rounds_uploaded()}'
         assert node.rounds.events['new_run'] == 1 and node.rounds.last_round == 1
         assert rounds_uploaded() == [3, 1]       # the forged round was never run
+
+
+def test_a_new_run_id_starts_over_and_a_replay_of_the_run_left_is_ignored(tmp_path,
+                                                                          port_base):
+    # Arrange: a drone in round 3 of run A
+    run_a, run_b = 'aaaaaaaaaaaaaaaa', 'bbbbbbbbbbbbbbbb'
+    with drone_under_test(tmp_path, port_base, HOME, {}, {}) as (sim, node, probe, executor):
+        uploads, model_pub = _uploads_and_model_pub(probe)
+
+        def uploaded() -> list[tuple[int, str]]:
+            return [(f.round_index, f.metadata.get('run_id')) for f in map(decode_frame,
+                                                                            uploads)]
+
+        model_pub.publish(frame_msg(_round_frame(3, [], run_id=run_a)))
+        assert spin_until(executor, lambda: uploaded() == [(3, run_a)], 30.0)
+        # Act: run B starts at round 2 (a late joiner), then run A's round 4 is replayed
+        model_pub.publish(frame_msg(_round_frame(2, [], run_id=run_b)))
+        assert spin_until(executor, lambda: len(uploads) == 2, 30.0), uploaded()
+        model_pub.publish(frame_msg(_round_frame(4, [], run_id=run_a)))
+        ignored = spin_until(executor, lambda: node.rounds.ignored['old_run'] == 1, 15.0)
+        # Assert: run B's upload echoes B; the agent's state started over once; A is left
+        assert ignored and uploaded() == [(3, run_a), (2, run_b)]
+        assert node.rounds.run_id == run_b and node.agent.runs_started == 1
 
 
 @pytest.mark.parametrize('factory, key, value, message', [
