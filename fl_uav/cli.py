@@ -64,7 +64,12 @@ def _experiment(args: argparse.Namespace) -> int:
     )
 
     with collector_paused_for_imports() as fresh_process:
-        from fl_uav.sim.experiment import ExperimentError, read_run_config, run_experiment
+        from fl_uav.sim.experiment import (
+            ExperimentError,
+            read_run_config,
+            recorded_run_files,
+            run_experiment,
+        )
         from fl_uav.sim.experiment_config import ExperimentConfig
     from fl_uav.configschema import build_config, read_params_file
 
@@ -77,6 +82,11 @@ def _experiment(args: argparse.Namespace) -> int:
     if args.config is None and args.resume is None:
         raise ConfigError('give a CONFIG file (config/experiments/<name>.yaml)')
     _check_out_dir(out)
+    if args.out and not args.overwrite and recorded_run_files(out):
+        print(f'fl-uav: {out} holds a run already ({", ".join(recorded_run_files(out))}): '
+              f'--resume {out} continues it, --overwrite starts it over (its results are '
+              f'replaced), or choose another --out', file=sys.stderr)
+        return 1
     try:
         # A resumed run reads its own keys unless a CONFIG is given (then they must agree).
         flat = read_run_config(out) if args.config is None else read_params_file(args.config)
@@ -223,6 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument('--out', help='output directory')
     exp.add_argument('--resume', metavar='DIR', help='continue the run in DIR from its '
                      'last checkpoint (--set num_rounds=N to run it longer)')
+    exp.add_argument('--overwrite', action='store_true', help='with --out: start over in a '
+                     'directory that holds a run (its results are replaced)')
     exp.set_defaults(func=_experiment)
     cmp_ = sub.add_parser('compare', help='overlay experiment runs in one plot and one table')
     cmp_.add_argument('dirs', nargs='+', help='experiment output directories')

@@ -745,6 +745,13 @@ def check_resumable(config: ExperimentConfig, out_dir: Path) -> None:
             f'{out_dir}` reads them from its {CONFIG_FILE}), or start a new run with --out')
 
 
+def recorded_run_files(out_dir: Path) -> list[str]:
+    """The files of an earlier run in ``out_dir`` (config, rows, summary) that a new run there
+    would replace; empty for a new or empty directory."""
+    return [name for name in (CONFIG_FILE, ROUNDS_FILE, SUMMARY_FILE)
+            if (Path(out_dir) / name).is_file()]
+
+
 def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False,
                    echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run (or resume) an experiment; Ctrl-C and errors leave consistent partial results."""

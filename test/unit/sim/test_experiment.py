@@ -290,6 +290,26 @@ def test_cli_resume_reads_the_runs_own_config_and_runs_it_longer(tmp_path, capsy
     assert 'not both' in capsys.readouterr().err
 
 
+def test_cli_refuses_to_overwrite_a_run_unless_told(tmp_path, capsys):
+    # Arrange: a finished run
+    out = tmp_path / 'run'
+    args = ['experiment', str(QUICK), '--set', 'num_drones=3', '--set', 'num_rounds=1',
+            '--out', str(out)]
+    assert cli_main(args) == 0
+    rows_before = (out / 'rounds.csv').read_text()
+    capsys.readouterr()
+    # Act
+    refused = cli_main([*args[:-2], '--set', 'learning.lr=0.5', '--out', str(out)])
+    message = capsys.readouterr().err
+    # Assert: nothing replaced; the message names the way to continue and to start over
+    assert refused == 1 and (out / 'rounds.csv').read_text() == rows_before
+    assert 'holds a run already' in message and f'--resume {out}' in message
+    assert '--overwrite' in message
+    assert json.loads((out / 'config.json').read_text())['learning.lr'] != 0.5
+    assert cli_main([*args, '--overwrite', '--set', 'learning.lr=0.5']) == 0
+    assert json.loads((out / 'config.json').read_text())['learning.lr'] == 0.5
+
+
 @pytest.mark.parametrize(('override', 'code', 'message'), [
     ('learning.model=lenet5', 1, 'cannot set up the run: lenet5 needs inputs of at least 12 px'),
     ('num_drones=5000', 1, 'cannot set up the run: cannot give 5000 clients'),
