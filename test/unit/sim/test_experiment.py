@@ -49,8 +49,8 @@ def test_vectorized_equals_sequential_reference(tmp_path):
     slow = run_experiment(_config(**{'engine.vectorized': False}), tmp_path / 's',
                           echo=lambda _: None)
     assert fast['final_accuracy'] == pytest.approx(slow['final_accuracy'], abs=0.005)
-    assert [r['loss'] for r in _rows(tmp_path / 'v')] == pytest.approx(
-        [r['loss'] for r in _rows(tmp_path / 's')], rel=1e-3)
+    assert [float(r['loss']) for r in _rows(tmp_path / 'v')] == pytest.approx(
+        [float(r['loss']) for r in _rows(tmp_path / 's')], rel=1e-3)
 
 
 def test_resume_continues_exactly_where_it_stopped(tmp_path):
