@@ -221,8 +221,10 @@ class MavsdkVehicle:
 
     @staticmethod
     def _ready(t: _Telemetry) -> bool:
+        # After a loss, also the armed and in-air states heard since (a reboot resets them).
+        state_known = t.link_losses == 0 or (t.armed is not None and t.in_air is not None)
         return (t.connected and t.health_ok and t.home_geodetic is not None
-                and not t.home_stale and t.pose is not None)
+                and not t.home_stale and t.pose is not None and state_known)
 
     async def _seed_from_getters(self, period_s: float = 0.1) -> None:
         """Fill health and home from MAVSDK's cached getters.
@@ -291,14 +293,16 @@ class MavsdkVehicle:
             return
         t.connected = bool(connected)
         if not connected:
-            # Health and home are re-checked when the link is back (the autopilot may reboot).
+            # Health, home and state are heard again when the link is back (the autopilot may
+            # have rebooted: disarmed, on the ground, no mission, maybe another home).
             t.link_losses += 1
             t.health_ok = False
             t.home_stale = True
+            t.armed = t.in_air = None
+            t.landed_state = t.flight_mode = ''
             _log.warning('%s: autopilot link lost', self.url)
             return
-        _log.info('%s: autopilot link re-established (armed %s, mode %s)', self.url, t.armed,
-                  t.flight_mode or 'unknown')
+        _log.info('%s: autopilot link re-established', self.url)
         if self._reseed is not None:
             self._reseed.cancel()
         self._reseed = asyncio.create_task(self._seed_from_getters())
