@@ -368,8 +368,13 @@ class MavsdkVehicle:
                 raise VehicleError(f'{what}: timed out after {timeout_s:.1f} s{link}')
             if self._closed:
                 raise VehicleError(f'{what}: vehicle closed while waiting')
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(t.changed.wait(), remaining_s)
+            # asyncio.wait, not wait_for: Python 3.11's wait_for can swallow the caller's
+            # cancellation (e.g. a round's flight budget) when the event fires at that moment.
+            changed = asyncio.ensure_future(t.changed.wait())
+            try:
+                await asyncio.wait((changed,), timeout=remaining_s)
+            finally:
+                changed.cancel()
 
     # ----------------------------------------------------------------- geometry
 
