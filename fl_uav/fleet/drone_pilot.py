@@ -10,7 +10,11 @@ drone's own mission (its 2CEOAFL q_t after the survey rounds), which passes the 
 
 Telemetry (:meth:`DronePilot.stream_telemetry`) follows the vehicle link: it starts whenever a
 connection is established, by itself or by a round's :meth:`DronePilot.ensure_airborne`, so a
-drone whose autopilot comes up late still gets poses (and keeps its camera frames).
+drone whose autopilot comes up late still gets poses (and keeps its camera frames). A link lost
+once connected fails the flight step in progress (the vehicle raises); the next round's flight
+checks readiness again (link, health, a fresh home) and, if the autopilot is on the ground
+(rebooted, or landed by a failsafe), checks the home altitude, arms and takes off again before
+its mission is uploaded.
 :meth:`DronePilot.shutdown` ends the pilot: a vehicle still in the air is sent home (RTL,
 waited for at most a given time), then the link is closed.
 """
@@ -68,6 +72,7 @@ class DronePilot:
         self._train_executor = train_executor
         self._lock: asyncio.Lock | None = None
         self._link_up: asyncio.Event | None = None   # set on every established connection
+        self._link_losses_checked = 0   # vehicle.link_losses at the last readiness check
         self._closed = False
 
     def _guard(self) -> asyncio.Lock:
@@ -81,10 +86,18 @@ class DronePilot:
         return self._link_up
 
     async def ensure_connected(self) -> None:
-        """Connect and wait until the autopilot is healthy (once); wakes the telemetry."""
+        """Connect and wait until the autopilot is healthy (once); wakes the telemetry. After a
+        link loss, waits again for the link, health and a fresh home (the vehicle's connect)."""
         async with self._guard():
+            losses = self.vehicle.link_losses
+            if self.state.connected and losses == self._link_losses_checked:
+                return
+            if self.state.connected:
+                _log.warning('the autopilot link was lost since the last check: checking '
+                             'readiness again (link, health, home)')
+            await self.vehicle.connect(self.flight.connect_timeout_s)
+            self._link_losses_checked = losses
             if not self.state.connected:
-                await self.vehicle.connect(self.flight.connect_timeout_s)
                 self.state.connected = True
                 self._link_event().set()
 
@@ -92,6 +105,10 @@ class DronePilot:
         """Connect, arm and take off if not done yet."""
         await self.ensure_connected()
         async with self._guard():
+            if self.state.airborne and self.vehicle.in_air is False:
+                _log.warning('the vehicle is on the ground (autopilot rebooted, or landed by a '
+                             'failsafe): checking home, arming and taking off again')
+                self.state.airborne = self.state.armed = False
             if not self.state.airborne:
                 self._check_home_altitude()
                 await self.vehicle.arm()
@@ -237,8 +254,8 @@ class DronePilot:
     def in_flight(self) -> bool:
         """True from arming until the pilot saw the vehicle land (it may still be climbing,
         flying, hovering after the run with ``land_on_finish`` false, or landed by a failsafe
-        the pilot could not see)."""
-        return self.state.armed
+        the pilot could not see), unless the vehicle reports itself disarmed."""
+        return self.state.armed and self.vehicle.armed is not False
 
     async def shutdown(self, rtl_timeout_s: float) -> None:
         """End the pilot: a vehicle in flight is commanded to return to launch and waited for
@@ -270,9 +287,10 @@ class DronePilot:
         ``on_battery``) whenever the vehicle link is up, until :meth:`shutdown`.
 
         Tries to connect first; if that fails (autopilot not up yet) it waits, and starts the
-        streams as soon as a later connection succeeds (e.g. a round's ensure_airborne).
-        Streams that end or fail without a shutdown wait for the link to come up again, which
-        the pilot does not yet detect once connected (a lost link is not re-established)."""
+        streams as soon as a later connection succeeds (e.g. a round's ensure_airborne). A link
+        lost once connected does not end the streams: they pause and resume when the autopilot's
+        heartbeats return. Streams that end or fail without a shutdown wait for the next
+        established connection."""
         try:
             await self.ensure_connected()
         except VehicleError as exc:

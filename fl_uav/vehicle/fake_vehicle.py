@@ -47,6 +47,7 @@ class FakeVehicle:
         self.fail_on = dict(fail_on or {})
         self.calls: list[tuple] = []
         self.connected = False
+        self.link_losses = 0
         self.armed = False
         self.in_air = False
         self.battery_remaining = 1.0

@@ -63,11 +63,15 @@ class Vehicle(Protocol):
     Failures raise :class:`VehicleError`; operations that wait (take-off, go-to, missions,
     landing) raise it on time-out as well. Once connected, a vehicle also has ``home_enu_m``,
     the autopilot's home in the ENU frame (not declared here: ``isinstance`` on a runtime
-    protocol reads every member, and the home is unknown before ``connect``).
+    protocol reads every member, and the home is unknown before ``connect``). Every vehicle
+    also has ``link_losses`` (times the autopilot link was lost since ``connect``), ``armed``
+    and ``in_air`` (last reported; None when unknown). A lost link fails the operation in
+    progress; ``connect`` on a connected vehicle waits until it is ready again.
     """
 
     async def connect(self, timeout_s: float) -> None:
-        """Connect and wait until the autopilot is healthy and has a home position."""
+        """Connect (or after a link loss, reconnect) and wait until the autopilot is healthy
+        and has a home position."""
 
     async def arm(self) -> None:
         """Arm the motors; returns once the autopilot reports armed."""

@@ -5,6 +5,13 @@ as background tasks for the vehicle's lifetime and fill a cache; every wait is a
 that cache with a time-out (MAVSDK getters only return the last cached value, and armed state and
 flight mode come from HEARTBEAT, so a single poll right after a command would be stale).
 
+A lost link (MAVSDK: no HEARTBEAT for 3 s) is logged once and counted in ``link_losses``; a
+step waiting on the autopilot then fails at once with a VehicleError naming the lost link, and
+commands fail until it is back. MAVSDK re-detects the same system when heartbeats return (also
+after an autopilot reboot), re-requests its home position and the streams resume by themselves;
+:meth:`MavsdkVehicle.connect` on a connected vehicle waits for the link, fresh health checks and
+a home position received since the loss (a rebooted autopilot may have a new home).
+
 All coroutines must run on one event loop (e.g. a :class:`~fl_uav.vehicle.runner.VehicleRunner`).
 MAVSDK's asyncio wrapper sends every blocking call through the loop's default executor; the
 first :meth:`MavsdkVehicle.connect` on a loop installs a larger one, because the default
@@ -70,8 +77,10 @@ class _Telemetry:
 
     def __init__(self) -> None:
         self.connected = False
+        self.link_losses = 0
         self.health_ok = False
         self.home_geodetic: tuple[float, float, float] | None = None
+        self.home_stale = False          # no home received since the last link loss
         self.geodetic: tuple[float, float, float, float] | None = None
         self.pose: PoseEnu | None = None
         self.yaw_enu_rad = math.nan
@@ -119,6 +128,7 @@ class MavsdkVehicle:
         self._mission: MissionAsync | None = None
         self._t: _Telemetry | None = None
         self._tasks: list[asyncio.Task] = []
+        self._reseed: asyncio.Task | None = None   # health from the getters after a loss
         self._pose_queues: set[asyncio.Queue] = set()
         self._battery_queues: set[asyncio.Queue] = set()
         self._closed = False
@@ -131,6 +141,21 @@ class MavsdkVehicle:
         return self._t is not None and not self._closed
 
     @property
+    def link_losses(self) -> int:
+        """How many times the autopilot link was lost since :meth:`connect`."""
+        return self._t.link_losses if self._t is not None else 0
+
+    @property
+    def armed(self) -> bool | None:
+        """The armed state last reported by the autopilot (None: not known yet)."""
+        return self._t.armed if self._t is not None else None
+
+    @property
+    def in_air(self) -> bool | None:
+        """Whether the autopilot last reported the vehicle in the air (None: not known)."""
+        return self._t.in_air if self._t is not None else None
+
+    @property
     def home_enu_m(self) -> tuple[float, float, float]:
         """The autopilot's home position in the ENU frame."""
         home = self._require().home_geodetic
@@ -139,10 +164,16 @@ class MavsdkVehicle:
         return geodetic_to_enu(self.origin, *home)
 
     async def connect(self, timeout_s: float = 30.0) -> None:
-        """Connect, then wait for a healthy autopilot with a home position."""
+        """Connect, then wait for a healthy autopilot with a home position. Once connected,
+        waits (after a link loss) for the link, health checks and a home received since."""
         if self._closed:
             raise VehicleError(f'{self.url}: vehicle is closed')
         if self._t is not None:
+            try:
+                await self._wait_for(self._ready, timeout_s, f'{self.url}: readiness check',
+                                     fail_on_link_loss=False)
+            except VehicleError as exc:
+                raise VehicleError(f'{exc}{await self._health_detail()}') from None
             return
         loop = asyncio.get_running_loop()
         ensure_executor(loop)
@@ -164,13 +195,14 @@ class MavsdkVehicle:
             self._telemetry = TelemetryAsync(system)
             self._mission = MissionAsync(system)
             self._t = _Telemetry()
+            # MAVSDK reports later changes only: the system it just discovered is connected.
+            self._t.connected = await system.is_connected()
             self._start_streams()
             stage = 'waiting for health checks and a home position'
             seeder = asyncio.create_task(self._seed_from_getters())
             try:
-                await self._wait_for(
-                    lambda t: t.health_ok and t.home_geodetic is not None and t.pose is not None,
-                    max(0.1, deadline_s - loop.time()), f'connect {self.url}')
+                await self._wait_for(self._ready, max(0.1, deadline_s - loop.time()),
+                                     f'connect {self.url}', fail_on_link_loss=False)
             finally:
                 seeder.cancel()
         except VehicleError as exc:
@@ -186,6 +218,13 @@ class MavsdkVehicle:
             await self._teardown()
             raise
         _log.info('%s: connected, home %s', self.url, self._t.home_geodetic)
+
+    @staticmethod
+    def _ready(t: _Telemetry) -> bool:
+        # After a loss, also the armed and in-air states heard since (a reboot resets them).
+        state_known = t.link_losses == 0 or (t.armed is not None and t.in_air is not None)
+        return (t.connected and t.health_ok and t.home_geodetic is not None
+                and not t.home_stale and t.pose is not None and state_known)
 
     async def _seed_from_getters(self, period_s: float = 0.1) -> None:
         """Fill health and home from MAVSDK's cached getters.
@@ -249,9 +288,24 @@ class MavsdkVehicle:
                 self._t.notify()
 
     def _on_connected(self, connected: bool) -> None:
-        self._t.connected = bool(connected)
+        t = self._t
+        if bool(connected) == t.connected:
+            return
+        t.connected = bool(connected)
         if not connected:
+            # Health, home and state are heard again when the link is back (the autopilot may
+            # have rebooted: disarmed, on the ground, no mission, maybe another home).
+            t.link_losses += 1
+            t.health_ok = False
+            t.home_stale = True
+            t.armed = t.in_air = None
+            t.landed_state = t.flight_mode = ''
             _log.warning('%s: autopilot link lost', self.url)
+            return
+        _log.info('%s: autopilot link re-established', self.url)
+        if self._reseed is not None:
+            self._reseed.cancel()
+        self._reseed = asyncio.create_task(self._seed_from_getters())
 
     def _on_health(self, ok: bool) -> None:
         self._t.health_ok = bool(ok)
@@ -261,6 +315,7 @@ class MavsdkVehicle:
                                           home.absolute_altitude_m)):
             self._t.home_geodetic = (home.latitude_deg, home.longitude_deg,
                                      home.absolute_altitude_m)
+            self._t.home_stale = False
 
     def _on_position(self, pos) -> None:
         if not (math.isfinite(pos.latitude_deg) and math.isfinite(pos.longitude_deg)):
@@ -297,20 +352,29 @@ class MavsdkVehicle:
         _fan_out(self._battery_queues, self._t.battery)
 
     async def _wait_for(self, predicate: Callable[[_Telemetry], bool], timeout_s: float,
-                        what: str) -> None:
-        """Return once ``predicate(telemetry)`` holds; VehicleError after ``timeout_s``."""
+                        what: str, fail_on_link_loss: bool = True) -> None:
+        """Return once ``predicate(telemetry)`` holds; VehicleError after ``timeout_s``, or
+        (``fail_on_link_loss``) as soon as the link is lost or was lost during the wait."""
         t = self._require()
         loop = asyncio.get_running_loop()
         deadline_s = loop.time() + timeout_s
+        losses = t.link_losses
         while not predicate(t):
+            if fail_on_link_loss and (not t.connected or t.link_losses != losses):
+                raise VehicleError(f'{what}: autopilot link lost')
             remaining_s = deadline_s - loop.time()
             if remaining_s <= 0.0:
                 link = '' if t.connected else ' (autopilot link lost)'
                 raise VehicleError(f'{what}: timed out after {timeout_s:.1f} s{link}')
             if self._closed:
                 raise VehicleError(f'{what}: vehicle closed while waiting')
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(t.changed.wait(), remaining_s)
+            # asyncio.wait, not wait_for: Python 3.11's wait_for can swallow the caller's
+            # cancellation (e.g. a round's flight budget) when the event fires at that moment.
+            changed = asyncio.ensure_future(t.changed.wait())
+            try:
+                await asyncio.wait((changed,), timeout=remaining_s)
+            finally:
+                changed.cancel()
 
     # ----------------------------------------------------------------- geometry
 
@@ -343,11 +407,15 @@ class MavsdkVehicle:
     async def _call(self, what: str, make_call: Callable[[], Awaitable[object]],
                     timeout_s: float | None = None) -> object:
         """Await ``make_call()`` (a MAVSDK call), turning its errors into VehicleError."""
-        self._require()
+        t = self._require()
+        if not t.connected:
+            raise VehicleError(f'{self.url}: {what}: autopilot link lost')
         timeout_s = timeout_s or self.command_timeout_s
         try:
             return await asyncio.wait_for(make_call(), timeout_s)
         except MavsdkError as exc:
+            if not t.connected:
+                raise VehicleError(f'{self.url}: {what}: autopilot link lost') from exc
             result = getattr(exc, 'result', None)
             reason = result.name if result is not None else str(exc)
             raise VehicleError(f'{self.url}: {what} refused by the autopilot: {reason}') from exc
@@ -537,6 +605,9 @@ class MavsdkVehicle:
         await self._teardown()
 
     async def _teardown(self) -> None:
+        if self._reseed is not None:
+            self._tasks.append(self._reseed)
+            self._reseed = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -1,7 +1,9 @@
 """MavsdkVehicle driving the embedded PX4 simulator through the unmodified MAVSDK 4.x client."""
 
 import asyncio
+import logging
 import math
+import time
 
 import pytest
 
@@ -186,3 +188,85 @@ def test_operations_before_connect_raise():
         asyncio.run(vehicle.arm())
     with pytest.raises(ValueError, match='url'):
         MavsdkVehicle('127.0.0.1:14540', GeoOrigin())
+
+
+def _cut_link(link) -> None:
+    """Radio silence both ways (run on the simulator's loop): the autopilot flies on."""
+    link.send_datagram = lambda data: None
+    link.datagram_received = lambda data, addr: None
+
+
+def _restore_link(link) -> None:
+    del link.send_datagram
+    del link.datagram_received
+
+
+@pytest.mark.timeout(60)
+def test_a_lost_link_fails_the_step_in_progress_and_telemetry_resumes_when_it_returns(
+        sim_factory, caplog):
+    # Prepare: airborne, a pose stream open, then a go-to far away (minutes of time-out).
+    sim, handle = sim_factory()
+    link = sim.links[0]
+
+    async def scenario():
+        vehicle = MavsdkVehicle(_url(sim, 0), sim.config.origin)
+        try:
+            await vehicle.connect(timeout_s=15.0)
+            await vehicle.arm()
+            await vehicle.takeoff(5.0)
+            poses = vehicle.poses()
+            await asyncio.wait_for(anext(poses), 5.0)
+            goto = asyncio.ensure_future(vehicle.goto_enu(WaypointEnu(0.0, 2000.0, 5.0), 5.0))
+            await asyncio.wait_for(_until(lambda: sim.vehicles[0].position_enu_m[1] > 20.0),
+                                   10.0)
+            handle.call(lambda: _cut_link(link))
+            # Execute (a): the step fails once MAVSDK declares the heartbeats lost (3 s).
+            with pytest.raises(VehicleError, match='go-to .*autopilot link lost'):
+                await asyncio.wait_for(goto, 10.0)
+            with pytest.raises(VehicleError, match='arm: autopilot link lost'):
+                await vehicle.arm()
+            losses = vehicle.link_losses
+            handle.call(lambda: _restore_link(link))
+            restored_s = time.time()
+            # Execute (b): the stream opened before the loss delivers again, and the
+            # readiness check passes once heartbeats, health and home are back.
+            resumed = await _first(poses, lambda pose: pose.stamp_s > restored_s, 10.0)
+            await vehicle.connect(timeout_s=10.0)
+            await vehicle.goto_enu(WaypointEnu(5.0, 5.0, 6.0), speed_m_s=5.0)
+            return losses, resumed, vehicle.link_losses, vehicle.in_air
+        finally:
+            await vehicle.close()
+
+    # Execute
+    with caplog.at_level(logging.INFO, logger='fl_uav.vehicle.mavsdk_vehicle'):
+        losses, resumed, losses_after, in_air = asyncio.run(scenario())
+    # Assert
+    assert losses == 1 and losses_after == 1 and in_air is True
+    assert resumed.up_m > 4.0
+    assert math.dist(sim.vehicles[0].position_enu_m, (5.0, 5.0, 6.0)) < 1.5
+    lost = [r.getMessage() for r in caplog.records if 'link lost' in r.getMessage()
+            and r.levelno == logging.WARNING]
+    assert lost == [f'{_url(sim, 0)}: autopilot link lost'], lost
+    assert any('link re-established' in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.timeout(30)
+def test_a_timeout_with_a_live_link_does_not_blame_the_link(sim_factory):
+    # Prepare: connected, the link never lost; a climb to 20 m cannot take 0.2 s.
+    sim, _ = sim_factory()
+
+    async def scenario():
+        vehicle = MavsdkVehicle(_url(sim, 0), sim.config.origin)
+        try:
+            await vehicle.connect(timeout_s=15.0)
+            await vehicle.arm()
+            with pytest.raises(VehicleError) as error:
+                await vehicle.takeoff(20.0, timeout_s=0.2)
+            return str(error.value), vehicle.link_losses
+        finally:
+            await vehicle.close()
+
+    # Execute
+    message, losses = asyncio.run(scenario())
+    # Assert
+    assert 'timed out' in message and 'link lost' not in message and losses == 0
