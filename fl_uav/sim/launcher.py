@@ -30,10 +30,12 @@ class RunningNode:
 
 def ros_environment(domain_id: int, log_dir: Path, base: Mapping[str, str] | None = None
                     ) -> dict[str, str]:
-    """Environment for the fleet's processes: own domain, localhost-only discovery."""
+    """Environment for the fleet's processes: own domain, localhost-only discovery; a node
+    that crashes in native code (a signal) writes every thread's Python stack to its log
+    (PYTHONFAULTHANDLER)."""
     env = dict(base if base is not None else os.environ)
     env.update({'ROS_DOMAIN_ID': str(domain_id), 'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST',
-                'ROS_LOG_DIR': str(log_dir), 'PYTHONUNBUFFERED': '1',
+                'ROS_LOG_DIR': str(log_dir), 'PYTHONUNBUFFERED': '1', 'PYTHONFAULTHANDLER': '1',
                 'AMENT_PREFIX_PATH': env.get('AMENT_PREFIX_PATH', sys.prefix)})
     env.pop('ROS_STATIC_PEERS', None)
     return env
