@@ -45,3 +45,17 @@ def test_sim_makes_run_keys_and_requires_signatures_unless_keys_are_given(tmp_pa
     assert (tmp_path / 'keys' / 'drone1.key').is_file()
     assert made['security.keys_dir'] == str((tmp_path / 'keys').resolve())
     assert given == {}
+
+
+def test_keygen_writes_ground_client_key_pairs_when_asked(tmp_path):
+    # Arrange
+    out = tmp_path / 'keys'
+    # Act
+    code = main(['keygen', '--out', str(out), '--drones', '1', '--ground-clients', '2'])
+    # Assert
+    assert code == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(f'{n}.{s}' for n in ('station', 'drone0', 'gc0', 'gc1')
+                           for s in ('key', 'pub'))
+    assert all((out / n).stat().st_mode & 0o777 == 0o600 for n in names if n.endswith('.key'))
+
