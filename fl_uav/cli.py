@@ -47,7 +47,7 @@ def _keygen(args: argparse.Namespace) -> int:
 
     _check_out_dir(Path(args.out))
     try:
-        written = generate_fleet_keys(args.out, args.drones)
+        written = generate_fleet_keys(args.out, args.drones, args.ground_clients)
     except (FileExistsError, ValueError) as exc:
         print(f'fl-uav: {exc}', file=sys.stderr)
         return 1
@@ -219,10 +219,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help='ROS_DOMAIN_ID (default: random 1..101)')
     sim.add_argument('--timeout', type=float, default=1800.0, help='give up after seconds')
     sim.set_defaults(func=_sim)
-    keygen = sub.add_parser('keygen', help='write Ed25519 key pairs for the ground station and '
-                            'each drone (security.keys_dir; private keys mode 0600)')
+    keygen = sub.add_parser('keygen', help='write Ed25519 key pairs for the ground station, '
+                            'each drone and each express ground client (security.keys_dir; '
+                            'private keys mode 0600)')
     keygen.add_argument('--out', required=True, help='directory to write the keys to')
     keygen.add_argument('--drones', type=int, required=True, help='number of drones')
+    keygen.add_argument('--ground-clients', type=int, default=0,
+                        help='mode express: number of ground clients (gc<j>.key/.pub, '
+                        'j < M; default 0)')
     keygen.set_defaults(func=_keygen)
     exp = sub.add_parser('experiment', help='run an in-process experiment on a simulated clock')
     exp.add_argument('config', type=Path, nargs='?',

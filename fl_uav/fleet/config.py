@@ -129,9 +129,11 @@ class SecurityConfig:
 
     keys_dir: directory of this machine's keys as ``fl-uav keygen`` writes them
         (fl_uav/fleet/keys.py): the station reads ``station.key`` and every ``drone<i>.pub``,
-        drone i reads ``drone<i>.key`` and ``station.pub``. '' = no keys: frames go out
-        unsigned. With keys, a node signs every global-model, control and update frame it
-        sends and verifies every signed frame it receives.
+        drone i reads ``drone<i>.key`` and ``station.pub`` (in ``mode: express`` also every
+        ground client's ``gc<j>.pub``), ground client j reads ``gc<j>.key`` and every
+        ``drone<i>.pub``. '' = no keys: frames go out unsigned. With keys, a node signs every
+        global-model, control, update and express visit frame it sends and verifies every
+        signed frame it receives.
     require_signatures: reject (count by reason ``unsigned``) plain v1/v2 frames; needs
         keys_dir. False (the default) accepts them as before signing existed.
     max_frame_age_s: a signed frame issued longer ago than this (on the receiver's clock) is

@@ -22,7 +22,7 @@ from fl_uav.compression.codec import DecodeLimits, FrameKind, encode_frame
 from fl_uav.compression.signing import FrameAuth
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.express_exchange import ExchangeRejected, decode_clu, encode_delivery
-from fl_uav.fleet.keys import load_frame_auth
+from fl_uav.fleet.keys import load_frame_auth, visit_auth
 from fl_uav.fleet.messages import EXPRESS_KNOB, RUN_ID_KEY, RoundTask, is_int
 from fl_uav.learning.weights import Weights
 
@@ -78,9 +78,12 @@ class ExpressCarrier:
         self._shapes = shapes
         self._fingerprint = fingerprint
         self._limits = DecodeLimits(max_frame_bytes=config.codec.max_frame_bytes)
-        # security.*: u_k is signed like any update (the visit frames are not, yet); the
-        # drone's agent already holds its keys, which it passes as ``auth``
+        # security.*: u_k is signed like any update; the drone's agent already holds its
+        # keys, which it passes as ``auth``. On the visit link the UAV signs its deliveries
+        # with the same key and opens CLUs with the ground clients' public keys.
         self._auth = auth if auth is not None else load_frame_auth(config.security, uav_id, [])
+        self.visit_auth = visit_auth(self._auth, config.security,
+                                     config.ground_clients.num_clients)
         self.carried: Weights | None = None
         self.running_sum: Weights = {n: np.zeros(s, np.float32) for n, s in shapes.items()}
         self.tour: TourLog | None = None
@@ -116,22 +119,23 @@ class ExpressCarrier:
         return self.tour
 
     def delivery_frame(self, client: int) -> bytes:
-        """The carried model, addressed to ``client``."""
+        """The carried model, addressed to ``client`` (signed now, with keys)."""
         if self.tour is None or self.carried is None:
             raise RuntimeError('no tour started')
         return encode_delivery(self.uav_id, self.tour.round_index, client, self._fingerprint,
-                               self.carried, self.tour.local_steps)
+                               self.carried, self.tour.local_steps, self.visit_auth)
 
     def accept_clu(self, data: bytes, client: int) -> bool:
         """Add a client's CLU to u_k (FedEx eq. (12)) if the frame answers this visit; a bad
-        frame is counted in ``rejected`` by reason and changes nothing."""
+        frame (also one unsigned where signatures are required, forged or stale) is counted
+        in ``rejected`` by reason and changes nothing."""
         tour = self.tour
         if tour is None:
             self.rejected['no_tour'] += 1
             return False
         try:
             clu = decode_clu(data, self._limits, self._fingerprint, self._shapes, self.uav_id,
-                             tour.round_index, client)
+                             tour.round_index, client, self.visit_auth)
         except ExchangeRejected as exc:
             self.rejected[exc.reason] += 1
             return False

@@ -10,8 +10,18 @@ collects the client's cumulative local update (CLU), both as codec v1 frames.
   ``base_round`` (round of the model it was trained from; absent before the first training)
   and ``distance_m`` (the client's range check, for the logs).
 
-Decoding checks everything (the codec's own checks, then kind, addressee, round, metadata)
-and raises :class:`ExchangeRejected` with a counter reason; the callers count and go on.
+Both frames travel in the signed envelope (wire version 4) when the sender has keys
+(``security.keys_dir``): the UAV signs its delivery as drone k with ``drone<k>.key``, the
+client its CLU as client j with ``gc<j>.key`` (the envelope's signer is the frame's sender,
+as everywhere). Each side passes its :class:`~fl_uav.compression.signing.FrameAuth` to
+encode (seal) and decode (open): the client's holds the drones' public keys
+(``keys.load_ground_client_auth``), the UAV's the clients' (``keys.visit_auth``). Without
+one the frames are plain v1 and signed ones are refused (``signer``).
+
+Decoding checks everything (the envelope: ``unsigned`` when signatures are required,
+``signer``, ``signature``, ``stale``; the codec's own checks, then kind, addressee, round,
+metadata) and raises :class:`ExchangeRejected` with a counter reason; the callers count and
+go on.
 """
 
 from __future__ import annotations
@@ -28,6 +38,7 @@ from fl_uav.compression.codec import (
     decode_frame,
     encode_frame,
 )
+from fl_uav.compression.signing import FrameAuth
 from fl_uav.fleet.messages import is_finite_number
 from fl_uav.learning.weights import Weights
 
@@ -64,15 +75,19 @@ class Clu:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
+PLAIN = FrameAuth()
+"""No keys: plain frames out, plain frames in (a signed one is refused as ``signer``)."""
+
+
 def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _decode(data: bytes, limits: DecodeLimits, fingerprint: bytes,
-            shapes: dict[str, tuple[int, ...]], kind: FrameKind):
+            shapes: dict[str, tuple[int, ...]], kind: FrameKind, auth: FrameAuth):
     try:
-        frame = decode_frame(data, limits, expected_fingerprint=fingerprint,
-                             expected_shapes=shapes)
+        frame = decode_frame(auth.open(data, limits), limits,
+                             expected_fingerprint=fingerprint, expected_shapes=shapes)
     except FrameError as exc:
         raise ExchangeRejected(exc.reason, str(exc)) from None
     if frame.kind != kind:
@@ -81,17 +96,19 @@ def _decode(data: bytes, limits: DecodeLimits, fingerprint: bytes,
 
 
 def encode_delivery(uav: int, round_index: int, client: int, fingerprint: bytes,
-                    weights: Weights, local_steps: int) -> bytes:
-    """The model frame UAV ``uav`` hands to ``client`` at a visit."""
-    return encode_frame(FrameKind.GLOBAL_MODEL, round_index, uav, fingerprint, weights,
-                        {'client': client, 'local_steps': local_steps})
+                    weights: Weights, local_steps: int, auth: FrameAuth = PLAIN) -> bytes:
+    """The model frame UAV ``uav`` hands to ``client`` at a visit, sealed with ``auth``
+    (UAV ``uav``'s own key: signed as sender ``uav``)."""
+    return auth.seal(encode_frame(FrameKind.GLOBAL_MODEL, round_index, uav, fingerprint,
+                                  weights, {'client': client, 'local_steps': local_steps}))
 
 
 def decode_delivery(data: bytes, limits: DecodeLimits, fingerprint: bytes,
                     shapes: dict[str, tuple[int, ...]], client: int,
-                    num_uavs: int) -> Delivery:
-    """Check a delivery addressed to ``client`` from one of the ``num_uavs`` UAVs."""
-    frame = _decode(data, limits, fingerprint, shapes, FrameKind.GLOBAL_MODEL)
+                    num_uavs: int, auth: FrameAuth = PLAIN) -> Delivery:
+    """Check a delivery addressed to ``client`` from one of the ``num_uavs`` UAVs, opened
+    with ``auth`` (the client's: the UAVs' public keys)."""
+    frame = _decode(data, limits, fingerprint, shapes, FrameKind.GLOBAL_MODEL, auth)
     if not 0 <= frame.sender < num_uavs:
         raise ExchangeRejected('unknown_sender', f'sender {frame.sender}')
     if frame.metadata.get('client') != client:
@@ -104,18 +121,19 @@ def decode_delivery(data: bytes, limits: DecodeLimits, fingerprint: bytes,
 
 
 def encode_clu(client: int, uav: int, round_index: int, fingerprint: bytes, delta: Weights,
-               metadata: dict[str, Any]) -> bytes:
-    """The CLU frame ``client`` hands to ``uav`` (metadata as in the module docstring)."""
-    return encode_frame(FrameKind.UPDATE, round_index, client, fingerprint, delta,
-                        {**metadata, 'uav': uav})
+               metadata: dict[str, Any], auth: FrameAuth = PLAIN) -> bytes:
+    """The CLU frame ``client`` hands to ``uav`` (metadata as in the module docstring),
+    sealed with ``auth`` (client ``client``'s own key: signed as sender ``client``)."""
+    return auth.seal(encode_frame(FrameKind.UPDATE, round_index, client, fingerprint, delta,
+                                  {**metadata, 'uav': uav}))
 
 
 def decode_clu(data: bytes, limits: DecodeLimits, fingerprint: bytes,
                shapes: dict[str, tuple[int, ...]], uav: int, round_index: int,
-               client: int) -> Clu:
+               client: int, auth: FrameAuth = PLAIN) -> Clu:
     """Check that a CLU frame answers UAV ``uav``'s round-``round_index`` visit of
-    ``client``."""
-    frame = _decode(data, limits, fingerprint, shapes, FrameKind.UPDATE)
+    ``client``, opened with ``auth`` (the UAV's visit identity: the clients' public keys)."""
+    frame = _decode(data, limits, fingerprint, shapes, FrameKind.UPDATE, auth)
     meta = frame.metadata
     if meta.get('uav') != uav:
         raise ExchangeRejected('wrong_uav', f'for UAV {meta.get("uav")!r}')

@@ -16,6 +16,11 @@ the CLU are transmitted). At a visit (FedEx Sec. IV-D, digest Sec. 2.2 ``visit``
    one step per slot until the next visit; the station asks for the slots of Delta,
    ceil(Delta / step_time_s), as the engine does, capped by ``ground_clients.max_local_steps``.
 
+With ``security.keys_dir`` the client signs its CLUs as client j with ``gc<j>.key`` and
+opens deliveries with the drones' public keys ``drone<i>.pub``
+(:func:`~fl_uav.fleet.keys.load_ground_client_auth`); with ``require_signatures`` an
+unsigned, forged or stale delivery is rejected by reason like any bad frame.
+
 Local data (no download): ``ground_clients.samples_per_client`` frames rendered from the
 land-cover world at random poses within ``data_radius_m`` of the client, labelled from the
 map (:func:`client_dataset`): location-correlated, as FedEx's non-IID type 2.
@@ -43,6 +48,7 @@ from fl_uav.fleet.express_exchange import (
     encode_clu,
 )
 from fl_uav.fleet.express_routes import express_layout
+from fl_uav.fleet.keys import load_ground_client_auth
 from fl_uav.fleet.world_setup import world_map
 from fl_uav.learning.models import build_model
 from fl_uav.learning.training import NonFiniteLossError, train_local
@@ -118,6 +124,8 @@ class GroundClient:
         self._shapes = weight_shapes(initial)
         self._fingerprint = architecture_fingerprint(initial)
         self._limits = DecodeLimits(max_frame_bytes=config.codec.max_frame_bytes)
+        # security.*: its own key signs the CLUs, the drones' public keys open deliveries
+        self.auth = load_ground_client_auth(config.security, client_id, config.num_drones)
         self._train_config = config.learning.train_config()
         self._lock = threading.Lock()
         self._poses: dict[int, tuple[tuple[float, float, float], float]] = {}
@@ -160,7 +168,7 @@ class GroundClient:
         """
         try:
             delivery = decode_delivery(data, self._limits, self._fingerprint, self._shapes,
-                                       self.client_id, self.config.num_drones)
+                                       self.client_id, self.config.num_drones, self.auth)
         except ExchangeRejected as exc:
             self.rejected[exc.reason] += 1
             return None
@@ -198,7 +206,7 @@ class GroundClient:
         if self._base_round is not None and steps:
             meta['base_round'] = self._base_round
         frame = encode_clu(self.client_id, delivery.uav, delivery.round_index,
-                           self._fingerprint, delta, meta)
+                           self._fingerprint, delta, meta, self.auth)
         self._base = delivery.weights
         self._base_round = delivery.round_index
         self._local, self._steps, self._loss = None, 0, None

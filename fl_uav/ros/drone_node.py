@@ -8,7 +8,8 @@ round.
 
 In ``mode: express`` it is a FedEx transporter instead: it flies the station's tour, hovers
 over each ground client for the exchange (model out on /gc<j>/express/model, CLU back on
-/uav<i>/express/clu) and uploads its running sum u_k; the camera is not used.
+/uav<i>/express/clu) and uploads its running sum u_k; the camera is not used. With keys it
+signs its deliveries with ``drone<i>.key`` and verifies CLUs with every ``gc<j>.pub``.
 
 Which rounds it takes (:mod:`fl_uav.fleet.round_gate`): frames carry the station's run id.
 A round ahead of the last one taken in the run is taken; the same round again, or one behind,

@@ -4,6 +4,9 @@ Listens for model deliveries on /gc<j>/express/model, checks the sender's distan
 pose the config names (``ground_clients.range_pose``: the simulator's
 /uav<k>/ground_truth/pose by default, never the frame's own claim), answers in range with its
 CLU on /uav<k>/express/clu and trains from the delivered model off the executor thread.
+With ``security.keys_dir`` it needs ``gc<j>.key`` and every ``drone<i>.pub`` (a missing key
+stops it at start, naming the file): deliveries are verified, CLUs signed, and with
+``require_signatures`` unsigned, forged or stale deliveries are rejected, counted and logged.
 Writes its exchange log to ``output_dir/ground_clients/gc<j>.json`` after every visit.
 """
 

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from fl_uav.configschema import build_config
-from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.config import FleetConfig, GroundClientConfig
 from fl_uav.fleet.keys import PRIVATE_SUFFIX, PUBLIC_SUFFIX, generate_fleet_keys
 from fl_uav.fleet.onboard_planner import record_file_name
 from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
@@ -123,7 +123,8 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
 def run_keys(out: Path, flat: Mapping[str, Any], overrides: Mapping[str, Any]
              ) -> dict[str, Any]:
     """Signed frames in the embedded fleet: unless security.keys_dir is set, fresh keys for
-    this run in DIR/keys (the previous run's removed) and security.require_signatures true
+    this run in DIR/keys (the previous run's removed; in ``mode: express`` the ground
+    clients' too, so the visit frames are signed) and security.require_signatures true
     (unless a --set override says otherwise: config files are not asked, since
     config/fleet.yaml's false is meant for real fleets without keys). Returns the keys to add
     to the parameters."""
@@ -133,7 +134,11 @@ def run_keys(out: Path, flat: Mapping[str, Any], overrides: Mapping[str, Any]
     for suffix in (PRIVATE_SUFFIX, PUBLIC_SUFFIX):
         for stale in keys_dir.glob(f'*{suffix}'):
             stale.unlink()
-    generate_fleet_keys(keys_dir, int(flat.get('num_drones', FleetConfig.num_drones)))
+    express = flat.get('mode', FleetConfig.mode) == 'express'
+    num_clients = int(flat.get('ground_clients.num_clients',
+                               GroundClientConfig.num_clients)) if express else 0
+    generate_fleet_keys(keys_dir, int(flat.get('num_drones', FleetConfig.num_drones)),
+                        num_clients)
     return {'security.keys_dir': str(keys_dir.resolve()), 'security.require_signatures':
             overrides.get('security.require_signatures', True)}
 

@@ -6,7 +6,8 @@ clients' own logs and the autopilot's log: both rounds completed; every client e
 per round, only with the UAV CARP assigned it, and only at a distance (by the simulator's
 ground-truth pose) within radio range; round 1 only delivers (FedEx's one-round lag) and
 round 2 applies the CLUs, so the global model changes and its accuracy is reported; both UAVs
-armed, flew every leg of their tours as missions and landed; no process is left. A second
+armed, flew every leg of their tours as missions and landed; every frame, the visit frames
+too, was signed with the run's keys and verified; no process is left. A second
 run checks FedEx-Async: a server update at each landing, only the landed UAV departing again.
 """
 
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from test.conftest import free_udp_port_block
 from test.e2e.test_fleet_sim import _processes_mentioning
@@ -76,6 +78,12 @@ def test_express_round_with_two_uavs_and_four_ground_clients(tmp_path):
         assert all(e['distance_m'] <= express['radio_range_m'] for e in exchanges)
         assert exchanges[1]['clu_steps'] > 0 and log['refused'] == {} and log['rejected'] == {}
     assert express['range_pose'] == 'ground_truth'
+    # Assert: signed end to end: the run's keys include every client's, signatures were
+    # required, and no visit frame was rejected (above), so every one verified
+    params = yaml.safe_load((out / 'params.yaml').read_text())['/**']['ros__parameters']
+    assert params['security.require_signatures'] is True
+    assert sorted(p.name for p in (out / 'keys').glob('gc*.key')) == [
+        f'gc{j}.key' for j in range(4)]
     # Assert: both UAVs flew their tours (a mission per leg) and landed, from the autopilot
     for uav, tour in enumerate(tours):
         facts = summary['drones'][str(uav)]

@@ -45,3 +45,29 @@ def test_sim_makes_run_keys_and_requires_signatures_unless_keys_are_given(tmp_pa
     assert (tmp_path / 'keys' / 'drone1.key').is_file()
     assert made['security.keys_dir'] == str((tmp_path / 'keys').resolve())
     assert given == {}
+
+
+def test_keygen_writes_ground_client_key_pairs_when_asked(tmp_path):
+    # Arrange
+    out = tmp_path / 'keys'
+    # Act
+    code = main(['keygen', '--out', str(out), '--drones', '1', '--ground-clients', '2'])
+    # Assert
+    assert code == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(f'{n}.{s}' for n in ('station', 'drone0', 'gc0', 'gc1')
+                           for s in ('key', 'pub'))
+    assert all((out / n).stat().st_mode & 0o777 == 0o600 for n in names if n.endswith('.key'))
+
+
+def test_sim_run_keys_include_the_ground_clients_in_express_mode_only(tmp_path):
+    # Arrange
+    from fl_uav.sim.fleet_run import run_keys
+    express = {'num_drones': 2, 'mode': 'express', 'ground_clients.num_clients': 3}
+    # Act
+    run_keys(tmp_path / 'express', express, {})
+    run_keys(tmp_path / 'standard', {'num_drones': 2}, {})
+    # Assert: gc<j> pairs for every client in express mode, none otherwise
+    made = sorted(p.name for p in (tmp_path / 'express' / 'keys').glob('gc*'))
+    assert made == sorted(f'gc{j}.{s}' for j in range(3) for s in ('key', 'pub'))
+    assert not list((tmp_path / 'standard' / 'keys').glob('gc*'))
