@@ -387,6 +387,12 @@ class FleetConfig:
             raise ValueError(f'num_drones must be in [1, 250], got {self.num_drones}')
         require_choice('mode', self.mode, FLEET_MODES)
         self.check_express()
+        longest_round_s = self.rounds.deadline_s + self.rounds.first_round_extra_s
+        if self.security.keys_dir and self.security.max_frame_age_s <= longest_round_s:
+            # A late joiner takes the latched model of the round in progress: it must be fresh.
+            raise ValueError(f'security.max_frame_age_s {self.security.max_frame_age_s:g} s '
+                             f'must exceed the longest round, rounds.deadline_s + '
+                             f'rounds.first_round_extra_s = {longest_round_s:g} s')
         fence = self.geofence_enu()      # the take-off is flown too: it must be in the band
         for key, up_m in (('flight.takeoff_altitude_m', self.flight.takeoff_altitude_m),
                           ('coverage.altitude_m', self.coverage.altitude_m)):

@@ -42,11 +42,14 @@ from fl_uav.compression.paper_compressors import LgcCompressor, PlannedCompresso
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.keys import load_frame_auth
 from fl_uav.fleet.messages import (
+    MAX_COUNT,
     RUN_ID_KEY,
+    RUN_STARTED_KEY,
     UPLOAD_ACK_KNOB,
     FinishCommand,
     PoseSample,
     RoundTask,
+    is_int,
     valid_run_id,
 )
 from fl_uav.fleet.resource_knobs import (
@@ -143,6 +146,7 @@ class DroneAgent:
         self.rounds_trained = 0
         self.rejected_frames = 0
         self.rejected_reasons: Counter = Counter()   # station frames rejected, by reason
+        self.last_rejection = ''                     # the last one's reason and detail
         self.malformed_acks = 0         # UPLOAD_ACK_KNOB values that could not be read
         self.uploads_rolled_back = 0    # previous uploads the station reported unused (or part)
         # Resource knobs (fl_uav.fleet.resource_knobs) rejected, by '<knob>/<kind>'.
@@ -245,15 +249,18 @@ class DroneAgent:
             frame = decode_frame(self.auth.open(data, limits), limits,
                                  expected_fingerprint=self._fingerprint)
         except FrameError as exc:
-            return self._reject(exc.reason)
+            return self._reject(exc.reason, str(exc))
         if frame.sender != GROUND_STATION_ID:
             return self._reject('unknown_sender')
         run_id = frame.metadata.get(RUN_ID_KEY)
+        started_ms = frame.metadata.get(RUN_STARTED_KEY)
         if run_id is not None and not valid_run_id(run_id):
-            return self._reject('metadata')     # not a run id a station draws
+            return self._reject('metadata', f'{RUN_ID_KEY} {run_id!r} is not a run id')
+        if started_ms is not None and not (is_int(started_ms) and 0 <= started_ms <= MAX_COUNT):
+            return self._reject('metadata', f'{RUN_STARTED_KEY} {started_ms!r} is not a time')
         if frame.kind == FrameKind.CONTROL:
             if frame.metadata.get('command') == 'finish':
-                return FinishCommand(frame.round_index, run_id)
+                return FinishCommand(frame.round_index, run_id, started_ms)
             return self._reject('metadata')
         if frame.kind != FrameKind.GLOBAL_MODEL:
             return self._reject('wrong_kind')
@@ -279,12 +286,14 @@ class DroneAgent:
             knobs[SERVER_CONTROL_KNOB] = control
         return RoundTask(round_index=frame.round_index, weights=weights, plan=plan,
                          knobs=knobs, deadline_s=deadline_s, num_rounds=num_rounds,
-                         run_id=run_id)
+                         run_id=run_id, run_started_ms=started_ms)
 
-    def _reject(self, reason: str) -> None:
-        """Count one unusable station frame (``rejected_frames``, and by reason)."""
+    def _reject(self, reason: str, detail: str = '') -> None:
+        """Count one unusable station frame (``rejected_frames``, and by reason); keep what
+        was wrong with it (``last_rejection``: reason and detail, for the log)."""
         self.rejected_frames += 1
         self.rejected_reasons[reason] += 1
+        self.last_rejection = f'{reason}: {detail}' if detail else reason
 
     def train_round(self, task: RoundTask) -> UpdateReport:
         """Run the configured client algorithm from the global weights on the buffer (the
@@ -295,6 +304,11 @@ class DroneAgent:
         FedDPQ top-up (``topup_factor``, eqs. (1)-(3)) and the upload's compressor
         (``range_bits``, ``lgc_channel_entries``); a rejected one leaves the config's value."""
         start = time.perf_counter()
+        if task.run_epoch < self._run_epoch:   # a round of a run left: no state touched
+            _log.info('drone %d: round %d belongs to a run left; not trained, nothing sent',
+                      self.drone_id, task.round_index)
+            return UpdateReport(task.round_index, (), 0, 0, float('nan'),
+                                time.perf_counter() - start)
         self.start_run(task.run_epoch)
         self.settle_previous_upload(task)
         check = self.check_knobs(task)
@@ -359,8 +373,9 @@ class DroneAgent:
         """Drop the learning state an earlier run left when ``run_epoch`` is a new run: the
         client algorithm's (SCAFFOLD's c_k), the compressor's (LGC's residual) and the upload
         awaiting an acknowledgement; the buffer's samples and geo-tags stay (the world did not
-        change). Called by :meth:`train_round` first; a no-op for the same run."""
-        if run_epoch == self._run_epoch:
+        change). Called by :meth:`train_round` first; a no-op for the same run or one left
+        (``run_epoch`` below the current: :meth:`train_round` skips its round)."""
+        if run_epoch <= self._run_epoch:
             return
         if self._run_epoch != 0:
             self._client = self.config.learning.build_client()

@@ -58,6 +58,7 @@ from fl_uav.fleet.messages import (
     MAX_COUNT,
     RUN_ID_HEX_CHARS,
     RUN_ID_KEY,
+    RUN_STARTED_KEY,
     UPLOAD_ACK_KNOB,
     is_finite_number,
     is_int,
@@ -184,6 +185,7 @@ class UpdateVerdict:
     accepted: bool
     reason: str
     sender: int | None = None
+    detail: str = ''        # what exactly was wrong, for the log (a FrameError's message)
 
 
 class GroundStation:
@@ -198,6 +200,7 @@ class GroundStation:
         if not valid_run_id(self.run_id):
             raise ValueError(f'run_id must be {RUN_ID_HEX_CHARS} lower-case hex digits, got '
                              f'{self.run_id!r}')
+        self.run_started_ms = time.time_ns() // 1_000_000   # orders runs (RoundGate)
         self.drone_ids = list(range(config.num_drones))
         self._model = build_model(config.learning.model, len(CLASS_NAMES),
                                   config.learning.input_px, seed=config.learning.init_seed)
@@ -296,7 +299,8 @@ class GroundStation:
         frame = self._auth.seal(encode_frame(
             FrameKind.GLOBAL_MODEL, index, GROUND_STATION_ID, self._fingerprint, tensors,
             {'deadline_s': duration, 'num_rounds': self.config.rounds.num_rounds,
-             RUN_ID_KEY: self.run_id, 'knobs': {str(d): k for d, k in knobs.items()}}))
+             RUN_ID_KEY: self.run_id, RUN_STARTED_KEY: self.run_started_ms,
+             'knobs': {str(d): k for d, k in knobs.items()}}))
         self._round = _OpenRound(index, now_s, now_s + duration, bytes_down=len(frame),
                                  plan_lengths={d: len(p) for d, p in plans.items()},
                                  resource_knobs={d: dict(k) for d, k in planned.items()})
@@ -363,14 +367,15 @@ class GroundStation:
         try:
             frame = self._decode_update(data)
         except FrameError as exc:
-            return UpdateVerdict(False, exc.reason)
+            return UpdateVerdict(False, exc.reason, detail=str(exc))
         except _Rejected as exc:
             return UpdateVerdict(False, exc.reason, exc.sender)
         if frame.sender not in self.drone_ids:
             return UpdateVerdict(False, 'unknown_sender', frame.sender)
         run_id = frame.metadata.get(RUN_ID_KEY)
         if run_id is not None and run_id != self.run_id:   # none: a drone of an older fl_uav
-            return UpdateVerdict(False, 'wrong_run', frame.sender)
+            return UpdateVerdict(False, 'wrong_run', frame.sender,
+                                 f'an update of run {run_id!r}, this run is {self.run_id}')
         if self._async:    # u_k of the tour that started in round _out[k]
             if self._out.get(frame.sender) != frame.round_index:
                 return UpdateVerdict(False, 'wrong_round', frame.sender)
@@ -523,7 +528,8 @@ class GroundStation:
         """The control frame telling drones the run is over."""
         return self._auth.seal(encode_frame(FrameKind.CONTROL, len(self.records),
                                             GROUND_STATION_ID, self._fingerprint, {},
-                                            {'command': 'finish', RUN_ID_KEY: self.run_id}))
+                                            {'command': 'finish', RUN_ID_KEY: self.run_id,
+                                             RUN_STARTED_KEY: self.run_started_ms}))
 
 
 def _finite_or_nan(value: Any) -> float:

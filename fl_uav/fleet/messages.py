@@ -57,6 +57,9 @@ class PoseSample:
 #: station drew at start (RUN_ID_HEX_CHARS hex digits). See fl_uav/fleet/round_gate.py.
 RUN_ID_KEY = 'run_id'
 RUN_ID_HEX_CHARS = 16
+#: Metadata key of every station frame: when the station started the run (UNIX ms). Runs are
+#: ordered by it: a drone never goes back to a run that started before the one it is in.
+RUN_STARTED_KEY = 'run_started_ms'
 
 
 def valid_run_id(value: Any) -> bool:
@@ -69,7 +72,8 @@ def valid_run_id(value: Any) -> bool:
 class RoundTask:
     """What a drone must do in a round: fly the plan, then train from the global weights.
     ``num_rounds`` is the run length the station announced with it (None: not announced),
-    ``run_id`` the station's run (None: an older station), ``run_epoch`` the drone's count of
+    ``run_id`` the station's run (None: an older station) and ``run_started_ms`` when it
+    started (UNIX ms), ``run_epoch`` the drone's count of
     runs taken part in (its RoundGate's): learning state carried between rounds (SCAFFOLD's
     c_k, LGC's residual, the pending upload) starts over when it changes."""
 
@@ -81,6 +85,7 @@ class RoundTask:
     num_rounds: int | None = None
     run_id: str | None = None
     run_epoch: int = 0
+    run_started_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,7 @@ class FinishCommand:
 
     round_index: int
     run_id: str | None = None
+    run_started_ms: int | None = None
 
 
 #: Per-UAV knob of a GLOBAL_MODEL frame in ``mode: express``: ``{'clients': [ids in tour

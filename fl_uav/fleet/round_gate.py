@@ -12,10 +12,13 @@ nor follow any index:
   ignored (``repeat``: the latched model topic re-delivers it); a round behind is ignored
   (``stale_round``: a replay, or a reordered frame);
 * a frame with a run id the drone has not seen starts a new run (``new_run`` in
-  :attr:`RoundGate.events`): the gate resets and takes it, whatever its round (a restarted
-  station starts at 1; a drone joins a run at any round). The run left is *retired*;
-* a frame of a retired run is ignored (``old_run``): a recording of a run this drone took
-  part in cannot pull it back;
+  :attr:`RoundGate.events`) if that run started after the one in progress (``run_started_ms``,
+  the station's clock at its start, in every frame): the gate resets and takes it, whatever
+  its round (a restarted station starts at 1; a drone joins a run at any round). The run
+  left is *retired*;
+* a frame of a retired run, or of a run that started before the one in progress, is ignored
+  (``old_run``): a recording of an earlier run cannot pull the drone back, nor lock it out of
+  the run in progress;
 * a frame without a run id (an older station) falls back to the round rule alone: a round
   behind the last one taken starts a new run;
 * a round outside 1..num_rounds is rejected as implausible (``beyond_run``); num_rounds is
@@ -24,11 +27,14 @@ nor follow any index:
   run. A rejected round does not move the gate, so it cannot lock the drone out of the real
   rounds either.
 
-A finish command is obeyed only for the run in progress and not for a round behind the last
-one taken (``other_run`` / ``stale_finish``). What the gate cannot tell: a recording of a run
-this drone never took part in (say, after the drone restarted) looks like a new run; signed
+A finish command is obeyed only for the run in progress (or by a drone that has taken no
+round yet) and not for a round behind the last one taken (``other_run`` / ``stale_finish``).
+What the gate cannot tell: a drone that has not taken part in any run yet (restarted) joins
+a recording of an earlier run as its first run, until a frame of a later run comes; signed
 frames are therefore also refused once older than ``security.max_frame_age_s``
-(fl_uav.compression.signing.Freshness).
+(fl_uav.compression.signing.Freshness). In an unsigned fleet anyone can write a frame with a
+later start or the real run id: there the rule orders honest stations' runs, it does not
+stop forgery.
 """
 
 from __future__ import annotations
@@ -66,13 +72,15 @@ class RoundGate:
         self.default_num_rounds = default_num_rounds
         self.last_round = 0                        # 0: none taken yet
         self.run_id: str | None = None             # the run in progress (None: not known)
+        self.run_started_ms: int | None = None     # when it started (None: not announced)
         self.epoch = 0                             # runs taken part in (1: the first)
         self._retired: deque[str] = deque(maxlen=RETIRED_RUNS_KEPT)
         self.ignored: Counter[str] = Counter()     # by reason (module docstring)
         self.events: Counter[str] = Counter()      # new_run
 
     def admit_round(self, round_index: int, num_rounds: int | None,
-                    run_id: str | None = None) -> RoundVerdict:
+                    run_id: str | None = None,
+                    run_started_ms: int | None = None) -> RoundVerdict:
         """The verdict on a GLOBAL_MODEL frame's round; taken rounds move the gate."""
         limit = (self.default_num_rounds if num_rounds is None
                  else min(num_rounds, self.default_num_rounds))
@@ -81,14 +89,22 @@ class RoundGate:
                                             f'{limit} rounds')
         if run_id is not None and self.run_id is None and self.last_round == 0:
             self.run_id, self.last_round = run_id, round_index    # the first run: joined
+            self.run_started_ms = run_started_ms
             self.epoch += 1
             return RoundVerdict(TAKE, f'round {round_index} of run {run_id}')
         if run_id is not None and run_id != self.run_id:
             if run_id in self._retired:
                 return self._ignore(OLD_RUN, f'round {round_index} of run {run_id}, a run '
                                              f'this drone has left (a replayed recording?)')
-            return self._new_run(round_index, run_id, f'run {run_id} starts (round '
-                                                      f'{round_index})')
+            if (self.run_started_ms is not None
+                    and (run_started_ms is None or run_started_ms <= self.run_started_ms)):
+                return self._ignore(OLD_RUN, f'round {round_index} of run {run_id}, which '
+                                             f'did not start after the run in progress '
+                                             f'{self.run_id} (a replayed recording?)')
+            verdict = self._new_run(round_index, run_id, f'run {run_id} starts (round '
+                                                         f'{round_index})')
+            self.run_started_ms = run_started_ms
+            return verdict
         if round_index == self.last_round:
             return self._ignore(REPEAT, f'round {round_index} was already taken')
         if round_index < self.last_round:
@@ -105,7 +121,7 @@ class RoundGate:
 
     def admit_finish(self, round_index: int, run_id: str | None = None) -> RoundVerdict:
         """The verdict on a finish command for ``round_index`` of run ``run_id``."""
-        if run_id is not None and run_id != self.run_id:
+        if run_id is not None and run_id != self.run_id and self.last_round != 0:
             return self._ignore(OTHER_RUN, f'finish of run {run_id}, not of the run in '
                                            f'progress ({self.run_id})')
         if round_index < self.last_round:

@@ -13,11 +13,14 @@ signs its deliveries with ``drone<i>.key`` and verifies CLUs with every ``gc<j>.
 
 Which rounds it takes (:mod:`fl_uav.fleet.round_gate`): frames carry the station's run id.
 A round ahead of the last one taken in the run is taken; the same round again, or one behind,
-is ignored; an unseen run id starts a new run (the station was restarted), logged, and the
-drone's learning state (SCAFFOLD's c_k, LGC's residual, the upload awaiting its ack) starts
-over at its next training; a run id the drone has left is ignored (a replayed recording), as
-is a finish of another run. A round still in flight when a new run starts is not cancelled:
-its upload carries the old run id and the station refuses it (``wrong_run``). A round outside
+is ignored; an unseen run id that started after the run in progress starts a new run (the
+station was restarted), logged, and the drone's learning state (SCAFFOLD's c_k, LGC's
+residual, the upload awaiting its ack) starts over at its next training; a run id the drone
+has left, or one that started earlier, is ignored (a replayed recording), as is a finish of
+another run. A round still in flight when a new run starts is not cancelled: if it trains
+before the new run's round its upload carries the old run id and the station refuses it
+(``wrong_run``), if after, it is not trained. An express tour in flight is cancelled (the
+carrier is the new tour's). A round outside
 1..num_rounds (the run length the frame announces, capped by the drone's own
 rounds.num_rounds) is rejected as implausible, counted by reason and logged, and never moves
 the gate (a forged round 4000000000 neither runs nor locks the drone out). Signed frames
@@ -215,12 +218,15 @@ class DroneNode(Node):
         elif self.express and EXPRESS_KNOB not in work.knobs:
             return   # FedEx-Async: another UAV's departure; this one is still out
         else:
-            verdict = self.rounds.admit_round(work.round_index, work.num_rounds, work.run_id)
+            verdict = self.rounds.admit_round(work.round_index, work.num_rounds, work.run_id,
+                                              work.run_started_ms)
             if not verdict.taken:
                 self._log_ignored(verdict.action, verdict.detail)
                 return
             if verdict.action == NEW_RUN:
                 self.get_logger().warning(verdict.detail)
+                if self._tour is not None and not self._tour.done():
+                    self._tour.cancel()    # its carrier state is the new tour's from now on
             # The run's learning state starts over with a new run (DroneAgent.start_run).
             self._start_round(dataclasses.replace(work, run_epoch=self.rounds.epoch))
 

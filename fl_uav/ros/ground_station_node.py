@@ -80,7 +80,8 @@ class GroundStationNode(Node):
             self.get_logger().info(f'update from drone {verdict.sender} accepted')
         else:
             self.get_logger().warning(
-                f'rejected update frame (sender {verdict.sender}): {verdict.reason}')
+                f'rejected update frame (sender {verdict.sender}): {verdict.reason}'
+                + (f' ({verdict.detail})' if verdict.detail else ''))
 
     def _tick(self) -> None:
         now = self._now()

@@ -149,3 +149,27 @@ def test_an_old_station_without_run_ids_keeps_the_round_rule_and_epochs_count_ru
     actions = [gate.admit_round(r, RUN).action for r in (1, 2, 1)]
     # Assert
     assert actions == [TAKE, TAKE, NEW_RUN] and gate.epoch == 2 and gate.run_id is None
+
+
+def test_a_run_that_did_not_start_later_cannot_retire_the_run_in_progress():
+    # Arrange: a (restarted) drone joined run B, started at t = 2000 ms
+    gate = RoundGate(default_num_rounds=RUN)
+    gate.admit_round(1, RUN, RUN_B, run_started_ms=2000)
+    # Act: a genuine recording of run A (started earlier), then run C (started later)
+    replay = gate.admit_round(3, RUN, RUN_A, run_started_ms=1000)
+    unordered = gate.admit_round(3, RUN, RUN_A, run_started_ms=None)
+    real = gate.admit_round(2, RUN, RUN_B, run_started_ms=2000)
+    later = gate.admit_round(1, RUN, RUN_C, run_started_ms=3000)
+    # Assert: the replay neither switched runs nor locked B out; a later run still starts
+    assert (replay.action, unordered.action, real.action, later.action) == (
+        OLD_RUN, OLD_RUN, TAKE, NEW_RUN)
+    assert gate.run_id == RUN_C and gate.run_started_ms == 3000
+
+
+def test_a_drone_that_took_no_round_obeys_a_finish():
+    # Arrange: a drone node restarted after the last round hears the latched finish
+    gate = RoundGate(default_num_rounds=RUN)
+    # Act
+    verdict = gate.admit_finish(RUN, RUN_A)
+    # Assert
+    assert verdict.taken

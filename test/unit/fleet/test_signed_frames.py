@@ -156,6 +156,7 @@ def test_a_recorded_station_frame_replayed_later_is_stale(keys):
     replayed = [agent.accept_global_frame(frame) for frame in (recorded, finish)]
     # Assert
     assert replayed == [None, None] and agent.rejected_reasons == {'stale': 2}
+    assert agent.last_rejection.startswith('stale: ') and 's ago' in agent.last_rejection
 
 
 @pytest.mark.parametrize('key, value', [('max_frame_age_s', 0.0), ('max_clock_skew_s', -1.0),
@@ -163,3 +164,12 @@ def test_a_recorded_station_frame_replayed_later_is_stale(keys):
 def test_a_freshness_window_that_is_not_positive_is_a_config_error(key, value):
     with pytest.raises(ConfigError, match=f'security.{key}'):
         build_config(FleetConfig, {**BASE, f'security.{key}': value})
+
+
+def test_a_frame_age_limit_shorter_than_a_round_is_a_config_error(keys):
+    with pytest.raises(ConfigError, match='security.max_frame_age_s 100 s must exceed the '
+                                          'longest round'):
+        build_config(FleetConfig, {**BASE, 'security.keys_dir': str(keys),
+                                   'rounds.deadline_s': 90.0,
+                                   'rounds.first_round_extra_s': 30.0,
+                                   'security.max_frame_age_s': 100.0})

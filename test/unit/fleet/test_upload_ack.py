@@ -229,4 +229,20 @@ def test_updates_carry_the_run_id_and_another_runs_update_is_refused():
     # Assert
     assert decode_v2(frames[0]).metadata['run_id'] == station.run_id
     assert [v.reason for v in verdicts] == ['wrong_run'] * 3
+    assert station.run_id in verdicts[0].detail and restarted.run_id in verdicts[0].detail
     assert restarted.rejected_total == {'wrong_run': 3}
+
+
+def test_a_round_of_a_run_left_is_not_trained_and_leaves_the_new_runs_state():
+    # Prepare: run 2 trained a round; then run 1's round (still queued) comes to training
+    agent, station = _lgc_pair()
+    task = agent.accept_global_frame(station.open_round(0.0).frame)
+    agent.train_round(dataclasses.replace(task, run_epoch=1))
+    agent.train_round(dataclasses.replace(task, run_epoch=2))
+    compressor, residual = agent._compressor, agent._compressor.encoder.residual
+    # Execute
+    late = agent.train_round(dataclasses.replace(task, run_epoch=1))
+    # Assert: nothing sent, nothing reset
+    assert late.frames == () and agent._compressor is compressor
+    np.testing.assert_array_equal(agent._compressor.encoder.residual, residual)
+    assert agent.runs_started == 1
