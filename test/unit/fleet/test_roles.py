@@ -124,8 +124,8 @@ def test_station_finishes_after_the_configured_rounds(station):
     assert station.finished
     with pytest.raises(RuntimeError, match='done'):
         station.open_round(10.0)
-    assert decode_frame(station.finish_frame()).metadata == {'command': 'finish',
-                                                             'run_id': station.run_id}
+    assert decode_frame(station.finish_frame()).metadata == {
+        'command': 'finish', 'run_id': station.run_id, 'run_started_ms': station.run_started_ms}
 
 
 def test_agent_labels_frames_at_its_pose_and_skips_what_it_cannot_place(agent):
