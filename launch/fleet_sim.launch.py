@@ -3,9 +3,12 @@
 
 The embedded fleet: autopilot_sim, sim_camera, ground_station and one drone per UAV; in
 express mode (FedEx) one ground_client per ground client instead of the camera. The node set
-comes from fl_uav.sim.launch_plan.fleet_plan, the same function `fl-uav sim` uses.
+comes from fl_uav.sim.launch_plan.fleet_plan, the same function `fl-uav sim` uses, and frames
+are signed as there: fresh keys in output_dir/keys (a new temporary directory without
+output_dir) and signatures required, unless the config names security.keys_dir.
 """
 
+import tempfile
 from pathlib import Path
 
 from ament_index_python.packages import get_package_share_directory
@@ -18,7 +21,7 @@ from fl_uav.fleet.config import FleetConfig
 from fl_uav.sim.launch_plan import (
     PACKAGE,
     fleet_plan,
-    merged_parameters,
+    launch_parameters,
     mode_overrides,
     write_params_file,
 )
@@ -35,9 +38,10 @@ def _nodes(context):
     clients = context.launch_configurations.get('num_clients') or None
     overrides = {'num_drones': num_drones,
                  **mode_overrides(mode, num_drones, int(clients) if clients else None)}
-    flat = merged_parameters([config_file], overrides)
+    run_dir = Path(output_dir or tempfile.mkdtemp(prefix='fl_uav_fleet_'))
+    flat = launch_parameters(config_file, overrides, run_dir)
     config = build_config(FleetConfig, flat)
-    params_file = write_params_file(flat, Path(output_dir or '/tmp') / 'fl_uav_params.yaml')
+    params_file = write_params_file(flat, run_dir / 'fl_uav_params.yaml')
     return [Node(package=PACKAGE, executable=spec.executable, name=spec.name,
                  namespace=spec.namespace or None, output='screen',
                  parameters=[str(params_file), dict(spec.parameters)])

@@ -20,12 +20,17 @@ from typing import Any
 import numpy as np
 
 from fl_uav.configschema import build_config
-from fl_uav.fleet.config import FleetConfig, GroundClientConfig
-from fl_uav.fleet.keys import PRIVATE_SUFFIX, PUBLIC_SUFFIX, generate_fleet_keys
+from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.onboard_planner import record_file_name
 from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
 from fl_uav.planning.trajectory import class_balance
-from fl_uav.sim.launch_plan import fleet_plan, merged_parameters, write_params_file
+from fl_uav.sim.launch_plan import (  # noqa: F401 (run_keys: re-exported)
+    KEYS_DIR,
+    fleet_plan,
+    merged_parameters,
+    run_keys,
+    write_params_file,
+)
 from fl_uav.sim.launcher import ProcessGroup, ros_environment
 
 AUTOPILOT_LOG_FILE = 'autopilot_log.json'
@@ -33,7 +38,6 @@ CLIENT_LOG_DIR = 'ground_clients'      # ground_client nodes' logs: gc<j>.json
 # Nodes that run until the launcher stops them: their exit is a failure.
 _SERVICE_NODES = ('autopilot_sim_node', 'sim_camera_node', 'ground_client_node')
 SUMMARY_FILE = 'summary.json'
-KEYS_DIR = 'keys'                      # the run's Ed25519 keys (fl-uav keygen layout)
 PLOT_FILE = 'accuracy.png'
 
 
@@ -118,29 +122,6 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     echo(f'{status}: {len(summary["rounds"])} rounds in {wall_s:.0f} s, final accuracy '
          f'{final if final is None else round(final, 3)}; wrote {out / SUMMARY_FILE}')
     return summary
-
-
-def run_keys(out: Path, flat: Mapping[str, Any], overrides: Mapping[str, Any]
-             ) -> dict[str, Any]:
-    """Signed frames in the embedded fleet: unless security.keys_dir is set, fresh keys for
-    this run in DIR/keys (the previous run's removed; in ``mode: express`` the ground
-    clients' too, so the visit frames are signed) and security.require_signatures true
-    (unless a --set override says otherwise: config files are not asked, since
-    config/fleet.yaml's false is meant for real fleets without keys). Returns the keys to add
-    to the parameters."""
-    if flat.get('security.keys_dir'):
-        return {}
-    keys_dir = out / KEYS_DIR
-    for suffix in (PRIVATE_SUFFIX, PUBLIC_SUFFIX):
-        for stale in keys_dir.glob(f'*{suffix}'):
-            stale.unlink()
-    express = flat.get('mode', FleetConfig.mode) == 'express'
-    num_clients = int(flat.get('ground_clients.num_clients',
-                               GroundClientConfig.num_clients)) if express else 0
-    generate_fleet_keys(keys_dir, int(flat.get('num_drones', FleetConfig.num_drones)),
-                        num_clients)
-    return {'security.keys_dir': str(keys_dir.resolve()), 'security.require_signatures':
-            overrides.get('security.require_signatures', True)}
 
 
 def _read_json(path: Path) -> dict[str, Any]:

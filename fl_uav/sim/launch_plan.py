@@ -15,7 +15,10 @@ from typing import Any
 import yaml
 
 from fl_uav.configschema import ConfigError, build_config, read_params_file
-from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.config import FleetConfig, GroundClientConfig
+from fl_uav.fleet.keys import PRIVATE_SUFFIX, PUBLIC_SUFFIX, generate_fleet_keys
+
+KEYS_DIR = 'keys'                      # a run's Ed25519 keys (fl-uav keygen layout)
 
 PACKAGE = 'fl_uav'
 
@@ -119,3 +122,36 @@ def fleet_plan(config: FleetConfig, output_dir: str | Path | None = None,
                            parameters={'client_id': j, 'output_dir': out})
                   for j in range(config.ground_clients.num_clients)]
     return specs
+
+
+def run_keys(out: Path, flat: Mapping[str, Any], overrides: Mapping[str, Any]
+             ) -> dict[str, Any]:
+    """Signed frames in the embedded fleet: unless security.keys_dir is set, fresh keys for
+    this run in DIR/keys (the previous run's removed; in ``mode: express`` the ground
+    clients' too, so the visit frames are signed) and security.require_signatures true
+    (unless a --set override says otherwise: config files are not asked, since
+    config/fleet.yaml's false is meant for real fleets without keys). Returns the keys to add
+    to the parameters."""
+    if flat.get('security.keys_dir'):
+        return {}
+    keys_dir = out / KEYS_DIR
+    for suffix in (PRIVATE_SUFFIX, PUBLIC_SUFFIX):
+        for stale in keys_dir.glob(f'*{suffix}'):
+            stale.unlink()
+    express = flat.get('mode', FleetConfig.mode) == 'express'
+    num_clients = int(flat.get('ground_clients.num_clients',
+                               GroundClientConfig.num_clients)) if express else 0
+    generate_fleet_keys(keys_dir, int(flat.get('num_drones', FleetConfig.num_drones)),
+                        num_clients)
+    return {'security.keys_dir': str(keys_dir.resolve()), 'security.require_signatures':
+            overrides.get('security.require_signatures', True)}
+
+
+def launch_parameters(config_file: str | Path, overrides: Mapping[str, Any],
+                      run_dir: str | Path) -> dict[str, Any]:
+    """The fleet's parameters for ``ros2 launch fl_uav fleet_sim.launch.py``: the config file
+    with the launch arguments' overrides, signed as ``fl-uav sim`` signs (:func:`run_keys`:
+    fresh keys in ``run_dir``/keys and signatures required, unless the config names keys)."""
+    flat = merged_parameters([config_file], overrides)
+    flat.update(run_keys(Path(run_dir), flat, overrides))
+    return flat

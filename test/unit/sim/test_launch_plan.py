@@ -12,6 +12,7 @@ from fl_uav.configschema import ConfigError, build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.sim.launch_plan import (
     fleet_plan,
+    launch_parameters,
     merged_parameters,
     mode_overrides,
     write_params_file,
@@ -81,3 +82,18 @@ def test_launch_files_define_a_launch_description(path):
     tree = ast.parse(path.read_text(), str(path))
     functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
     assert 'generate_launch_description' in functions
+
+
+def test_launch_parameters_sign_the_fleet_as_fl_uav_sim_does(tmp_path):
+    # Act
+    flat = launch_parameters(REPO / 'config' / 'fleet.yaml', {'num_drones': 2}, tmp_path)
+    given = launch_parameters(REPO / 'config' / 'fleet.yaml',
+                              {'num_drones': 2, 'security.keys_dir': '/etc/fl_uav/keys'},
+                              tmp_path / 'other')
+    # Assert: fresh keys for the launch and signatures required; a config's keys are kept
+    assert flat['security.require_signatures'] is True
+    assert sorted(p.name for p in Path(flat['security.keys_dir']).glob('*.pub')) == [
+        'drone0.pub', 'drone1.pub', 'station.pub']
+    assert given['security.keys_dir'] == '/etc/fl_uav/keys'
+    assert not (tmp_path / 'other').exists()
+    assert build_config(FleetConfig, flat).security.require_signatures
