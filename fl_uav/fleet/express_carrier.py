@@ -57,6 +57,7 @@ class TourLog:
     waypoints_reached: int = 0
     error: str = ''
     run_id: str | None = None        # the station's run (echoed in u_k: RUN_ID_KEY)
+    run_started_ms: int | None = None     # when it started (in each delivery)
 
     def to_metadata(self) -> dict[str, Any]:
         """The tour's facts as the upload's ``express`` metadata (JSON keys are strings)."""
@@ -115,7 +116,8 @@ class ExpressCarrier:
                                    f'station)')
         self.carried = task.weights
         self.running_sum = {n: np.zeros(s, np.float32) for n, s in self._shapes.items()}
-        self.tour = TourLog(task.round_index, clients, steps, run_id=task.run_id)
+        self.tour = TourLog(task.round_index, clients, steps, run_id=task.run_id,
+                            run_started_ms=task.run_started_ms)
         return self.tour
 
     def delivery_frame(self, client: int) -> bytes:
@@ -123,7 +125,8 @@ class ExpressCarrier:
         if self.tour is None or self.carried is None:
             raise RuntimeError('no tour started')
         return encode_delivery(self.uav_id, self.tour.round_index, client, self._fingerprint,
-                               self.carried, self.tour.local_steps, self.visit_auth)
+                               self.carried, self.tour.local_steps, self.visit_auth,
+                               self.tour.run_id, self.tour.run_started_ms)
 
     def accept_clu(self, data: bytes, client: int) -> bool:
         """Add a client's CLU to u_k (FedEx eq. (12)) if the frame answers this visit; a bad

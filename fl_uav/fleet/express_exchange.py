@@ -3,7 +3,10 @@ collects the client's cumulative local update (CLU), both as codec v1 frames.
 
 * delivery (UAV k -> client j, topic ``/gc<j>/express/model``): GLOBAL_MODEL, round r,
   sender k, the carried global model x^{t0}; metadata ``client`` (j) and ``local_steps``
-  (the local SGD steps to run from it before the next visit, FedEx eq. (10)).
+  (the local SGD steps to run from it before the next visit, FedEx eq. (10)), and the
+  station's ``run_id`` and ``run_started_ms`` from the round's frame (the client keeps a
+  round gate per UAV, fl_uav/fleet/round_gate.py, so a replayed delivery of an earlier round
+  or run is refused).
 * CLU (client j -> UAV k, topic ``/uav<k>/express/clu``): UPDATE, round r, sender j, the
   CLU in the Delta = x_i - x_base sign (FedEx eq. (11) with the sign of the digest Sec. 8.2:
   the station adds it), metadata ``uav`` (k), ``steps``, ``num_samples``, ``train_loss``,
@@ -39,7 +42,14 @@ from fl_uav.compression.codec import (
     encode_frame,
 )
 from fl_uav.compression.signing import FrameAuth
-from fl_uav.fleet.messages import is_finite_number
+from fl_uav.fleet.messages import (
+    MAX_COUNT,
+    RUN_ID_KEY,
+    RUN_STARTED_KEY,
+    is_finite_number,
+    is_int,
+    valid_run_id,
+)
 from fl_uav.learning.weights import Weights
 
 
@@ -59,6 +69,8 @@ class Delivery:
     round_index: int
     weights: Weights
     local_steps: int
+    run_id: str | None = None            # the station's run (None: an older UAV)
+    run_started_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -96,11 +108,16 @@ def _decode(data: bytes, limits: DecodeLimits, fingerprint: bytes,
 
 
 def encode_delivery(uav: int, round_index: int, client: int, fingerprint: bytes,
-                    weights: Weights, local_steps: int, auth: FrameAuth = PLAIN) -> bytes:
+                    weights: Weights, local_steps: int, auth: FrameAuth = PLAIN,
+                    run_id: str | None = None, run_started_ms: int | None = None) -> bytes:
     """The model frame UAV ``uav`` hands to ``client`` at a visit, sealed with ``auth``
-    (UAV ``uav``'s own key: signed as sender ``uav``)."""
+    (UAV ``uav``'s own key: signed as sender ``uav``), with the station's run when known."""
+    run = {RUN_ID_KEY: run_id} if run_id is not None else {}
+    if run_started_ms is not None:
+        run[RUN_STARTED_KEY] = run_started_ms
     return auth.seal(encode_frame(FrameKind.GLOBAL_MODEL, round_index, uav, fingerprint,
-                                  weights, {'client': client, 'local_steps': local_steps}))
+                                  weights, {'client': client, 'local_steps': local_steps,
+                                            **run}))
 
 
 def decode_delivery(data: bytes, limits: DecodeLimits, fingerprint: bytes,
@@ -116,8 +133,13 @@ def decode_delivery(data: bytes, limits: DecodeLimits, fingerprint: bytes,
     steps = frame.metadata.get('local_steps')
     if not _is_count(steps) or steps < 1:
         raise ExchangeRejected('metadata', f'local_steps {steps!r}')
+    run_id, started_ms = frame.metadata.get(RUN_ID_KEY), frame.metadata.get(RUN_STARTED_KEY)
+    if run_id is not None and not valid_run_id(run_id):
+        raise ExchangeRejected('metadata', f'{RUN_ID_KEY} {run_id!r}')
+    if started_ms is not None and not (is_int(started_ms) and 0 <= started_ms <= MAX_COUNT):
+        raise ExchangeRejected('metadata', f'{RUN_STARTED_KEY} {started_ms!r}')
     weights = {n: np.asarray(t, np.float32) for n, t in frame.tensors.items()}
-    return Delivery(frame.sender, frame.round_index, weights, steps)
+    return Delivery(frame.sender, frame.round_index, weights, steps, run_id, started_ms)
 
 
 def encode_clu(client: int, uav: int, round_index: int, fingerprint: bytes, delta: Weights,

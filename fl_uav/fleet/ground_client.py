@@ -49,6 +49,7 @@ from fl_uav.fleet.express_exchange import (
 )
 from fl_uav.fleet.express_routes import express_layout
 from fl_uav.fleet.keys import load_ground_client_auth
+from fl_uav.fleet.round_gate import REPEAT, RoundGate
 from fl_uav.fleet.world_setup import world_map
 from fl_uav.learning.models import build_model
 from fl_uav.learning.training import NonFiniteLossError, train_local
@@ -141,6 +142,9 @@ class GroundClient:
         self.training_failures = 0
         self.repeats = 0                           # repeated deliveries answered again
         self._last_reply: tuple[tuple[int, int], bytes] | None = None
+        # Per UAV, the rounds (and runs) of its deliveries: a replay of an earlier one is
+        # refused (stale_round / old_run / beyond_run), a retry of the last one answered.
+        self.rounds: dict[int, RoundGate] = {}
         self.train_seconds = 0.0
         self.exchanges: list[ExchangeRecord] = []
 
@@ -174,6 +178,12 @@ class GroundClient:
             return None
         if delivery.local_steps > self.config.ground_clients.max_local_steps:
             self.rejected['metadata'] += 1      # the station never asks more: not trained
+            return None
+        gate = self.rounds.setdefault(delivery.uav, RoundGate(self.config.rounds.num_rounds))
+        verdict = gate.admit_round(delivery.round_index, None, delivery.run_id,
+                                   delivery.run_started_ms)
+        if not verdict.taken and verdict.action != REPEAT:   # a retry is answered again
+            self.rejected[verdict.action] += 1
             return None
         distance = self.distance_to_m(delivery.uav, now_s)
         reason = ('no_pose' if distance is None

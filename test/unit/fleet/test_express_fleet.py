@@ -516,3 +516,28 @@ def test_losses_whose_mean_overflows_upload_without_a_loss(clients):
     gs = GroundStation(CONFIG, np.zeros((10, 3, 32, 32), np.float32), np.zeros(10, np.int64))
     gs.open_round(0.0)
     assert gs.receive_update(carrier.upload_frame()).accepted
+
+
+def test_a_replayed_delivery_of_an_earlier_round_or_run_is_refused(clients):
+    # Arrange: client 3 heard UAV 0's round-2 delivery of run B (started at t = 2000 ms)
+    c = clients()[3]
+    fp, weights = _zero_model(c)
+    c.on_uav_pose(0, *c.position_enu_m[:2], 30.0, 5.0)
+    run_a, run_b, run_c = 'a' * 16, 'b' * 16, 'c' * 16
+
+    def delivery(round_index, run_id, started_ms):
+        return encode_delivery(0, round_index, 3, fp, weights, 2, run_id=run_id,
+                               run_started_ms=started_ms)
+
+    first = c.gate(delivery(2, run_b, 2000), 5.0)
+    c.exchange(*first, 5.0)
+    # Act
+    retry = c.gate(delivery(2, run_b, 2000), 5.0)            # the UAV did not hear the CLU
+    earlier_round = c.gate(delivery(1, run_b, 2000), 5.0)    # a recording of round 1
+    earlier_run = c.gate(delivery(2, run_a, 1000), 5.0)      # a recording of run A
+    later_run = c.gate(delivery(1, run_c, 3000), 5.0)        # the station restarted
+    # Assert
+    assert first[0].run_id == run_b and first[0].run_started_ms == 2000
+    assert retry is not None and earlier_round is None and earlier_run is None
+    assert later_run is not None
+    assert dict(c.rejected) == {'stale_round': 1, 'old_run': 1}
