@@ -24,7 +24,7 @@ $(STAMP): requirements.txt setup.py package.xml
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(PY) -m fl_uav.cli sim --drones 4 --rounds 10 --out $(DEMO_OUT)
+	$(PY) -m fl_uav.cli sim --drones 4 --rounds 10 --out $(DEMO_OUT) --overwrite
 
 test: $(STAMP)
 	$(PY) -m ruff check fl_uav test bench launch

@@ -23,6 +23,7 @@ def _config_default() -> list[Path]:
 
 
 def _sim(args: argparse.Namespace) -> int:
+    from fl_uav.sim.fleet_run import SUMMARY_FILE as SIM_SUMMARY_FILE
     from fl_uav.sim.fleet_run import FleetRunOptions, run_fleet
     from fl_uav.sim.launch_plan import mode_overrides
 
@@ -36,9 +37,14 @@ def _sim(args: argparse.Namespace) -> int:
         overrides['flight.port_base'] = args.port_base
         overrides['autopilot.remote_base_port'] = args.port_base
         overrides['autopilot.bind_base_port'] = args.port_base + 1000
+    out = Path(args.out)
+    if (out / SIM_SUMMARY_FILE).is_file() and not args.overwrite:
+        print(f'fl-uav: {out} holds a fleet run already ({SIM_SUMMARY_FILE}): --overwrite '
+              f'replaces it, or choose another --out', file=sys.stderr)
+        return 1
     summary = run_fleet(FleetRunOptions(
         config_files=args.config or _config_default(), overrides=overrides,
-        out_dir=Path(args.out), timeout_s=args.timeout, domain_id=args.domain_id))
+        out_dir=out, timeout_s=args.timeout, domain_id=args.domain_id))
     return 0 if summary['status'] == 'finished' else 1
 
 
@@ -76,9 +82,9 @@ def _experiment(args: argparse.Namespace) -> int:
     if args.out and args.resume:
         raise ConfigError('give --out DIR for a new run or --resume DIR to continue one, '
                           'not both')
-    out = Path(args.out or args.resume or '')
-    if not str(out):
-        raise ConfigError('give --out DIR (or --resume DIR)')
+    if not (args.out or args.resume):
+        raise ConfigError('give --out DIR for a new run (or --resume DIR to continue one)')
+    out = Path(args.out or args.resume)
     if args.config is None and args.resume is None:
         raise ConfigError('give a CONFIG file (config/experiments/<name>.yaml)')
     _check_out_dir(out)
@@ -218,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument('--domain-id', type=_domain_id,
                      help='ROS_DOMAIN_ID (default: random 1..101)')
     sim.add_argument('--timeout', type=float, default=1800.0, help='give up after seconds')
+    sim.add_argument('--overwrite', action='store_true', help='replace a fleet run that '
+                     '--out holds already')
     sim.set_defaults(func=_sim)
     keygen = sub.add_parser('keygen', help='write Ed25519 key pairs for the ground station, '
                             'each drone and each express ground client (security.keys_dir; '
@@ -242,7 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     exp.set_defaults(func=_experiment)
     cmp_ = sub.add_parser('compare', help='overlay experiment runs in one plot and one table')
     cmp_.add_argument('dirs', nargs='+', help='experiment output directories')
-    cmp_.add_argument('--out', default='comparison', help='where to write the plots')
+    cmp_.add_argument('--out', default='comparison',
+                      help='where to write the plots and table (default: ./comparison)')
     cmp_.add_argument('--target', type=float, default=None,
                       help='accuracy for the energy-to-target column (default: the '
                       'target_accuracy of each run)')

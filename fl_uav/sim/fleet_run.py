@@ -62,12 +62,13 @@ def _format_round(row: Mapping[str, Any]) -> str:
 def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the fleet until the station finishes (or timeout / Ctrl-C); returns the summary."""
     out = options.out_dir
+    flat = merged_parameters(options.config_files, options.overrides)
+    build_config(FleetConfig, flat)      # a bad key or value stops here, before DIR is touched
     out.mkdir(parents=True, exist_ok=True)
     for stale in (STATION_REPORT_FILE, 'progress.jsonl', SUMMARY_FILE, AUTOPILOT_LOG_FILE):
         (out / stale).unlink(missing_ok=True)
     for stale in (out / CLIENT_LOG_DIR).glob('gc*.json'):
         stale.unlink()
-    flat = merged_parameters(options.config_files, options.overrides)
     flat.update(run_keys(out, flat, options.overrides))
     config: FleetConfig = build_config(FleetConfig, flat)
     params_file = write_params_file(flat, out / 'params.yaml')

@@ -1,5 +1,7 @@
 """fl-uav's argument checks that stop before anything starts."""
 
+from pathlib import Path
+
 import pytest
 
 from fl_uav.cli import main
@@ -71,3 +73,27 @@ def test_sim_run_keys_include_the_ground_clients_in_express_mode_only(tmp_path):
     made = sorted(p.name for p in (tmp_path / 'express' / 'keys').glob('gc*'))
     assert made == sorted(f'gc{j}.{s}' for j in range(3) for s in ('key', 'pub'))
     assert not list((tmp_path / 'standard' / 'keys').glob('gc*'))
+
+
+def test_sim_refuses_a_directory_holding_a_run_and_a_bad_key_touches_nothing(tmp_path, capsys):
+    # Arrange: a finished fleet run's files
+    out = tmp_path / 'run'
+    out.mkdir()
+    (out / 'summary.json').write_text('{"status": "finished"}')
+    (out / 'ground_station.json').write_text('{}')
+    # Act
+    refused = main(['sim', '--out', str(out), '--domain-id', '50'])
+    message = capsys.readouterr().err
+    typo = main(['sim', '--out', str(out), '--overwrite', '--domain-id', '50', '--set',
+                 'learning.lrr=0.02'])
+    # Assert: refused, naming --overwrite; the typo stopped before anything was removed
+    assert refused == 1 and 'holds a fleet run already' in message and '--overwrite' in message
+    assert typo == 2 and "did you mean 'learning.lr'" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ['ground_station.json', 'summary.json']
+
+
+def test_experiment_without_out_or_resume_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    quick = Path(__file__).resolve().parents[2] / 'config' / 'experiments' / 'quick_digits.yaml'
+    assert main(['experiment', str(quick)]) == 2
+    assert 'give --out DIR' in capsys.readouterr().err and list(tmp_path.iterdir()) == []
