@@ -93,6 +93,7 @@ ROUND_COLUMNS = ('round', 'accuracy', 'loss', 'participants', 'late', 'lost', 'u
                  'downlink_bytes', 'sim_round_s', 'sim_time_s', 'energy_mean_j',
                  'energy_max_j', 'energy_total_j', 'train_loss_mean', 'wall_s')
 _INT_COLUMNS = ('round', 'participants', 'late', 'lost')
+_BYTE_COLUMNS = ('uplink_bytes', 'downlink_bytes')    # ints, written as ints again on resume
 
 
 class ExperimentError(RuntimeError):
@@ -694,12 +695,19 @@ def _arrays_in(state: Any, archive: Any) -> Any:
     return state
 
 
+def _byte_count(text: str) -> int | float:
+    """A bytes column as written: an int (older runs wrote '1234.0'), a float if fractional."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
 def _read_rows(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     with open(path, newline='') as f:
         rows = [{k: (0 if v in ('', None) else int(v)) if k in _INT_COLUMNS else
-                 (math.nan if v in ('', None) else float(v))   # a column older runs lack
+                 (math.nan if v in ('', None) else _byte_count(v) if k in _BYTE_COLUMNS
+                  else float(v))   # '': a column older runs lack
                  for k, v in row.items()} for row in csv.DictReader(f)]
     for row in rows:
         if math.isnan(row.get('energy_total_j', math.nan)):   # older runs: mean × trained
@@ -766,6 +774,9 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
     except ValueError as exc:   # data, split or model the config cannot give (DatasetError too)
         raise ExperimentError(f'cannot set up the run: {exc}') from exc
     rows_path = out_dir / ROUNDS_FILE
+    if resume and not (out_dir / CHECKPOINT_FILE).is_file() and not _read_rows(rows_path):
+        echo(f'{out_dir}: no round was completed before the interruption; starting it over')
+        resume = False
     if resume:
         engine.load_checkpoint()
         if engine.round_index > config.num_rounds:
@@ -973,7 +984,7 @@ def compare_runs(run_dirs: list[Path], out_dir: Path, target_accuracy: float | N
                      f'{max((r["accuracy"] for r in rows), default=math.nan):>9.4f} '
                      f'{sum(r["uplink_bytes"] for r in rows) / 1e6:>10.2f} '
                      f'{(rows[-1]["sim_time_s"] if rows else 0.0):>9.1f} '
-                     f'{summary.get("wall_s", 0.0):>8.1f} ' + _target_cells(summary))
+                     f'{sum(r["wall_s"] for r in rows):>8.1f} ' + _target_cells(summary))
     if targets:
         lines += ['', _targets_table(runs, targets, width)]
     Path(out_dir).mkdir(parents=True, exist_ok=True)

@@ -337,3 +337,33 @@ def test_summary_records_the_seed_and_the_code_that_made_the_run(tmp_path):
     assert summary['seed'] == 4
     assert summary['fl_uav_version'] == importlib.metadata.version('fl_uav')
     assert re.fullmatch(r'([0-9a-f]{40}(-dirty)?)?', summary['git_commit'])
+
+
+def test_a_run_interrupted_before_its_first_round_resumes_from_the_start(tmp_path):
+    # Arrange: what Ctrl-C during round 1 leaves (config, a header-only rounds.csv, no
+    # checkpoint)
+    run_experiment(_config(**{'num_rounds': 1}), tmp_path, echo=lambda _: None)
+    header = (tmp_path / 'rounds.csv').read_text().splitlines()[0]
+    (tmp_path / 'rounds.csv').write_text(header + '\n')
+    (tmp_path / 'checkpoint.npz').unlink()
+    lines = []
+    # Act
+    summary = run_experiment(_config(**{'num_rounds': 2}), tmp_path, resume=True,
+                             echo=lines.append)
+    # Assert
+    assert summary['status'] == 'finished' and len(_rows(tmp_path)) == 2
+    assert any('starting it over' in line for line in lines)
+
+
+def test_a_resumed_run_keeps_the_byte_columns_integers_and_compare_sums_wall_time(tmp_path):
+    # Arrange
+    run_experiment(_config(**{'num_rounds': 2}), tmp_path / 'r', echo=lambda _: None)
+    # Act
+    run_experiment(_config(**{'num_rounds': 3}), tmp_path / 'r', resume=True,
+                   echo=lambda _: None)
+    table = compare_runs([tmp_path / 'r'], tmp_path / 'cmp')
+    # Assert: '1234', never '1234.0', in every row; the table's wall is the rows' sum
+    rows = _rows(tmp_path / 'r')
+    assert all('.' not in r['uplink_bytes'] and '.' not in r['downlink_bytes'] for r in rows)
+    wall = sum(float(r['wall_s']) for r in rows)
+    assert f'{wall:>8.1f}' in table.splitlines()[1]
