@@ -175,7 +175,7 @@ def _plan(args: argparse.Namespace) -> int:
             outcome = plan_routes_request(config)
             written = plot_routes(outcome, _mkdir(out))
     except PlanInfeasibleError as exc:
-        print(f'fl-uav: infeasible plan ({exc.cause}): {exc}', file=sys.stderr)
+        print(f'fl-uav: infeasible plan: {exc}', file=sys.stderr)    # '<cause>: <numbers>'
         return 1
     summary = out / f'{config.kind}.json'
     summary.write_text(json.dumps(outcome.figures, indent=2))

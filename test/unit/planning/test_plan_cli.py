@@ -115,7 +115,8 @@ def test_an_infeasible_request_exits_with_its_cause_and_writes_nothing(tmp_path,
     # Arrange / Act
     code = _run(config, tmp_path / 'out', overrides)
     # Assert
-    assert code == 1 and f'infeasible plan ({cause})' in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 1 and f'infeasible plan: {cause}: ' in err and err.count(cause) == 1
     assert not (tmp_path / 'out').exists()
 
 
