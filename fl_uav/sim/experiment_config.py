@@ -305,12 +305,14 @@ def check_planner_procedures(resources: ResourcesConfig, learning: LearningConfi
     if planner == 'none':
         return
     if planner == 'feddpq':
+        # The feddpq client runs plain SGD (FedDPQ eq. (5)): listed too, so one message names
+        # every key to set (LearningConfig checks them once the client is feddpq).
         need = {'learning.client_algorithm': (learning.client_algorithm, 'feddpq'),
+                'learning.optimizer': (learning.optimizer, 'sgd'),
+                'learning.momentum': (learning.momentum, 0.0),
+                'learning.weight_decay': (learning.weight_decay, 0.0),
                 'compression.method': (compression.method, 'range'),
                 'aggregation.strategy': (aggregation.strategy, 'feddpq')}
-        if aggregation.num_selected < 1:
-            raise ValueError('resources.planner feddpq needs aggregation.num_selected >= 1 '
-                             '(S, the draws per round of FedDPQ eq. (7))')
     else:
         need = {'learning.client_algorithm': (learning.client_algorithm, 'sgd'),
                 'compression.method': (compression.method, 'lgc'),
@@ -320,10 +322,15 @@ def check_planner_procedures(resources: ResourcesConfig, learning: LearningConfi
             raise ValueError(f'resources.planner {planner}: compression.lgc_channel_entries has '
                              f'{len(compression.lgc_channel_entries)} channels, '
                              f'resources.lgc_channel_energy_j_per_mb {channels}')
-    for key, (value, wanted) in need.items():
-        if value != wanted:
-            raise ValueError(f'resources.planner {planner} needs {key} = {wanted!r}, got '
-                             f'{value!r}')
+    unmet = [(f'{key} = {wanted!r} (got {value!r})', f'--set {key}={wanted}')
+             for key, (value, wanted) in need.items() if value != wanted]
+    if planner == 'feddpq' and aggregation.num_selected < 1:   # S, FedDPQ eq. (7)'s draws
+        unmet.append((f'aggregation.num_selected >= 1 (got {aggregation.num_selected})',
+                      '--set aggregation.num_selected=1'))
+    if unmet:
+        raise ValueError(f'resources.planner {planner} needs '
+                         + ', '.join(text for text, _ in unmet) + ': '
+                         + ' '.join(fix for _, fix in unmet))
 
 
 def check_resources(config: ExperimentConfig) -> None:
