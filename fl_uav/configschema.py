@@ -148,17 +148,30 @@ def _coerce(key: str, value: Any, elem: type, kind: str) -> Any:
     return one(value)
 
 
+#: This many unknown keys at once mean a config file for another command (a plan config given
+#: to `fl-uav experiment`), not misspellings: said so instead of listing every allowed key.
+MISMATCH_UNKNOWN_KEYS = 5
+
+
 def build_config(cls: type, flat: Mapping[str, Any]) -> Any:
     """Build a frozen config tree from dotted keys; unknown keys and bad values raise."""
     leaves = {key: (elem, kind) for key, _, elem, kind in iter_leaves(cls)}
-    for key in flat:
-        if key not in leaves:
-            section = key.rsplit('.', 1)[0] if '.' in key else ''
-            near = sorted(k for k in leaves if k.startswith(section + '.')) if section else []
-            allowed = ', '.join(near) if near else ', '.join(sorted(leaves))
-            close = difflib.get_close_matches(key, leaves, n=1)
-            hint = f' (did you mean {close[0]!r}?)' if close else ''
-            raise ConfigError(f'unknown config key {key!r}{hint}; allowed keys: {allowed}')
+    unknown = [key for key in flat if key not in leaves]
+    if len(unknown) >= MISMATCH_UNKNOWN_KEYS:    # a file for another command, not a typo
+        raise ConfigError(
+            f'{len(unknown)} of {len(flat)} config keys are unknown here (e.g. '
+            f'{", ".join(repr(k) for k in unknown[:3])}): is this config for another command? '
+            f'(fl-uav plan reads config/plans/*.yaml, fl-uav experiment '
+            f'config/experiments/*.yaml, fl-uav sim and the nodes config/fleet.yaml, '
+            f'drone.yaml, ground_station.yaml)')
+    for key in unknown:
+        section = key.rsplit('.', 1)[0] if '.' in key else ''
+        near = sorted(k for k in leaves if k.startswith(section + '.')) if section else []
+        allowed = (', '.join(near) if near else 'top-level keys and sections ' + ', '.join(
+            sorted({k.split('.', 1)[0] for k in leaves})))
+        close = difflib.get_close_matches(key, leaves, n=1)
+        hint = f' (did you mean {close[0]!r}?)' if close else ''
+        raise ConfigError(f'unknown config key {key!r}{hint}; allowed keys: {allowed}')
     return _build_section(cls, '', flat, leaves)
 
 

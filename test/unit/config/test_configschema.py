@@ -1,4 +1,5 @@
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +113,15 @@ def test_nan_is_refused_for_every_number_key_by_name():
 def test_a_misspelt_key_gets_a_suggestion():
     with pytest.raises(ConfigError, match=r"'cont' \(did you mean 'count'\?\)"):
         build_config(_Root, {'cont': 2})
+
+
+def test_a_config_for_another_command_is_named_as_such_not_listed_key_by_key():
+    # Arrange: a plan config's keys given to the experiment schema
+    from fl_uav.configschema import read_params_file
+    from fl_uav.sim.experiment_config import ExperimentConfig
+    repo = Path(__file__).resolve().parents[3]
+    flat = read_params_file(repo / 'config' / 'plans' / 'routes_fedex.yaml')
+    # Act / Assert
+    with pytest.raises(ConfigError, match='is this config for another command') as err:
+        build_config(ExperimentConfig, flat)
+    assert "'kind'" in str(err.value) and len(str(err.value)) < 400
