@@ -766,12 +766,15 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
     out_dir = Path(out_dir)
     if resume:
         check_resumable(config, out_dir)
+    created = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(config.engine.torch_threads)
     wall_start = time.perf_counter()
     try:
         engine = ExperimentEngine(config, out_dir)
     except ValueError as exc:   # data, split or model the config cannot give (DatasetError too)
+        if created and not any(out_dir.iterdir()):
+            out_dir.rmdir()     # nothing ran: leave no empty directory behind
         raise ExperimentError(f'cannot set up the run: {exc}') from exc
     rows_path = out_dir / ROUNDS_FILE
     if resume and not (out_dir / CHECKPOINT_FILE).is_file() and not _read_rows(rows_path):

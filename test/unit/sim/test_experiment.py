@@ -321,10 +321,11 @@ def test_cli_names_a_setup_the_data_or_model_cannot_give_without_a_traceback(
         tmp_path, capsys, override, code, message):
     # Act
     result = cli_main(['experiment', str(QUICK), '--set', 'num_rounds=1', '--set', override,
-                       '--out', str(tmp_path)])
-    # Assert
+                       '--out', str(tmp_path / 'run')])
+    # Assert: named, and no empty run directory left behind
     assert result == code
     assert message in capsys.readouterr().err
+    assert not (tmp_path / 'run').exists()
 
 
 def test_summary_records_the_seed_and_the_code_that_made_the_run(tmp_path):
