@@ -49,6 +49,7 @@ from fl_uav.fleet.express_exchange import (
 )
 from fl_uav.fleet.express_routes import express_layout
 from fl_uav.fleet.keys import load_ground_client_auth
+from fl_uav.fleet.messages import MAX_COUNT
 from fl_uav.fleet.round_gate import REPEAT, RoundGate
 from fl_uav.fleet.world_setup import world_map
 from fl_uav.learning.models import build_model
@@ -143,7 +144,8 @@ class GroundClient:
         self.repeats = 0                           # repeated deliveries answered again
         self._last_reply: tuple[tuple[int, int], bytes] | None = None
         # Per UAV, the rounds (and runs) of its deliveries: a replay of an earlier one is
-        # refused (stale_round / old_run / beyond_run), a retry of the last one answered.
+        # refused (stale_round / old_run), a retry of the last one answered. No run-length
+        # cap: a ground device's config need not know the station's rounds.num_rounds.
         self.rounds: dict[int, RoundGate] = {}
         self.train_seconds = 0.0
         self.exchanges: list[ExchangeRecord] = []
@@ -179,7 +181,7 @@ class GroundClient:
         if delivery.local_steps > self.config.ground_clients.max_local_steps:
             self.rejected['metadata'] += 1      # the station never asks more: not trained
             return None
-        gate = self.rounds.setdefault(delivery.uav, RoundGate(self.config.rounds.num_rounds))
+        gate = self.rounds.setdefault(delivery.uav, RoundGate(MAX_COUNT))
         verdict = gate.admit_round(delivery.round_index, None, delivery.run_id,
                                    delivery.run_started_ms)
         if not verdict.taken and verdict.action != REPEAT:   # a retry is answered again

@@ -541,3 +541,13 @@ def test_a_replayed_delivery_of_an_earlier_round_or_run_is_refused(clients):
     assert retry is not None and earlier_round is None and earlier_run is None
     assert later_run is not None
     assert dict(c.rejected) == {'stale_round': 1, 'old_run': 1}
+
+
+def test_a_client_takes_rounds_beyond_its_own_configured_run_length(clients):
+    # Arrange: the client's config says 2 rounds; the station runs longer
+    c = clients()[2]
+    fp, weights = _zero_model(c)
+    c.on_uav_pose(0, *c.position_enu_m[:2], 30.0, 5.0)
+    # Act / Assert
+    assert c.gate(encode_delivery(0, CONFIG.rounds.num_rounds + 5, 2, fp, weights, 2),
+                  5.0) is not None
