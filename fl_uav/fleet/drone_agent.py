@@ -42,15 +42,12 @@ from fl_uav.compression.paper_compressors import LgcCompressor, PlannedCompresso
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.keys import load_frame_auth
 from fl_uav.fleet.messages import (
-    MAX_COUNT,
     RUN_ID_KEY,
-    RUN_STARTED_KEY,
     UPLOAD_ACK_KNOB,
     FinishCommand,
     PoseSample,
     RoundTask,
-    is_int,
-    valid_run_id,
+    run_of,
 )
 from fl_uav.fleet.resource_knobs import (
     KNOBS_APPLIED_KEY,
@@ -252,12 +249,10 @@ class DroneAgent:
             return self._reject(exc.reason, str(exc))
         if frame.sender != GROUND_STATION_ID:
             return self._reject('unknown_sender')
-        run_id = frame.metadata.get(RUN_ID_KEY)
-        started_ms = frame.metadata.get(RUN_STARTED_KEY)
-        if run_id is not None and not valid_run_id(run_id):
-            return self._reject('metadata', f'{RUN_ID_KEY} {run_id!r} is not a run id')
-        if started_ms is not None and not (is_int(started_ms) and 0 <= started_ms <= MAX_COUNT):
-            return self._reject('metadata', f'{RUN_STARTED_KEY} {started_ms!r} is not a time')
+        try:
+            run_id, started_ms = run_of(frame.metadata)
+        except ValueError as exc:
+            return self._reject('metadata', str(exc))
         if frame.kind == FrameKind.CONTROL:
             if frame.metadata.get('command') == 'finish':
                 return FinishCommand(frame.round_index, run_id, started_ms)

@@ -43,12 +43,10 @@ from fl_uav.compression.codec import (
 )
 from fl_uav.compression.signing import FrameAuth
 from fl_uav.fleet.messages import (
-    MAX_COUNT,
     RUN_ID_KEY,
     RUN_STARTED_KEY,
     is_finite_number,
-    is_int,
-    valid_run_id,
+    run_of,
 )
 from fl_uav.learning.weights import Weights
 
@@ -133,11 +131,10 @@ def decode_delivery(data: bytes, limits: DecodeLimits, fingerprint: bytes,
     steps = frame.metadata.get('local_steps')
     if not _is_count(steps) or steps < 1:
         raise ExchangeRejected('metadata', f'local_steps {steps!r}')
-    run_id, started_ms = frame.metadata.get(RUN_ID_KEY), frame.metadata.get(RUN_STARTED_KEY)
-    if run_id is not None and not valid_run_id(run_id):
-        raise ExchangeRejected('metadata', f'{RUN_ID_KEY} {run_id!r}')
-    if started_ms is not None and not (is_int(started_ms) and 0 <= started_ms <= MAX_COUNT):
-        raise ExchangeRejected('metadata', f'{RUN_STARTED_KEY} {started_ms!r}')
+    try:
+        run_id, started_ms = run_of(frame.metadata)
+    except ValueError as exc:
+        raise ExchangeRejected('metadata', str(exc)) from None
     weights = {n: np.asarray(t, np.float32) for n, t in frame.tensors.items()}
     return Delivery(frame.sender, frame.round_index, weights, steps, run_id, started_ms)
 

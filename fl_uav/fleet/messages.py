@@ -68,6 +68,17 @@ def valid_run_id(value: Any) -> bool:
             and all(c in '0123456789abcdef' for c in value))
 
 
+def run_of(metadata: dict[str, Any]) -> tuple[str | None, int | None]:
+    """The run id and start (UNIX ms) a station frame's metadata carries (None: absent, an
+    older sender); ValueError naming the key when one is present but malformed."""
+    run_id, started_ms = metadata.get(RUN_ID_KEY), metadata.get(RUN_STARTED_KEY)
+    if run_id is not None and not valid_run_id(run_id):
+        raise ValueError(f'{RUN_ID_KEY} {run_id!r} is not a run id')
+    if started_ms is not None and not (is_int(started_ms) and 0 <= started_ms <= MAX_COUNT):
+        raise ValueError(f'{RUN_STARTED_KEY} {started_ms!r} is not a time')
+    return run_id, started_ms
+
+
 @dataclass(frozen=True)
 class RoundTask:
     """What a drone must do in a round: fly the plan, then train from the global weights.
