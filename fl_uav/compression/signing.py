@@ -249,6 +249,10 @@ class FrameAuth:
     public_keys: Mapping[int, Ed25519PublicKey] = field(default_factory=dict)
     require: bool = False
     freshness: Freshness | None = None
+    # Senders whose signed frames this node has verified: from then on a plain frame in their
+    # name is refused even when signatures are not required (rollout: a recorded envelope's
+    # inner frame sent plain would skip the age check). Grows only; a restart forgets it.
+    signed_senders: set[int] = field(default_factory=set, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.private_key is not None and self.own_id is None:
@@ -262,8 +266,20 @@ class FrameAuth:
 
     def open(self, data: bytes | bytearray | memoryview,
              limits: DecodeLimits) -> memoryview:
-        """:func:`open_frame` with this node's peers' keys and requirement."""
-        return open_frame(data, limits, self.public_keys, self.require, self.freshness)
+        """:func:`open_frame` with this node's peers' keys and requirement; a plain frame from
+        a sender that has signed before is refused (``unsigned``), required or not."""
+        signed = len(data) > len(MAGIC) and data[len(MAGIC)] == VERSION_SIGNED
+        inner = open_frame(data, limits, self.public_keys, self.require, self.freshness)
+        if len(inner) < _INNER_SENDER_OFFSET + _INNER_SENDER.size:
+            return inner          # too short to name a sender: the inner decoder rejects it
+        sender = _INNER_SENDER.unpack_from(inner, _INNER_SENDER_OFFSET)[0]
+        if signed:
+            self.signed_senders.add(sender)
+        elif sender in self.signed_senders:
+            raise UnsignedFrame(f'a plain frame in the name of sender {sender:#06x}, which '
+                                f'has signed its frames before (a replayed inner frame?)',
+                                field='version')
+        return inner
 
 
 def private_key_pem(key: Ed25519PrivateKey) -> bytes:

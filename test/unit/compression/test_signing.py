@@ -243,3 +243,18 @@ def test_the_first_envelope_version_3_is_refused_by_name():
 def test_a_freshness_window_must_be_positive_seconds(age, skew):
     with pytest.raises(ValueError, match='positive number of seconds'):
         Freshness(age, skew)
+
+
+def test_a_plain_frame_from_a_sender_that_has_signed_is_refused_even_when_not_required():
+    # Arrange: a node in the rollout phase (keys, signatures not required)
+    auth = FrameAuth(own_id=GROUND_STATION_ID, private_key=STATION_KEY, public_keys=KEYS,
+                     require=False)
+    plain_before = auth.open(_update(sender=1), LIMITS)       # drone 1 has not signed yet
+    auth.open(sign_frame(_update(sender=1), 1, DRONE_KEY), LIMITS)
+    # Act: the inner frame of a recorded envelope, sent plain
+    with pytest.raises(FrameError) as err:
+        auth.open(_update(sender=1), LIMITS)
+    # Assert
+    assert bytes(plain_before) == _update(sender=1)
+    assert err.value.reason == 'unsigned' and 'signed its frames before' in str(err.value)
+    assert bytes(auth.open(_update(sender=7), LIMITS)) == _update(sender=7)   # others: as before
