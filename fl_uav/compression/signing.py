@@ -252,7 +252,9 @@ class FrameAuth:
     # Senders whose signed frames this node has verified: from then on a plain frame in their
     # name is refused even when signatures are not required (rollout: a recorded envelope's
     # inner frame sent plain would skip the age check). Grows only; a restart forgets it.
-    signed_senders: set[int] = field(default_factory=set, compare=False, repr=False)
+    # init=False: dataclasses.replace gives the copy (another link's identity) its own set.
+    signed_senders: set[int] = field(default_factory=set, init=False, compare=False,
+                                     repr=False)
 
     def __post_init__(self) -> None:
         if self.private_key is not None and self.own_id is None:

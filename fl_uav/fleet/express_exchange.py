@@ -43,9 +43,8 @@ from fl_uav.compression.codec import (
 )
 from fl_uav.compression.signing import FrameAuth
 from fl_uav.fleet.messages import (
-    RUN_ID_KEY,
-    RUN_STARTED_KEY,
     is_finite_number,
+    run_metadata,
     run_of,
 )
 from fl_uav.learning.weights import Weights
@@ -110,12 +109,9 @@ def encode_delivery(uav: int, round_index: int, client: int, fingerprint: bytes,
                     run_id: str | None = None, run_started_ms: int | None = None) -> bytes:
     """The model frame UAV ``uav`` hands to ``client`` at a visit, sealed with ``auth``
     (UAV ``uav``'s own key: signed as sender ``uav``), with the station's run when known."""
-    run = {RUN_ID_KEY: run_id} if run_id is not None else {}
-    if run_started_ms is not None:
-        run[RUN_STARTED_KEY] = run_started_ms
     return auth.seal(encode_frame(FrameKind.GLOBAL_MODEL, round_index, uav, fingerprint,
                                   weights, {'client': client, 'local_steps': local_steps,
-                                            **run}))
+                                            **run_metadata(run_id, run_started_ms)}))
 
 
 def decode_delivery(data: bytes, limits: DecodeLimits, fingerprint: bytes,

@@ -50,6 +50,7 @@ from fl_uav.compression.codec import (
 from fl_uav.compression.codec_v2 import VERSION_V2, FrameKindV2, LgcPart, decode_v2
 from fl_uav.compression.lgc import decode as lgc_sum
 from fl_uav.compression.quantization import flatten, unflatten
+from fl_uav.compression.signing import now_ms
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.express_routes import ExpressRoutes, plan_express_routes
 from fl_uav.fleet.keys import load_frame_auth
@@ -58,10 +59,10 @@ from fl_uav.fleet.messages import (
     MAX_COUNT,
     RUN_ID_HEX_CHARS,
     RUN_ID_KEY,
-    RUN_STARTED_KEY,
     UPLOAD_ACK_KNOB,
     is_finite_number,
     is_int,
+    run_metadata,
     valid_run_id,
 )
 from fl_uav.fleet.resource_knobs import KNOBS_REJECTED_KEY, POSITION_KEY, valid_position
@@ -200,7 +201,7 @@ class GroundStation:
         if not valid_run_id(self.run_id):
             raise ValueError(f'run_id must be {RUN_ID_HEX_CHARS} lower-case hex digits, got '
                              f'{self.run_id!r}')
-        self.run_started_ms = time.time_ns() // 1_000_000   # orders runs (RoundGate)
+        self.run_started_ms = now_ms()        # orders runs (RoundGate)
         self.drone_ids = list(range(config.num_drones))
         self._model = build_model(config.learning.model, len(CLASS_NAMES),
                                   config.learning.input_px, seed=config.learning.init_seed)
@@ -299,7 +300,7 @@ class GroundStation:
         frame = self._auth.seal(encode_frame(
             FrameKind.GLOBAL_MODEL, index, GROUND_STATION_ID, self._fingerprint, tensors,
             {'deadline_s': duration, 'num_rounds': self.config.rounds.num_rounds,
-             RUN_ID_KEY: self.run_id, RUN_STARTED_KEY: self.run_started_ms,
+             **run_metadata(self.run_id, self.run_started_ms),
              'knobs': {str(d): k for d, k in knobs.items()}}))
         self._round = _OpenRound(index, now_s, now_s + duration, bytes_down=len(frame),
                                  plan_lengths={d: len(p) for d, p in plans.items()},
@@ -528,8 +529,9 @@ class GroundStation:
         """The control frame telling drones the run is over."""
         return self._auth.seal(encode_frame(FrameKind.CONTROL, len(self.records),
                                             GROUND_STATION_ID, self._fingerprint, {},
-                                            {'command': 'finish', RUN_ID_KEY: self.run_id,
-                                             RUN_STARTED_KEY: self.run_started_ms}))
+                                            {'command': 'finish',
+                                             **run_metadata(self.run_id,
+                                                            self.run_started_ms)}))
 
 
 def _finite_or_nan(value: Any) -> float:

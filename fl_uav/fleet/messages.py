@@ -68,6 +68,13 @@ def valid_run_id(value: Any) -> bool:
             and all(c in '0123456789abcdef' for c in value))
 
 
+def run_metadata(run_id: str | None, run_started_ms: int | None) -> dict[str, Any]:
+    """The metadata entries that carry a run (the inverse of :func:`run_of`; None: left out)."""
+    return {key: value for key, value in ((RUN_ID_KEY, run_id),
+                                          (RUN_STARTED_KEY, run_started_ms))
+            if value is not None}
+
+
 def run_of(metadata: dict[str, Any]) -> tuple[str | None, int | None]:
     """The run id and start (UNIX ms) a station frame's metadata carries (None: absent, an
     older sender); ValueError naming the key when one is present but malformed."""

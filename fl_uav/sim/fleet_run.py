@@ -24,8 +24,7 @@ from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.onboard_planner import record_file_name
 from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
 from fl_uav.planning.trajectory import class_balance
-from fl_uav.sim.launch_plan import (  # noqa: F401 (run_keys: re-exported)
-    KEYS_DIR,
+from fl_uav.sim.launch_plan import (
     fleet_plan,
     merged_parameters,
     run_keys,

@@ -35,7 +35,7 @@ def test_keygen_writes_the_station_and_each_drone_key_pair(tmp_path, capsys):
 
 def test_sim_makes_run_keys_and_requires_signatures_unless_keys_are_given(tmp_path):
     # Arrange
-    from fl_uav.sim.fleet_run import run_keys
+    from fl_uav.sim.launch_plan import run_keys
     flat = {'num_drones': 2}
     # Act
     made = run_keys(tmp_path, flat, {})
@@ -64,7 +64,7 @@ def test_keygen_writes_ground_client_key_pairs_when_asked(tmp_path):
 
 def test_sim_run_keys_include_the_ground_clients_in_express_mode_only(tmp_path):
     # Arrange
-    from fl_uav.sim.fleet_run import run_keys
+    from fl_uav.sim.launch_plan import run_keys
     express = {'num_drones': 2, 'mode': 'express', 'ground_clients.num_clients': 3}
     # Act
     run_keys(tmp_path / 'express', express, {})
