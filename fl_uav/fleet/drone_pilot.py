@@ -102,13 +102,22 @@ class DronePilot:
                 self._link_event().set()
 
     async def ensure_airborne(self) -> None:
-        """Connect, arm and take off if not done yet."""
+        """Connect, arm and take off if not done yet. A vehicle the autopilot reports armed
+        and in the air (this process restarted in flight, or the link dropped during a
+        take-off) is taken as airborne: no second arm or take-off command in the air."""
         await self.ensure_connected()
         async with self._guard():
             if self.state.airborne and self.vehicle.in_air is False:
                 _log.warning('the vehicle is on the ground (autopilot rebooted, or landed by a '
                              'failsafe): checking home, arming and taking off again')
                 self.state.airborne = self.state.armed = False
+            if (not self.state.airborne and self.vehicle.armed is True
+                    and self.vehicle.in_air is True):
+                self._check_home_altitude()
+                _log.warning('the autopilot reports the vehicle armed and in the air already '
+                             '(restarted in flight, or the link dropped during take-off): '
+                             'flying on from where it is, without arming or taking off')
+                self.state.armed = self.state.airborne = True
             if not self.state.airborne:
                 self._check_home_altitude()
                 await self.vehicle.arm()

@@ -221,8 +221,9 @@ class MavsdkVehicle:
 
     @staticmethod
     def _ready(t: _Telemetry) -> bool:
-        # After a loss, also the armed and in-air states heard since (a reboot resets them).
-        state_known = t.link_losses == 0 or (t.armed is not None and t.in_air is not None)
+        # Also the armed and in-air states (heard since the last loss: a reboot resets them),
+        # so a pilot that starts while the vehicle flies does not arm and take off again.
+        state_known = t.armed is not None and t.in_air is not None
         return (t.connected and t.health_ok and t.home_geodetic is not None
                 and not t.home_stale and t.pose is not None and state_known)
 

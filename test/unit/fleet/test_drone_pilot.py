@@ -240,3 +240,23 @@ def test_a_home_far_from_the_origin_altitude_is_not_armed(home_up_m):
 def test_a_home_within_the_offset_is_armed_and_flown():
     pilot, vehicle, _, _ = _fly(INSIDE, home_up_m=-9.5)
     assert 'fly_waypoints' in _operations(vehicle) and pilot.state.last_error == ''
+
+
+def test_a_vehicle_already_armed_in_the_air_is_flown_on_without_arm_or_takeoff(caplog):
+    # Arrange: the drone's process restarted in flight; the autopilot reports armed, in air
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    vehicle.armed = vehicle.in_air = True
+    vehicle.position_enu_m = [200.0, 200.0, 30.0]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = DronePilot(_Agent(), vehicle, FlightConfig(speed_m_s=20.0), pool,
+                           geofence=FENCE)
+        task = RoundTask(round_index=1, weights={}, plan=INSIDE, deadline_s=600.0)
+        # Act
+        with caplog.at_level(logging.WARNING):
+            asyncio.run(pilot.run_round(task))
+    # Assert: no arm or take-off command in the air; the mission is flown; the pilot knows
+    # it is in flight (so shutdown returns to launch)
+    assert {'arm', 'takeoff'}.isdisjoint(_operations(vehicle))
+    assert 'fly_waypoints' in _operations(vehicle)
+    assert pilot.in_flight and pilot.state.airborne
+    assert any('armed and in the air already' in r.getMessage() for r in caplog.records)

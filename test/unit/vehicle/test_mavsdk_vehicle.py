@@ -9,7 +9,7 @@ import pytest
 
 from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig, AutopilotSimThread
 from fl_uav.vehicle.interface import MissionProgress, Vehicle, VehicleError, WaypointEnu
-from fl_uav.vehicle.mavsdk_vehicle import MavsdkVehicle
+from fl_uav.vehicle.mavsdk_vehicle import MavsdkVehicle, _Telemetry
 from fl_uav.world.geo import GeoOrigin
 
 TIME_FACTOR = 10.0
@@ -270,3 +270,44 @@ def test_a_timeout_with_a_live_link_does_not_blame_the_link(sim_factory):
     message, losses = asyncio.run(scenario())
     # Assert
     assert 'timed out' in message and 'link lost' not in message and losses == 0
+
+
+@pytest.mark.timeout(60)
+def test_a_vehicle_connecting_to_an_autopilot_in_flight_knows_it_is_armed_in_the_air(
+        sim_factory):
+    # Arrange: one client took off and went away (the drone's process restarted in flight)
+    sim, _ = sim_factory()
+
+    async def scenario():
+        first = MavsdkVehicle(_url(sim, 0), sim.config.origin)
+        try:
+            await first.connect(timeout_s=15.0)
+            await first.arm()
+            await first.takeoff(8.0)
+        finally:
+            await first.close()
+        # Act: a new client connects
+        second = MavsdkVehicle(_url(sim, 0), sim.config.origin)
+        try:
+            await second.connect(timeout_s=15.0)
+            return second.armed, second.in_air
+        finally:
+            await second.close()
+
+    # Assert: once connect returns, the armed and in-air states are known (the pilot then
+    # flies on instead of arming and taking off in the air)
+    assert asyncio.run(scenario()) == (True, True)
+
+
+@pytest.mark.parametrize('armed, in_air, ready', [
+    (None, None, False), (True, None, False), (None, False, False), (True, True, True),
+    (False, False, True)])
+def test_connect_waits_for_the_armed_and_in_air_states(armed, in_air, ready):
+    # Arrange: everything else a connect waits for has arrived
+    t = _Telemetry()
+    t.connected, t.health_ok = True, True
+    t.home_geodetic = (47.0, 8.0, 400.0)
+    t.pose = object()
+    t.armed, t.in_air = armed, in_air
+    # Act / Assert
+    assert MavsdkVehicle._ready(t) is ready
