@@ -153,6 +153,28 @@ def _coerce(key: str, value: Any, elem: type, kind: str) -> Any:
 MISMATCH_UNKNOWN_KEYS = 5
 
 
+#: Names other FL tools use for a key, by last segment (`learning.learning_rate` is
+#: `learning.lr` here); spelling-based suggestions miss these.
+SYNONYMS: dict[str, tuple[str, ...]] = {
+    'learning_rate': ('lr',), 'lr_rate': ('lr',), 'step_size': ('lr',),
+    'epochs': ('local_epochs',), 'num_epochs': ('local_epochs',),
+    'local_steps': ('max_steps', 'max_local_steps'), 'batch': ('batch_size',),
+    'rounds': ('num_rounds',), 'num_round': ('num_rounds',),
+    'drones': ('num_drones',), 'num_clients': ('num_drones',), 'clients': ('num_drones',),
+    'random_seed': ('seed',), 'wd': ('weight_decay',), 'prune_ratio': ('prune_fraction',),
+}
+
+
+def _synonym(key: str, leaves: Mapping[str, Any]) -> list[str]:
+    """[the allowed key another tool's name for ``key`` stands for], or []."""
+    section, _, name = key.rpartition('.')
+    for other in SYNONYMS.get(name.lower(), ()):
+        candidate = f'{section}.{other}' if section else other
+        if candidate in leaves:
+            return [candidate]
+    return []
+
+
 def build_config(cls: type, flat: Mapping[str, Any]) -> Any:
     """Build a frozen config tree from dotted keys; unknown keys and bad values raise."""
     leaves = {key: (elem, kind) for key, _, elem, kind in iter_leaves(cls)}
@@ -169,7 +191,7 @@ def build_config(cls: type, flat: Mapping[str, Any]) -> Any:
         near = sorted(k for k in leaves if k.startswith(section + '.')) if section else []
         allowed = (', '.join(near) if near else 'top-level keys and sections ' + ', '.join(
             sorted({k.split('.', 1)[0] for k in leaves})))
-        close = difflib.get_close_matches(key, leaves, n=1)
+        close = _synonym(key, leaves) or difflib.get_close_matches(key, leaves, n=1)
         hint = f' (did you mean {close[0]!r}?)' if close else ''
         raise ConfigError(f'unknown config key {key!r}{hint}; allowed keys: {allowed}')
     return _build_section(cls, '', flat, leaves)

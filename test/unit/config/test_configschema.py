@@ -11,6 +11,7 @@ from fl_uav.configschema import (
     read_params_file,
     to_flat,
 )
+from fl_uav.sim.experiment_config import ExperimentConfig
 
 
 @dataclass(frozen=True)
@@ -118,10 +119,19 @@ def test_a_misspelt_key_gets_a_suggestion():
 def test_a_config_for_another_command_is_named_as_such_not_listed_key_by_key():
     # Arrange: a plan config's keys given to the experiment schema
     from fl_uav.configschema import read_params_file
-    from fl_uav.sim.experiment_config import ExperimentConfig
     repo = Path(__file__).resolve().parents[3]
     flat = read_params_file(repo / 'config' / 'plans' / 'routes_fedex.yaml')
     # Act / Assert
     with pytest.raises(ConfigError, match='is this config for another command') as err:
         build_config(ExperimentConfig, flat)
     assert "'kind'" in str(err.value) and len(str(err.value)) < 400
+
+
+@pytest.mark.parametrize('given, meant', [
+    ('learning.learning_rate', 'learning.lr'), ('learning.epochs', 'learning.local_epochs'),
+    ('rounds', 'num_rounds'), ('num_clients', 'num_drones')])
+def test_another_tools_name_for_a_key_suggests_ours(given, meant):
+    # Arrange: the experiment config (where these keys live)
+    # Act / Assert
+    with pytest.raises(ConfigError, match=rf"'{given}' \(did you mean '{meant}'\?\)"):
+        build_config(ExperimentConfig, {given: 1})
