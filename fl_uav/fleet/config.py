@@ -160,6 +160,29 @@ class SecurityConfig:
                                  f'got {value}')
 
 
+@dataclass(frozen=True)
+class StatusConfig:
+    """``status.*``: each drone's status on ``/diagnostics`` (fl_uav/fleet/drone_status.py).
+
+    period_s: how often a drone node publishes it.
+    battery_warn_fraction, battery_error_fraction: remaining battery at or below which the
+        status turns WARN / ERROR (display only: PX4's own battery failsafe acts on its
+        BAT_LOW_THR / BAT_CRIT_THR, set those on the autopilot).
+    """
+
+    period_s: float = 1.0
+    battery_warn_fraction: float = 0.3
+    battery_error_fraction: float = 0.15
+
+    def __post_init__(self) -> None:
+        if not 0.1 <= self.period_s <= 60.0:
+            raise ValueError(f'status.period_s must be in [0.1, 60] s, got {self.period_s}')
+        if not 0.0 <= self.battery_error_fraction <= self.battery_warn_fraction <= 1.0:
+            raise ValueError(f'status: need 0 <= battery_error_fraction <= '
+                             f'battery_warn_fraction <= 1, got '
+                             f'{self.battery_error_fraction} and {self.battery_warn_fraction}')
+
+
 FLEET_MODES = ('standard', 'express')
 RANGE_POSE_SOURCES = ('ground_truth', 'telemetry')
 
@@ -358,6 +381,7 @@ class FleetConfig:
     sends its knobs from the next round on (fl_uav.fleet.ground_station); standard mode only.
     planning_model: the radio and compute constants that planner assumes.
     security: frame signing keys and whether signatures are required (SecurityConfig).
+    status: how often each drone publishes its status on /diagnostics (StatusConfig).
     """
 
     num_drones: int = 4
@@ -381,6 +405,7 @@ class FleetConfig:
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
     planning_model: PlanningModelConfig = field(default_factory=PlanningModelConfig)
     security: SecurityConfig = field(default_factory=SecurityConfig)
+    status: StatusConfig = field(default_factory=StatusConfig)
 
     def __post_init__(self) -> None:
         if not (1 <= self.num_drones <= 250):

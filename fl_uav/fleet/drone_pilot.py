@@ -22,10 +22,11 @@ waited for at most a given time), then the link is closed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -54,6 +55,7 @@ class FlightState:
     airborne: bool = False
     landed_after_flight: bool = False
     last_error: str = ''
+    phase: str = 'waiting'   # waiting | flying | training | touring | returning | finished
 
 
 class DronePilot:
@@ -125,6 +127,17 @@ class DronePilot:
                 await self.vehicle.takeoff(self.flight.takeoff_altitude_m)
                 self.state.airborne = True
 
+    @contextlib.contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        """state.phase is ``name`` inside; back to waiting after, unless something else (the
+        finish) changed it meanwhile."""
+        self.state.phase = name
+        try:
+            yield
+        finally:
+            if self.state.phase == name:
+                self.state.phase = 'waiting'
+
     def _check_home_altitude(self) -> None:
         """VehicleError (the drone does not arm) if the autopilot's home is further above or
         below the ENU origin than flight.max_home_offset_up_m: the origin altitude in the
@@ -176,7 +189,15 @@ class DronePilot:
         """Choose the round's mission (onboard planner), fly it (bounded by the round's
         deadline), then train; a failed or cut-short flight is recorded and the drone still
         reports what it learned."""
-        task = await self.own_mission(task)
+        with self._phase('flying'):
+            task = await self.own_mission(task)
+            await self._fly_round(task)
+        with self._phase('training'):
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._train_executor, self.agent.train_round,
+                                              task)
+
+    async def _fly_round(self, task: RoundTask) -> None:
         try:
             reached = await asyncio.wait_for(self.fly_plan(task), self.flight_budget_s(task))
             self.agent.waypoints_reached += reached
@@ -191,8 +212,6 @@ class DronePilot:
             # The autopilot may have landed (failsafe); arm and take off again next round.
             self.state.airborne = not isinstance(exc, VehicleError)
             _log.warning('flight failed in round %d: %s', task.round_index, reason)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._train_executor, self.agent.train_round, task)
 
     async def run_express_tour(self, task: RoundTask, carrier: ExpressCarrier,
                                link: ExpressLink, speed_m_s: float) -> bytes:
@@ -207,6 +226,11 @@ class DronePilot:
         uploads what it collected. A task whose express knob is unusable raises
         ExpressTaskError (nothing flown, nothing uploaded; the station's deadline covers it).
         """
+        with self._phase('touring'):
+            return await self._tour(task, carrier, link, speed_m_s)
+
+    async def _tour(self, task: RoundTask, carrier: ExpressCarrier, link: ExpressLink,
+                    speed_m_s: float) -> bytes:
         try:
             tour = carrier.start_tour(task)
         except ExpressTaskError as exc:
@@ -251,10 +275,15 @@ class DronePilot:
 
     async def finish(self) -> None:
         """Come home and land at the end of the run."""
+        self.state.phase = 'finished'
         if not self.state.airborne:
             return
         if self.flight.land_on_finish:
-            await self.vehicle.return_to_launch()
+            self.state.phase = 'returning'
+            try:
+                await self.vehicle.return_to_launch()
+            finally:
+                self.state.phase = 'finished'
             self.state.armed = False           # RTL returns once landed and disarmed
         self.state.airborne = False
         self.state.landed_after_flight = True

@@ -14,6 +14,7 @@ from sensor_msgs.msg import BatteryState, Image
 from std_msgs.msg import UInt8MultiArray
 from visualization_msgs.msg import Marker, MarkerArray
 
+from fl_uav.fleet.drone_status import StatusReport
 from fl_uav.fleet.messages import PoseSample
 from fl_uav.planning.coverage import PlanWaypoint
 from fl_uav.planning.display import CLASS_COLOURS_RGB
@@ -146,6 +147,17 @@ def metrics_to_msg(name: str, values: Mapping[str, object], stamp_s: float) -> D
     status = DiagnosticStatus(level=DiagnosticStatus.OK, name=name, hardware_id='fl_uav')
     status.message = ' '.join(f'{k}={v}' for k, v in list(values.items())[:4])
     status.values = [KeyValue(key=str(k), value=str(v)) for k, v in values.items()]
+    msg.status = [status]
+    return msg
+
+
+def status_to_msg(report: StatusReport, stamp_s: float) -> DiagnosticArray:
+    """A drone's StatusReport as a one-status DiagnosticArray (for /diagnostics)."""
+    msg = DiagnosticArray()
+    msg.header.stamp = s_to_stamp(stamp_s)
+    status = DiagnosticStatus(level=bytes([report.level]), name=report.name,
+                              hardware_id=report.hardware_id, message=report.message)
+    status.values = [KeyValue(key=k, value=v) for k, v in report.values]
     msg.status = [status]
     return msg
 

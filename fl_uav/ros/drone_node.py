@@ -45,6 +45,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path as PathLib
 
+from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Path
 from rclpy.node import Node
@@ -55,6 +56,7 @@ from visualization_msgs.msg import MarkerArray
 from fl_uav.fleet.config import DroneNodeParams, FleetConfig
 from fl_uav.fleet.drone_agent import DroneAgent, UpdateReport
 from fl_uav.fleet.drone_pilot import DronePilot
+from fl_uav.fleet.drone_status import drone_status
 from fl_uav.fleet.express_carrier import ExpressCarrier
 from fl_uav.fleet.messages import EXPRESS_KNOB, FinishCommand, PoseSample, RoundTask
 from fl_uav.fleet.onboard_planner import (
@@ -75,6 +77,7 @@ from fl_uav.ros.conversions import (
     plan_to_path,
     pose_to_msg,
     stamp_to_s,
+    status_to_msg,
 )
 from fl_uav.ros.markers import class_region_markers, clear_markers, planned_path_markers
 from fl_uav.ros.params import declare_config
@@ -150,6 +153,10 @@ class DroneNode(Node):
                                                   names.TELEMETRY_QOS)
         self._update_pub = self.create_publisher(UInt8MultiArray, names.UPDATES_TOPIC,
                                                  names.UPDATES_QOS)
+        self._battery: BatteryStatus | None = None
+        self._status_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS_TOPIC,
+                                                 names.DIAGNOSTICS_QOS)
+        self.create_timer(cfg.status.period_s, self._publish_status)
         self.express = cfg.mode == 'express'
         if self.express:   # FedEx transporter: no camera training (the clients train)
             self.carrier = ExpressCarrier(cfg, self.drone_id, self.agent.shapes,
@@ -166,7 +173,13 @@ class DroneNode(Node):
                                f'{cfg.flight.url_for(self.drone_id)}, geofence '
                                f'{self.pilot.geofence.describe()}')
 
+    def _publish_status(self) -> None:
+        report = drone_status(self.drone_id, self.pilot, self.agent, self.rounds,
+                              self._battery, self.config.status)
+        self._status_pub.publish(status_to_msg(report, self._now()))
+
     def _on_battery(self, battery: BatteryStatus) -> None:
+        self._battery = battery
         self.onboard.on_battery(battery.remaining_fraction)
         self._battery_pub.publish(battery_to_msg(battery.remaining_fraction,
                                                  battery.voltage_v, self._now()))

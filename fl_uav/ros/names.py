@@ -14,6 +14,7 @@ GLOBAL_MODEL_TOPIC = '/fl/global_model'
 UPDATES_TOPIC = '/fl/updates'
 METRICS_TOPIC = '/fl/metrics'
 MARKERS_TOPIC = '/fl/markers'
+DIAGNOSTICS_TOPIC = '/diagnostics'       # each drone's status (rqt_runtime_monitor, Foxglove)
 # Relative names: resolved in the drone's namespace (/uav<i>/...).
 PLAN_TOPIC = 'plan'                       # the station's plan for the round (nav_msgs/Path)
 TRAJECTORY_TOPIC = 'trajectory'           # the drone's own 2CEOAFL plan, q_t per round (Path)
@@ -64,6 +65,8 @@ UPDATES_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_ALL,
 EXPRESS_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_ALL,
                          reliability=ReliabilityPolicy.RELIABLE)
 METRICS_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+# /diagnostics as diagnostic_updater publishes it: reliable, volatile (it repeats each period).
+DIAGNOSTICS_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 MARKERS_QOS = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
 PLAN_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,

@@ -68,6 +68,11 @@ class FakeVehicle:
         if error is not None:
             raise error
 
+    @property
+    def link_up(self) -> bool:
+        """True while connected (a test sets ``connected`` False to cut the link)."""
+        return self.connected and not self._closed
+
     def pose(self) -> PoseEnu:
         """The current pose."""
         east_m, north_m, up_m = self.position_enu_m

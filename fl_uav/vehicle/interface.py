@@ -64,7 +64,8 @@ class Vehicle(Protocol):
     landing) raise it on time-out as well. Once connected, a vehicle also has ``home_enu_m``,
     the autopilot's home in the ENU frame (not declared here: ``isinstance`` on a runtime
     protocol reads every member, and the home is unknown before ``connect``). Every vehicle
-    also has ``link_losses`` (times the autopilot link was lost since ``connect``), ``armed``
+    also has ``link_up`` (heartbeats heard now), ``link_losses`` (times the autopilot link
+    was lost since ``connect``), ``armed``
     and ``in_air`` (last reported; None when unknown). A lost link fails the operation in
     progress; ``connect`` on a connected vehicle waits until it is ready again.
     """

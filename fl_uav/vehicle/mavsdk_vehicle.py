@@ -146,6 +146,11 @@ class MavsdkVehicle:
         return self._t.link_losses if self._t is not None else 0
 
     @property
+    def link_up(self) -> bool:
+        """True while the autopilot's heartbeats are heard (connected and not lost)."""
+        return self._t is not None and not self._closed and self._t.connected
+
+    @property
     def armed(self) -> bool | None:
         """The armed state last reported by the autopilot (None: not known yet)."""
         return self._t.armed if self._t is not None else None

@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
 from sensor_msgs.msg import Image
 from std_msgs.msg import UInt8MultiArray
@@ -113,9 +114,25 @@ def test_shutdown_in_flight_returns_to_launch_without_a_traceback(tmp_path, port
     with drone_under_test(tmp_path, port_base, HOME, overrides, {}) as (sim, node, probe,
                                                                        executor):
         _, model_pub = _uploads_and_model_pub(probe)
+        statuses: list = []
+        probe.create_subscription(DiagnosticArray, names.DIAGNOSTICS_TOPIC,
+                                  lambda m: statuses.extend(m.status), names.DIAGNOSTICS_QOS)
         far = [[HOME[0] + 400.0, HOME[1], 20.0], [HOME[0] + 400.0, HOME[1] + 400.0, 20.0]]
         model_pub.publish(frame_msg(_round_frame(1, far)))
         assert spin_until(executor, lambda: sim.events_of(0, 'mission_started'), 60.0)
+        # the operator's view on /diagnostics: this drone, round 1, flying, link up, in the air
+        def in_air(st) -> bool:
+            return {kv.key: kv.value for kv in st.values}.get('in_air') == 'true'
+
+        flying = spin_until(executor, lambda: any(
+            st.name == 'fl_uav: uav0' and 'round 1 flying' in st.message and in_air(st)
+            for st in statuses), 10.0)
+        assert flying, [st.message for st in statuses]
+        status = next(st for st in statuses if 'round 1 flying' in st.message and in_air(st))
+        values = {kv.key: kv.value for kv in status.values}
+        assert status.level == DiagnosticStatus.OK, status.message
+        assert (values['autopilot_link'], values['armed'], values['round']) == ('up', 'true',
+                                                                                 '1')
         # Act: what run_node does on Ctrl-C
         with caplog.at_level(logging.ERROR):
             node.shutdown()

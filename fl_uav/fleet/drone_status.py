@@ -1,0 +1,105 @@
+"""A drone's state at a glance, for the operator: phase, round, autopilot link, battery, errors.
+
+The drone node publishes it every ``status.period_s`` as a diagnostic_msgs/DiagnosticStatus on
+``/diagnostics`` (rqt_runtime_monitor, Foxglove's diagnostics panel, ``ros2 topic echo``), one
+status per drone named ``fl_uav: uav<i>``. ROS-free: :func:`drone_status` reads the pilot, the
+agent and the round gate and returns a :class:`StatusReport`; the node converts it.
+
+Levels (diagnostic_msgs' OK / WARN / ERROR):
+- ERROR: the autopilot link was up and is lost now; battery at or below
+  ``status.battery_error_fraction``.
+- WARN: no autopilot link yet; battery at or below ``status.battery_warn_fraction``; the last
+  round taken ended with a flight error (its reason is the message); the run is over but the
+  vehicle is still in the air.
+- OK otherwise. The message says the worst condition first, then the phase.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from fl_uav.fleet.config import StatusConfig
+from fl_uav.fleet.drone_agent import DroneAgent
+from fl_uav.fleet.drone_pilot import DronePilot
+from fl_uav.fleet.round_gate import RoundGate
+from fl_uav.vehicle.interface import BatteryStatus
+
+OK, WARN, ERROR = 0, 1, 2       # diagnostic_msgs/DiagnosticStatus levels
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """One DiagnosticStatus: name, hardware id, level, one-line message, key/value pairs."""
+
+    name: str
+    hardware_id: str
+    level: int
+    message: str
+    values: tuple[tuple[str, str], ...]
+
+
+def status_name(drone_id: int) -> str:
+    """The DiagnosticStatus name of drone i (rqt groups by the prefix)."""
+    return f'fl_uav: uav{drone_id}'
+
+
+def _tristate(value: bool | None) -> str:
+    return 'unknown' if value is None else str(value).lower()
+
+
+def _counts(counter: Mapping[str, int]) -> str:
+    return ', '.join(f'{k}={v}' for k, v in sorted(counter.items())) or 'none'
+
+
+def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: RoundGate,
+                 battery: BatteryStatus | None, config: StatusConfig) -> StatusReport:
+    """The drone's status now (module docstring for the levels)."""
+    vehicle, state = pilot.vehicle, pilot.state
+    link_up = vehicle.link_up
+    if not state.connected:
+        link = 'not connected yet'
+    else:
+        link = 'up' if link_up else 'lost'
+    fraction = battery.remaining_fraction if battery is not None else math.nan
+    problems: list[tuple[int, str]] = []
+    if state.connected and not link_up:
+        problems.append((ERROR, f'autopilot link lost ({vehicle.link_losses} losses so far)'))
+    elif not state.connected:
+        problems.append((WARN, 'no autopilot link yet'))
+    if fraction <= config.battery_error_fraction:
+        problems.append((ERROR, f'battery {fraction:.0%}'))
+    elif fraction <= config.battery_warn_fraction:
+        problems.append((WARN, f'battery {fraction:.0%}'))
+    if gate.last_round and state.last_error.startswith(f'round {gate.last_round}:'):
+        problems.append((WARN, state.last_error))
+    if state.phase == 'finished' and pilot.in_flight:
+        problems.append((WARN, 'run over, vehicle still in the air'))
+    problems.sort(key=lambda p: -p[0])
+    level = problems[0][0] if problems else OK
+    where = (f'round {gate.last_round} {state.phase}' if gate.last_round
+             else state.phase)
+    message = '; '.join([*(text for _, text in problems), where])
+    values = (
+        ('drone_id', str(drone_id)),
+        ('phase', state.phase),
+        ('run_id', gate.run_id or 'unknown'),
+        ('round', str(gate.last_round)),
+        ('autopilot_link', link),
+        ('link_losses', str(vehicle.link_losses)),
+        ('armed', _tristate(vehicle.armed)),
+        ('in_air', _tristate(vehicle.in_air)),
+        ('battery_percent', 'unknown' if math.isnan(fraction) else f'{100 * fraction:.0f}'),
+        ('battery_voltage_v', 'unknown' if battery is None else f'{battery.voltage_v:.2f}'),
+        ('buffered_samples', str(agent.buffered_samples)),
+        ('rounds_trained', str(agent.rounds_trained)),
+        ('waypoints_reached', str(agent.waypoints_reached)),
+        ('last_error', state.last_error or 'none'),
+        ('plans_rejected', _counts(pilot.plans_rejected)),
+        ('global_frames_rejected', _counts(agent.rejected_reasons)),
+        ('global_frames_ignored', _counts(gate.ignored)),
+        ('knobs_rejected', _counts(agent.knobs_rejected)),
+        ('uploads_rolled_back', str(agent.uploads_rolled_back)),
+    )
+    return StatusReport(status_name(drone_id), f'uav{drone_id}', level, message, values)

@@ -1,0 +1,137 @@
+"""A drone's status for the operator (/diagnostics): levels, message and values."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from fl_uav.fleet.config import FlightConfig, StatusConfig
+from fl_uav.fleet.drone_pilot import DronePilot
+from fl_uav.fleet.drone_status import ERROR, OK, WARN, drone_status
+from fl_uav.fleet.messages import RoundTask
+from fl_uav.fleet.round_gate import RoundGate
+from fl_uav.planning.coverage import PlanWaypoint
+from fl_uav.planning.geofence import Geofence
+from fl_uav.vehicle.fake_vehicle import FakeVehicle
+from fl_uav.vehicle.interface import BatteryStatus
+
+FENCE = Geofence(0.0, 0.0, 400.0, 400.0, min_up_m=5.0, max_up_m=120.0)
+CONFIG = StatusConfig(battery_warn_fraction=0.3, battery_error_fraction=0.15)
+
+
+class _Agent:
+    """What the status reads of a DroneAgent."""
+
+    buffered_samples = 42
+    rounds_trained = 2
+    waypoints_reached = 7
+    uploads_rolled_back = 0
+
+    def __init__(self) -> None:
+        self.rejected_reasons: Counter[str] = Counter()
+        self.knobs_rejected: Counter[str] = Counter()
+
+
+def _pilot(connected: bool = True) -> DronePilot:
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    pilot = DronePilot(_Agent(), vehicle, FlightConfig(), ThreadPoolExecutor(1),
+                       geofence=FENCE)
+    if connected:
+        asyncio.run(pilot.ensure_connected())
+    return pilot
+
+
+def _gate(round_index: int) -> RoundGate:
+    gate = RoundGate(10)
+    if round_index:
+        gate.admit_round(round_index, 10, 'a1b2', 1)
+    return gate
+
+
+def _values(report) -> dict[str, str]:
+    return dict(report.values)
+
+
+def test_a_connected_drone_between_rounds_is_ok_with_its_numbers():
+    # Arrange
+    pilot = _pilot()
+    # Act
+    report = drone_status(3, pilot, pilot.agent, _gate(2), BatteryStatus(0.8, 15.9), CONFIG)
+    # Assert
+    values = _values(report)
+    assert (report.name, report.hardware_id, report.level) == ('fl_uav: uav3', 'uav3', OK)
+    assert report.message == 'round 2 waiting'
+    assert values['autopilot_link'] == 'up' and values['battery_percent'] == '80'
+    assert values['run_id'] == 'a1b2' and values['buffered_samples'] == '42'
+    assert values['armed'] == 'false' and values['last_error'] == 'none'
+
+
+def test_no_link_yet_warns_and_a_lost_link_is_an_error():
+    # Arrange
+    never = _pilot(connected=False)
+    lost = _pilot()
+    lost.vehicle.connected = False
+    lost.vehicle.link_losses = 1
+    # Act
+    before = drone_status(0, never, never.agent, _gate(0), None, CONFIG)
+    after = drone_status(0, lost, lost.agent, _gate(1), None, CONFIG)
+    # Assert
+    assert before.level == WARN and before.message.startswith('no autopilot link yet')
+    assert _values(before)['battery_percent'] == 'unknown'
+    assert after.level == ERROR
+    assert after.message.startswith('autopilot link lost (1 losses so far)')
+    assert _values(after)['autopilot_link'] == 'lost'
+
+
+@pytest.mark.parametrize('fraction, level', [(0.31, OK), (0.3, WARN), (0.2, WARN),
+                                             (0.15, ERROR), (0.05, ERROR)])
+def test_battery_levels_follow_the_configured_fractions(fraction, level):
+    pilot = _pilot()
+    report = drone_status(0, pilot, pilot.agent, _gate(1), BatteryStatus(fraction, 14.0),
+                          CONFIG)
+    assert report.level == level
+    assert ('battery' in report.message) == (level != OK)
+
+
+def test_the_last_rounds_flight_error_warns_but_an_older_one_does_not():
+    # Arrange
+    pilot = _pilot()
+    pilot.state.last_error = 'round 3: go-to timed out'
+    battery = BatteryStatus(0.9, 16.0)
+    # Act
+    now = drone_status(0, pilot, pilot.agent, _gate(3), battery, CONFIG)
+    later = drone_status(0, pilot, pilot.agent, _gate(4), battery, CONFIG)
+    # Assert: the worst first, then where the drone is
+    assert now.level == WARN and now.message == 'round 3: go-to timed out; round 3 waiting'
+    assert later.level == OK and _values(later)['last_error'] == 'round 3: go-to timed out'
+
+
+def test_the_phase_follows_the_round_and_the_finish():
+    # Arrange: an agent that notes the phase while it trains; a watcher on the pilot's loop
+    pilot = _pilot()
+    seen: list[str] = []
+    pilot.agent.train_round = lambda task: seen.append(f'train:{pilot.state.phase}')
+    task = RoundTask(round_index=1, weights={}, plan=(PlanWaypoint(100.0, 100.0, 30.0),),
+                     deadline_s=600.0)
+
+    async def round_then_finish():
+        async def watch():
+            while True:
+                if not seen or seen[-1] != pilot.state.phase:
+                    seen.append(pilot.state.phase)
+                await asyncio.sleep(0)
+        watcher = asyncio.ensure_future(watch())
+        await pilot.run_round(task)
+        await asyncio.sleep(0)
+        await pilot.finish()
+        await asyncio.sleep(0)
+        watcher.cancel()
+
+    # Act
+    asyncio.run(round_then_finish())
+    # Assert
+    assert seen[0] == 'flying' and 'train:training' in seen, seen
+    assert seen[-3:] == ['waiting', 'returning', 'finished'], seen
