@@ -54,7 +54,8 @@ class FlightState:
     armed: bool = False
     airborne: bool = False
     landed_after_flight: bool = False
-    last_error: str = ''
+    last_error: str = ''     # the last flight error of the node's life, 'round N: why'
+    round_error: str = ''    # the round in progress or last flown: its error ('' = none)
     phase: str = 'waiting'   # waiting | flying | training | touring | returning | finished
 
 
@@ -115,17 +116,21 @@ class DronePilot:
                 self.state.airborne = self.state.armed = False
             if (not self.state.airborne and self.vehicle.armed is True
                     and self.vehicle.in_air is True):
-                self._check_home_altitude()
+                self._check_home()
                 _log.warning('the autopilot reports the vehicle armed and in the air already '
                              '(restarted in flight, or the link dropped during take-off): '
                              'flying on from where it is, without arming or taking off')
                 self.state.armed = self.state.airborne = True
             if not self.state.airborne:
-                self._check_home_altitude()
+                self._check_home()
                 await self.vehicle.arm()
                 self.state.armed = True
                 await self.vehicle.takeoff(self.flight.takeoff_altitude_m)
                 self.state.airborne = True
+
+    def _failed(self, task: RoundTask, reason: str) -> None:
+        """Record the round's flight error (state.last_error and state.round_error)."""
+        self.state.last_error = self.state.round_error = f'round {task.round_index}: {reason}'
 
     @contextlib.contextmanager
     def _phase(self, name: str) -> Iterator[None]:
@@ -138,11 +143,21 @@ class DronePilot:
             if self.state.phase == name:
                 self.state.phase = 'waiting'
 
-    def _check_home_altitude(self) -> None:
-        """VehicleError (the drone does not arm) if the autopilot's home is further above or
-        below the ENU origin than flight.max_home_offset_up_m: the origin altitude in the
-        config does not match the site, and every altitude would be off by the difference."""
-        home_up_m = self.vehicle.home_enu_m[2]
+    def _check_home(self) -> None:
+        """VehicleError (the drone does not arm) if the autopilot's home is outside the
+        geofence's box (the take-off and the return to launch would fly outside it), or
+        further above or below the ENU origin than flight.max_home_offset_up_m (the origin
+        altitude in the config does not match the site, and every altitude would be off by
+        the difference)."""
+        home_east_m, home_north_m, home_up_m = self.vehicle.home_enu_m
+        fence = self.geofence
+        if not (fence.east_min_m <= home_east_m <= fence.east_max_m
+                and fence.north_min_m <= home_north_m <= fence.north_max_m):
+            raise VehicleError(
+                f'not arming: the autopilot home ({home_east_m:.1f}, {home_north_m:.1f}) m ENU '
+                f'is outside the geofence ({fence.describe()}); the take-off and the return to '
+                f'launch would fly outside it. Take off from inside the fence, or set '
+                f'geofence.* (and autopilot.origin_* if the origin is wrong)')
         if not abs(home_up_m) <= self.flight.max_home_offset_up_m:   # NaN: unknown, refused
             raise VehicleError(
                 f'not arming: the autopilot home is {home_up_m:+.1f} m from the origin altitude '
@@ -189,6 +204,7 @@ class DronePilot:
         """Choose the round's mission (onboard planner), fly it (bounded by the round's
         deadline), then train; a failed or cut-short flight is recorded and the drone still
         reports what it learned."""
+        self.state.round_error = ''
         with self._phase('flying'):
             task = await self.own_mission(task)
             await self._fly_round(task)
@@ -203,12 +219,12 @@ class DronePilot:
             self.agent.waypoints_reached += reached
         except GeofenceViolationError as exc:
             self.plans_rejected[exc.reason] += 1
-            self.state.last_error = f'round {task.round_index}: plan rejected: {exc}'
+            self._failed(task, f'plan rejected: {exc}')
             _log.error('round %d: plan rejected, flying nothing (holding): %s',
                        task.round_index, exc)
         except (VehicleError, TimeoutError) as exc:
             reason = str(exc) or f'flight budget of {self.flight_budget_s(task):.0f} s exceeded'
-            self.state.last_error = f'round {task.round_index}: {reason}'
+            self._failed(task, reason)
             # The autopilot may have landed (failsafe); arm and take off again next round.
             self.state.airborne = not isinstance(exc, VehicleError)
             _log.warning('flight failed in round %d: %s', task.round_index, reason)
@@ -226,6 +242,7 @@ class DronePilot:
         uploads what it collected. A task whose express knob is unusable raises
         ExpressTaskError (nothing flown, nothing uploaded; the station's deadline covers it).
         """
+        self.state.round_error = ''
         with self._phase('touring'):
             return await self._tour(task, carrier, link, speed_m_s)
 
@@ -234,7 +251,7 @@ class DronePilot:
         try:
             tour = carrier.start_tour(task)
         except ExpressTaskError as exc:
-            self.state.last_error = f'round {task.round_index}: {exc}'
+            self._failed(task, str(exc))
             _log.error('%s', exc)
             carrier.tour = None
             raise
@@ -244,12 +261,12 @@ class DronePilot:
         except GeofenceViolationError as exc:
             self.plans_rejected[exc.reason] += 1
             tour.error = f'plan rejected: {exc.reason}'
-            self.state.last_error = f'round {task.round_index}: plan rejected: {exc}'
+            self._failed(task, f'plan rejected: {exc}')
             _log.error('round %d: tour rejected, flying nothing: %s', task.round_index, exc)
         except (VehicleError, TimeoutError) as exc:
             reason = str(exc) or f'flight budget of {self.flight_budget_s(task):.0f} s exceeded'
             tour.error = reason
-            self.state.last_error = f'round {task.round_index}: {reason}'
+            self._failed(task, reason)
             self.state.airborne = not isinstance(exc, VehicleError)
             _log.warning('tour failed in round %d: %s', task.round_index, reason)
         tour.missed.extend(c for c in tour.clients

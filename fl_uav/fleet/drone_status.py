@@ -8,9 +8,9 @@ agent and the round gate and returns a :class:`StatusReport`; the node converts 
 Levels (diagnostic_msgs' OK / WARN / ERROR):
 - ERROR: the autopilot link was up and is lost now; battery at or below
   ``status.battery_error_fraction``.
-- WARN: no autopilot link yet; battery at or below ``status.battery_warn_fraction``; the last
-  round taken ended with a flight error (its reason is the message); the run is over but the
-  vehicle is still in the air.
+- WARN: no autopilot link yet; battery at or below ``status.battery_warn_fraction``; the round
+  in progress or last flown has a flight error (its reason is the message); the run is over
+  but the vehicle is still in the air.
 - OK otherwise. The message says the worst condition first, then the phase.
 """
 
@@ -72,8 +72,8 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
         problems.append((ERROR, f'battery {fraction:.0%}'))
     elif fraction <= config.battery_warn_fraction:
         problems.append((WARN, f'battery {fraction:.0%}'))
-    if gate.last_round and state.last_error.startswith(f'round {gate.last_round}:'):
-        problems.append((WARN, state.last_error))
+    if state.round_error:
+        problems.append((WARN, state.round_error))
     if state.phase == 'finished' and pilot.in_flight:
         problems.append((WARN, 'run over, vehicle still in the air'))
     problems.sort(key=lambda p: -p[0])

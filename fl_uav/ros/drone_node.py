@@ -271,8 +271,8 @@ class DroneNode(Node):
             self.get_logger().error(f'round failed: {future.exception()!r}')
             return
         report: UpdateReport = future.result()
-        if self.pilot.state.last_error.startswith(f'round {report.round_index}:'):
-            self.get_logger().warning(f'flight: {self.pilot.state.last_error} '
+        if self.pilot.state.round_error:
+            self.get_logger().warning(f'flight: {self.pilot.state.round_error} '
                                       f'(plans rejected so far: '
                                       f'{dict(self.pilot.plans_rejected)})')
         for knob, (kind, detail) in report.knobs_rejected.items():

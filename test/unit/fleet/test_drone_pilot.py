@@ -32,9 +32,10 @@ class _Agent:
         return f'report {task.round_index}'
 
 
-def _fly(plan: tuple[PlanWaypoint, ...], home_up_m: float = 0.0
+def _fly(plan: tuple[PlanWaypoint, ...], home_up_m: float = 0.0,
+         home_en_m: tuple[float, float] = (200.0, 200.0)
          ) -> tuple[DronePilot, FakeVehicle, _Agent, str]:
-    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, home_up_m))
+    vehicle = FakeVehicle(home_enu_m=(*home_en_m, home_up_m))
     agent = _Agent()
     with ThreadPoolExecutor(max_workers=1) as pool:
         pilot = DronePilot(agent, vehicle, FlightConfig(speed_m_s=20.0), pool, geofence=FENCE)
@@ -260,3 +261,13 @@ def test_a_vehicle_already_armed_in_the_air_is_flown_on_without_arm_or_takeoff(c
     assert 'fly_waypoints' in _operations(vehicle)
     assert pilot.in_flight and pilot.state.airborne
     assert any('armed and in the air already' in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize('home_en_m', [(5.0, 200.0), (200.0, 395.0)])
+def test_a_home_outside_the_geofence_is_not_armed(home_en_m):
+    # Arrange / Act: the drone stands outside its fence (the plan itself is inside)
+    pilot, vehicle, _, _ = _fly(INSIDE, home_en_m=home_en_m)
+    # Assert: the take-off and the return to launch would leave the fence: nothing is sent
+    assert not {'arm', 'takeoff', 'fly_waypoints'} & set(_operations(vehicle))
+    assert 'is outside the geofence' in pilot.state.last_error
+    assert 'return to launch' in pilot.state.last_error

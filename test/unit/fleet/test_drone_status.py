@@ -96,15 +96,20 @@ def test_battery_levels_follow_the_configured_fractions(fraction, level):
     assert ('battery' in report.message) == (level != OK)
 
 
-def test_the_last_rounds_flight_error_warns_but_an_older_one_does_not():
-    # Arrange
+def test_the_last_rounds_flight_error_warns_until_the_next_round_flies():
+    # Arrange: round 3's go-to timed out
     pilot = _pilot()
-    pilot.state.last_error = 'round 3: go-to timed out'
+    pilot._failed(RoundTask(round_index=3, weights={}, plan=(), deadline_s=60.0),
+                  'go-to timed out')
     battery = BatteryStatus(0.9, 16.0)
     # Act
     now = drone_status(0, pilot, pilot.agent, _gate(3), battery, CONFIG)
-    later = drone_status(0, pilot, pilot.agent, _gate(4), battery, CONFIG)
-    # Assert: the worst first, then where the drone is
+    pilot.agent.train_round = lambda task: None
+    asyncio.run(pilot.run_round(RoundTask(round_index=3, weights={}, plan=(),
+                                          deadline_s=60.0)))   # a later run's round 3
+    later = drone_status(0, pilot, pilot.agent, _gate(3), battery, CONFIG)
+    # Assert: the worst first, then where the drone is; a round flown since clears it (even
+    # one with the same number in a later run), the history keeps it
     assert now.level == WARN and now.message == 'round 3: go-to timed out; round 3 waiting'
     assert later.level == OK and _values(later)['last_error'] == 'round 3: go-to timed out'
 
