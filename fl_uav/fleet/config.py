@@ -63,7 +63,9 @@ class FlightConfig:
     home must lie within max_home_offset_up_m of the ENU origin's altitude
     (autopilot.origin_alt_amsl_m): every altitude and the geofence band are metres above the
     origin, so a wrong origin altitude would shift them all by the difference; on sloped
-    ground raise it to the site's relief."""
+    ground raise it to the site's relief. A drone in flight between rounds that hears no frame
+    from the ground station for station_timeout_s returns to launch and lands (0: never;
+    fl_uav/fleet/station_watchdog.py); it must exceed the longest round."""
 
     url_template: str = 'udpin://127.0.0.1:{port}'
     port_base: int = 14540
@@ -75,8 +77,12 @@ class FlightConfig:
     min_flight_budget_s: float = 5.0
     shutdown_rtl_timeout_s: float = 30.0
     max_home_offset_up_m: float = 10.0
+    station_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.station_timeout_s < math.inf:
+            raise ValueError(f'station_timeout_s must be >= 0 s (0: never return), got '
+                             f'{self.station_timeout_s}')
         if '{port}' not in self.url_template and '{' in self.url_template:
             raise ValueError(f'url_template may only use {{port}}, got {self.url_template!r}')
         if not (1 <= self.port_base <= 65000):
@@ -413,6 +419,12 @@ class FleetConfig:
         require_choice('mode', self.mode, FLEET_MODES)
         self.check_express()
         longest_round_s = self.rounds.deadline_s + self.rounds.first_round_extra_s
+        timeout_s = self.flight.station_timeout_s
+        if 0 < timeout_s <= longest_round_s:
+            raise ValueError(f'flight.station_timeout_s {timeout_s:g} s must exceed the longest '
+                             f'round, rounds.deadline_s + rounds.first_round_extra_s = '
+                             f'{longest_round_s:g} s (or be 0: never return): drones would '
+                             f'return to launch between normal rounds')
         if self.security.keys_dir and self.security.max_frame_age_s <= longest_round_s:
             # A late joiner takes the latched model of the round in progress: it must be fresh.
             raise ValueError(f'security.max_frame_age_s {self.security.max_frame_age_s:g} s '

@@ -305,6 +305,26 @@ class DronePilot:
         self.state.airborne = False
         self.state.landed_after_flight = True
 
+    async def return_home(self, reason: str) -> None:
+        """Return to launch and land now, between rounds (the station went silent:
+        fl_uav/fleet/station_watchdog.py); the next round arms and takes off again. Holds the
+        pilot's guard, so a round that starts meanwhile waits for the landing. A VehicleError
+        is logged (the autopilot keeps its mode), never raised."""
+        async with self._guard():
+            if not self.in_flight:
+                return
+            _log.warning('%s: returning to launch and landing; the next round takes off '
+                         'again', reason)
+            with self._phase('returning'):
+                try:
+                    await self.vehicle.return_to_launch()
+                except VehicleError as exc:
+                    _log.error('return to launch failed: %s', exc)
+                    return
+                self.state.armed = self.state.airborne = False
+                self.state.landed_after_flight = True
+            _log.info('landed at home; waiting for the station')
+
     @property
     def in_flight(self) -> bool:
         """True from arming until the pilot saw the vehicle land (it may still be climbing,

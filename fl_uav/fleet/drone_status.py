@@ -8,9 +8,10 @@ agent and the round gate and returns a :class:`StatusReport`; the node converts 
 Levels (diagnostic_msgs' OK / WARN / ERROR):
 - ERROR: the autopilot link was up and is lost now; battery at or below
   ``status.battery_error_fraction``.
-- WARN: no autopilot link yet; battery at or below ``status.battery_warn_fraction``; the round
-  in progress or last flown has a flight error (its reason is the message); the run is over
-  but the vehicle is still in the air.
+- WARN: no frame from the ground station for ``flight.station_timeout_s`` (the drone returns
+  to launch: fl_uav/fleet/station_watchdog.py); no autopilot link yet; battery at or below
+  ``status.battery_warn_fraction``; the round in progress or last flown has a flight error
+  (its reason is the message); the run is over but the vehicle is still in the air.
 - OK otherwise. The message says the worst condition first, then the phase.
 """
 
@@ -54,8 +55,10 @@ def _counts(counter: Mapping[str, int]) -> str:
 
 
 def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: RoundGate,
-                 battery: BatteryStatus | None, config: StatusConfig) -> StatusReport:
-    """The drone's status now (module docstring for the levels)."""
+                 battery: BatteryStatus | None, config: StatusConfig,
+                 station_silent_s: float = math.nan) -> StatusReport:
+    """The drone's status now (module docstring for the levels); ``station_silent_s``:
+    seconds since the ground station was last heard (NaN: not tracked)."""
     vehicle, state = pilot.vehicle, pilot.state
     link_up = vehicle.link_up
     if not state.connected:
@@ -74,6 +77,10 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
         problems.append((WARN, f'battery {fraction:.0%}'))
     if state.round_error:
         problems.append((WARN, state.round_error))
+    timeout_s = pilot.flight.station_timeout_s
+    if 0 < timeout_s <= station_silent_s and state.phase != 'finished':
+        problems.append((WARN, f'no frame from the ground station for '
+                               f'{station_silent_s:.0f} s'))
     if state.phase == 'finished' and pilot.in_flight:
         problems.append((WARN, 'run over, vehicle still in the air'))
     problems.sort(key=lambda p: -p[0])
@@ -95,6 +102,8 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
         ('buffered_samples', str(agent.buffered_samples)),
         ('rounds_trained', str(agent.rounds_trained)),
         ('waypoints_reached', str(agent.waypoints_reached)),
+        ('station_silent_s', 'unknown' if math.isnan(station_silent_s)
+         else f'{station_silent_s:.0f}'),
         ('last_error', state.last_error or 'none'),
         ('plans_rejected', _counts(pilot.plans_rejected)),
         ('global_frames_rejected', _counts(agent.rejected_reasons)),

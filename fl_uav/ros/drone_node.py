@@ -66,6 +66,7 @@ from fl_uav.fleet.onboard_planner import (
     record_file_name,
 )
 from fl_uav.fleet.round_gate import NEW_RUN, REPEAT, RoundGate
+from fl_uav.fleet.station_watchdog import StationWatchdog
 from fl_uav.fleet.world_setup import map_labeler
 from fl_uav.ros import names
 from fl_uav.ros.conversions import (
@@ -154,9 +155,11 @@ class DroneNode(Node):
         self._update_pub = self.create_publisher(UInt8MultiArray, names.UPDATES_TOPIC,
                                                  names.UPDATES_QOS)
         self._battery: BatteryStatus | None = None
+        self.watchdog = StationWatchdog(cfg.flight.station_timeout_s, self._now())
+        self._return: Future | None = None
         self._status_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS_TOPIC,
                                                  names.DIAGNOSTICS_QOS)
-        self.create_timer(cfg.status.period_s, self._publish_status)
+        self.create_timer(cfg.status.period_s, self._on_status_tick)
         self.express = cfg.mode == 'express'
         if self.express:   # FedEx transporter: no camera training (the clients train)
             self.carrier = ExpressCarrier(cfg, self.drone_id, self.agent.shapes,
@@ -173,10 +176,20 @@ class DroneNode(Node):
                                f'{cfg.flight.url_for(self.drone_id)}, geofence '
                                f'{self.pilot.geofence.describe()}')
 
-    def _publish_status(self) -> None:
+    def _on_status_tick(self) -> None:
+        """Every status.period_s: the station watchdog, then the status on /diagnostics."""
+        now = self._now()
+        if ((self._return is None or self._return.done())
+                and self.watchdog.should_return(now, in_flight=self.pilot.in_flight,
+                                                phase=self.pilot.state.phase)):
+            silent_s = self.watchdog.silent_for_s(now)
+            self._return = self.runner.submit(self.pilot.return_home(
+                f'no frame from the ground station for {silent_s:.0f} s '
+                f'(flight.station_timeout_s {self.config.flight.station_timeout_s:g} s)'))
         report = drone_status(self.drone_id, self.pilot, self.agent, self.rounds,
-                              self._battery, self.config.status)
-        self._status_pub.publish(status_to_msg(report, self._now()))
+                              self._battery, self.config.status,
+                              self.watchdog.silent_for_s(now))
+        self._status_pub.publish(status_to_msg(report, now))
 
     def _on_battery(self, battery: BatteryStatus) -> None:
         self._battery = battery
@@ -216,6 +229,8 @@ class DroneNode(Node):
 
     def _on_global(self, msg: UInt8MultiArray) -> None:
         work = self.agent.accept_global_frame(msg_to_bytes(msg))
+        if work is not None:
+            self.watchdog.heard(self._now())
         if work is None:
             self.get_logger().warning(f'rejected a global model frame; rejected so far, by '
                                       f'reason: {dict(self.agent.rejected_reasons)}')
@@ -326,7 +341,7 @@ class DroneNode(Node):
         the vehicle loop and the training thread (once; later calls do nothing)."""
         if not self.runner.running:
             return
-        for work in (self._round, self._tour):
+        for work in (self._round, self._tour, self._return):
             if work is not None:
                 work.cancel()
         flight = self.config.flight   # the pilot logs the return to launch

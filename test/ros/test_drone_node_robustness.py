@@ -213,3 +213,32 @@ def test_a_bad_node_parameter_stops_the_node_with_an_error_naming_it(tmp_path, p
             factory()
     finally:
         rclpy.try_shutdown()
+
+
+def test_a_drone_that_stops_hearing_the_station_returns_and_takes_off_again(tmp_path,
+                                                                            port_base):
+    # Arrange: rounds of 5 s, the station watchdog at 8 s; one round flown, then silence
+    overrides = {'flight.takeoff_altitude_m': 20.0, 'rounds.deadline_s': 5.0,
+                 'rounds.first_round_extra_s': 0.0, 'flight.station_timeout_s': 8.0,
+                 'status.period_s': 0.5}
+    with drone_under_test(tmp_path, port_base, HOME, overrides, {}) as (sim, node, probe,
+                                                                       executor):
+        uploads, model_pub = _uploads_and_model_pub(probe)
+        near = [[HOME[0] + 30.0, HOME[1], 20.0]]
+        model_pub.publish(frame_msg(_round_frame(1, near)))
+        assert spin_until(executor, lambda: bool(uploads), 60.0), 'round 1 not uploaded'
+        # Act (a): the station goes silent
+        returned = spin_until(executor, lambda: sim.events_of(0, 'landed')
+                              and not sim.snapshots()[0].armed, 60.0)
+        # Assert (a): back home, landed and disarmed
+        assert returned, [e['event'] for e in sim.events_of(0)]
+        snapshot = sim.snapshots()[0]
+        assert 'rtl' in [e['event'] for e in sim.events_of(0)]
+        assert np.hypot(snapshot.position_enu_m[0] - HOME[0],
+                        snapshot.position_enu_m[1] - HOME[1]) < 3.0
+        # Act (b): the station is back with round 2
+        takeoffs = len(sim.events_of(0, 'takeoff'))
+        model_pub.publish(frame_msg(_round_frame(2, near)))
+        flown = spin_until(executor, lambda: len(uploads) >= 2, 60.0)
+        # Assert (b): armed and took off again for round 2
+        assert flown and len(sim.events_of(0, 'takeoff')) == takeoffs + 1

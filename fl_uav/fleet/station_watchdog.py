@@ -1,0 +1,40 @@
+"""A drone in the air that stops hearing its ground station returns to launch and lands.
+
+The station sends one global-model frame per round, so while a run goes on a drone hears it at
+least every round (rounds.deadline_s, plus rounds.first_round_extra_s in round 1, plus the
+aggregation). If the station crashes, is killed, or its radio link is lost, the drone would
+otherwise hover where its last mission ended until its battery failsafe. After
+``flight.station_timeout_s`` without a frame from the station (0: never), a drone that is in
+flight and between rounds (not flying a mission, not returning, not finished) returns to
+launch and lands; the next round it takes, from the same or a restarted station, arms and takes
+off again. ROS-free: the drone node feeds :meth:`StationWatchdog.heard` and asks
+:meth:`StationWatchdog.should_return` on its status timer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+BETWEEN_ROUNDS_PHASE = 'waiting'   # DronePilot's phase when no round or tour is under way
+
+
+@dataclass
+class StationWatchdog:
+    """Seconds since the station was last heard, and whether that calls for a return."""
+
+    timeout_s: float
+    last_heard_s: float
+
+    def heard(self, now_s: float) -> None:
+        """A frame from the station arrived (a valid one: signed and verified with keys)."""
+        self.last_heard_s = max(self.last_heard_s, now_s)
+
+    def silent_for_s(self, now_s: float) -> float:
+        """Seconds since the station was last heard (or since the node started)."""
+        return max(0.0, now_s - self.last_heard_s)
+
+    def should_return(self, now_s: float, *, in_flight: bool, phase: str) -> bool:
+        """True if the drone should return to launch now: the watchdog is on, the station has
+        been silent for ``timeout_s``, and the drone is in flight between rounds."""
+        return (self.timeout_s > 0 and in_flight and phase == BETWEEN_ROUNDS_PHASE
+                and self.silent_for_s(now_s) >= self.timeout_s)
