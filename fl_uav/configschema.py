@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -115,6 +116,18 @@ def _not_nan(key: str, value: float) -> float:
     return value
 
 
+#: Keys (by the end of their last segment) that hold a file or directory path.
+PATH_KEY_SUFFIXES = ('_dir', '_file', 'path')
+
+
+def _expand_home(key: str, value: Any) -> Any:
+    """``~/fl_runs`` -> ``/home/<user>/fl_runs`` for path keys: a shell leaves ``~`` after
+    ``:=`` (``-p output_dir:=~/fl_runs``) and in YAML unexpanded."""
+    if isinstance(value, str) and key.rsplit('.', 1)[-1].endswith(PATH_KEY_SUFFIXES):
+        return os.path.expanduser(value)
+    return value
+
+
 def _coerce(key: str, value: Any, elem: type, kind: str) -> Any:
     def one(v: Any) -> Any:
         if elem is bool:
@@ -207,7 +220,7 @@ def _build_section(cls: type, prefix: str, flat: Mapping[str, Any], leaves: dict
             kwargs[field.name] = _build_section(tp, key + '.', flat, leaves)
         elif key in flat and key in leaves:
             elem, kind = leaves[key]
-            kwargs[field.name] = _coerce(key, flat[key], elem, kind)
+            kwargs[field.name] = _expand_home(key, _coerce(key, flat[key], elem, kind))
     try:
         return cls(**kwargs)
     except ConfigError:

@@ -11,6 +11,7 @@ from fl_uav.configschema import (
     read_params_file,
     to_flat,
 )
+from fl_uav.fleet.config import DroneNodeParams, FleetConfig
 from fl_uav.sim.experiment_config import ExperimentConfig
 
 
@@ -135,3 +136,14 @@ def test_another_tools_name_for_a_key_suggests_ours(given, meant):
     # Act / Assert
     with pytest.raises(ConfigError, match=rf"'{given}' \(did you mean '{meant}'\?\)"):
         build_config(ExperimentConfig, {given: 1})
+
+
+def test_a_path_key_starting_with_a_tilde_is_the_home_directory(monkeypatch, tmp_path):
+    # Arrange: as `-p output_dir:=~/fl_runs` arrives (the shell does not expand it after :=)
+    monkeypatch.setenv('HOME', str(tmp_path))
+    # Act
+    own = build_config(DroneNodeParams, {'output_dir': '~/fl_runs'})
+    fleet = build_config(FleetConfig, {'security.keys_dir': '~/keys'})
+    # Assert
+    assert own.output_dir == str(tmp_path / 'fl_runs')
+    assert fleet.security.keys_dir == str(tmp_path / 'keys')
