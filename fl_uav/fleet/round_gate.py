@@ -84,6 +84,12 @@ class RoundGate:
         """The verdict on a GLOBAL_MODEL frame's round; taken rounds move the gate."""
         limit = (self.default_num_rounds if num_rounds is None
                  else min(num_rounds, self.default_num_rounds))
+        if (num_rounds is not None and self.default_num_rounds < round_index <= num_rounds):
+            return self._ignore(BEYOND_RUN, f'round {round_index} of a run of {num_rounds} '
+                                            f'rounds, but this drone is configured for '
+                                            f'rounds.num_rounds {self.default_num_rounds}: set '
+                                            f'the same rounds.num_rounds on the station and '
+                                            f'every drone')
         if not 1 <= round_index <= limit:
             return self._ignore(BEYOND_RUN, f'round {round_index} is outside the run of '
                                             f'{limit} rounds')

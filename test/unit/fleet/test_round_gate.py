@@ -173,3 +173,15 @@ def test_a_drone_that_took_no_round_obeys_a_finish():
     verdict = gate.admit_finish(RUN, RUN_A)
     # Assert
     assert verdict.taken
+
+
+def test_a_station_running_more_rounds_than_the_drone_is_configured_for_is_named():
+    # Arrange: the drone's rounds.num_rounds is 3; the station announces a run of 4
+    gate = RoundGate(3)
+    for r in (1, 2, 3):
+        gate.admit_round(r, 4, 'run-a', 1)
+    # Act
+    verdict = gate.admit_round(4, 4, 'run-a', 1)
+    # Assert: ignored, and the message says which key differs
+    assert verdict.action == BEYOND_RUN
+    assert 'rounds.num_rounds 3' in verdict.detail and 'run of 4 rounds' in verdict.detail
