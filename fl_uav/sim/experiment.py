@@ -958,6 +958,65 @@ def _experiment_summary(run_dir: Path) -> dict[str, Any]:
     return summary
 
 
+#: Config keys that differ between repetitions of one experiment (not a different setting).
+REPETITION_KEYS = ('seed', 'name')
+#: Keys whose difference between compared runs makes their figures incomparable: said so.
+CONTEXT_KEYS = ('data.dataset', 'num_rounds', 'num_drones', 'learning.model')
+
+
+def _seed_groups(run_dirs: Sequence[Path], labels: Sequence[str]
+                 ) -> list[tuple[str, list[int]]]:
+    """Runs whose config.json differ only in REPETITION_KEYS, as (label, indices) in first
+    appearance order; runs without a readable config.json stand alone."""
+    groups: dict[str, list[int]] = {}
+    for index, run_dir in enumerate(run_dirs):
+        try:
+            config = _json_mapping(Path(run_dir) / CONFIG_FILE)
+        except ExperimentError:
+            key = f'#{index}'
+        else:
+            key = json.dumps({k: v for k, v in config.items() if k not in REPETITION_KEYS},
+                             sort_keys=True, default=str)
+        groups.setdefault(key, []).append(index)
+    return [(labels[members[0]].split(' (')[0], members) for members in groups.values()]
+
+
+def _mean_std(values: Sequence[float]) -> str:
+    return f'{float(np.mean(values)):.4f} ± {float(np.std(values, ddof=1)):.4f}'
+
+
+def _seed_table(runs: Sequence[tuple[str, list[dict]]],
+                groups: Sequence[tuple[str, list[int]]], width: int) -> str:
+    """Mean ± sample std over each group's seeds of the final and best accuracy and uplink."""
+    lines = [f'{"over seeds":<{width}} {"runs":>4} {"final acc":>17} {"best acc":>17} '
+             f'{"uplink MB":>17}']
+    for label, members in groups:
+        rows = [runs[i][1] for i in members if runs[i][1]]
+        if len(rows) < 2:
+            continue
+        final = [r[-1]['accuracy'] for r in rows]
+        best = [max(x['accuracy'] for x in r) for r in rows]
+        uplink = [sum(x['uplink_bytes'] for x in r) / 1e6 for r in rows]
+        lines.append(f'{label:<{width}} {len(rows):>4} {_mean_std(final):>17} '
+                     f'{_mean_std(best):>17} {_mean_std(uplink):>17}')
+    return '\n'.join(lines) if len(lines) > 1 else ''
+
+
+def _context_notes(run_dirs: Sequence[Path]) -> list[str]:
+    """A note for each CONTEXT_KEYS key whose value differs between the runs."""
+    values: dict[str, set[str]] = {key: set() for key in CONTEXT_KEYS}
+    for run_dir in run_dirs:
+        try:
+            config = _json_mapping(Path(run_dir) / CONFIG_FILE)
+        except ExperimentError:
+            continue
+        for key in CONTEXT_KEYS:
+            if key in config:
+                values[key].add(str(config[key]))
+    return [f'note: the runs differ in {key} ({", ".join(sorted(found))}): their figures are '
+            f'not like for like' for key, found in values.items() if len(found) > 1]
+
+
 def compare_runs(run_dirs: list[Path], out_dir: Path, target_accuracy: float | None = None,
                  targets: Sequence[float] = ()) -> str:
     """Overlay runs in one set of plots and return a table of their figures.
@@ -965,7 +1024,9 @@ def compare_runs(run_dirs: list[Path], out_dir: Path, target_accuracy: float | N
     The energy-to-target columns use each run's own ``target_accuracy`` or, if given,
     ``target_accuracy`` for every run (recomputed from its rounds.csv). ``targets`` adds a
     second table: each run's energy (kJ) to the first round at or above each target, and that
-    round ('never' if not reached), the paper-style "energy to a target accuracy" curve."""
+    round ('never' if not reached), the paper-style "energy to a target accuracy" curve. Runs
+    whose configs differ only in the seed get a table of mean ± sample std over their seeds;
+    runs on different datasets, models, fleet sizes or run lengths get a note saying so."""
     for name, value in [('--target', target_accuracy), *(('--targets', t) for t in targets)]:
         if value is not None and not 0.0 < value <= 1.0:
             raise ExperimentError(f'{name} must be in (0, 1], got {value}')
@@ -990,6 +1051,10 @@ def compare_runs(run_dirs: list[Path], out_dir: Path, target_accuracy: float | N
                      f'{sum(r["wall_s"] for r in rows):>8.1f} ' + _target_cells(summary))
     if targets:
         lines += ['', _targets_table(runs, targets, width)]
+    seeds = _seed_table(runs, _seed_groups(run_dirs, [label for label, _ in runs]), width)
+    if seeds:
+        lines += ['', seeds]
+    lines += _context_notes(run_dirs)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     plot_runs(runs, Path(out_dir))
     table = '\n'.join(lines)

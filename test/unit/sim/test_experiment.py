@@ -134,6 +134,25 @@ def _fake_run(run_dir: Path, name: str, accuracies: list[float], energy_j: float
     return run_dir
 
 
+def test_compare_gives_mean_and_std_over_seeds_and_notes_unlike_runs(tmp_path):
+    # Arrange: seeds 0-2 of one setting, one run of another setting on another dataset
+    def run(name: str, seed: int, accuracies: list[float], dataset: str) -> Path:
+        run_dir = _fake_run(tmp_path / f'{name}{seed}', name, accuracies, 1.0)
+        (run_dir / 'config.json').write_text(json.dumps(
+            {'name': name, 'seed': seed, 'data.dataset': dataset, 'num_rounds': 2}))
+        return run_dir
+    runs = [run('fedavg', 0, [0.5, 0.6], 'digits'), run('fedavg', 1, [0.5, 0.7], 'digits'),
+            run('fedavg', 2, [0.6, 0.8], 'digits'),
+            run('osafl', 0, [0.5, 0.9], 'fashion_mnist')]
+    # Act
+    table = compare_runs(runs, tmp_path / 'cmp')
+    # Assert: final accuracies 0.6, 0.7, 0.8 -> mean 0.7, sample std 0.1; one run: no row
+    seeds = table[table.index('over seeds'):].splitlines()
+    assert seeds[1].split()[:5] == ['fedavg', '3', '0.7000', '±', '0.1000']
+    assert not any(line.startswith('osafl') for line in seeds[1:])
+    assert 'note: the runs differ in data.dataset (digits, fashion_mnist)' in table
+
+
 def test_compare_tabulates_energy_to_each_target(tmp_path, capsys):
     # Arrange: a reaches 0.6 at round 2 and 0.7 at round 3; b reaches 0.6 at round 3, never 0.7
     a = _fake_run(tmp_path / 'a', 'fast', [0.5, 0.65, 0.72], 1000.0)
