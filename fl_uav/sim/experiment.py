@@ -881,6 +881,7 @@ def write_summary(config: ExperimentConfig, out_dir: Path, rows: list[dict[str, 
         'rounds_completed': len(rows), 'num_rounds': config.num_rounds,
         'num_drones': config.num_drones, 'dataset': config.data.dataset,
         'partition': config.data.partition, 'strategy': config.aggregation.strategy,
+        'server_lr': config.aggregation.server_lr,   # the rate used (``auto`` resolved)
         'final_accuracy': rows[-1]['accuracy'] if rows else None,
         'best_accuracy': max((r['accuracy'] for r in rows), default=None),
         'sim_time_s': rows[-1]['sim_time_s'] if rows else 0.0,
