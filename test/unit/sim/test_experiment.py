@@ -314,6 +314,10 @@ def test_cli_refuses_to_overwrite_a_run_unless_told(tmp_path, capsys):
     ('learning.model=lenet5', 1, 'cannot set up the run: lenet5 needs inputs of at least 12 px'),
     ('num_drones=5000', 1, 'cannot set up the run: cannot give 5000 clients'),
     ('data.dataset=image_folder', 2, 'image_folder needs data.path'),
+    ('data.dirichlet_alpha=0.01', 2,          # quick_digits splits by label shards
+     "data.dirichlet_alpha = 0.01 has no effect with data.partition = 'shards'"),
+    ('data.path=/nonexistent', 2,             # sklearn's digits read no file
+     "data.path = '/nonexistent' has no effect with data.dataset = 'digits'"),
     ('learning.weight_decay=-5', 2, 'weight_decay must be >= 0'),
     ('system.distance_max_m=.inf', 2, 'distance_max_m must be finite'),
 ])
