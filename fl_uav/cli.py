@@ -106,9 +106,13 @@ def _experiment(args: argparse.Namespace) -> int:
     finally:
         if fresh_process:      # the command is about to exit
             skip_exit_collection()
+    warnings = summary.get('warnings') or []
     print(f'{summary["status"]}: {summary["rounds_completed"]} rounds, final accuracy '
           f'{summary["final_accuracy"]}, simulated {summary["sim_time_s"]:.1f} s, '
-          f'wall {summary["wall_s"]:.1f} s; results in {out}')
+          f'wall {summary["wall_s"]:.1f} s; results in {out}'
+          + (f'; {len(warnings)} warning(s), above and in summary.json' if warnings else ''))
+    # A diverged run still ran as configured (a result, e.g. one point of an lr sweep): its
+    # warnings are in summary.json, the exit code says whether the run completed.
     return 0 if summary['status'] == 'finished' else 1
 
 

@@ -60,6 +60,7 @@ from fl_uav.learning.datasets import (
     load_image_folder,
     train_test_split_stratified,
 )
+from fl_uav.learning.divergence import DivergenceMonitor
 from fl_uav.learning.models import build_model
 from fl_uav.learning.pruning import pruned_training_model
 from fl_uav.learning.topup import TOPUP_SEED_TAG, build_generator, top_up
@@ -799,6 +800,9 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
         echo(f'resources: {config.resources.planner} planner ready; decisions in '
              f'{out_dir / KNOBS_FILE}')
     status, error = 'finished', ''
+    divergence = DivergenceMonitor(engine.data.num_classes)   # a finite loss runs on: say so
+    for row in rows:   # a resumed run's earlier rounds
+        divergence.observe(row['round'], row['accuracy'], row['loss'])
     try:
         while engine.round_index < config.num_rounds:
             row = engine.run_round()
@@ -809,6 +813,8 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
                     or engine.round_index == config.num_rounds):
                 engine.save_checkpoint()
             echo(_progress_line(row, config.num_rounds))
+            for warning in divergence.observe(row['round'], row['accuracy'], row['loss']):
+                echo(f'warning: {warning}')
     except KeyboardInterrupt:
         status = 'interrupted'
         echo(f'interrupted after round {engine.round_index}; resume with --resume {out_dir}')
@@ -818,7 +824,9 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
     engine.write_express()   # the log up to the last completed update
     write_knobs(engine.resources, out_dir)
     summary = write_summary(config, out_dir, rows, status, error,
-                            time.perf_counter() - wall_start, engine.resources.run_summary())
+                            time.perf_counter() - wall_start,
+                            {**engine.resources.run_summary(),
+                             'warnings': divergence.warnings})
     return summary
 
 

@@ -119,6 +119,8 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
     plot_accuracy(summary, out / PLOT_FILE)
     final = summary['final_accuracy']
+    for warning in summary['warnings']:
+        echo(f'warning: {warning}')
     echo(f'{status}: {len(summary["rounds"])} rounds in {wall_s:.0f} s, final accuracy '
          f'{final if final is None else round(final, 3)}; wrote {out / SUMMARY_FILE}')
     return summary
@@ -193,6 +195,8 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
         'drones': drones,
         'rejected_total': report.get('rejected_total', {}),
         'exit_codes': dict(exit_codes),
+        # the station's: a diverged global model, or one at chance level (a finite loss)
+        'warnings': [w for r in rounds for w in r.get('warnings', [])],
     }
     if config.mode == 'express':
         summary['mode'] = 'express'

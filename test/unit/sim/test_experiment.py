@@ -36,6 +36,7 @@ def test_run_writes_rows_summary_plots_and_learns(tmp_path):
     rows = _rows(tmp_path)
     # Assert
     assert summary['status'] == 'finished' and summary['rounds_completed'] == 6
+    assert summary['warnings'] == []
     assert [int(r['round']) for r in rows] == [1, 2, 3, 4, 5, 6]
     assert float(rows[-1]['accuracy']) > float(rows[0]['accuracy']) + 0.1
     assert all(float(r['sim_time_s']) > 0 and int(r['uplink_bytes']) > 0 for r in rows)
@@ -330,6 +331,23 @@ def test_cli_names_a_setup_the_data_or_model_cannot_give_without_a_traceback(
     assert result == code
     assert message in capsys.readouterr().err
     assert not (tmp_path / 'run').exists()
+
+
+def test_a_run_diverged_with_a_finite_loss_finishes_with_a_warning_logged_and_in_summary(
+        tmp_path):
+    # Arrange: 2CEOAFL at server_lr 1 steps η/η̃ = 10 times FedAvg's step (eq. (13))
+    config = _config(**{'num_rounds': 1, 'aggregation.strategy': '2ceoafl',
+                        'aggregation.server_lr': 1.0})
+    lines = []
+    # Act
+    summary = run_experiment(config, tmp_path, echo=lines.append)
+    # Assert: the run is not failed (its exit code stays 0), but it says it diverged
+    written = json.loads((tmp_path / 'summary.json').read_text())
+    assert summary['status'] == 'finished' and written['warnings'] == summary['warnings']
+    assert len(summary['warnings']) == 1
+    assert 'round 1: test loss' in summary['warnings'][0]
+    assert 'the global model has diverged' in summary['warnings'][0]
+    assert f'warning: {summary["warnings"][0]}' in lines
 
 
 def test_summary_records_the_seed_and_the_code_that_made_the_run(tmp_path):
