@@ -815,9 +815,10 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
             echo(_progress_line(row, config.num_rounds))
             for warning in divergence.observe(row['round'], row['accuracy'], row['loss']):
                 echo(f'warning: {warning}')
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM in `fl-uav experiment` (its name)
         status = 'interrupted'
-        echo(f'interrupted after round {engine.round_index}; resume with --resume {out_dir}')
+        echo(f'interrupted{f" ({exc})" if str(exc) else ""} after round {engine.round_index}; '
+             f'resume with --resume {out_dir}')
     except ExperimentError as exc:
         status, error = 'failed', str(exc)
         echo(f'error: {exc}')
