@@ -908,30 +908,42 @@ def write_summary(config: ExperimentConfig, out_dir: Path, rows: list[dict[str, 
     return summary
 
 
-def plot_runs(runs: list[tuple[str, list[dict[str, Any]]]], out_dir: Path) -> None:
-    """Accuracy vs round, vs simulated time and vs cumulative uplink bytes, one line per run."""
+PLOT_AXES = (('round', 'round', 'accuracy_vs_round.png'),
+             ('sim_time_s', 'simulated time (s)', 'accuracy_vs_sim_time.png'),
+             ('uplink_cum', 'cumulative uplink (MB)', 'accuracy_vs_uplink.png'))
+"""(x key, x label, file) of the accuracy plots every run writes."""
+
+
+def accuracy_figure(runs: list[tuple[str, list[dict[str, Any]]]], key: str, label: str):
+    """Test accuracy against ``key`` (a rounds.csv column, or ``uplink_cum``: cumulative MB),
+    one line per run; rounds get integer ticks only (no round 1.5)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure  # not pyplot: no GUI machinery, a faster import
+    from matplotlib.ticker import MaxNLocator
 
-    axes_spec = (('round', 'round', 'accuracy_vs_round.png'),
-                 ('sim_time_s', 'simulated time (s)', 'accuracy_vs_sim_time.png'),
-                 ('uplink_cum', 'cumulative uplink (MB)', 'accuracy_vs_uplink.png'))
-    for key, label, name in axes_spec:
-        fig = Figure(figsize=(6, 4), dpi=100)
-        FigureCanvasAgg(fig)
-        ax = fig.add_subplot()
-        for run_name, rows in runs:
-            if key == 'uplink_cum':
-                xs = np.cumsum([r['uplink_bytes'] for r in rows]) / 1e6
-            else:
-                xs = [r[key] for r in rows]
-            ax.plot(xs, [r['accuracy'] for r in rows], marker='.', label=run_name)
-        ax.set_xlabel(label)
-        ax.set_ylabel('test accuracy')
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(out_dir / name)
+    fig = Figure(figsize=(6, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for run_name, rows in runs:
+        if key == 'uplink_cum':
+            xs = np.cumsum([r['uplink_bytes'] for r in rows]) / 1e6
+        else:
+            xs = [r[key] for r in rows]
+        ax.plot(xs, [r['accuracy'] for r in rows], marker='.', label=run_name)
+    if key == 'round':
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(label)
+    ax.set_ylabel('test accuracy')
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_runs(runs: list[tuple[str, list[dict[str, Any]]]], out_dir: Path) -> None:
+    """Accuracy vs round, vs simulated time and vs cumulative uplink bytes, one line per run."""
+    for key, label, name in PLOT_AXES:
+        accuracy_figure(runs, key, label).savefig(out_dir / name)
 
 
 def _target_cells(summary: dict[str, Any]) -> str:

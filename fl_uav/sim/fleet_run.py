@@ -219,6 +219,7 @@ def plot_accuracy(summary: Mapping[str, Any], path: Path) -> None:
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     rounds = [0] + [r['round'] for r in summary['rounds']]
     initial = summary.get('initial_accuracy')
@@ -226,6 +227,7 @@ def plot_accuracy(summary: Mapping[str, Any], path: Path) -> None:
                                                            for r in summary['rounds']]
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     ax.plot(rounds, acc, marker='o')
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # no round 1.5
     ax.set_xlabel('round')
     ax.set_ylabel('held-out accuracy')
     ax.set_ylim(0, 1)
