@@ -249,7 +249,7 @@ class GroundStation:
         self.resources = StationResources(config, len(CLASS_NAMES))
         self.initial_accuracy, self.initial_loss = self.evaluate()
         # A finite loss does not stop the run: the station says when the model diverged.
-        self.divergence = DivergenceMonitor(len(CLASS_NAMES))
+        self.divergence = DivergenceMonitor(len(CLASS_NAMES), config.rounds.num_rounds)
 
     # --- state ---------------------------------------------------------------------------
     @property

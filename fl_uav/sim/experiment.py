@@ -800,7 +800,8 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
         echo(f'resources: {config.resources.planner} planner ready; decisions in '
              f'{out_dir / KNOBS_FILE}')
     status, error = 'finished', ''
-    divergence = DivergenceMonitor(engine.data.num_classes)   # a finite loss runs on: say so
+    # a finite loss runs on: say when the model diverged or stays at chance
+    divergence = DivergenceMonitor(engine.data.num_classes, config.num_rounds)
     for row in rows:   # a resumed run's earlier rounds
         divergence.observe(row['round'], row['accuracy'], row['loss'])
     try:
