@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from fl_uav.configschema import ConfigError, parse_override
 
@@ -46,6 +50,22 @@ def _sim(args: argparse.Namespace) -> int:
         config_files=args.config or _config_default(), overrides=overrides,
         out_dir=out, timeout_s=args.timeout, domain_id=args.domain_id))
     return 0 if summary['status'] == 'finished' else 1
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``timeout``, SLURM, ``kill``) ends the block as Ctrl-C does, raising
+    KeyboardInterrupt, so a run writes its summary (status interrupted) and can be resumed.
+    Only the first SIGTERM: later ones are ignored while the partial results are written."""
+    def interrupt(signum: int, _frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _keygen(args: argparse.Namespace) -> int:
@@ -99,16 +119,21 @@ def _experiment(args: argparse.Namespace) -> int:
         flat.update(dict(parse_override(text) for text in args.set))
         config = build_config(ExperimentConfig, flat)
         keep_large_allocations()   # the trainer's big buffers reused, not mapped afresh
-        summary = run_experiment(config, out, resume=args.resume is not None)
+        with _terminate_as_interrupt():
+            summary = run_experiment(config, out, resume=args.resume is not None)
     except ExperimentError as exc:
         print(f'fl-uav: {exc}', file=sys.stderr)
         return 1
     finally:
         if fresh_process:      # the command is about to exit
             skip_exit_collection()
+    warnings = summary.get('warnings') or []
     print(f'{summary["status"]}: {summary["rounds_completed"]} rounds, final accuracy '
           f'{summary["final_accuracy"]}, simulated {summary["sim_time_s"]:.1f} s, '
-          f'wall {summary["wall_s"]:.1f} s; results in {out}')
+          f'wall {summary["wall_s"]:.1f} s; results in {out}'
+          + (f'; {len(warnings)} warning(s), above and in summary.json' if warnings else ''))
+    # A diverged run still ran as configured (a result, e.g. one point of an lr sweep): its
+    # warnings are in summary.json, the exit code says whether the run completed.
     return 0 if summary['status'] == 'finished' else 1
 
 

@@ -10,7 +10,9 @@ Config files are YAML in ROS 2 parameter format::
 Nested mappings become dotted parameter names (``world.seed``), as ``ros2 launch`` and
 ``--params-file`` treat them. A frozen dataclass tree describes every key; :func:`build_config`
 turns a flat ``{dotted_key: value}`` mapping into that tree and fails on the first unknown key or
-bad value with a :class:`ConfigError` naming the key and what is allowed.
+bad value with a :class:`ConfigError` naming the key and what is allowed. Values keep the type
+ROS 2's parser gives them: a plain ``1e-3`` is a number, a quoted ``'0.1'`` or ``'10'`` is a
+string, which a number key refuses, naming itself (integer and float keys alike).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import dataclasses
 import difflib
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Iterator, Mapping
@@ -99,14 +102,31 @@ def default_flat(cls: type) -> dict[str, Any]:
     return {key: default for key, default, _, _ in iter_leaves(cls)}
 
 
-def _number_text(value: Any) -> Any:
-    """``'1e-3'`` -> 0.001: YAML 1.1 (PyYAML) reads exponents without a dot as strings."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
+class _ParamsLoader(yaml.SafeLoader):
+    """PyYAML's safe loader reading a plain ``1e-3`` or ``5e2`` as a number, as ROS 2's own
+    parameter parser (rcl_yaml_param_parser) and YAML 1.2 do; YAML 1.1 needs a dot (``1.0e-3``)
+    and would hand over the string. A quoted ``'0.1'`` stays a string in both, and a number key
+    refuses it (:func:`_coerce`), so a file means the same to ``fl-uav`` and ``ros2 launch``."""
+
+
+_ParamsLoader.add_implicit_resolver(
+    'tag:yaml.org,2002:float',
+    re.compile(r'^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$'),
+    list('-+0123456789'))
+
+
+def _load_yaml(text: str) -> Any:
+    """YAML text as ROS 2 parameter files are read (:class:`_ParamsLoader`)."""
+    return yaml.load(text, Loader=_ParamsLoader)   # noqa: S506 - a SafeLoader subclass
+
+
+def _looks_numeric(text: str) -> bool:
+    """``'10'``, ``'0.1'``: a number written as a (quoted) string, which number keys refuse."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _not_nan(key: str, value: float) -> float:
@@ -136,15 +156,17 @@ def _coerce(key: str, value: Any, elem: type, kind: str) -> Any:
             raise ConfigError(f'config key {key!r}: expected true or false, got {v!r}')
         if elem is int:
             if isinstance(v, bool) or not isinstance(v, int):
-                raise ConfigError(f'config key {key!r}: expected an integer, got {v!r}')
+                raise ConfigError(f'config key {key!r}: expected an integer, got {v!r}'
+                                  + (' (a string: write it unquoted)'
+                                     if isinstance(v, str) and _looks_numeric(v) else ''))
             return v
-        if elem is float:
-            v = _number_text(v)
+        if elem is float:   # a quoted '0.1' is text, as it is to ROS 2: refused like '10'
             if isinstance(v, bool) or not isinstance(v, int | float):
-                raise ConfigError(f'config key {key!r}: expected a number, got {v!r}')
+                raise ConfigError(f'config key {key!r}: expected a number, got {v!r}'
+                                  + (' (a string: write it unquoted)'
+                                     if isinstance(v, str) and _looks_numeric(v) else ''))
             return _not_nan(key, float(v))
         if elem is NumberOrWord:
-            v = _number_text(v)
             if isinstance(v, str):
                 return v
             if isinstance(v, bool) or not isinstance(v, int | float):
@@ -263,7 +285,7 @@ def read_params_file(path: str | Path, node_name: str | None = None) -> dict[str
     if not path.is_file():
         raise ConfigError(f'config file {str(path)!r} does not exist')
     try:
-        doc = yaml.safe_load(path.read_text()) or {}
+        doc = _load_yaml(path.read_text()) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f'config file {str(path)!r} is not valid YAML: {exc}') from exc
     if not isinstance(doc, Mapping):
@@ -293,4 +315,4 @@ def parse_override(text: str) -> tuple[str, Any]:
     if '=' not in text:
         raise ConfigError(f'override {text!r} must look like key=value')
     key, raw = text.split('=', 1)
-    return key.strip(), yaml.safe_load(raw)
+    return key.strip(), _load_yaml(raw)

@@ -5,23 +5,53 @@ An algorithm-layer config (no ROS, no fleet), composed by the fleet's and the en
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 
 from fl_uav.aggregation import STRATEGY_NAMES, build_strategy
 from fl_uav.configschema import require_choice
 
+SERVER_LR_AUTO = 'auto'
+"""aggregation.server_lr: the chosen strategy's own default (:func:`default_server_lr`)."""
+
+NO_SERVER_RATE = 1.0
+"""The rate recorded for a strategy whose rule has no server rate (FedEx eqs. (13)-(15))."""
+
+
+def default_server_lr(strategy: str) -> float:
+    """The server rate ``strategy`` takes when none is given: its class's constructor default
+    (1 for every rule but 2CEOAFL's, whose η = 0.1 is the paper's §4 global rate; with η̃ =
+    0.1 that is FedAvg's step, 2CEOAFL eq. (13)); NO_SERVER_RATE for a rule without one."""
+    require_choice('strategy', strategy, STRATEGY_NAMES)
+    rule = type(build_strategy(strategy, num_clients=1))
+    parameter = inspect.signature(rule.__init__).parameters.get('server_lr')
+    if parameter is None or parameter.default is inspect.Parameter.empty:
+        return NO_SERVER_RATE
+    return float(parameter.default)
+
 
 @dataclass(frozen=True)
 class AggregationConfig:
-    """strategy: aggregation rule (see fl_uav.aggregation.STRATEGY_NAMES); server_lr: server
-    step; proximal_mu (fedprox), score_interval (osafl, Υ), score_shrink_steps (osafl, k₀ of
-    eq. (29): 0 = the paper's Δ_u ≈ λ_u), trimmed_beta (trimmed_mean),
-    num_selected (feddpq: drones drawn with replacement per round, 0 = all), local_lr
-    (2ceoafl: the drones' step size η̃), clip_norm (> 0: clip each delta's L2 norm first)."""
+    """strategy: aggregation rule (see fl_uav.aggregation.STRATEGY_NAMES); proximal_mu
+    (fedprox), score_interval (osafl, Υ), score_shrink_steps (osafl, k₀ of eq. (29): 0 = the
+    paper's Δ_u ≈ λ_u), trimmed_beta (trimmed_mean), num_selected (feddpq: drones drawn with
+    replacement per round, 0 = all), local_lr (2ceoafl: the drones' step size η̃), clip_norm
+    (> 0: clip each delta's L2 norm first).
+
+    server_lr: the server's step, a number > 0 or ``auto`` (the default: the strategy's own,
+    :func:`default_server_lr`; the built config holds the number used, so config.json records
+    it). What it scales depends on the rule: fedavg, fedprox, feddisco, feddpq, median,
+    trimmed_mean: w ← w + η · (their mean of the drones' deltas Δ), 1 = plain averaging;
+    fednova: η · τ_eff times the normalised direction; scaffold: η_g (its Alg. 1); afacd,
+    osafl: the global η̃ on the (score-)weighted per-step deltas Δ/κ (OSAFL eq. (8); its
+    §4.2 takes 6 on FMNIST); lgc: η of w + η/M Σ Δ (the paper: 1); 2ceoafl: η of eq. (13),
+    w ← w − η Σ α Π with Π = −Δ/η̃, so the step on the mean delta is η/η̃ (default 0.1:
+    η = η̃ is FedAvg's step; 1 would be ten times it); fedex_sync, fedex_async: none (FedEx
+    eqs. (13)-(15) have no server rate)."""
 
     strategy: str = 'fedavg'
-    server_lr: float = 1.0
+    server_lr: float | str = SERVER_LR_AUTO
     proximal_mu: float = 0.01
     score_interval: int = 3
     score_shrink_steps: float = 0.0
@@ -32,8 +62,11 @@ class AggregationConfig:
 
     def __post_init__(self) -> None:
         require_choice('strategy', self.strategy, STRATEGY_NAMES)
-        if not self.server_lr > 0:
-            raise ValueError(f'server_lr must be > 0, got {self.server_lr}')
+        if self.server_lr == SERVER_LR_AUTO:
+            object.__setattr__(self, 'server_lr', default_server_lr(self.strategy))
+        elif isinstance(self.server_lr, str) or not 0 < self.server_lr < math.inf:
+            raise ValueError(f'server_lr must be a finite number > 0 or {SERVER_LR_AUTO!r} '
+                             f'(the strategy default), got {self.server_lr!r}')
         if self.proximal_mu < 0 or self.score_interval < 1 or self.num_selected < 0:
             raise ValueError('proximal_mu >= 0, score_interval >= 1, num_selected >= 0')
         if not (math.isfinite(self.score_shrink_steps) and self.score_shrink_steps >= 0):

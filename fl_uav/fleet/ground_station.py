@@ -67,6 +67,7 @@ from fl_uav.fleet.messages import (
 )
 from fl_uav.fleet.resource_knobs import KNOBS_REJECTED_KEY, POSITION_KEY, valid_position
 from fl_uav.fleet.station_resources import CLASS_COUNTS_KEY, StationResources, valid_class_counts
+from fl_uav.learning.divergence import DivergenceMonitor
 from fl_uav.learning.models import build_model
 from fl_uav.learning.training import evaluate
 from fl_uav.learning.weights import (
@@ -147,6 +148,9 @@ class RoundRecord:
     # knobs each drone reported rejecting ({knob: malformed | unsupported}).
     resource_knobs: dict[int, dict] = field(default_factory=dict)
     knobs_rejected: dict[int, dict] = field(default_factory=dict)
+    # What this round's evaluation showed for the first time: a diverged global model or one
+    # still at chance level (fl_uav.learning.divergence), e.g. learning.lr far too large.
+    warnings: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (keys of per-drone maps as strings)."""
@@ -244,6 +248,8 @@ class GroundStation:
         # resources.planner: built from the drones' reports, its knobs merged into each round's
         self.resources = StationResources(config, len(CLASS_NAMES))
         self.initial_accuracy, self.initial_loss = self.evaluate()
+        # A finite loss does not stop the run: the station says when the model diverged.
+        self.divergence = DivergenceMonitor(len(CLASS_NAMES), config.rounds.num_rounds)
 
     # --- state ---------------------------------------------------------------------------
     @property
@@ -490,7 +496,8 @@ class GroundStation:
                          and math.isfinite(v)},
             resource_knobs=r.resource_knobs,
             knobs_rejected={u.sender: dict(u.metrics[KNOBS_REJECTED_KEY]) for u in updates
-                            if KNOBS_REJECTED_KEY in u.metrics})
+                            if KNOBS_REJECTED_KEY in u.metrics},
+            warnings=self.divergence.observe(r.index, accuracy, loss))
         # Closed before anything else can fail: a retry would apply the aggregate twice.
         self.records.append(record)
         self._round = None

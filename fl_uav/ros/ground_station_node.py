@@ -167,6 +167,8 @@ class GroundStationNode(Node):
         self.log.append_round(row)
         with self._lock:    # the tick thread writes it too, when it opens a round
             self._write_knobs()
+        for warning in record.warnings:   # a diverged model or one at chance level
+            self.get_logger().warning(warning)
         if record.knobs_rejected:
             self.get_logger().warning(f'round {record.round_index}: drones rejected resource '
                                       f'knobs {record.knobs_rejected}')

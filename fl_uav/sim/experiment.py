@@ -60,6 +60,7 @@ from fl_uav.learning.datasets import (
     load_image_folder,
     train_test_split_stratified,
 )
+from fl_uav.learning.divergence import DivergenceMonitor
 from fl_uav.learning.models import build_model
 from fl_uav.learning.pruning import pruned_training_model
 from fl_uav.learning.topup import TOPUP_SEED_TAG, build_generator, top_up
@@ -799,6 +800,10 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
         echo(f'resources: {config.resources.planner} planner ready; decisions in '
              f'{out_dir / KNOBS_FILE}')
     status, error = 'finished', ''
+    # a finite loss runs on: say when the model diverged or stays at chance
+    divergence = DivergenceMonitor(engine.data.num_classes, config.num_rounds)
+    for row in rows:   # a resumed run's earlier rounds
+        divergence.observe(row['round'], row['accuracy'], row['loss'])
     try:
         while engine.round_index < config.num_rounds:
             row = engine.run_round()
@@ -809,16 +814,21 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
                     or engine.round_index == config.num_rounds):
                 engine.save_checkpoint()
             echo(_progress_line(row, config.num_rounds))
-    except KeyboardInterrupt:
+            for warning in divergence.observe(row['round'], row['accuracy'], row['loss']):
+                echo(f'warning: {warning}')
+    except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM in `fl-uav experiment` (its name)
         status = 'interrupted'
-        echo(f'interrupted after round {engine.round_index}; resume with --resume {out_dir}')
+        echo(f'interrupted{f" ({exc})" if str(exc) else ""} after round {engine.round_index}; '
+             f'resume with --resume {out_dir}')
     except ExperimentError as exc:
         status, error = 'failed', str(exc)
         echo(f'error: {exc}')
     engine.write_express()   # the log up to the last completed update
     write_knobs(engine.resources, out_dir)
     summary = write_summary(config, out_dir, rows, status, error,
-                            time.perf_counter() - wall_start, engine.resources.run_summary())
+                            time.perf_counter() - wall_start,
+                            {**engine.resources.run_summary(),
+                             'warnings': divergence.warnings})
     return summary
 
 
@@ -881,6 +891,7 @@ def write_summary(config: ExperimentConfig, out_dir: Path, rows: list[dict[str, 
         'rounds_completed': len(rows), 'num_rounds': config.num_rounds,
         'num_drones': config.num_drones, 'dataset': config.data.dataset,
         'partition': config.data.partition, 'strategy': config.aggregation.strategy,
+        'server_lr': config.aggregation.server_lr,   # the rate used (``auto`` resolved)
         'final_accuracy': rows[-1]['accuracy'] if rows else None,
         'best_accuracy': max((r['accuracy'] for r in rows), default=None),
         'sim_time_s': rows[-1]['sim_time_s'] if rows else 0.0,
@@ -898,30 +909,42 @@ def write_summary(config: ExperimentConfig, out_dir: Path, rows: list[dict[str, 
     return summary
 
 
-def plot_runs(runs: list[tuple[str, list[dict[str, Any]]]], out_dir: Path) -> None:
-    """Accuracy vs round, vs simulated time and vs cumulative uplink bytes, one line per run."""
+PLOT_AXES = (('round', 'round', 'accuracy_vs_round.png'),
+             ('sim_time_s', 'simulated time (s)', 'accuracy_vs_sim_time.png'),
+             ('uplink_cum', 'cumulative uplink (MB)', 'accuracy_vs_uplink.png'))
+"""(x key, x label, file) of the accuracy plots every run writes."""
+
+
+def accuracy_figure(runs: list[tuple[str, list[dict[str, Any]]]], key: str, label: str):
+    """Test accuracy against ``key`` (a rounds.csv column, or ``uplink_cum``: cumulative MB),
+    one line per run; rounds get integer ticks only (no round 1.5)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure  # not pyplot: no GUI machinery, a faster import
+    from matplotlib.ticker import MaxNLocator
 
-    axes_spec = (('round', 'round', 'accuracy_vs_round.png'),
-                 ('sim_time_s', 'simulated time (s)', 'accuracy_vs_sim_time.png'),
-                 ('uplink_cum', 'cumulative uplink (MB)', 'accuracy_vs_uplink.png'))
-    for key, label, name in axes_spec:
-        fig = Figure(figsize=(6, 4), dpi=100)
-        FigureCanvasAgg(fig)
-        ax = fig.add_subplot()
-        for run_name, rows in runs:
-            if key == 'uplink_cum':
-                xs = np.cumsum([r['uplink_bytes'] for r in rows]) / 1e6
-            else:
-                xs = [r[key] for r in rows]
-            ax.plot(xs, [r['accuracy'] for r in rows], marker='.', label=run_name)
-        ax.set_xlabel(label)
-        ax.set_ylabel('test accuracy')
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(out_dir / name)
+    fig = Figure(figsize=(6, 4), dpi=100)
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for run_name, rows in runs:
+        if key == 'uplink_cum':
+            xs = np.cumsum([r['uplink_bytes'] for r in rows]) / 1e6
+        else:
+            xs = [r[key] for r in rows]
+        ax.plot(xs, [r['accuracy'] for r in rows], marker='.', label=run_name)
+    if key == 'round':
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel(label)
+    ax.set_ylabel('test accuracy')
+    ax.grid(True, alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_runs(runs: list[tuple[str, list[dict[str, Any]]]], out_dir: Path) -> None:
+    """Accuracy vs round, vs simulated time and vs cumulative uplink bytes, one line per run."""
+    for key, label, name in PLOT_AXES:
+        accuracy_figure(runs, key, label).savefig(out_dir / name)
 
 
 def _target_cells(summary: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from fl_uav.aggregation.config import AggregationConfig
 from fl_uav.compression.compressor import CompressionConfig
@@ -23,6 +24,21 @@ LGC_PLANNERS = ('lgc_ddpg', 'lgc_fixed', 'lgc_heuristic')
 STEPS_SCALE_AUTO = 'auto'   # resources.lgc_steps_scale: fit h0 after a warm-up round
 STEPS_SCALE_ONLINE = 'online'   # resources.lgc_steps_scale: refit H^beta every few rounds
 PARTITIONS = ('iid', 'dirichlet', 'shards', 'location')
+FILE_DATASETS = ('fashion_mnist', 'image_folder')   # the datasets data.path points at
+SPLIT_DATASETS = ('digits', 'image_folder')   # no test split of their own: data.test_fraction
+DATA_KEY_NEEDS: dict[str, tuple[str, tuple[Any, ...]]] = {
+    'dirichlet_alpha': ('partition', ('dirichlet',)),
+    'shards_per_client': ('partition', ('shards',)),
+    'path': ('dataset', FILE_DATASETS),
+    'test_fraction': ('dataset', SPLIT_DATASETS),
+    'world_samples': ('dataset', ('world',)),
+    'arrivals_e': ('online', (True,)), 'arrivals_p': ('online', (True,)),
+    'initial_samples': ('online', (True,)),
+    'topup_factor': ('topup', (True,)), 'topup_generator': ('topup', (True,)),
+}
+"""data.<key> -> (the data key it depends on, the values under which it acts). A key set to
+anything but its default under another value would be ignored (a bit-identical run that looks
+like a result), so DataConfig refuses it, naming both keys; left at its default it is fine."""
 
 
 @dataclass(frozen=True)
@@ -30,10 +46,14 @@ class DataConfig:
     """Which data and how it is split among drones.
 
     dataset: digits | fashion_mnist | image_folder | world (the synthetic aerial world).
-    path: dataset root ('' = the dataset's default location).
+    path: dataset root of the datasets read from files, fashion_mnist and image_folder ('' =
+        the dataset's default location; digits ship with scikit-learn, world is rendered).
     partition: iid | dirichlet | shards | location (location needs a dataset with positions:
-        world). dirichlet_alpha, shards_per_client: partition parameters.
+        world). dirichlet_alpha (partition dirichlet), shards_per_client (partition shards).
     test_fraction: held-out share for datasets without a test split (digits, image_folder).
+    A key that acts only under some partition, dataset, ``online`` or ``topup``
+    (DATA_KEY_NEEDS) and is set to a non-default value under another is an error naming both
+    keys, not silently ignored.
     max_test_samples: evaluate on at most this many held-out samples (0 = all).
     world_samples: frames rendered from the world (dataset: world).
     online: if true, each round drone k receives Binomial(arrivals_e, arrivals_p) new samples
@@ -85,6 +105,20 @@ class DataConfig:
             raise ValueError(f'data.topup_factor (FedDPQ Delta) must be in (0, 1], got '
                              f'{self.topup_factor}')
         require_choice('data.topup_generator', self.topup_generator, TOPUP_GENERATORS)
+        self._check_unused_keys()
+
+    def _check_unused_keys(self) -> None:
+        """ValueError naming a key set (to a non-default value) where it has no effect."""
+        defaults = {f.name: f.default for f in fields(self)}
+        for key, (decider, acts_under) in DATA_KEY_NEEDS.items():
+            value, setting = getattr(self, key), getattr(self, decider)
+            if value != defaults[key] and setting not in acts_under:
+                under = ' or '.join(str(v).lower() for v in acts_under)
+                raise ValueError(
+                    f'data.{key} = {value!r} has no effect with data.{decider} = '
+                    f'{str(setting).lower() if isinstance(setting, bool) else repr(setting)} '
+                    f'(it acts only with data.{decider} {under}): set data.{decider} or '
+                    f'leave data.{key} out')
 
 
 @dataclass(frozen=True)

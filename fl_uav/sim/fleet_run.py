@@ -119,6 +119,8 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
     plot_accuracy(summary, out / PLOT_FILE)
     final = summary['final_accuracy']
+    for warning in summary['warnings']:
+        echo(f'warning: {warning}')
     echo(f'{status}: {len(summary["rounds"])} rounds in {wall_s:.0f} s, final accuracy '
          f'{final if final is None else round(final, 3)}; wrote {out / SUMMARY_FILE}')
     return summary
@@ -193,6 +195,8 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
         'drones': drones,
         'rejected_total': report.get('rejected_total', {}),
         'exit_codes': dict(exit_codes),
+        # the station's: a diverged global model, or one at chance level (a finite loss)
+        'warnings': [w for r in rounds for w in r.get('warnings', [])],
     }
     if config.mode == 'express':
         summary['mode'] = 'express'
@@ -215,6 +219,7 @@ def plot_accuracy(summary: Mapping[str, Any], path: Path) -> None:
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     rounds = [0] + [r['round'] for r in summary['rounds']]
     initial = summary.get('initial_accuracy')
@@ -222,6 +227,7 @@ def plot_accuracy(summary: Mapping[str, Any], path: Path) -> None:
                                                            for r in summary['rounds']]
     fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
     ax.plot(rounds, acc, marker='o')
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # no round 1.5
     ax.set_xlabel('round')
     ax.set_ylabel('held-out accuracy')
     ax.set_ylim(0, 1)

@@ -97,3 +97,36 @@ def test_experiment_without_out_or_resume_is_refused(tmp_path, monkeypatch, caps
     quick = Path(__file__).resolve().parents[2] / 'config' / 'experiments' / 'quick_digits.yaml'
     assert main(['experiment', str(quick)]) == 2
     assert 'give --out DIR' in capsys.readouterr().err and list(tmp_path.iterdir()) == []
+
+
+def test_experiment_sigterm_writes_an_interrupted_summary_like_ctrl_c(tmp_path):
+    # Arrange: a run far longer than the test, in its own process (as `timeout` or SLURM
+    # would stop it)
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / 'run'
+    env = {**os.environ, 'PYTHONPATH': str(repo), 'PYTHONUNBUFFERED': '1',
+           'OMP_NUM_THREADS': '1'}
+    proc = subprocess.Popen(
+        [sys.executable, '-m', 'fl_uav.cli', 'experiment',
+         str(repo / 'config' / 'experiments' / 'quick_digits.yaml'), '--out', str(out),
+         '--set', 'num_drones=2', '--set', 'num_rounds=100000'],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        line = proc.stdout.readline()   # the first round's progress line: the loop is running
+        # Act
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    # Assert: Ctrl-C's outcome (summary with status interrupted, exit 1), no traceback
+    summary = json.loads((out / 'summary.json').read_text())
+    assert 'round 1/100000' in line
+    assert proc.returncode == 1 and 'Traceback' not in stderr
+    assert summary['status'] == 'interrupted' and summary['rounds_completed'] >= 1
+    assert 'interrupted (SIGTERM) after round' in stdout

@@ -147,3 +147,27 @@ def test_a_path_key_starting_with_a_tilde_is_the_home_directory(monkeypatch, tmp
     # Assert
     assert own.output_dir == str(tmp_path / 'fl_runs')
     assert fleet.security.keys_dir == str(tmp_path / 'keys')
+
+
+@pytest.mark.parametrize('line, key, kind', [("count: '10'", 'count', 'an integer'),
+                                             ("inner:\n      rate_hz: '0.1'", 'inner.rate_hz',
+                                              'a number')])
+def test_a_quoted_number_is_refused_alike_for_integer_and_float_keys(tmp_path, line, key, kind):
+    # Arrange: quoted, it is a string to ROS 2 too (rcl_yaml_param_parser)
+    path = tmp_path / 'p.yaml'
+    path.write_text(f'/**:\n  ros__parameters:\n    {line}\n')
+    flat = read_params_file(path)
+    # Act / Assert
+    with pytest.raises(ConfigError, match=rf"'{key}': expected {kind}, got '[0-9.]+' "
+                                          r'\(a string: write it unquoted\)'):
+        build_config(_Root, flat)
+
+
+def test_a_quoted_number_in_an_override_is_refused_and_unquoted_read_as_a_number():
+    # Arrange
+    quoted = dict([parse_override("inner.rate_hz='0.5'")])
+    plain = dict([parse_override('inner.rate_hz=0.5')])
+    # Act / Assert
+    with pytest.raises(ConfigError, match="'inner.rate_hz': expected a number, got '0.5'"):
+        build_config(_Root, quoted)
+    assert build_config(_Root, plain).inner.rate_hz == 0.5

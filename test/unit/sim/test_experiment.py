@@ -36,6 +36,7 @@ def test_run_writes_rows_summary_plots_and_learns(tmp_path):
     rows = _rows(tmp_path)
     # Assert
     assert summary['status'] == 'finished' and summary['rounds_completed'] == 6
+    assert summary['warnings'] == []
     assert [int(r['round']) for r in rows] == [1, 2, 3, 4, 5, 6]
     assert float(rows[-1]['accuracy']) > float(rows[0]['accuracy']) + 0.1
     assert all(float(r['sim_time_s']) > 0 and int(r['uplink_bytes']) > 0 for r in rows)
@@ -333,6 +334,10 @@ def test_cli_refuses_to_overwrite_a_run_unless_told(tmp_path, capsys):
     ('learning.model=lenet5', 1, 'cannot set up the run: lenet5 needs inputs of at least 12 px'),
     ('num_drones=5000', 1, 'cannot set up the run: cannot give 5000 clients'),
     ('data.dataset=image_folder', 2, 'image_folder needs data.path'),
+    ('data.dirichlet_alpha=0.01', 2,          # quick_digits splits by label shards
+     "data.dirichlet_alpha = 0.01 has no effect with data.partition = 'shards'"),
+    ('data.path=/nonexistent', 2,             # sklearn's digits read no file
+     "data.path = '/nonexistent' has no effect with data.dataset = 'digits'"),
     ('learning.weight_decay=-5', 2, 'weight_decay must be >= 0'),
     ('system.distance_max_m=.inf', 2, 'distance_max_m must be finite'),
 ])
@@ -345,6 +350,23 @@ def test_cli_names_a_setup_the_data_or_model_cannot_give_without_a_traceback(
     assert result == code
     assert message in capsys.readouterr().err
     assert not (tmp_path / 'run').exists()
+
+
+def test_a_run_diverged_with_a_finite_loss_finishes_with_a_warning_logged_and_in_summary(
+        tmp_path):
+    # Arrange: 2CEOAFL at server_lr 1 steps η/η̃ = 10 times FedAvg's step (eq. (13))
+    config = _config(**{'num_rounds': 1, 'aggregation.strategy': '2ceoafl',
+                        'aggregation.server_lr': 1.0})
+    lines = []
+    # Act
+    summary = run_experiment(config, tmp_path, echo=lines.append)
+    # Assert: the run is not failed (its exit code stays 0), but it says it diverged
+    written = json.loads((tmp_path / 'summary.json').read_text())
+    assert summary['status'] == 'finished' and written['warnings'] == summary['warnings']
+    assert len(summary['warnings']) == 1
+    assert 'round 1: test loss' in summary['warnings'][0]
+    assert 'the global model has diverged' in summary['warnings'][0]
+    assert f'warning: {summary["warnings"][0]}' in lines
 
 
 def test_summary_records_the_seed_and_the_code_that_made_the_run(tmp_path):
