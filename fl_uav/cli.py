@@ -46,9 +46,10 @@ def _sim(args: argparse.Namespace) -> int:
         print(f'fl-uav: {out} holds a fleet run already ({SIM_SUMMARY_FILE}): --overwrite '
               f'replaces it, or choose another --out', file=sys.stderr)
         return 1
-    summary = run_fleet(FleetRunOptions(
-        config_files=args.config or _config_default(), overrides=overrides,
-        out_dir=out, timeout_s=args.timeout, domain_id=args.domain_id))
+    with _terminate_as_interrupt():    # SIGTERM stops the fleet's processes as Ctrl-C does
+        summary = run_fleet(FleetRunOptions(
+            config_files=args.config or _config_default(), overrides=overrides,
+            out_dir=out, timeout_s=args.timeout, domain_id=args.domain_id))
     return 0 if summary['status'] == 'finished' else 1
 
 

@@ -92,3 +92,33 @@ def test_two_drones_two_rounds_end_to_end(tmp_path):
     # Assert: nothing left behind
     assert all(code is not None for code in summary['exit_codes'].values())
     assert _processes_mentioning(str(out)) == []
+
+
+def test_sigterm_stops_the_fleet_like_ctrl_c(tmp_path):
+    # Arrange: a long run started as `timeout` or a job scheduler would, its nodes up
+    import signal
+    import time
+
+    out = tmp_path / 'run'
+    port_base = free_udp_port_block(1)
+    cmd = [sys.executable, '-m', 'fl_uav.cli', 'sim', '--drones', '1', '--rounds', '50',
+           '--out', str(out), '--port-base', str(port_base), '--timeout', '300',
+           '--domain-id', os.environ['ROS_DOMAIN_ID'], '--set', 'learning.model=tiny_cnn']
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 60.0
+        while len(_processes_mentioning(str(out))) < 3 and time.monotonic() < deadline:
+            time.sleep(0.2)          # polling the process table, bounded by the deadline
+        started = _processes_mentioning(str(out))
+        # Act
+        proc.send_signal(signal.SIGTERM)
+        stdout, stderr = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    # Assert: an interrupted run's summary, no traceback, no node left running
+    assert len(started) >= 3, started
+    summary = json.loads((out / 'summary.json').read_text())
+    assert summary['status'] == 'interrupted' and proc.returncode == 1, stdout[-2000:]
+    assert 'Traceback' not in stderr
+    assert _processes_mentioning(str(out)) == []
