@@ -8,8 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from fl_uav.aggregation import STRATEGY_NAMES, build_strategy
-from fl_uav.configschema import require_choice
+from fl_uav.aggregation import build_strategy, check_strategy_name
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,7 @@ class AggregationConfig:
     clip_norm: float = 0.0
 
     def __post_init__(self) -> None:
-        require_choice('strategy', self.strategy, STRATEGY_NAMES)
+        check_strategy_name(self.strategy)   # a built-in name or a plug-in module:Name
         if not self.server_lr > 0:
             raise ValueError(f'server_lr must be > 0, got {self.server_lr}')
         if self.proximal_mu < 0 or self.score_interval < 1 or self.num_selected < 0:
