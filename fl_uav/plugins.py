@@ -32,6 +32,7 @@ import hashlib
 import importlib
 import inspect
 import sys
+import traceback
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,7 +95,7 @@ def resolve(key: str, spec: str) -> Any:
                           f'it imports is missing ({exc})') from None
     except Exception as exc:   # the plug-in's own code raised while being imported
         raise ConfigError(f'{key} {spec!r}: importing module {module_name!r} failed: '
-                          f'{type(exc).__name__}: {exc}') from None
+                          f'{type(exc).__name__}: {exc}{_where(exc)}') from exc
     value: Any = module
     for part in attribute.split('.'):
         if not hasattr(value, part):
@@ -113,6 +114,12 @@ def _defined_here(module: Any, shown: int = 20) -> list[str]:
     return sorted(name for name, obj in vars(module).items()
                   if not name.startswith('_') and (inspect.isclass(obj) or inspect.isfunction(obj))
                   and getattr(obj, '__module__', None) == module.__name__)[:shown]
+
+
+def _where(exc: BaseException) -> str:
+    """' (at file:line)' of the innermost frame that raised ``exc``, or ''."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f' (at {frames[-1].filename}:{frames[-1].lineno})' if frames else ''
 
 
 def _search_path(shown_entries: int = 6) -> str:
@@ -199,11 +206,13 @@ def build_plugin(kind: PluginKind, spec: str, values: Mapping[str, Any]) -> Any:
     """Build the plug-in ``spec`` names with the arguments its signature asks for out of
     ``values`` (one per name in ``kind.arguments``); the result must be a ``kind.base``."""
     target = check_plugin(kind, spec)
+    arguments = plugin_arguments(kind, spec, target, values)
     try:
-        built = target(**plugin_arguments(kind, spec, target, values))
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f'{kind.key} {spec!r}: {_qualified(target)}(...) refused its '
-                          f'arguments: {type(exc).__name__}: {exc}') from None
+        built = target(**arguments)
+    except Exception as exc:   # its own code: say what and where, without a traceback
+        given = ', '.join(f'{k}={v!r}' for k, v in arguments.items())
+        raise ConfigError(f'{kind.key} {spec!r}: {_qualified(target)}({given}) failed: '
+                          f'{type(exc).__name__}: {exc}{_where(exc)}') from exc
     if not isinstance(built, kind.base):
         raise ConfigError(f'{kind.key} {spec!r}: {_qualified(target)} returned a '
                           f'{_qualified(type(built))}, not a {kind.base_name} '

@@ -152,3 +152,10 @@ class ConstantGenerator:
         made = np.ones((len(made_labels), *images.shape[1:]), images.dtype)
         return made * (made_labels / 10).reshape(-1, *([1] * (images.ndim - 1))).astype(
             images.dtype), made_labels.astype(np.int64)
+
+
+class FailsToBuild(FedAvg):
+    """Its constructor fails (a weights file that is not there)."""
+
+    def __init__(self, server_lr: float = 1.0) -> None:
+        raise FileNotFoundError('weights/fedavg_prior.npz')

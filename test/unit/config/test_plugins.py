@@ -70,6 +70,15 @@ def test_a_factory_that_returns_the_wrong_kind_is_refused_when_built():
         config.aggregation.build(num_clients=3)
 
 
+def test_a_constructor_that_fails_is_named_with_its_arguments_and_where_it_raised():
+    config = build_config(ExperimentConfig, {'aggregation.strategy': SPEC + 'FailsToBuild',
+                                             'aggregation.server_lr': 0.5})
+    with pytest.raises(ConfigError, match=r'FailsToBuild\(server_lr=0\.5\) failed: '
+                                          r'FileNotFoundError: weights/fedavg_prior\.npz \(at '
+                                          r'.*_plugins\.py:\d+\)'):
+        config.aggregation.build(num_clients=2)
+
+
 @pytest.mark.parametrize('value', ['test.unit._plugins:', ':RecordingFedAvg',
                                    'test.unit._plugins:a:b', 'test-unit:Thing'])
 def test_a_malformed_spec_says_how_a_plug_in_is_written(value):
