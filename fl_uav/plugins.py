@@ -240,6 +240,17 @@ def require_name_or_plugin(kind: PluginKind, value: str, choices: Collection[str
                      f'{", ".join(choices)}, or a plug-in {SPEC_FORM!r}{hint}')
 
 
+PLUGIN_KEYS = ('aggregation.strategy', 'compression.method', 'data.topup_generator')
+"""The config keys that take a plug-in spec (the fleet has the first two)."""
+
+
+def plugin_sources(flat: Mapping[str, Any]) -> dict[str, dict[str, str]]:
+    """{key: :func:`plugin_source`} for every plug-in a flat config (``to_flat``) names: what
+    a run's summary records beside the spec strings of its config."""
+    return {key: plugin_source(flat[key]) for key in PLUGIN_KEYS
+            if key in flat and is_plugin_spec(flat[key])}
+
+
 def plugin_source(spec: str) -> dict[str, str]:
     """Where a plug-in's code came from, for a run's summary: the spec, the module's file and
     the SHA-256 of its bytes ('' when it has no file), so a result can be traced to its code."""

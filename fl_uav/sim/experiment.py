@@ -78,7 +78,7 @@ from fl_uav.plugins import (
     changed_attributes,
     is_plugin_spec,
     overrides_state_dict,
-    plugin_source,
+    plugin_sources,
 )
 from fl_uav.sim.experiment_config import ExperimentConfig
 from fl_uav.sim.express import EngineExpress, plan_express
@@ -979,14 +979,6 @@ def source_version() -> dict[str, str]:
     return {'fl_uav_version': version, 'git_commit': commit}
 
 
-def plugin_sources(config: ExperimentConfig) -> dict[str, dict[str, str]]:
-    """{config key: spec, module file, SHA-256} of every plug-in the run uses (summary.json)."""
-    flat = to_flat(config)
-    return {key: plugin_source(flat[key])
-            for key in ('aggregation.strategy', 'compression.method', 'data.topup_generator')
-            if is_plugin_spec(flat[key])}
-
-
 def write_summary(config: ExperimentConfig, out_dir: Path, rows: list[dict[str, Any]],
                   status: str, error: str, wall_s: float,
                   extra: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -1003,7 +995,7 @@ def write_summary(config: ExperimentConfig, out_dir: Path, rows: list[dict[str, 
         'uplink_bytes_total': sum(r['uplink_bytes'] for r in rows),
         'energy_total_j': float(sum(r['energy_total_j'] for r in rows)),
         'resources_planner': config.resources.planner,
-        'plugins': plugin_sources(config),
+        'plugins': plugin_sources(to_flat(config)),   # spec, module file, SHA-256
         **(extra or {}),
         **energy_to_target(rows, config.target_accuracy),
         'engine_wall_s': sum(r['wall_s'] for r in rows),
