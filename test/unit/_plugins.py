@@ -159,3 +159,10 @@ class FailsToBuild(FedAvg):
 
     def __init__(self, server_lr: float = 1.0) -> None:
         raise FileNotFoundError('weights/fedavg_prior.npz')
+
+
+class StateNotJson(FedAvg):
+    """Its state holds a numpy scalar: neither JSON nor an array for the checkpoint."""
+
+    def state_dict(self) -> dict:
+        return {'last_norm': np.float32(1.5)}

@@ -180,3 +180,14 @@ def test_a_generator_plug_in_tops_up_with_the_engines_layout(tmp_path):
         absent = np.setdiff1d(np.arange(10), labels)
         assert len(absent) > 0 and np.all(counts[absent] > 0)
     assert summary['plugins']['data.topup_generator']['spec'] == SPEC + 'ConstantGenerator'
+
+
+def test_a_strategy_state_the_checkpoint_cannot_hold_stops_the_run_naming_the_contract(
+        tmp_path):
+    # Act
+    summary = run_experiment(_config(**{'aggregation.strategy': SPEC + 'StateNotJson',
+                                        'num_rounds': 1}), tmp_path, echo=_quiet)
+    # Assert
+    assert summary['status'] == 'failed'
+    assert "aggregation.strategy 'test.unit._plugins:StateNotJson' holds a value that is " \
+           'neither JSON nor a numpy array' in summary['error']
