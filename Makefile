@@ -27,7 +27,7 @@ demo: $(STAMP)
 	$(PY) -m fl_uav.cli sim --drones 4 --rounds 10 --out $(DEMO_OUT) --overwrite
 
 test: $(STAMP)
-	$(PY) -m ruff check fl_uav test bench launch
+	$(PY) -m ruff check fl_uav test bench launch examples
 	$(PY) -m pytest -q -p no:cacheprovider --durations=8 test
 
 # Yardstick (not part of the tests): the experiment engine's trainer vs a plain PyTorch loop vs
@@ -44,7 +44,7 @@ bench: $(STAMP) $(FLOWER_VENV)/.installed
 	  --engines plain,vectorized,experiment,experiment_seq,flower --reps 3
 
 lint: $(STAMP)
-	$(PY) -m ruff check fl_uav test bench launch
+	$(PY) -m ruff check fl_uav test bench launch examples
 
 clean-venv:
 	rm -rf $(VENV)

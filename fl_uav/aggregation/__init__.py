@@ -1,4 +1,9 @@
-"""Aggregation strategies (ROS-free), one small class per rule, built by config name."""
+"""Aggregation strategies (ROS-free), one small class per rule, built by config name.
+
+``aggregation.strategy`` is one of :data:`STRATEGY_NAMES` or a plug-in ``package.module:Name``
+(fl_uav.plugins): a :class:`Strategy` subclass, or a factory returning one, built with the
+:data:`STRATEGY_PLUGIN_ARGUMENTS` its signature names.
+"""
 
 from __future__ import annotations
 
@@ -16,10 +21,31 @@ from fl_uav.aggregation.robust import CoordinateMedian, NormClip, TrimmedMean
 from fl_uav.aggregation.scaffold import Scaffold
 from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy
 from fl_uav.configschema import require_choice
+from fl_uav.plugins import PluginKind, build_plugin, is_plugin_spec, require_name_or_plugin
 
 STRATEGY_NAMES = ('fedavg', 'fedprox', 'fednova', 'scaffold', 'feddisco', 'afacd', 'osafl',
                   '2ceoafl', 'feddpq', 'lgc', 'fedex_sync', 'fedex_async', 'median',
                   'trimmed_mean')
+
+STRATEGY_PLUGIN_ARGUMENTS = ('server_lr', 'num_clients', 'proximal_mu', 'score_interval',
+                             'score_shrink_steps', 'trimmed_beta', 'num_selected', 'local_lr',
+                             'seed')
+"""The keyword arguments a strategy plug-in's constructor (or factory) may take, the ones the
+built-ins get: the ``aggregation.*`` keys of the same names (``server_lr``, ``proximal_mu``,
+``score_interval``, ``score_shrink_steps``, ``trimmed_beta``, ``num_selected``, ``local_lr``),
+``num_clients`` (the drones, or FedEx's ground clients, the station aggregates for) and
+``seed`` (the run's: ``seed`` in the engine, ``world.seed`` in the fleet). Only the parameters
+its signature names are passed (all with ``**kwargs``). ``aggregation.clip_norm`` > 0 wraps
+a plug-in in :class:`NormClip` as it wraps a built-in."""
+
+STRATEGY_PLUGIN = PluginKind('aggregation.strategy', Strategy,
+                             'fl_uav.aggregation.strategy.Strategy', STRATEGY_PLUGIN_ARGUMENTS)
+
+
+def check_strategy_name(name: str) -> None:
+    """``aggregation.strategy`` is a built-in name or an importable Strategy plug-in: a
+    ValueError for an unknown name, a ConfigError saying what is wrong with a plug-in spec."""
+    require_name_or_plugin(STRATEGY_PLUGIN, name, STRATEGY_NAMES, choice_key='strategy')
 
 
 def build_strategy(name: str, server_lr: float = 1.0, num_clients: int = 1,
@@ -27,7 +53,15 @@ def build_strategy(name: str, server_lr: float = 1.0, num_clients: int = 1,
                    score_shrink_steps: float = 0.0,
                    trimmed_beta: float = 0.1, num_selected: int = 0, local_lr: float = 0.1,
                    clip_norm: float = 0.0, seed: int = 0) -> Strategy:
-    """Build a strategy by its config name; clip_norm > 0 wraps it in norm clipping."""
+    """Build a strategy by its config name or plug-in spec; clip_norm > 0 wraps it in norm
+    clipping."""
+    if is_plugin_spec(name):
+        strategy = build_plugin(STRATEGY_PLUGIN, name, {
+            'server_lr': server_lr, 'num_clients': num_clients, 'proximal_mu': proximal_mu,
+            'score_interval': score_interval, 'score_shrink_steps': score_shrink_steps,
+            'trimmed_beta': trimmed_beta, 'num_selected': num_selected, 'local_lr': local_lr,
+            'seed': seed})
+        return NormClip(strategy, clip_norm) if clip_norm > 0 else strategy
     builders = {
         'fedavg': lambda: FedAvg(server_lr=server_lr),
         'fedprox': lambda: FedProx(mu=proximal_mu, server_lr=server_lr),
@@ -53,4 +87,4 @@ def build_strategy(name: str, server_lr: float = 1.0, num_clients: int = 1,
 
 
 __all__ = ['AggregateResult', 'ClientUpdate', 'FedAvg', 'Strategy', 'build_strategy',
-           'STRATEGY_NAMES']
+           'check_strategy_name', 'STRATEGY_NAMES', 'STRATEGY_PLUGIN_ARGUMENTS']

@@ -9,8 +9,12 @@ import inspect
 import math
 from dataclasses import dataclass
 
-from fl_uav.aggregation import STRATEGY_NAMES, build_strategy
-from fl_uav.configschema import require_choice
+from fl_uav.aggregation import (
+    STRATEGY_PLUGIN,
+    build_strategy,
+    check_strategy_name,
+)
+from fl_uav.plugins import check_plugin, is_plugin_spec
 
 SERVER_LR_AUTO = 'auto'
 """aggregation.server_lr: the chosen strategy's own default (:func:`default_server_lr`)."""
@@ -22,10 +26,15 @@ NO_SERVER_RATE = 1.0
 def default_server_lr(strategy: str) -> float:
     """The server rate ``strategy`` takes when none is given: its class's constructor default
     (1 for every rule but 2CEOAFL's, whose η = 0.1 is the paper's §4 global rate; with η̃ =
-    0.1 that is FedAvg's step, 2CEOAFL eq. (13)); NO_SERVER_RATE for a rule without one."""
-    require_choice('strategy', strategy, STRATEGY_NAMES)
-    rule = type(build_strategy(strategy, num_clients=1))
-    parameter = inspect.signature(rule.__init__).parameters.get('server_lr')
+    0.1 that is FedAvg's step, 2CEOAFL eq. (13)); NO_SERVER_RATE for a rule without one. A
+    plug-in (module:Name): the default of its own ``server_lr`` argument, else NO_SERVER_RATE."""
+    if is_plugin_spec(strategy):
+        parameter = inspect.signature(check_plugin(STRATEGY_PLUGIN, strategy)).parameters \
+            .get('server_lr')
+    else:
+        check_strategy_name(strategy)
+        rule = type(build_strategy(strategy, num_clients=1))
+        parameter = inspect.signature(rule.__init__).parameters.get('server_lr')
     if parameter is None or parameter.default is inspect.Parameter.empty:
         return NO_SERVER_RATE
     return float(parameter.default)
@@ -61,7 +70,7 @@ class AggregationConfig:
     clip_norm: float = 0.0
 
     def __post_init__(self) -> None:
-        require_choice('strategy', self.strategy, STRATEGY_NAMES)
+        check_strategy_name(self.strategy)   # a built-in name or a plug-in module:Name
         if self.server_lr == SERVER_LR_AUTO:
             object.__setattr__(self, 'server_lr', default_server_lr(self.strategy))
         elif isinstance(self.server_lr, str) or not 0 < self.server_lr < math.inf:

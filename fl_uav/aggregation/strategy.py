@@ -43,12 +43,36 @@ class AggregateResult:
 
 
 class Strategy(ABC):
-    """Base class of every aggregation rule."""
+    """Base class of every aggregation rule, the built-ins' and a plug-in's
+    (``aggregation.strategy: package.module:Name``, fl_uav.plugins).
+
+    The contract:
+
+    * The constructor takes keyword arguments out of
+      :data:`fl_uav.aggregation.STRATEGY_PLUGIN_ARGUMENTS` (``server_lr``, ``num_clients``,
+      ``seed``, ...): a plug-in gets the ones its signature names, with the config's values.
+    * :meth:`aggregate` is the one method to write. It is called once per round (the engine's
+      round, or the station's when the round closes) with the round index (1, 2, ...), the
+      global weights (name -> float32 array) and the updates that arrived in time and passed
+      the station's checks (possibly none). It returns the new weights (same names, shapes and
+      dtype), ``empty=True`` when nothing was applied (then the weights are unchanged),
+      ``used`` = the senders it applied, and ``metrics`` (JSON values; ``participants`` counts
+      ``used``). It must not change the arrays it is given.
+    * :meth:`configure_round` may send per-drone knobs with the round's model.
+    * State kept between rounds (momentum, control variates, scores) must come out of
+      :meth:`state_dict` and go back in with :meth:`load_state_dict`, or a resumed run
+      (``fl-uav experiment --resume``) starts it over: the engine refuses to resume a plug-in
+      whose attributes changed while its state_dict stayed empty. The state is a tree of
+      dicts (str keys), lists, JSON scalars and numpy arrays (arrays go into checkpoint.npz,
+      the rest into its JSON).
+    * Randomness comes from the ``seed`` argument, so runs are reproducible.
+    """
 
     name = 'strategy'
 
     def configure_round(self, round_index: int, drone_ids: Sequence[int]) -> dict[int, dict]:
-        """Per-drone knobs sent with the round's global model (none by default)."""
+        """Per-drone knobs sent with the round's global model (none by default): drone id ->
+        {knob: JSON value}; every drone in ``drone_ids`` has an entry."""
         return {drone: {} for drone in drone_ids}
 
     @abstractmethod
@@ -57,11 +81,12 @@ class Strategy(ABC):
         """Combine the updates that arrived; with none, keep the model and say so."""
 
     def state_dict(self) -> dict:
-        """Checkpointable strategy state (stateless by default)."""
+        """Checkpointable strategy state (stateless by default): str-keyed dicts, lists, JSON
+        scalars and numpy arrays."""
         return {}
 
     def load_state_dict(self, state: Mapping) -> None:  # noqa: B027 (optional hook)
-        """Restore :meth:`state_dict`."""
+        """Restore :meth:`state_dict` (arrays come back as numpy arrays, lists as lists)."""
 
 
 def senders(updates: Sequence[ClientUpdate]) -> tuple[int, ...]:

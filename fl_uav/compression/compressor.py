@@ -7,6 +7,11 @@ real frame size and aggregates exactly what a receiver would. The fleet's drones
 experiment engine call the same ``compress``. An optional pruning ``mask`` (2CEOAFL eq. (11):
 only unpruned entries are sent, plus the mask) and ``metadata`` (the drone's counts, carried in
 the frame's metadata section, docs/wire_format.md) travel in the same frame.
+
+``compression.method`` is one of :data:`COMPRESSION_METHODS` or a plug-in
+``package.module:Name`` (fl_uav.plugins): a :class:`Compressor` subclass, or a factory returning
+one, built with the :data:`COMPRESSOR_PLUGIN_ARGUMENTS` its signature names. Its frames must be
+ones the station decodes without knowing the method (see :class:`Compressor`).
 """
 
 from __future__ import annotations
@@ -18,8 +23,15 @@ from typing import Any
 
 import numpy as np
 
-from fl_uav.compression.codec import FrameKind, encode_frame, encoded_size
-from fl_uav.compression.codec_v2 import decode_v2, encode_qsgd, encode_range
+from fl_uav.compression.codec import FrameKind, decode_frame, encode_frame, encoded_size
+from fl_uav.compression.codec_v2 import (
+    VERSION_V2,
+    FrameKindV2,
+    decode_v2,
+    encode_qsgd,
+    encode_range,
+)
+from fl_uav.compression.errors import ShapeMismatch, UnknownKind
 from fl_uav.compression.quantization import (
     flatten,
     layer_buckets,
@@ -27,15 +39,40 @@ from fl_uav.compression.quantization import (
     range_quantize,
     unflatten,
 )
-from fl_uav.configschema import require_choice
+from fl_uav.plugins import PluginKind, build_plugin, is_plugin_spec, require_name_or_plugin
 
 COMPRESSION_METHODS = ('none', 'qsgd', 'range', 'ceoafl', 'lgc')
+COMPRESSOR_PLUGIN_ARGUMENTS = ('qsgd_levels', 'range_bits', 'per_layer', 'raw_probability',
+                               'lgc_channel_entries', 'lgc_drop_probabilities')
+"""The keyword arguments a compressor plug-in's constructor (or factory) may take: the
+``compression.*`` keys of the same names (tuples for the lists). Only the parameters its
+signature names are passed (all with ``**kwargs``)."""
 Weights = dict[str, np.ndarray]
 Mask = Mapping[str, np.ndarray]
 
 
 class Compressor(ABC):
-    """Encode a delta into a frame; report what the receiver decodes."""
+    """Encode a delta into a frame; report what the receiver decodes.
+
+    The contract a plug-in (``compression.method: package.module:Name``) keeps too:
+
+    * :meth:`compress` returns ONE wire frame the station decodes without knowing the method:
+      a codec v1 UPDATE frame (:func:`fl_uav.compression.codec.encode_frame`) or a codec v2
+      QSGD / range / raw frame (:func:`fl_uav.compression.codec_v2.encode_qsgd`,
+      ``encode_range``, ``encode_raw``), with the ``round_index``, ``sender``, ``fingerprint``
+      and ``metadata`` it was given; a byte format of one's own cannot be decoded by the
+      station. The tensors are the delta's, in its order (v2: flattened with
+      :func:`fl_uav.compression.quantization.flatten`).
+    * The returned delta is what that frame decodes to (:func:`decode_update_frame`): the
+      engine aggregates it without sending the frame, and checks a plug-in's every upload.
+    * A method with per-drone state (error feedback) keeps it on the instance: the engine
+      builds one instance per drone for plug-ins (and for lgc), a drone node has its own.
+      :meth:`upload_lost` undoes the last call's effect on that state when the upload never
+      arrived; :meth:`state_dict` / :meth:`load_state_dict` give and take it as flat named
+      numpy arrays for the engine's checkpoint (``--resume``).
+    * Randomness comes from ``rng`` only, so a run is reproducible and a resumed run equal
+      to an uninterrupted one.
+    """
 
     name = 'compressor'
 
@@ -61,6 +98,47 @@ class Compressor(ABC):
 
     def load_state_dict(self, state: Mapping[str, np.ndarray]) -> None:  # noqa: B027
         """Restore :meth:`state_dict`."""
+
+
+_VERSION_OFFSET = 4   # the version byte of v1 and v2 headers (after the 4-byte magic)
+_V2_SINGLE_UPDATE_KINDS = (FrameKindV2.QSGD, FrameKindV2.RANGE, FrameKindV2.RAW)
+
+
+@dataclass(frozen=True)
+class DecodedUpdate:
+    """What a receiver reads from one update frame: header fields, metadata, dense delta."""
+
+    sender: int
+    round_index: int
+    delta: Weights
+    metadata: Mapping[str, Any]
+
+
+def decode_update_frame(frame: bytes, like: Mapping[str, np.ndarray],
+                        fingerprint: bytes | None = None) -> DecodedUpdate:
+    """Decode one update frame as the ground station does, whatever method made it: a codec
+    v1 UPDATE frame holding the tensors of ``like`` (names and shapes), or a codec v2 QSGD,
+    range or raw frame of as many entries, unflattened in ``like``'s order (float32).
+    FrameError (its ``reason`` as the station's rejection counters) if it is neither.
+    ``fingerprint``: the model's architecture fingerprint the frame must carry, if given."""
+    if len(frame) > _VERSION_OFFSET and frame[_VERSION_OFFSET] == VERSION_V2:
+        v2 = decode_v2(frame, expected_fingerprint=fingerprint)
+        if v2.kind not in _V2_SINGLE_UPDATE_KINDS:
+            raise UnknownKind(f'a v2 {v2.kind.name} frame is not a whole update (QSGD, RANGE '
+                              f'or RAW)')
+        vector, layout = flatten(like)
+        if v2.update.dim != vector.size:
+            raise ShapeMismatch(f'the frame holds {v2.update.dim} entries, the model '
+                                f'{vector.size}')
+        return DecodedUpdate(v2.sender, v2.round_index, unflatten(v2.update.dense(), layout),
+                             v2.metadata)
+    decoded = decode_frame(frame, expected_fingerprint=fingerprint,
+                           expected_shapes={n: np.shape(v) for n, v in like.items()})
+    if decoded.kind != FrameKind.UPDATE:
+        raise UnknownKind(f'a v1 {decoded.kind.name} frame is not an update')
+    return DecodedUpdate(decoded.sender, decoded.round_index,
+                         {n: np.asarray(t, np.float32) for n, t in decoded.tensors.items()},
+                         decoded.metadata)
 
 
 def _flat_mask(delta: Mapping[str, np.ndarray], mask: Mask | None) -> np.ndarray | None:
@@ -164,7 +242,9 @@ class CompressionConfig:
     δ_u^t, the paper's q = δ) | lgc (LGC eqs. (1)-(2): layered top-k with error feedback,
     lgc_channel_entries[c] entries on channel c, which drops its layer with probability
     lgc_drop_probabilities[c] per round; empty = never); per_layer: one norm or range per
-    tensor instead of one for the whole update. Uplink bytes are the sent frames' length."""
+    tensor instead of one for the whole update. Uplink bytes are the sent frames' length.
+    method may also be a plug-in ``package.module:Name`` (a :class:`Compressor`, built with
+    the :data:`COMPRESSOR_PLUGIN_ARGUMENTS` it names; fl_uav.plugins)."""
 
     method: str = 'none'
     qsgd_levels: int = 3
@@ -175,7 +255,7 @@ class CompressionConfig:
     lgc_drop_probabilities: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
-        require_choice('method', self.method, COMPRESSION_METHODS)
+        check_compression_method(self.method)   # a built-in name or a plug-in module:Name
         if self.qsgd_levels < 1 or not 1 <= self.range_bits <= 16:
             raise ValueError('qsgd_levels must be >= 1 and range_bits in [1, 16]')
         if self.raw_probability != -1.0 and not 0.0 <= self.raw_probability <= 1.0:
@@ -213,11 +293,28 @@ def check_lgc_entries(channel_entries: tuple[int, ...], dim: int) -> None:
                          f'has entries ({dim})')
 
 
+COMPRESSOR_PLUGIN = PluginKind('compression.method', Compressor,
+                               'fl_uav.compression.compressor.Compressor',
+                               COMPRESSOR_PLUGIN_ARGUMENTS)
+
+
+def check_compression_method(method: str) -> None:
+    """``compression.method`` is a built-in name or an importable Compressor plug-in: a
+    ValueError for an unknown name, a ConfigError saying what is wrong with a plug-in spec."""
+    require_name_or_plugin(COMPRESSOR_PLUGIN, method, COMPRESSION_METHODS, choice_key='method')
+
+
 def build_compressor(method: str, qsgd_levels: int = 3, range_bits: int = 4,
                      per_layer: bool = False, *, raw_probability: float = -1.0,
                      lgc_channel_entries: tuple[int, ...] = (1000, 4000, 15000),
                      lgc_drop_probabilities: tuple[float, ...] = ()) -> Compressor:
-    """The compressor a config names."""
+    """The compressor a config names (a built-in name or a plug-in spec)."""
+    if is_plugin_spec(method):
+        return build_plugin(COMPRESSOR_PLUGIN, method, {
+            'qsgd_levels': qsgd_levels, 'range_bits': range_bits, 'per_layer': per_layer,
+            'raw_probability': raw_probability,
+            'lgc_channel_entries': tuple(lgc_channel_entries),
+            'lgc_drop_probabilities': tuple(lgc_drop_probabilities)})
     if method in ('ceoafl', 'lgc'):   # the papers' own schemes (paper_compressors imports this)
         from fl_uav.compression.paper_compressors import CeoaflCompressor, LgcCompressor
 

@@ -19,7 +19,9 @@ Choices where the paper is silent (digest 001 §1.2 and §8):
   shortfall is reported (``TopUp.shortfall``), never filled with another class.
 * The paper's generator is a pre-trained class-conditional diffusion model on the device. Here
   the generator is a plug-in (``Generator``: one method); the default is label-preserving image
-  augmentation (``AugmentationGenerator``). A generative model implements the same method.
+  augmentation (``AugmentationGenerator``). A generative model implements the same method and
+  is named in the engine's config as ``data.topup_generator: package.module:Name``
+  (fl_uav.plugins; built with the :data:`GENERATOR_PLUGIN_ARGUMENTS` its signature names).
 * Cost: FedDPQ charges generation once, per generated sample, on the device's CPU: eqs. (33)-(34)
   (T_gen = D_gen c0_gen / f, E_gen = varrho f^gamma T_gen), implemented in
   ``fl_uav.netmodel.compute`` (``CpuDevice.gen_time_s``, ``gen_energy_j``). Storage is not
@@ -38,6 +40,7 @@ from typing import ClassVar, Protocol, runtime_checkable
 import numpy as np
 
 from fl_uav.configschema import require_choice
+from fl_uav.plugins import PluginKind, build_plugin, is_plugin_spec, require_name_or_plugin
 
 SAMPLE_LAYOUTS = ('hwc', 'chw')
 TOPUP_SEED_TAG = 0x746F7075   # 'topu': keeps a top-up's random draws apart from other seeds
@@ -50,6 +53,11 @@ AUTO_GENERATOR_BY_DATASET = {
     'digits': 'augment_shift',          # flipped or rotated digits change meaning (6/9)
 }
 _RELATIVE_TOLERANCE = 1e-9
+GENERATOR_PLUGIN_ARGUMENTS = ('layout', 'dataset')
+"""The keyword arguments a generator plug-in's constructor (or factory) may take: ``layout``,
+the per-sample axes of the images it is given ('chw': the engine's float32 C×H×W inputs in
+[0, 1]; 'hwc': a buffer's uint8 H×W×3 frames), and ``dataset``, the ``data.dataset`` name.
+Only the parameters its signature names are passed (all with ``**kwargs``)."""
 
 
 def topup_ceiling(scaled: float | np.ndarray) -> np.ndarray:
@@ -119,6 +127,12 @@ class Generator(Protocol):
     paper's class-conditional model): False when it can only transform real samples of a class,
     so it makes nothing for a class the device lacks. Planners read it to predict what a top-up
     really adds (:func:`topup_counts_per_device`).
+
+    A plug-in (``data.topup_generator: package.module:Name``) needs no base class, only this
+    method. It holds no state that changes during a run: the engine calls it afresh every round
+    with a per-drone ``rng`` and keeps nothing of it in a checkpoint, so a resumed run gets the
+    same samples only from a generator whose output depends on its inputs and ``rng`` alone
+    (weights of a generative model are loaded in its constructor, from a fixed file).
     """
 
     def generate(self, images: np.ndarray, labels: np.ndarray, counts_per_class: np.ndarray,
@@ -222,8 +236,22 @@ class AugmentationGenerator:
         return np.ascontiguousarray(x.transpose(0, 3, 1, 2) if self.layout == 'chw' else x)
 
 
+GENERATOR_PLUGIN = PluginKind('data.topup_generator', Generator,
+                              'fl_uav.learning.topup.Generator', GENERATOR_PLUGIN_ARGUMENTS,
+                              requires=('generate',))
+
+
+def check_generator_name(name: str) -> None:
+    """``data.topup_generator`` is a built-in name or an importable Generator plug-in: a
+    ValueError for an unknown name, a ConfigError saying what is wrong with a plug-in spec."""
+    require_name_or_plugin(GENERATOR_PLUGIN, name, TOPUP_GENERATORS)
+
+
 def build_generator(name: str, layout: str = 'hwc', dataset: str = '') -> Generator:
-    """The generator called ``name`` (``data.topup_generator``); 'auto' picks by ``dataset``."""
+    """The generator called ``name`` (``data.topup_generator``); 'auto' picks by ``dataset``;
+    a plug-in spec ``package.module:Name`` is built with the arguments it names."""
+    if is_plugin_spec(name):
+        return build_plugin(GENERATOR_PLUGIN, name, {'layout': layout, 'dataset': dataset})
     if name == 'auto':
         name = AUTO_GENERATOR_BY_DATASET.get(dataset, 'augment_hflip')
     if name not in AUGMENTATION_GENERATORS:

@@ -35,13 +35,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from fl_uav.aggregation import ClientUpdate
+from fl_uav.aggregation import ClientUpdate, Strategy
 from fl_uav.aggregation._common import LOCAL_LR_KEY
 from fl_uav.aggregation.feddpq import DRAWS_KNOB
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
+from fl_uav.aggregation.robust import NormClip
 from fl_uav.aggregation.scaffold import Scaffold
 from fl_uav.compression.codec import encoded_size
-from fl_uav.compression.compressor import Compressor, NoCompression
+from fl_uav.compression.compressor import Compressor, NoCompression, decode_update_frame
+from fl_uav.compression.errors import FrameError
 from fl_uav.compression.paper_compressors import PlannedCompressors
 from fl_uav.configschema import to_flat
 from fl_uav.learning import partition
@@ -72,6 +74,13 @@ from fl_uav.netmodel.radio import RadioLink
 from fl_uav.planning.feddpq_opt import BITS_KNOB, TOPUP_KNOB, TX_POWER_KNOB
 from fl_uav.planning.lgc_control import ENTRIES_KNOB
 from fl_uav.planning.resources import merge_knobs
+from fl_uav.plugins import (
+    attribute_snapshot,
+    changed_attributes,
+    is_plugin_spec,
+    overrides_state_dict,
+    plugin_sources,
+)
 from fl_uav.sim.experiment_config import ExperimentConfig
 from fl_uav.sim.express import EngineExpress, plan_express
 from fl_uav.sim.resource_planning import (
@@ -226,6 +235,9 @@ class ExperimentEngine:
         c = config.compression
         c.check_model_dim(sum(int(w.size) for w in self.weights.values()))   # fail at start
         self.compressor = c.build()
+        # Plug-ins (module:Name specs) whose state_dict is the base's: their attributes as
+        # built, so a checkpoint can tell whether they kept state it cannot hold.
+        self._plugin_snapshots = _plugin_snapshots(config, self.strategy, self.compressor)
         # Per-drone state (SCAFFOLD's c_k, LGC's residual): one instance per drone, made on use.
         self._clients: dict[int, ClientAlgorithm] = {}
         self._compressors: dict[int, Compressor] = {}
@@ -429,8 +441,10 @@ class ExperimentEngine:
         return self._clients[drone]
 
     def _compressor(self, drone: int) -> Compressor:
-        """The shared compressor, or the drone's own when the method keeps state (lgc)."""
-        if self.config.compression.method != 'lgc':
+        """The shared compressor, or the drone's own when the method keeps state (lgc) or may
+        (a plug-in)."""
+        method = self.config.compression.method
+        if method != 'lgc' and not is_plugin_spec(method):
             return self.compressor
         if drone not in self._compressors:
             self._compressors[drone] = self.config.compression.build()
@@ -561,18 +575,51 @@ class ExperimentEngine:
         knob = knob or {}
         entries = knob.get(ENTRIES_KNOB)
         compressor = self._planned.select(self._compressor(drone), knob.get(BITS_KNOB), entries)
-        if isinstance(compressor, NoCompression) and result.mask is None:
+        plugin = is_plugin_spec(self.config.compression.method)
+        if type(compressor) is NoCompression and result.mask is None:
             # A dense v1 frame carries the delta unchanged: charge its exact length unbuilt.
             return compressor.frame_size(result.delta), result.delta, None
+        # a plug-in gets the tensors in the global model's order, as on a drone
+        sent = {n: result.delta[n] for n in self.weights} if plugin else result.delta
         frame, delta = compressor.compress(
-            result.delta, np.random.default_rng(_round_seed(self.config.seed, r, 20 + drone)),
+            sent, np.random.default_rng(_round_seed(self.config.seed, r, 20 + drone)),
             round_index=r, sender=drone, fingerprint=self.fingerprint, mask=result.mask,
             metrics=result.metrics)
+        if plugin:   # aggregate what the station would decode from the frame, checked
+            delta = self._plugin_frame_delta(drone, r, frame, delta)
         channel_bytes = None
         if entries is not None:   # an unused channel (0 entries) sends nothing
             channel_bytes = [n if e > 0 else 0
                              for n, e in zip(compressor.last_frame_bytes, entries)]
         return len(frame), delta, channel_bytes
+
+    def _plugin_frame_delta(self, drone: int, r: int, frame: bytes,
+                            reported: Weights) -> Weights:
+        """The delta the station decodes from a plug-in compressor's frame; ExperimentError
+        if the frame is not one update frame of this drone, round and model, or if it decodes
+        to something else than the delta the compressor reported (its error feedback and
+        the engine would then differ from the fleet)."""
+        spec = self.config.compression.method
+        where = f'round {r}, drone {drone}: compression.method {spec!r}'
+        try:
+            decoded = decode_update_frame(frame, self.weights, self.fingerprint)
+        except FrameError as exc:
+            raise ExperimentError(f'{where} returned bytes the station cannot decode '
+                                  f'({exc.reason}: {exc}); a compressor returns one codec v1 '
+                                  f'UPDATE or v2 QSGD/range/raw frame (see fl_uav.compression.'
+                                  f'compressor.Compressor)') from None
+        if (decoded.sender, decoded.round_index) != (drone, r):
+            raise ExperimentError(f'{where} wrote sender {decoded.sender}, round '
+                                  f'{decoded.round_index} into its frame; the station would '
+                                  f'refuse it (it was given sender {drone}, round {r})')
+        for name, value in decoded.delta.items():
+            mine = np.asarray(reported.get(name, np.nan), np.float64)
+            if mine.shape != value.shape or not np.allclose(mine, value, rtol=1e-6,
+                                                            atol=1e-7):
+                raise ExperimentError(f'{where} reported a delta that differs from what its '
+                                      f'frame decodes to (tensor {name!r}); compress must '
+                                      f'return (frame, the delta the frame decodes to)')
+        return decoded.delta
 
     @staticmethod
     def _first_diverging_drone(trainer: VectorizedTrainer, start: Weights, active: list[int],
@@ -614,14 +661,40 @@ class ExperimentEngine:
         arrays = {f'w/{n}': v for n, v in self.weights.items()}
         arrays.update({f'buffer/{k}': b for k, b in enumerate(self.buffers)})
         meta['strategy'] = _arrays_out(self.strategy.state_dict(), 'strategy', arrays)
+        meta['unsaved_plugin_state'] = self._unsaved_plugin_state()
         if self.express is not None:   # the models the UAVs carry, their tours flown
             meta['express'] = self.express.runtime.state_dict(arrays)
         for tag, states in (('client', self._clients), ('compressor', self._compressors)):
             for k, owner in states.items():   # per-drone state: SCAFFOLD c_k, LGC residual
                 arrays.update({f'{tag}/{k}/{key}': v for key, v in owner.state_dict().items()})
+        try:
+            meta_json = json.dumps(meta)
+        except (TypeError, ValueError) as exc:
+            raise ExperimentError(
+                f'cannot checkpoint round {self.round_index}: the strategy state of '
+                f'aggregation.strategy {self.config.aggregation.strategy!r} holds a value that '
+                f'is neither JSON nor a numpy array ({exc}); state_dict() returns str-keyed '
+                f'dicts, lists, JSON scalars and numpy arrays') from None
         tmp = self.out_dir / (CHECKPOINT_FILE + '.tmp.npz')
-        np.savez(tmp, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8), **arrays)
+        np.savez(tmp, meta=np.frombuffer(meta_json.encode(), np.uint8), **arrays)
         tmp.replace(self.out_dir / CHECKPOINT_FILE)
+
+    def _unsaved_plugin_state(self) -> dict[str, list[str]]:
+        """Per plug-in key, the attributes a plug-in without its own state_dict changed since
+        it was built (state a checkpoint does not hold); empty when there are none."""
+        unsaved: dict[str, list[str]] = {}
+        strategy = self._plugin_snapshots.get('aggregation.strategy')
+        if strategy is not None:
+            changed = changed_attributes(strategy, _unwrapped(self.strategy))
+            if changed:
+                unsaved['aggregation.strategy'] = changed
+        compressor = self._plugin_snapshots.get('compression.method')
+        if compressor is not None:
+            changed = sorted({name for owner in self._compressors.values()
+                              for name in changed_attributes(compressor, owner)})
+            if changed:
+                unsaved['compression.method'] = changed
+        return unsaved
 
     def load_checkpoint(self) -> None:
         """Continue from DIR/checkpoint.npz."""
@@ -630,6 +703,8 @@ class ExperimentEngine:
             raise ExperimentError(f'cannot resume: {path} does not exist')
         with np.load(path) as archive:
             meta = json.loads(bytes(archive['meta']).decode())
+            _refuse_unsaved_plugin_state(meta.get('unsaved_plugin_state') or {}, self.config,
+                                         self.out_dir)
             self.weights = {n[2:]: archive[n].astype(np.float32) for n in archive.files
                             if n.startswith('w/')}
             self.buffers = [archive[f'buffer/{k}'] for k in range(self.config.num_drones)]
@@ -671,6 +746,39 @@ class ExperimentEngine:
             raise ExperimentError(f'cannot resume: {path} does not hold the FedEx updates '
                                   f'1..{upto} of the checkpoint')
         return log
+
+
+def _unwrapped(strategy: Strategy) -> Strategy:
+    """The configured rule inside ``aggregation.clip_norm``'s NormClip wrapper."""
+    return strategy.inner if isinstance(strategy, NormClip) else strategy
+
+
+def _plugin_snapshots(config: ExperimentConfig, strategy: Strategy,
+                      compressor: Compressor) -> dict[str, dict[str, Any] | None]:
+    """{plug-in key: its attributes as built} for the strategy and compressor plug-ins that
+    keep the base's empty state_dict (a plug-in that defines state_dict is trusted)."""
+    snapshots = {}
+    if (is_plugin_spec(config.aggregation.strategy)
+            and not overrides_state_dict(_unwrapped(strategy), Strategy)):
+        snapshots['aggregation.strategy'] = attribute_snapshot(_unwrapped(strategy))
+    if (is_plugin_spec(config.compression.method)
+            and not overrides_state_dict(compressor, Compressor)):
+        snapshots['compression.method'] = attribute_snapshot(compressor)
+    return snapshots
+
+
+def _refuse_unsaved_plugin_state(unsaved: dict[str, list[str]], config: ExperimentConfig,
+                                 out_dir: Path) -> None:
+    """ExperimentError when the checkpoint was written while a plug-in held state it has no
+    state_dict for: a resumed run would start that state over and differ from the run."""
+    if not unsaved:
+        return
+    named = '; '.join(f'{key} {to_flat(config)[key]!r} changed {", ".join(names)}'
+                      for key, names in sorted(unsaved.items()))
+    raise ExperimentError(
+        f'cannot resume {out_dir}: a plug-in kept state its checkpoint does not hold ({named}) '
+        f'and defines no state_dict; give it state_dict()/load_state_dict() (or a state_dict '
+        f'returning {{}} if those attributes are not state), then start the run again')
 
 
 def _arrays_out(state: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:
@@ -898,6 +1006,7 @@ def write_summary(config: ExperimentConfig, out_dir: Path, rows: list[dict[str, 
         'uplink_bytes_total': sum(r['uplink_bytes'] for r in rows),
         'energy_total_j': float(sum(r['energy_total_j'] for r in rows)),
         'resources_planner': config.resources.planner,
+        'plugins': plugin_sources(to_flat(config)),   # spec, module file, SHA-256
         **(extra or {}),
         **energy_to_target(rows, config.target_accuracy),
         'engine_wall_s': sum(r['wall_s'] for r in rows),

@@ -15,7 +15,7 @@ from fl_uav.compression.compressor import CompressionConfig
 from fl_uav.configschema import require_choice
 from fl_uav.learning.buffer import BufferConfig
 from fl_uav.learning.config import LearningConfig
-from fl_uav.learning.topup import TOPUP_GENERATORS
+from fl_uav.learning.topup import check_generator_name
 from fl_uav.sim.express import ExpressConfig, check_express
 
 DATASETS = ('digits', 'fashion_mnist', 'image_folder', 'world')
@@ -65,7 +65,9 @@ class DataConfig:
         augment_dihedral | augment_hflip | augment_shift (label-preserving augmentation, so a
         class the drone has no sample of stays empty). Generation is charged by FedDPQ eqs.
         (33)-(34) (system.gen_cycles_per_sample) when a drone's real data changed since it
-        last generated.
+        last generated. topup_generator may also be a plug-in ``package.module:Name`` (a
+        fl_uav.learning.topup.Generator, fl_uav.plugins; engine only: the fleet's drones
+        augment).
     """
 
     dataset: str = 'digits'
@@ -104,7 +106,7 @@ class DataConfig:
         if not 0.0 < self.topup_factor <= 1.0:
             raise ValueError(f'data.topup_factor (FedDPQ Delta) must be in (0, 1], got '
                              f'{self.topup_factor}')
-        require_choice('data.topup_generator', self.topup_generator, TOPUP_GENERATORS)
+        check_generator_name(self.topup_generator)   # a built-in name or module:Name
         self._check_unused_keys()
 
     def _check_unused_keys(self) -> None:

@@ -19,11 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from fl_uav.configschema import build_config
+from fl_uav.configschema import build_config, to_flat
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.onboard_planner import record_file_name
 from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
 from fl_uav.planning.trajectory import class_balance
+from fl_uav.plugins import plugin_sources
 from fl_uav.sim.launch_plan import (
     fleet_plan,
     merged_parameters,
@@ -177,6 +178,9 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
         'status': status,
         'num_drones': config.num_drones,
         'num_rounds_configured': config.rounds.num_rounds,
+        'strategy': config.aggregation.strategy,        # a built-in name or a plug-in spec
+        'compression_method': config.compression.method,
+        'plugins': plugin_sources(to_flat(config)),      # spec, module file, SHA-256
         'initial_accuracy': report.get('initial_accuracy'),
         'final_accuracy': accuracies[-1] if accuracies else None,
         'wall_time_s': wall_s,

@@ -1,10 +1,12 @@
-"""fl-uav sim summary: per-drone buffer balance from the planner record."""
+"""fl-uav sim summary: per-drone buffer balance from the planner record, the plug-ins used."""
 
 import math
 
 import pytest
 
-from fl_uav.sim.fleet_run import buffer_balance
+from fl_uav.configschema import build_config
+from fl_uav.fleet.config import FleetConfig
+from fl_uav.sim.fleet_run import buffer_balance, build_summary
 
 
 def test_buffer_balance_is_the_normalised_entropy_of_the_class_counts():
@@ -22,3 +24,17 @@ def test_buffer_balance_is_the_normalised_entropy_of_the_class_counts():
 def test_buffer_balance_without_a_record_is_none():
     assert buffer_balance(None) == {'buffer_class_counts': None, 'buffer_entropy_norm': None}
     assert buffer_balance([]) == {'buffer_class_counts': None, 'buffer_entropy_norm': None}
+
+
+def test_the_fleet_summary_records_the_plug_in_specs_and_their_source(tmp_path):
+    # Arrange: a run directory with nothing in it yet (no rounds)
+    config = build_config(FleetConfig, {
+        'num_drones': 1, 'aggregation.strategy': 'test.unit._plugins:RecordingFedAvg'})
+    # Act
+    summary = build_summary(tmp_path, config, 'failed', 1.0, {}, 5)
+    # Assert
+    assert summary['strategy'] == 'test.unit._plugins:RecordingFedAvg'
+    assert summary['compression_method'] == 'none'
+    source = summary['plugins']['aggregation.strategy']
+    assert source['module_file'].endswith('_plugins.py') and len(source['module_sha256']) == 64
+    assert list(summary['plugins']) == ['aggregation.strategy']

@@ -1,0 +1,82 @@
+"""Plug-ins in the fleet: the drone's compressor and the station's strategy come from the same
+``module:Name`` spec; the station decodes a plug-in's frames without knowing the method."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fl_uav.compression.compressor import decode_update_frame
+from fl_uav.configschema import build_config
+from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.drone_agent import DroneAgent
+from fl_uav.fleet.ground_station import GroundStation
+from fl_uav.fleet.messages import PoseSample
+from fl_uav.fleet.world_setup import map_labeler
+from test.unit import _plugins
+from test.unit._plugins import SPEC
+
+_BASE = {'num_drones': 1, 'learning.model': 'tiny_cnn', 'learning.min_samples_to_train': 4,
+         'rounds.num_rounds': 2, 'rounds.deadline_s': 10.0, 'rounds.first_round_extra_s': 0.0}
+
+
+def _eval_set(n: int = 20):
+    rng = np.random.default_rng(0)
+    return rng.normal(0, 1, (n, 3, 32, 32)).astype(np.float32), rng.integers(0, 7, n)
+
+
+def _pair(overrides: dict) -> tuple[DroneAgent, GroundStation]:
+    config = build_config(FleetConfig, {**_BASE, **overrides})
+    agent = DroneAgent(config, 0, map_labeler(config.world, config.camera))
+    rng = np.random.default_rng(3)
+    for k in range(10):
+        agent.on_pose(PoseSample(200.0 + 10 * k, 400.0, 30.0, 0.0, stamp_s=float(k)))
+        agent.on_camera_frame(rng.integers(0, 255, (64, 64, 3), np.uint8), stamp_s=float(k))
+    return agent, GroundStation(config, *_eval_set())
+
+
+def test_a_plug_in_compressors_frame_reaches_a_plug_in_strategy_at_the_station():
+    # Arrange: both nodes read the same two specs
+    _plugins.AGGREGATE_CALLS.clear()
+    agent, station = _pair({'aggregation.strategy': SPEC + 'RecordingFedAvg',
+                            'compression.method': SPEC + 'TopFractionWithMemory'})
+    before = dict(station.weights)
+    opening = station.open_round(0.0)
+    report = agent.train_round(agent.accept_global_frame(opening.frame))
+    sent = decode_update_frame(report.frame, before)
+    # Act
+    verdict = station.receive_update(report.frame)
+    record = station.close_round(1.0)
+    # Assert: the top quarter of the drone's update, applied by the plug-in rule (FedAvg of one)
+    assert type(agent._compressor).__name__ == 'TopFractionWithMemory'
+    assert verdict.accepted and record.participants == [0]
+    assert _plugins.AGGREGATE_CALLS == [(1, (0,))]
+    dense = sum(w.size for w in before.values())
+    assert sum(int(np.count_nonzero(v)) for v in sent.delta.values()) == int(0.25 * dense)
+    for name, w in before.items():
+        np.testing.assert_allclose(station.weights[name], w + sent.delta[name], atol=1e-6)
+    assert any(np.any(r != 0) for r in agent._compressor.residual.values())
+
+
+def test_a_plug_in_whose_bytes_are_no_frame_is_refused_by_the_station_and_counted():
+    # Arrange
+    agent, station = _pair({'compression.method': SPEC + 'GarbageFrame'})
+    opening = station.open_round(0.0)
+    report = agent.train_round(agent.accept_global_frame(opening.frame))
+    # Act
+    verdict = station.receive_update(report.frame)
+    # Assert
+    assert not verdict.accepted and verdict.reason == 'bad_magic'
+    assert station.rejected_total == {'bad_magic': 1}
+
+
+def test_the_station_builds_a_strategy_plug_in_with_the_fleets_arguments():
+    # Act
+    _, station = _pair({'num_drones': 3, 'world.seed': 11, 'aggregation.server_lr': 0.5,
+                        'aggregation.strategy': SPEC + 'KeepsAllArguments'})
+    # Assert: **kwargs gets every documented argument; the fleet's seed is world.seed
+    arguments = station._strategy.arguments
+    assert arguments['num_clients'] == 3 and arguments['seed'] == 11
+    assert arguments['server_lr'] == 0.5
+    assert set(arguments) == {'server_lr', 'num_clients', 'proximal_mu', 'score_interval',
+                              'score_shrink_steps', 'trimmed_beta', 'num_selected', 'local_lr',
+                              'seed'}
