@@ -188,7 +188,9 @@ class GroundStationNode(Node):
             self._now()))
         self.get_logger().info(f'round {record.round_index} closed: accuracy '
                                f'{record.accuracy:.3f}, participants {record.participants}, '
-                               f'late or missing {record.late_or_missing}')
+                               f'late or missing {record.late_or_missing}'
+                               + (f', flight errors {record.flight_errors}'
+                                  if record.flight_errors else ''))
 
     def _write_knobs(self) -> None:
         """DIR/knobs.json: the resource planner's inputs, plan and knobs sent so far (call
@@ -206,6 +208,7 @@ class GroundStationNode(Node):
             'initial_loss': self.station.initial_loss,
             'rounds': [r.to_dict() for r in self.station.records],
             'rejected_total': dict(self.station.rejected_total),
+            'flight_failures': {str(d): n for d, n in self.station.flight_failures().items()},
             **({'express': self.station.express.summary()} if self.station.express else {}),
             **({'resources': self.station.resources.report()}
                if self.station.resources.enabled else {}),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import rclpy
@@ -22,7 +24,7 @@ from fl_uav.compression.codec import (
 from fl_uav.compression.signing import sign_frame
 from fl_uav.fleet.config import SecurityConfig
 from fl_uav.fleet.keys import generate_fleet_keys, load_frame_auth
-from fl_uav.fleet.run_log import read_progress
+from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
 from fl_uav.ros import names
 from fl_uav.ros.ground_station_node import GroundStationNode
 from fl_uav.sim.launch_plan import write_params_file
@@ -109,6 +111,10 @@ def test_round_survives_bad_frames_and_closes_at_deadline(station, tmp_path):
     assert namespaces.count('plans') == 2 and namespaces.count('class_regions') > 0
     rows = read_progress(tmp_path)
     assert rows[0]['participants'] == [0] and rows[0]['late_or_missing'] == [1]
+    assert rows[0]['flight_errors'] == {}
+    report_file = tmp_path / STATION_REPORT_FILE
+    assert spin_until(executor, report_file.exists, 10.0)
+    assert json.loads(report_file.read_text())['flight_failures'] == {'0': 0, '1': 0}
     # the log names the drone that was late or missing
     closing = 'round 1 closed: accuracy'
     assert spin_until(executor, lambda: any(line.startswith(closing) for line in lines), 5.0)
