@@ -42,6 +42,7 @@ from fl_uav.compression.paper_compressors import LgcCompressor, PlannedCompresso
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.keys import load_frame_auth
 from fl_uav.fleet.messages import (
+    FLIGHT_ERROR_KEY,
     RUN_ID_KEY,
     UPLOAD_ACK_KNOB,
     FinishCommand,
@@ -139,7 +140,8 @@ class DroneAgent:
         self._pose_history_s = pose_history_s
         self.frames_received = 0
         self.frames_skipped = 0
-        self.waypoints_reached = 0
+        self.waypoints_reached = 0      # in the current run (begin_flight starts it over)
+        self._flight_epoch = 0          # the run (RoundTask.run_epoch) the figures belong to
         self.rounds_trained = 0
         self.rejected_frames = 0
         self.rejected_reasons: Counter = Counter()   # station frames rejected, by reason
@@ -346,6 +348,8 @@ class DroneAgent:
             'mission_waypoints': len(task.plan),
             'class_counts': self.class_counts().tolist(),
         }
+        if task.flight_error:           # why this round's flight failed
+            metadata[FLIGHT_ERROR_KEY] = task.flight_error
         if task.run_id is not None:     # echoed: the station refuses another run's update
             metadata[RUN_ID_KEY] = task.run_id
         pose = self.latest_pose()
@@ -363,6 +367,16 @@ class DroneAgent:
         self._pending_upload = (task.round_index, trained)
         return UpdateReport(task.round_index, frames, num_samples, steps, loss,
                             time.perf_counter() - start, dict(check.rejected))
+
+    def begin_flight(self, run_epoch: int) -> None:
+        """A flight of run ``run_epoch`` starts (the pilot calls it first): with a new run
+        the per-run flight figures (``waypoints_reached``, reported with every update) start
+        over; the same run, or one left, changes nothing. Separate from :meth:`start_run`,
+        which runs at training, after the new run's first flight has been counted."""
+        if run_epoch > self._flight_epoch:
+            if self._flight_epoch != 0:
+                self.waypoints_reached = 0
+            self._flight_epoch = run_epoch
 
     def start_run(self, run_epoch: int) -> None:
         """Drop the learning state an earlier run left when ``run_epoch`` is a new run: the

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import time
 from collections import Counter
@@ -38,7 +39,7 @@ from fl_uav.fleet.express_carrier import (
     ExpressTaskError,
     TourLog,
 )
-from fl_uav.fleet.messages import PoseSample, RoundTask
+from fl_uav.fleet.messages import PoseSample, RoundTask, short_flight_error
 from fl_uav.fleet.onboard_planner import OnboardPlanner
 from fl_uav.planning.geofence import Geofence, GeofenceViolationError, require_inside
 from fl_uav.vehicle.interface import BatteryStatus, Vehicle, VehicleError, WaypointEnu
@@ -205,15 +206,19 @@ class DronePilot:
         deadline), then train; a failed or cut-short flight is recorded and the drone still
         reports what it learned."""
         self.state.round_error = ''
+        self.agent.begin_flight(task.run_epoch)     # a new run's figures start over
         with self._phase('flying'):
             task = await self.own_mission(task)
-            await self._fly_round(task)
+            error = await self._fly_round(task)
+        if error:      # reported with the update (FLIGHT_ERROR_KEY)
+            task = dataclasses.replace(task, flight_error=short_flight_error(error))
         with self._phase('training'):
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self._train_executor, self.agent.train_round,
                                               task)
 
-    async def _fly_round(self, task: RoundTask) -> None:
+    async def _fly_round(self, task: RoundTask) -> str:
+        """Fly the round; returns why the flight failed ('' if it did not)."""
         try:
             reached = await asyncio.wait_for(self.fly_plan(task), self.flight_budget_s(task))
             self.agent.waypoints_reached += reached
@@ -222,12 +227,15 @@ class DronePilot:
             self._failed(task, f'plan rejected: {exc}')
             _log.error('round %d: plan rejected, flying nothing (holding): %s',
                        task.round_index, exc)
+            return f'plan rejected: {exc.reason}'
         except (VehicleError, TimeoutError) as exc:
             reason = str(exc) or f'flight budget of {self.flight_budget_s(task):.0f} s exceeded'
             self._failed(task, reason)
             # The autopilot may have landed (failsafe); arm and take off again next round.
             self.state.airborne = not isinstance(exc, VehicleError)
             _log.warning('flight failed in round %d: %s', task.round_index, reason)
+            return reason
+        return ''
 
     async def run_express_tour(self, task: RoundTask, carrier: ExpressCarrier,
                                link: ExpressLink, speed_m_s: float) -> bytes:
@@ -243,6 +251,7 @@ class DronePilot:
         ExpressTaskError (nothing flown, nothing uploaded; the station's deadline covers it).
         """
         self.state.round_error = ''
+        self.agent.begin_flight(task.run_epoch)     # a new run's figures start over
         with self._phase('touring'):
             return await self._tour(task, carrier, link, speed_m_s)
 

@@ -23,7 +23,14 @@ from fl_uav.compression.signing import FrameAuth
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.express_exchange import ExchangeRejected, decode_clu, encode_delivery
 from fl_uav.fleet.keys import load_frame_auth, visit_auth
-from fl_uav.fleet.messages import EXPRESS_KNOB, RUN_ID_KEY, RoundTask, is_int
+from fl_uav.fleet.messages import (
+    EXPRESS_KNOB,
+    FLIGHT_ERROR_KEY,
+    RUN_ID_KEY,
+    RoundTask,
+    is_int,
+    short_flight_error,
+)
 from fl_uav.learning.weights import Weights
 
 
@@ -179,8 +186,9 @@ class ExpressCarrier:
 
     def upload_frame(self, waypoints_reached_total: int = 0) -> bytes:
         """u_k for the station (UPDATE, this round): ``num_samples`` = CLUs that carried
-        training, ``steps`` = their local steps, ``waypoints_reached`` = the UAV's total
-        since start (as a standard drone reports it), the tour's facts under ``express``."""
+        training, ``steps`` = their local steps, ``waypoints_reached`` = the UAV's count in
+        this run (as a standard drone reports it), the tour's facts under ``express`` and its
+        error, if any, as ``flight_error`` too."""
         tour = self.tour
         if tour is None:
             raise RuntimeError('no tour started')
@@ -193,6 +201,8 @@ class ExpressCarrier:
                     'steps': sum(tour.clu_steps.get(c, 0) for c in trained),
                     'train_loss': loss, 'waypoints_reached': waypoints_reached_total,
                     'samples_collected': 0, EXPRESS_KNOB: tour.to_metadata()}
+        if tour.error:
+            metadata[FLIGHT_ERROR_KEY] = short_flight_error(tour.error)
         if tour.run_id is not None:
             metadata[RUN_ID_KEY] = tour.run_id
         return self._auth.seal(encode_frame(FrameKind.UPDATE, tour.round_index, self.uav_id,

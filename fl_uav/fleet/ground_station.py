@@ -56,6 +56,7 @@ from fl_uav.fleet.express_routes import ExpressRoutes, plan_express_routes
 from fl_uav.fleet.keys import load_frame_auth
 from fl_uav.fleet.messages import (
     EXPRESS_KNOB,
+    FLIGHT_ERROR_KEY,
     MAX_COUNT,
     RUN_ID_HEX_CHARS,
     RUN_ID_KEY,
@@ -63,6 +64,7 @@ from fl_uav.fleet.messages import (
     is_finite_number,
     is_int,
     run_metadata,
+    short_flight_error,
     valid_run_id,
 )
 from fl_uav.fleet.resource_knobs import KNOBS_REJECTED_KEY, POSITION_KEY, valid_position
@@ -151,13 +153,16 @@ class RoundRecord:
     # What this round's evaluation showed for the first time: a diverged global model or one
     # still at chance level (fl_uav.learning.divergence), e.g. learning.lr far too large.
     warnings: list[str] = field(default_factory=list)
+    # Why a drone's flight failed this round (its update's FLIGHT_ERROR_KEY), for the drones
+    # whose flight failed and that reported it.
+    flight_errors: dict[int, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (keys of per-drone maps as strings)."""
         out = asdict(self)
         for key in ('bytes_up', 'train_loss', 'samples', 'samples_collected',
                     'waypoints_reached', 'waypoints_planned', 'express', 'resource_knobs',
-                    'knobs_rejected'):
+                    'knobs_rejected', 'flight_errors'):
             out[key] = {str(k): v for k, v in out[key].items()}
         return out
 
@@ -423,6 +428,7 @@ class GroundStation:
         formed (the planner's inputs; the round record)."""
         checks = ((CLASS_COUNTS_KEY, lambda v: valid_class_counts(v, len(CLASS_NAMES))),
                   (POSITION_KEY, valid_position),
+                  (FLIGHT_ERROR_KEY, lambda v: isinstance(v, str)),
                   (KNOBS_REJECTED_KEY, lambda v: isinstance(v, dict) and all(
                       isinstance(k, str) and isinstance(x, str) for k, x in v.items())))
         return all(key not in metadata or ok(metadata[key]) for key, ok in checks)
@@ -497,7 +503,9 @@ class GroundStation:
             resource_knobs=r.resource_knobs,
             knobs_rejected={u.sender: dict(u.metrics[KNOBS_REJECTED_KEY]) for u in updates
                             if KNOBS_REJECTED_KEY in u.metrics},
-            warnings=self.divergence.observe(r.index, accuracy, loss))
+            warnings=self.divergence.observe(r.index, accuracy, loss),
+            flight_errors={u.sender: short_flight_error(u.metrics[FLIGHT_ERROR_KEY])
+                           for u in updates if u.metrics.get(FLIGHT_ERROR_KEY)})
         # Closed before anything else can fail: a retry would apply the aggregate twice.
         self.records.append(record)
         self._round = None
@@ -520,6 +528,10 @@ class GroundStation:
         otherwise; :meth:`open_round` does it too). Seconds for ``lgc_ddpg``: a caller with a
         lock can run it outside, between closing one round and opening the next."""
         self.resources.build_pending()
+
+    def flight_failures(self) -> dict[int, int]:
+        """Per drone, the rounds of this run whose update reported a failed flight."""
+        return {d: sum(d in r.flight_errors for r in self.records) for d in self.drone_ids}
 
     @staticmethod
     def _waypoints_planned(r: _OpenRound) -> dict[int, int]:

@@ -53,6 +53,21 @@ class PoseSample:
                      if not math.isfinite(getattr(self, name)))
 
 
+#: Metadata key of an update: why the drone's flight in that round failed (a plan refused by
+#: its geofence, a vehicle error, the flight budget), at most FLIGHT_ERROR_MAX_CHARS
+#: characters; absent when the flight did not fail (and from drones of an older fl_uav).
+FLIGHT_ERROR_KEY = 'flight_error'
+FLIGHT_ERROR_MAX_CHARS = 200
+
+
+def short_flight_error(reason: str) -> str:
+    """``reason`` as an update carries it: at most FLIGHT_ERROR_MAX_CHARS characters (a cut
+    one ends with '...')."""
+    if len(reason) <= FLIGHT_ERROR_MAX_CHARS:
+        return reason
+    return reason[:FLIGHT_ERROR_MAX_CHARS - 3] + '...'
+
+
 #: Metadata key of every station frame (and, echoed, of every update): the run id the
 #: station drew at start (RUN_ID_HEX_CHARS hex digits). See fl_uav/fleet/round_gate.py.
 RUN_ID_KEY = 'run_id'
@@ -93,7 +108,9 @@ class RoundTask:
     ``run_id`` the station's run (None: an older station) and ``run_started_ms`` when it
     started (UNIX ms), ``run_epoch`` the drone's count of
     runs taken part in (its RoundGate's): learning state carried between rounds (SCAFFOLD's
-    c_k, LGC's residual, the pending upload) starts over when it changes."""
+    c_k, LGC's residual, the pending upload) starts over when it changes, and so do the
+    per-run flight figures (``DroneAgent.waypoints_reached``). ``flight_error`` is why the
+    round's flight failed ('' if it did not), set by the pilot before training."""
 
     round_index: int
     weights: dict
@@ -104,6 +121,7 @@ class RoundTask:
     run_id: str | None = None
     run_epoch: int = 0
     run_started_ms: int | None = None
+    flight_error: str = ''
 
 
 @dataclass(frozen=True)

@@ -82,7 +82,7 @@ from fl_uav.ros.conversions import (
 )
 from fl_uav.ros.markers import class_region_markers, clear_markers, planned_path_markers
 from fl_uav.ros.params import declare_config
-from fl_uav.ros.spin import run_node
+from fl_uav.ros.spin import node_logger, run_node
 from fl_uav.vehicle.interface import BatteryStatus
 from fl_uav.vehicle.mavsdk_vehicle import MavsdkVehicle
 from fl_uav.vehicle.runner import VehicleRunner
@@ -170,8 +170,9 @@ class DroneNode(Node):
                                      names.IMAGE_QOS)
         self.create_subscription(UInt8MultiArray, names.GLOBAL_MODEL_TOPIC, self._on_global,
                                  names.GLOBAL_MODEL_QOS)
-        self.runner.submit(self.pilot.stream_telemetry(self._publish_pose, self._on_battery)
-                           ).add_done_callback(self._on_telemetry_end)
+        self._telemetry = self.runner.submit(
+            self.pilot.stream_telemetry(self._publish_pose, self._on_battery))
+        self._telemetry.add_done_callback(self._on_telemetry_end)
         self.get_logger().info(f'drone {self.drone_id}: autopilot at '
                                f'{cfg.flight.url_for(self.drone_id)}, geofence '
                                f'{self.pilot.geofence.describe()}')
@@ -194,17 +195,23 @@ class DroneNode(Node):
     def _on_battery(self, battery: BatteryStatus) -> None:
         self._battery = battery
         self.onboard.on_battery(battery.remaining_fraction)
+        if not self.context.ok():    # shutting down (Ctrl-C): nothing to publish on
+            return
         self._battery_pub.publish(battery_to_msg(battery.remaining_fraction,
                                                  battery.voltage_v, self._now()))
 
     def _on_telemetry_end(self, future: Future) -> None:
-        if not future.cancelled() and future.exception() is not None:
+        # Telemetry that ends because the node shuts down is no error (and /rosout is gone).
+        if (not future.cancelled() and future.exception() is not None
+                and self.context.ok()):
             self.get_logger().error(f'telemetry stopped: {future.exception()!r}')
 
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
 
     def _publish_pose(self, pose: PoseSample) -> None:
+        if not self.context.ok():    # shutting down (Ctrl-C): nothing to publish on
+            return
         self._pose_pub.publish(pose_to_msg(pose, names.MAP_FRAME))
 
     def _publish_trajectory(self, plan: OnboardTrajectory) -> None:
@@ -280,7 +287,7 @@ class DroneNode(Node):
 
     def _on_trained(self, future: Future) -> None:
         if future.cancelled():
-            self.get_logger().info('round cancelled: the node is shutting down')
+            node_logger(self).info('round cancelled: the node is shutting down')
             return
         if future.exception() is not None:
             self.get_logger().error(f'round failed: {future.exception()!r}')
@@ -305,7 +312,7 @@ class DroneNode(Node):
 
     def _on_tour_done(self, future: Future) -> None:
         if future.cancelled():
-            self.get_logger().info('express tour cancelled: the run is over')
+            node_logger(self).info('express tour cancelled: the run is over')
             return
         if future.exception() is not None:
             self.get_logger().error(f'express tour failed: {future.exception()!r}')
@@ -330,8 +337,16 @@ class DroneNode(Node):
     def _on_finished(self, future: Future) -> None:
         if future.cancelled():
             return
+        log = node_logger(self)
         if future.exception() is not None:
-            self.get_logger().error(f'landing failed: {future.exception()!r}')
+            log.error(f'landing failed: {future.exception()!r}')
+        elif self.pilot.in_flight:
+            log.info('run finished: the vehicle stays in the air (flight.land_on_finish is '
+                     'false)')
+        elif self.pilot.state.landed_after_flight:
+            log.info('landed')
+        else:
+            log.info('run finished: the vehicle was on the ground already')
         if self.own.exit_on_finish:
             self.done.set()
 
@@ -349,7 +364,7 @@ class DroneNode(Node):
         try:
             ending.result(timeout=flight.shutdown_rtl_timeout_s + flight.connect_timeout_s)
         except Exception as exc:  # noqa: BLE001 - shutting down whatever happened
-            self.get_logger().warning(f'vehicle shutdown failed: {exc!r}')
+            node_logger(self).warning(f'vehicle shutdown failed: {exc!r}')
         self.runner.stop()
         self._train_pool.shutdown(wait=False, cancel_futures=True)
 

@@ -12,7 +12,7 @@ from std_msgs.msg import UInt8MultiArray
 from visualization_msgs.msg import MarkerArray
 
 from fl_uav.fleet.config import FleetConfig, GroundStationNodeParams
-from fl_uav.fleet.ground_station import GroundStation
+from fl_uav.fleet.ground_station import GroundStation, RoundRecord
 from fl_uav.fleet.run_log import RunLog
 from fl_uav.fleet.world_setup import world_map
 from fl_uav.ros import names
@@ -145,6 +145,9 @@ class GroundStationNode(Node):
                                f'{opening.deadline_s - now:.0f} s)')
 
     def _close_round(self, now: float) -> None:
+        """Close the round, report it (progress.jsonl, /fl/metrics, the log), then build the
+        resource planner; the next round opens only after all of it (``_closing``), so its
+        'open' line never comes before this round's 'closed' line."""
         try:
             with self._lock:
                 try:
@@ -152,6 +155,7 @@ class GroundStationNode(Node):
                 except Exception as exc:  # noqa: BLE001 - the station must keep serving
                     self.get_logger().error(f'closing the round failed: {exc!r}')
                     return
+            self._report_round(record)
             # The resource planner (seconds per drone for lgc_ddpg) off the lock: updates and
             # ticks are served meanwhile; the next round opens once it is built. None is
             # needed after the last round.
@@ -160,13 +164,18 @@ class GroundStationNode(Node):
                     self.station.plan_pending()
                 except Exception as exc:  # noqa: BLE001 - the run goes on without knobs
                     self.get_logger().error(f'resource planning failed: {exc!r}')
+            with self._lock:    # the tick thread writes it too, when it opens a round
+                self._write_knobs()
+            if self.station.finished:
+                self._finish()
         finally:
             with self._lock:
                 self._closing = False
+
+    def _report_round(self, record: RoundRecord) -> None:
+        """A closed round in progress.jsonl, on /fl/metrics and in the log."""
         row = record.to_dict()
         self.log.append_round(row)
-        with self._lock:    # the tick thread writes it too, when it opens a round
-            self._write_knobs()
         for warning in record.warnings:   # a diverged model or one at chance level
             self.get_logger().warning(warning)
         if record.knobs_rejected:
@@ -180,9 +189,10 @@ class GroundStationNode(Node):
             'rejected': sum(record.rejected.values()), 'late': len(record.late_or_missing)},
             self._now()))
         self.get_logger().info(f'round {record.round_index} closed: accuracy '
-                               f'{record.accuracy:.3f}, participants {record.participants}')
-        if self.station.finished:
-            self._finish()
+                               f'{record.accuracy:.3f}, participants {record.participants}, '
+                               f'late or missing {record.late_or_missing}'
+                               + (f', flight errors {record.flight_errors}'
+                                  if record.flight_errors else ''))
 
     def _write_knobs(self) -> None:
         """DIR/knobs.json: the resource planner's inputs, plan and knobs sent so far (call
@@ -200,6 +210,7 @@ class GroundStationNode(Node):
             'initial_loss': self.station.initial_loss,
             'rounds': [r.to_dict() for r in self.station.records],
             'rejected_total': dict(self.station.rejected_total),
+            'flight_failures': {str(d): n for d, n in self.station.flight_failures().items()},
             **({'express': self.station.express.summary()} if self.station.express else {}),
             **({'resources': self.station.resources.report()}
                if self.station.resources.enabled else {}),

@@ -64,7 +64,10 @@ UPDATES_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_ALL,
 # retransmitted delivery must not overwrite each other).
 EXPRESS_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_ALL,
                          reliability=ReliabilityPolicy.RELIABLE)
-METRICS_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE)
+# Per-round metrics: latched, so a viewer started late gets the last 50 rounds (a volatile
+# subscriber, e.g. a plain `ros2 topic echo`, still matches; it gets only new rounds).
+METRICS_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
 # /diagnostics as diagnostic_updater publishes it: reliable, volatile (it repeats each period).
 DIAGNOSTICS_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
 MARKERS_QOS = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE,

@@ -6,43 +6,134 @@ A node that ends by itself (the station and the drones with ``exit_on_finish``) 
 normal end, on Ctrl-C and on an external shutdown alike. A node whose config or parameters
 are wrong (ConfigError at construction) ends with the error logged, without a traceback, and
 exit status CONFIG_ERROR_EXIT_STATUS.
+
+While a node runs, the Python ``logging`` records of the fleet's code (the ``fl_uav.*`` and
+``mavsdk`` loggers: pilot, vehicle, agent, MAVSDK's own lines) go to the node's rclpy logger at
+the matching severity (:class:`RosLogHandler`), so they reach the console with a timestamp and
+level, the node's file in ~/.ros/log and /rosout, once each; the handler is removed when the
+node ends.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
 
 import rclpy
 from rclpy.executors import ExternalShutdownException
+from rclpy.impl.rcutils_logger import RcutilsLogger
+from rclpy.logging import LoggingSeverity
 from rclpy.node import Node
 
 from fl_uav.configschema import ConfigError
 
 SPIN_SLICE_S = 0.1   # how often a node with a ``done`` event checks it
 CONFIG_ERROR_EXIT_STATUS = 2
+#: Python loggers whose records a running node forwards to its rclpy logger.
+FORWARDED_LOGGERS = ('fl_uav', 'mavsdk')
+_PYTHON_LEVELS = {LoggingSeverity.DEBUG: logging.DEBUG, LoggingSeverity.INFO: logging.INFO,
+                  LoggingSeverity.WARN: logging.WARNING, LoggingSeverity.ERROR: logging.ERROR,
+                  LoggingSeverity.FATAL: logging.CRITICAL}
+
+
+def node_logger(node: Node) -> RcutilsLogger:
+    """The node's logger while its context is up; after a shutdown (Ctrl-C shuts the context
+    down before the node's ``shutdown()`` runs) a logger of the same name plus ``.shutdown``,
+    which writes the console and the log file but not /rosout, whose publisher is gone (the
+    node's own logger would add "Failed to publish log message to rosout" to every line)."""
+    if node.context.ok():
+        return node.get_logger()
+    return rclpy.logging.get_logger(f'{node.get_logger().name}.shutdown')
+
+
+class RosLogHandler(logging.Handler):
+    """Forwards Python log records to an rclpy logger: DEBUG, INFO, WARNING, ERROR and
+    CRITICAL as DEBUG, INFO, WARN, ERROR and FATAL, each line prefixed with the Python
+    logger's last name part (``[drone_pilot] ...``), a traceback appended. Before
+    :meth:`attach` it writes to the rclpy logger ``fl_uav`` (console and log file)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._node: Node | None = None
+        self._plain = rclpy.logging.get_logger('fl_uav')
+        self.setFormatter(logging.Formatter('%(message)s'))
+
+    def attach(self, node: Node | None) -> None:
+        """From now on, log as ``node`` (:func:`node_logger`; None: as before attach)."""
+        self._node = node
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            logger = self._plain if self._node is None else node_logger(self._node)
+            text = f'[{record.name.rsplit(".", 1)[-1]}] {self.format(record)}'
+            # One call site per severity: rclpy refuses a call site whose severity changes.
+            if record.levelno >= logging.CRITICAL:
+                logger.fatal(text)
+            elif record.levelno >= logging.ERROR:
+                logger.error(text)
+            elif record.levelno >= logging.WARNING:
+                logger.warning(text)
+            elif record.levelno >= logging.INFO:
+                logger.info(text)
+            else:
+                logger.debug(text)
+        except Exception:  # noqa: BLE001 - logging must never raise into the caller
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def forward_python_logs(handler: RosLogHandler,
+                        loggers: tuple[str, ...] = FORWARDED_LOGGERS) -> Iterator[None]:
+    """``handler`` on each logger in ``loggers`` inside the block, instead of propagating to
+    the root logger (no line printed twice); a logger without a level of its own logs from the
+    rclpy ``fl_uav`` logger's level (INFO unless ``--log-level`` says otherwise). Everything
+    is put back on exit."""
+    severity = rclpy.logging.get_logger('fl_uav').get_effective_level()
+    level = _PYTHON_LEVELS.get(LoggingSeverity(severity), logging.INFO)
+    saved = []
+    for name in loggers:
+        logger = logging.getLogger(name)
+        saved.append((logger, logger.level, logger.propagate))
+        logger.addHandler(handler)
+        logger.propagate = False
+        if logger.level == logging.NOTSET:
+            logger.setLevel(level)
+    try:
+        yield
+    finally:
+        for logger, old_level, propagate in saved:
+            logger.removeHandler(handler)
+            logger.setLevel(old_level)
+            logger.propagate = propagate
 
 
 def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> None:
-    """Create the node with ``factory`` and run it until shutdown (or until ``node.done``)."""
+    """Create the node with ``factory`` and run it until shutdown (or until ``node.done``);
+    Python log records of the fleet's code go to its rclpy logger meanwhile."""
     rclpy.init(args=args)
-    try:
-        node = factory()
-    except ConfigError as exc:
-        rclpy.logging.get_logger('fl_uav').fatal(f'bad configuration: {exc}')
-        rclpy.try_shutdown()
-        raise SystemExit(CONFIG_ERROR_EXIT_STATUS) from None
-    done = getattr(node, 'done', None)
-    try:
-        if done is None:
-            rclpy.spin(node)
-        else:
-            while rclpy.ok() and not done.is_set():
-                rclpy.spin_once(node, timeout_sec=SPIN_SLICE_S)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        shutdown = getattr(node, 'shutdown', None)
-        if callable(shutdown):
-            shutdown()
-        node.destroy_node()
-        rclpy.try_shutdown()
+    handler = RosLogHandler()
+    with forward_python_logs(handler):
+        try:
+            node = factory()
+        except ConfigError as exc:
+            rclpy.logging.get_logger('fl_uav').fatal(f'bad configuration: {exc}')
+            rclpy.try_shutdown()
+            raise SystemExit(CONFIG_ERROR_EXIT_STATUS) from None
+        handler.attach(node)
+        done = getattr(node, 'done', None)
+        try:
+            if done is None:
+                rclpy.spin(node)
+            else:
+                while rclpy.ok() and not done.is_set():
+                    rclpy.spin_once(node, timeout_sec=SPIN_SLICE_S)
+        except (KeyboardInterrupt, ExternalShutdownException):
+            pass
+        finally:
+            shutdown = getattr(node, 'shutdown', None)
+            if callable(shutdown):
+                shutdown()
+            handler.attach(None)
+    node.destroy_node()
+    rclpy.try_shutdown()

@@ -790,21 +790,33 @@ class FlightController:
             self._set_mode(FlightMode.HOLD)
 
     def _battery_failsafes(self) -> None:
+        """PX4's battery warnings in flight (COM_LOW_BAT_ACT 3): below BAT_LOW_THR a warning
+        only, below BAT_CRIT_THR return to launch, below BAT_EMERGEN_THR land; each level
+        announced once per flight with PX4's STATUSTEXT (the health check's "Low battery",
+        "Critical battery", "Emergency battery level", then the failsafe framework's
+        "Failsafe activated" when it acts)."""
         remaining = self.battery.remaining
         if not (self.armed and self.airborne):
             return
-        if remaining < self.params['BAT_EMERGEN_THR'] and self._battery_failsafe < 2:
-            self._battery_failsafe = 2
-            self._status(mavlink.MAV_SEVERITY_EMERGENCY, 'Battery emergency: landing')
+        if remaining < self.params['BAT_EMERGEN_THR'] and self._battery_failsafe < 3:
+            self._battery_failsafe = 3
+            self._status(mavlink.MAV_SEVERITY_EMERGENCY, 'Emergency battery level')
+            self._status(mavlink.MAV_SEVERITY_CRITICAL, 'Failsafe activated')
             self.record_event('battery_emergency_land', remaining=round(remaining, 4))
             if self.mode != FlightMode.LAND:
                 self._set_mode(FlightMode.LAND)
-        elif remaining < self.params['BAT_CRIT_THR'] and self._battery_failsafe < 1:
-            self._battery_failsafe = 1
-            self._status(mavlink.MAV_SEVERITY_CRITICAL, 'Battery critical: returning')
+        elif remaining < self.params['BAT_CRIT_THR'] and self._battery_failsafe < 2:
+            self._battery_failsafe = 2
+            self._status(mavlink.MAV_SEVERITY_CRITICAL, 'Critical battery')
+            self._status(mavlink.MAV_SEVERITY_CRITICAL, 'Failsafe activated')
             self.record_event('battery_critical_rtl', remaining=round(remaining, 4))
             if self.mode not in (FlightMode.RTL, FlightMode.LAND):
                 self._set_mode(FlightMode.RTL)
+        elif remaining < self.params['BAT_LOW_THR'] and self._battery_failsafe < 1:
+            self._battery_failsafe = 1
+            # Declared critical by PX4 so a ground station reads it out; no action.
+            self._status(mavlink.MAV_SEVERITY_CRITICAL, 'Low battery')
+            self.record_event('battery_low', remaining=round(remaining, 4))
 
     def record_event(self, event: str, /, **details) -> None:
         """Add an entry to the simulator's event log."""

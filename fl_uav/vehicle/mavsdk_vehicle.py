@@ -12,6 +12,13 @@ after an autopilot reboot), re-requests its home position and the streams resume
 :meth:`MavsdkVehicle.connect` on a connected vehicle waits for the link, fresh health checks and
 a home position received since the loss (a rebooted autopilot may have a new home).
 
+What the autopilot says reaches the log: every STATUSTEXT (PX4's "Arming denied: ...",
+"Failsafe activated", battery warnings) is logged with the vehicle URL at the level of its
+MAVLink severity (:data:`STATUS_TEXT_LEVELS`), and every flight-mode change at INFO. A command
+the autopilot refuses raises a VehicleError that quotes the autopilot's most recent status
+text of WARNING or worse, if one arrived within :data:`STATUS_TEXT_RECENT_S` before the refusal
+(PX4 sends the reason just before the COMMAND_ACK).
+
 All coroutines must run on one event loop (e.g. a :class:`~fl_uav.vehicle.runner.VehicleRunner`).
 MAVSDK's asyncio wrapper sends every blocking call through the loop's default executor; the
 first :meth:`MavsdkVehicle.connect` on a loop installs a larger one, because the default
@@ -24,14 +31,17 @@ import asyncio
 import contextlib
 import logging
 import math
+import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
 
 import mavsdk
 from mavsdk.asyncio import ComponentType, Configuration, Mavsdk, MavsdkError
 from mavsdk.asyncio.plugins.action import ActionAsync
 from mavsdk.asyncio.plugins.mission import MissionAsync, MissionItem, MissionPlan
-from mavsdk.asyncio.plugins.telemetry import TelemetryAsync
+from mavsdk.asyncio.plugins.telemetry import StatusTextType, TelemetryAsync
 
 from fl_uav.vehicle.interface import (
     BatteryStatus,
@@ -54,22 +64,110 @@ _TIMEOUT_CLIMB_M_S = 1.0
 _TIMEOUT_DESCENT_M_S = 0.5
 _TIMEOUT_MARGIN_S = 30.0
 
+#: A refused command quotes the autopilot's last status text (WARNING or worse) if it arrived
+#: at most this long before the refusal; older ones are about something else.
+STATUS_TEXT_RECENT_S = 3.0
+#: How long a refusal waits for the status text explaining it when none is there yet (MAVSDK
+#: hands the COMMAND_ACK and the STATUSTEXT before it to Python on different threads).
+STATUS_TEXT_GRACE_S = 0.3
+#: Python logging level of each MAVLink STATUSTEXT severity. PX4 sends every operator message
+#: ("Arming denied: ...", "Failsafe activated") as CRITICAL: ERROR here, so that FATAL stays
+#: for ALERT and EMERGENCY ("Emergency battery level").
+STATUS_TEXT_LEVELS = {
+    StatusTextType.DEBUG: logging.DEBUG, StatusTextType.INFO: logging.INFO,
+    StatusTextType.NOTICE: logging.INFO, StatusTextType.WARNING: logging.WARNING,
+    StatusTextType.ERROR: logging.ERROR, StatusTextType.CRITICAL: logging.ERROR,
+    StatusTextType.ALERT: logging.CRITICAL, StatusTextType.EMERGENCY: logging.CRITICAL}
+_STATUS_TEXTS_KEPT = 16
+#: MAVSDK repeats some lines many times a second (e.g. "Sending message failed" for every
+#: message once the autopilot's port is gone): the same line is logged at most once per this
+#: many seconds, with the number of repeats left out since.
+MAVSDK_REPEAT_INTERVAL_S = 10.0
+
+
+class RepeatCollapser:
+    """Lets the first of a run of identical log lines through, then at most one per
+    ``interval_s`` (with how many were left out since); thread-safe (MAVSDK logs from its
+    own threads)."""
+
+    def __init__(self, interval_s: float = MAVSDK_REPEAT_INTERVAL_S,
+                 clock: Callable[[], float] = time.monotonic, max_lines: int = 256) -> None:
+        self.interval_s = interval_s
+        self._clock = clock
+        self._max_lines = max_lines
+        self._lines: dict[str, list] = {}     # line -> [last logged at, left out since]
+        self._lock = threading.Lock()
+
+    def admit(self, line: str) -> tuple[bool, int]:
+        """(log it now?, how many identical lines were left out before it)."""
+        now = self._clock()
+        with self._lock:
+            seen = self._lines.get(line)
+            if seen is not None and now - seen[0] < self.interval_s:
+                seen[1] += 1
+                return False, 0
+            skipped = seen[1] if seen is not None else 0
+            if seen is None and len(self._lines) >= self._max_lines:
+                self._lines = {k: v for k, v in self._lines.items()
+                               if now - v[0] < self.interval_s}
+            self._lines[line] = [now, 0]
+            return True, skipped
+
+
+_MAVSDK_LEVELS = {mavsdk.LogLevel.DEBUG: logging.DEBUG, mavsdk.LogLevel.INFO: logging.INFO,
+                  mavsdk.LogLevel.WARN: logging.WARNING, mavsdk.LogLevel.ERROR: logging.ERROR}
+_mavsdk_repeats = RepeatCollapser()
+
+
+def log_mavsdk_line(level, message: str, repeats: RepeatCollapser | None = None) -> None:
+    """Log one MAVSDK line on the ``mavsdk`` logger, collapsing repeats (see
+    :data:`MAVSDK_REPEAT_INTERVAL_S`)."""
+    admitted, skipped = (repeats or _mavsdk_repeats).admit(message)
+    if not admitted:
+        return
+    if skipped:
+        _mavsdk_log.log(_MAVSDK_LEVELS.get(level, logging.INFO),
+                        '%s (repeated %d more times in between)', message, skipped)
+    else:
+        _mavsdk_log.log(_MAVSDK_LEVELS.get(level, logging.INFO), '%s', message)
+
 
 def forward_mavsdk_log() -> None:
     """Send MAVSDK's own log lines (e.g. "sending again", "heartbeats timed out") to the
-    ``mavsdk`` Python logger instead of stdout. Process-wide; done once."""
+    ``mavsdk`` Python logger instead of stdout, a line repeated within
+    :data:`MAVSDK_REPEAT_INTERVAL_S` once. Process-wide; done once."""
     global _mavsdk_log_forwarded
     if _mavsdk_log_forwarded:
         return
-    levels = {mavsdk.LogLevel.DEBUG: logging.DEBUG, mavsdk.LogLevel.INFO: logging.INFO,
-              mavsdk.LogLevel.WARN: logging.WARNING, mavsdk.LogLevel.ERROR: logging.ERROR}
 
     def _forward(level, message: str, _file, _line) -> bool:
-        _mavsdk_log.log(levels.get(level, logging.INFO), '%s', message)
+        log_mavsdk_line(level, message)
         return True
 
     mavsdk.log_subscribe(_forward)
     _mavsdk_log_forwarded = True
+
+
+@dataclass(frozen=True)
+class StatusText:
+    """One STATUSTEXT from the autopilot: when it arrived (time.monotonic), its severity
+    (a MAVSDK StatusTextType name, e.g. CRITICAL) and the text."""
+
+    received_s: float
+    severity: str
+    text: str
+
+
+def recent_status_text(texts: Sequence[StatusText], now_s: float,
+                       within_s: float = STATUS_TEXT_RECENT_S) -> StatusText | None:
+    """The newest status text of WARNING or worse that arrived at most ``within_s`` before
+    ``now_s`` (None: there is none)."""
+    for status in reversed(texts):
+        if now_s - status.received_s > within_s:
+            return None
+        if StatusTextType[status.severity] >= StatusTextType.WARNING:
+            return status
+    return None
 
 
 class _Telemetry:
@@ -89,6 +187,7 @@ class _Telemetry:
         self.landed_state = ''
         self.flight_mode = ''
         self.battery: BatteryStatus | None = None
+        self.status_texts: deque[StatusText] = deque(maxlen=_STATUS_TEXTS_KEPT)
         self.changed = asyncio.Event()
 
     def notify(self) -> None:
@@ -282,6 +381,8 @@ class MavsdkVehicle:
             asyncio.create_task(self._consume(tel.subscribe_landed_state(), self._on_landed)),
             asyncio.create_task(self._consume(tel.subscribe_flight_mode(), self._on_mode)),
             asyncio.create_task(self._consume(tel.subscribe_battery(), self._on_battery)),
+            asyncio.create_task(self._consume(tel.subscribe_status_text(),
+                                              self._on_status_text)),
         ]
 
     async def _consume(self, stream, handler: Callable[[object], None]) -> None:
@@ -349,7 +450,20 @@ class MavsdkVehicle:
         self._t.landed_state = state.name
 
     def _on_mode(self, mode) -> None:
-        self._t.flight_mode = mode.name
+        t = self._t
+        if mode.name != t.flight_mode:
+            if t.flight_mode:
+                _log.info('%s: flight mode %s -> %s', self.url, t.flight_mode, mode.name)
+            else:
+                _log.info('%s: flight mode %s', self.url, mode.name)
+        t.flight_mode = mode.name
+
+    def _on_status_text(self, status) -> None:
+        severity = StatusTextType(status.type)
+        text = str(status.text).strip()
+        self._t.status_texts.append(StatusText(time.monotonic(), severity.name, text))
+        _log.log(STATUS_TEXT_LEVELS.get(severity, logging.INFO), '%s: autopilot says: %s (%s)',
+                 self.url, text, severity.name)
 
     def _on_battery(self, battery) -> None:
         remaining = battery.remaining_percent / 100.0 if math.isfinite(
@@ -424,10 +538,28 @@ class MavsdkVehicle:
                 raise VehicleError(f'{self.url}: {what}: autopilot link lost') from exc
             result = getattr(exc, 'result', None)
             reason = result.name if result is not None else str(exc)
-            raise VehicleError(f'{self.url}: {what} refused by the autopilot: {reason}') from exc
+            said = await self._reason_from_autopilot(t)
+            raise VehicleError(f'{self.url}: {what} refused by the autopilot: {reason}'
+                               + (f' (autopilot: "{said.text}")' if said else '')) from exc
         except TimeoutError as exc:
             raise VehicleError(f'{self.url}: {what}: no answer within '
                                f'{timeout_s:.1f} s') from exc
+
+    async def _reason_from_autopilot(self, t: _Telemetry) -> StatusText | None:
+        """The status text that explains a refusal just received: a recent one (WARNING or
+        worse), waited for at most STATUS_TEXT_GRACE_S if none has arrived yet."""
+        refused_s = time.monotonic()
+        deadline_s = refused_s + STATUS_TEXT_GRACE_S
+        while (said := recent_status_text(t.status_texts, time.monotonic())) is None:
+            remaining_s = deadline_s - time.monotonic()
+            if remaining_s <= 0.0 or self._closed:
+                return None
+            changed = asyncio.ensure_future(t.changed.wait())
+            try:
+                await asyncio.wait((changed,), timeout=remaining_s)
+            finally:
+                changed.cancel()
+        return said
 
     async def arm(self) -> None:
         """Arm; returns once HEARTBEAT reports armed."""

@@ -39,6 +39,9 @@ class _Agent:
     def __init__(self) -> None:
         self.waypoints_reached = 0
 
+    def begin_flight(self, run_epoch: int) -> None:
+        pass
+
     def train_round(self, task: RoundTask) -> int:
         return task.round_index
 

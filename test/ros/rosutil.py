@@ -12,12 +12,17 @@ from typing import Any
 import rclpy
 from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import UInt8MultiArray
 
 from fl_uav.ros.drone_node import DroneNode
 from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig
 from fl_uav.sim.launch_plan import write_params_file
 from test.conftest import BIND_PORT_OFFSET, tiny_fleet_overrides
+
+# /rosout as rcl publishes it (reliable, transient local): a late subscriber gets the backlog.
+ROSOUT_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
+                        durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
 
 def spin_until(executor: Executor, condition: Callable[[], bool], timeout_s: float) -> bool:

@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 from geometry_msgs.msg import PoseStamped
+from rcl_interfaces.msg import Log
 from sensor_msgs.msg import Image
 from std_msgs.msg import UInt8MultiArray
 
@@ -27,7 +28,7 @@ from fl_uav.learning.weights import architecture_fingerprint, get_weights
 from fl_uav.ros import names
 from fl_uav.ros.conversions import rgb_to_image
 from fl_uav.world.landcover import CLASS_NAMES
-from test.ros.rosutil import drone_under_test, frame_msg, spin_until
+from test.ros.rosutil import ROSOUT_QOS, drone_under_test, frame_msg, spin_until
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
 HOME = (585.0, 600.0)
@@ -70,6 +71,9 @@ def test_drone_flies_samples_trains_uploads_and_lands(drone):
                                        names.GLOBAL_MODEL_QOS)
     camera = probe.create_publisher(Image, names.drone_topic(0, names.IMAGE_TOPIC),
                                     names.IMAGE_QOS)
+    lines: list[str] = []
+    probe.create_subscription(Log, '/rosout', lambda m: lines.append(m.msg)
+                              if m.name == node.get_logger().name else None, ROSOUT_QOS)
     rng = np.random.default_rng(0)
 
     def fly_and_film() -> bool:
@@ -111,3 +115,6 @@ def test_drone_flies_samples_trains_uploads_and_lands(drone):
     model_pub.publish(frame_msg(finish))
     assert spin_until(executor, node.done.is_set, 90.0)
     assert 'landed' in [e['event'] for e in sim.events_of(0)]
+    # ... and the node's log says so after the finish
+    assert spin_until(executor, lambda: 'landed' in lines, 10.0), lines
+    assert lines.index('run finished: returning to launch') < lines.index('landed')

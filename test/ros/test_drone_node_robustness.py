@@ -108,7 +108,8 @@ def test_a_drone_started_before_its_autopilot_gets_telemetry_and_samples(tmp_pat
             handle.stop()
 
 
-def test_shutdown_in_flight_returns_to_launch_without_a_traceback(tmp_path, port_base, caplog):
+def test_shutdown_in_flight_returns_to_launch_without_a_traceback(tmp_path, port_base, caplog,
+                                                                  capfd):
     # Arrange: a long mission under way
     overrides = {'flight.takeoff_altitude_m': 20.0, 'flight.speed_m_s': 5.0}
     with drone_under_test(tmp_path, port_base, HOME, overrides, {}) as (sim, node, probe,
@@ -133,7 +134,10 @@ def test_shutdown_in_flight_returns_to_launch_without_a_traceback(tmp_path, port
         assert status.level == DiagnosticStatus.OK, status.message
         assert (values['autopilot_link'], values['armed'], values['round']) == ('up', 'true',
                                                                                  '1')
-        # Act: what run_node does on Ctrl-C
+        # Act: Ctrl-C: rclpy's signal handler shuts the context down, then run_node calls
+        # shutdown() (the return to launch streams poses that can no longer be published)
+        capfd.readouterr()
+        rclpy.try_shutdown()
         with caplog.at_level(logging.ERROR):
             node.shutdown()
         # Assert: the autopilot flew home and landed; no callback raised
@@ -147,6 +151,10 @@ def test_shutdown_in_flight_returns_to_launch_without_a_traceback(tmp_path, port
         assert not [r for r in caplog.records if 'CancelledError' in r.getMessage()
                     or (r.exc_info and 'CancelledError' in repr(r.exc_info[1]))
                     or r.name == 'concurrent.futures']
+        # ... and the telemetry ended quietly: no error, no failed /rosout publication
+        assert node._telemetry.done() and node._telemetry.exception() is None
+        printed = capfd.readouterr().err
+        assert 'telemetry stopped' not in printed and 'rosout' not in printed, printed
 
 
 def test_rounds_of_a_restarted_station_are_taken_and_a_forged_round_is_rejected(tmp_path,

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import rclpy
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from diagnostic_msgs.msg import DiagnosticArray
+from rcl_interfaces.msg import Log
+from rclpy.qos import DurabilityPolicy
 from std_msgs.msg import UInt8MultiArray
 from visualization_msgs.msg import MarkerArray
 
@@ -20,19 +24,21 @@ from fl_uav.compression.codec import (
 from fl_uav.compression.signing import sign_frame
 from fl_uav.fleet.config import SecurityConfig
 from fl_uav.fleet.keys import generate_fleet_keys, load_frame_auth
-from fl_uav.fleet.run_log import read_progress
+from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
 from fl_uav.ros import names
 from fl_uav.ros.ground_station_node import GroundStationNode
 from fl_uav.sim.launch_plan import write_params_file
 from test.conftest import tiny_fleet_overrides
-from test.ros.rosutil import node_with_probe, spin_until
+from test.ros.rosutil import ROSOUT_QOS, node_with_probe, spin_until
 
 pytestmark = pytest.mark.ros
 
 
-def _station(tmp_path, deadline_s: float, start_timeout_s: float, *parameters: str):
-    """A 2-drone, 1-round station node with a probe (``parameters``: extra ``-p`` values)."""
-    overrides = {**tiny_fleet_overrides(2, 14540), 'rounds.num_rounds': 1,
+def _station(tmp_path, deadline_s: float, start_timeout_s: float, *parameters: str,
+             num_rounds: int = 1):
+    """A 2-drone station node (one round) with a probe (``parameters``: extra ``-p``
+    values)."""
+    overrides = {**tiny_fleet_overrides(2, 14540), 'rounds.num_rounds': num_rounds,
                  'rounds.deadline_s': deadline_s, 'rounds.first_round_extra_s': 0.0,
                  'rounds.start_timeout_s': start_timeout_s}
     params = write_params_file(overrides, tmp_path / 'params.yaml')
@@ -48,10 +54,19 @@ def station(tmp_path):
         yield handles
 
 
+def _log_lines(node, probe) -> list[str]:
+    """The node's lines on /rosout, as they come."""
+    lines: list[str] = []
+    probe.create_subscription(Log, '/rosout', lambda m: lines.append(m.msg)
+                              if m.name == node.get_logger().name else None, ROSOUT_QOS)
+    return lines
+
+
 def test_round_survives_bad_frames_and_closes_at_deadline(station, tmp_path):
     # Prepare
     node, probe, executor = station
     models, metrics, markers = [], [], []
+    lines = _log_lines(node, probe)
     probe.create_subscription(MarkerArray, names.MARKERS_TOPIC, markers.append,
                               names.MARKERS_QOS)
     probe.create_subscription(UInt8MultiArray, names.GLOBAL_MODEL_TOPIC,
@@ -96,6 +111,45 @@ def test_round_survives_bad_frames_and_closes_at_deadline(station, tmp_path):
     assert namespaces.count('plans') == 2 and namespaces.count('class_regions') > 0
     rows = read_progress(tmp_path)
     assert rows[0]['participants'] == [0] and rows[0]['late_or_missing'] == [1]
+    assert rows[0]['flight_errors'] == {}
+    report_file = tmp_path / STATION_REPORT_FILE
+    assert spin_until(executor, report_file.exists, 10.0)
+    assert json.loads(report_file.read_text())['flight_failures'] == {'0': 0, '1': 0}
+    # the log names the drone that was late or missing
+    closing = 'round 1 closed: accuracy'
+    assert spin_until(executor, lambda: any(line.startswith(closing) for line in lines), 5.0)
+    line = next(line for line in lines if line.startswith(closing))
+    assert line.endswith('participants [0], late or missing [1]'), line
+    # a viewer started after the round closed still gets its metrics (latched)
+    assert names.METRICS_QOS.durability == DurabilityPolicy.TRANSIENT_LOCAL
+    late: list = []
+    probe.create_subscription(DiagnosticArray, names.METRICS_TOPIC, late.append,
+                              names.METRICS_QOS)
+    assert spin_until(executor, lambda: late, 10.0), 'a late viewer got no metrics'
+    assert {kv.key: kv.value for kv in late[0].status[0].values}['round'] == '1'
+
+
+def test_a_round_is_logged_closed_before_the_next_one_opens(tmp_path):
+    # Arrange: two 1 s rounds, no drone; the timer ticks while the closed round is being
+    # reported (as the executor's timer may, while the aggregation thread writes)
+    with _station(tmp_path, 1.0, 0.2, num_rounds=2) as (node, probe, executor):
+        lines = _log_lines(node, probe)
+        append_round = node.log.append_round
+
+        def append_while_the_timer_ticks(row: dict) -> None:
+            node._tick()
+            append_round(row)
+
+        node.log.append_round = append_while_the_timer_ticks
+        # Act
+        both = spin_until(executor, lambda: all(
+            any(line.startswith(start) for line in lines)
+            for start in ('round 1 closed', 'round 2 open')), 20.0)
+        # Assert
+        assert both, lines
+        closed_at = next(i for i, line in enumerate(lines) if line.startswith('round 1 closed'))
+        opened_at = next(i for i, line in enumerate(lines) if line.startswith('round 2 open'))
+        assert closed_at < opened_at, lines
 
 
 @pytest.fixture

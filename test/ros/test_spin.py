@@ -3,14 +3,18 @@ the node's ``shutdown()`` and destroys it."""
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 
 import pytest
 import rclpy
+from rcl_interfaces.msg import Log
 from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 
 from fl_uav.configschema import ConfigError
-from fl_uav.ros.spin import CONFIG_ERROR_EXIT_STATUS, run_node
+from fl_uav.ros.spin import CONFIG_ERROR_EXIT_STATUS, FORWARDED_LOGGERS, RosLogHandler, run_node
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -76,3 +80,53 @@ def test_run_node_ends_a_misconfigured_node_with_its_error_and_no_traceback():
     # Assert
     assert ended.value.code == CONFIG_ERROR_EXIT_STATUS and ended.value.__cause__ is None
     assert not rclpy.ok()
+
+
+class _PythonLoggingNode(Node):
+    """Logs through Python ``logging`` as the fleet's modules do, and listens to /rosout
+    until its own lines come back (or ``wait_s`` passes)."""
+
+    heard: list[Log] = []
+    wait_s = 10.0
+
+    def __init__(self) -> None:
+        super().__init__('python_logging_node')
+        self.done = threading.Event()
+        self._started_s = time.monotonic()
+        self._logged = False
+        rosout_qos = QoSProfile(depth=100, reliability=ReliabilityPolicy.RELIABLE,
+                                durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.create_subscription(Log, '/rosout', self.heard.append, rosout_qos)
+        self.create_timer(0.01, self._tick)
+
+    def _tick(self) -> None:
+        if not self._logged:
+            module_log = logging.getLogger('fl_uav.fleet.spin_probe')
+            module_log.info('connected, home %s', (47.0, 8.0))
+            module_log.warning('autopilot link lost')
+            logging.getLogger('mavsdk').error('Sending message failed')
+            self._logged = True
+        mine = [m for m in self.heard if m.name == self.get_logger().name]
+        if len(mine) >= 3 or time.monotonic() - self._started_s > self.wait_s:
+            self.done.set()
+
+
+def test_python_log_records_of_the_fleet_reach_rosout_once_at_their_severity(caplog):
+    # Arrange: pytest's own handler on the root logger stands for any other output
+    _PythonLoggingNode.heard = []
+    # Act
+    with caplog.at_level(logging.DEBUG):
+        run_node(_PythonLoggingNode, args=[])
+    # Assert: through the node's rclpy logger (console, ~/.ros/log, /rosout)
+    mine = [(m.level, m.msg) for m in _PythonLoggingNode.heard
+            if m.name == 'python_logging_node']
+    assert mine == [(Log.INFO, '[spin_probe] connected, home (47.0, 8.0)'),
+                    (Log.WARN, '[spin_probe] autopilot link lost'),
+                    (Log.ERROR, '[mavsdk] Sending message failed')], mine
+    # ... and not printed a second time through the root logger's handlers
+    assert not [r for r in caplog.records if r.name.startswith(FORWARDED_LOGGERS)]
+    # ... and the handler is gone once the node has ended
+    for name in FORWARDED_LOGGERS:
+        logger = logging.getLogger(name)
+        assert logger.propagate and logger.level == logging.NOTSET
+        assert not [h for h in logger.handlers if isinstance(h, RosLogHandler)]

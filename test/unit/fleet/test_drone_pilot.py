@@ -26,9 +26,15 @@ class _Agent:
     def __init__(self) -> None:
         self.waypoints_reached = 0
         self.trained: list[int] = []
+        self.tasks: list[RoundTask] = []
+        self.flights: list[int] = []
+
+    def begin_flight(self, run_epoch: int) -> None:
+        self.flights.append(run_epoch)
 
     def train_round(self, task: RoundTask) -> str:
         self.trained.append(task.round_index)
+        self.tasks.append(task)
         return f'report {task.round_index}'
 
 
@@ -79,6 +85,29 @@ def test_a_plan_with_one_waypoint_outside_never_reaches_the_vehicle(bad, reason,
     assert any('plan rejected' in r.getMessage() and 'waypoint 1' in r.getMessage()
                for r in caplog.records)
     assert agent.trained == [3] and report == 'report 3' and agent.waypoints_reached == 0
+
+
+@pytest.mark.parametrize('plan, fail_on, error', [
+    (INSIDE, {}, ''),
+    ((INSIDE[0], PlanWaypoint(395.0, 100.0, 30.0)), {}, 'plan rejected: outside_fence'),
+    (INSIDE, {'arm': VehicleError('udpin://x: arm refused by the autopilot: COMMAND_DENIED '
+                                  '(autopilot: "Arming denied: low battery")')},
+     'udpin://x: arm refused by the autopilot: COMMAND_DENIED (autopilot: "Arming denied: '
+     'low battery")'),
+    (INSIDE, {'fly_waypoints': VehicleError('x' * 500)}, 'x' * 197 + '...'),
+])
+def test_the_rounds_flight_error_goes_to_training_short(plan, fail_on, error):
+    # Arrange
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0), fail_on=fail_on)
+    agent = _Agent()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = DronePilot(agent, vehicle, FlightConfig(speed_m_s=20.0), pool, geofence=FENCE)
+        # Act
+        asyncio.run(pilot.run_round(RoundTask(3, {}, plan, deadline_s=600.0, run_epoch=2)))
+    # Assert: the task trained on says why its flight failed (the update carries it), and the
+    # agent was told which run the flight belongs to first
+    assert [t.flight_error for t in agent.tasks] == [error]
+    assert agent.flights == [2]
 
 
 def test_an_airborne_drone_holds_where_it_is_when_the_next_plan_is_rejected():

@@ -34,6 +34,9 @@ class _Agent:
         self.rejected_reasons: Counter[str] = Counter()
         self.knobs_rejected: Counter[str] = Counter()
 
+    def begin_flight(self, run_epoch: int) -> None:
+        pass
+
 
 def _pilot(connected: bool = True) -> DronePilot:
     vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))

@@ -251,6 +251,9 @@ class _Agent:
     def latest_pose(self) -> PoseSample:
         return self._pose
 
+    def begin_flight(self, run_epoch: int) -> None:
+        pass
+
     def train_round(self, task: RoundTask) -> int:
         self.tasks.append(task)
         return task.round_index

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
+import dataclasses
 import struct
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -25,15 +28,19 @@ from fl_uav.compression.quantization import qsgd_quantize
 from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.drone_agent import DroneAgent
+from fl_uav.fleet.drone_pilot import DronePilot
 from fl_uav.fleet.ground_station import GroundStation
 from fl_uav.fleet.messages import FinishCommand, PoseSample, RoundTask
 from fl_uav.fleet.world_setup import map_labeler
+from fl_uav.vehicle.fake_vehicle import FakeVehicle
+from fl_uav.vehicle.interface import VehicleError
 from fl_uav.world.landcover import CLASS_NAMES
 
 CONFIG: FleetConfig = build_config(FleetConfig, {
     'num_drones': 2, 'learning.model': 'tiny_cnn', 'learning.min_samples_to_train': 4,
     'rounds.num_rounds': 2, 'rounds.deadline_s': 10.0, 'rounds.first_round_extra_s': 0.0,
-    'learning.optimizer': 'adam', 'learning.lr': 0.01})
+    'learning.optimizer': 'adam', 'learning.lr': 0.01,
+    'autopilot.home_east_m': 585.0, 'autopilot.home_north_m': 600.0})   # inside the fence
 
 
 def _eval_set(n: int = 40):
@@ -578,3 +585,56 @@ def test_agent_reads_the_run_length_and_rejects_one_that_is_not_a_count(station,
     # Assert
     assert task.num_rounds == CONFIG.rounds.num_rounds
     assert bad == [None] * 4 and agent.rejected_frames == 4
+
+
+def test_waypoints_reached_are_per_run_and_a_flight_error_travels_with_the_update(agent,
+                                                                                  station):
+    # Arrange: the drone flies its plans (a fake vehicle) and trains with its pilot
+    task = agent.accept_global_frame(station.open_round(0.0).frame)
+    planned = len(task.plan)
+    vehicle = FakeVehicle(home_enu_m=(*CONFIG.autopilot.home_enu_m(1), 0.0))
+
+    def fly(round_index: int, run_epoch: int) -> dict:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pilot = DronePilot(agent, vehicle, CONFIG.flight, pool,
+                               geofence=CONFIG.geofence_enu())
+            report = asyncio.run(pilot.run_round(dataclasses.replace(
+                task, round_index=round_index, run_epoch=run_epoch)))
+        return decode_frame(report.frame).metadata
+
+    # Act: two rounds of run 1, then the station restarts (run 2), whose round 1 fails
+    # after the take-off
+    first, second = fly(1, 1), fly(2, 1)
+    vehicle.fail_on['fly_waypoints'] = VehicleError('mission interrupted after 0 of 9 items')
+    restarted = fly(1, 2)
+    # Assert: the count is the run's, not the node's life's; the failure is in the update
+    assert (first['waypoints_reached'], second['waypoints_reached']) == (planned, 2 * planned)
+    assert 'flight_error' not in first and 'flight_error' not in second
+    assert restarted['waypoints_reached'] == 0
+    assert restarted['flight_error'] == 'mission interrupted after 0 of 9 items'
+
+
+def test_the_station_records_flight_errors_per_round_and_counts_them(station):
+    # Arrange: drone 0 reports a failed flight, drone 1 is of an older fl_uav (no key)
+    delta = {n: np.zeros_like(w) for n, w in station.weights.items()}
+
+    def update(sender: int, round_index: int, **metadata) -> bytes:
+        return encode_frame(FrameKind.UPDATE, round_index, sender, station._fingerprint,
+                            delta, {'num_samples': 5, **metadata})
+
+    station.open_round(0.0)
+    failed = station.receive_update(update(0, 1, flight_error='arm refused: COMMAND_DENIED'))
+    old = station.receive_update(update(1, 1))
+    first = station.close_round(1.0)
+    station.open_round(2.0)
+    # Act
+    not_text = station.receive_update(update(0, 2, flight_error=['arm refused']))
+    long = station.receive_update(update(1, 2, flight_error='y' * 1000))
+    second = station.close_round(3.0)
+    # Assert
+    assert failed.accepted and old.accepted and long.accepted
+    assert not not_text.accepted and not_text.reason == 'metadata'
+    assert first.flight_errors == {0: 'arm refused: COMMAND_DENIED'}
+    assert first.to_dict()['flight_errors'] == {'0': 'arm refused: COMMAND_DENIED'}
+    assert second.flight_errors == {1: 'y' * 197 + '...'}
+    assert station.flight_failures() == {0: 1, 1: 1}

@@ -155,6 +155,48 @@ def test_critical_battery_triggers_rtl_and_landing_at_home():
     assert not sim.ctl.airborne
 
 
+class _Texts:
+    """A FlightListener that keeps the STATUSTEXTs (severity, text)."""
+
+    def __init__(self) -> None:
+        self.texts: list[tuple[int, str]] = []
+
+    def on_state_changed(self) -> None:
+        pass
+
+    def on_mission_changed(self) -> None:
+        pass
+
+    def on_mission_item_reached(self, seq: int) -> None:
+        pass
+
+    def on_status_text(self, severity: int, text: str) -> None:
+        self.texts.append((severity, text))
+
+    def on_home_changed(self) -> None:
+        pass
+
+
+def test_battery_levels_in_flight_are_announced_once_with_px4_status_texts():
+    # Arrange: airborne just above BAT_LOW_THR (15 %); hovering, then the RTL's long climb
+    # drain it through low, critical (7 %) and emergency (5 %)
+    sim = _Sim(battery_fraction=0.152, RTL_RETURN_ALT=150.0)
+    listener = _Texts()
+    sim.ctl.listener = listener
+    sim.fly_up(altitude_m=20.0)
+    # Act
+    sim.run(900.0, lambda: sim.ctl.mode == FlightMode.LAND)
+    # Assert: PX4's texts, in order, each once; the failsafe is announced as it acts
+    assert listener.texts == [
+        (mavlink.MAV_SEVERITY_CRITICAL, 'Low battery'),
+        (mavlink.MAV_SEVERITY_CRITICAL, 'Critical battery'),
+        (mavlink.MAV_SEVERITY_CRITICAL, 'Failsafe activated'),
+        (mavlink.MAV_SEVERITY_EMERGENCY, 'Emergency battery level'),
+        (mavlink.MAV_SEVERITY_CRITICAL, 'Failsafe activated')], listener.texts
+    assert [n for n in sim.names() if n.startswith('battery_')] == [
+        'battery_low', 'battery_critical_rtl', 'battery_emergency_land']
+
+
 def test_land_descends_slowly_near_the_ground():
     sim = _Sim()
     sim.fly_up(altitude_m=6.0)

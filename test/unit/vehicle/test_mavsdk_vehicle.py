@@ -5,11 +5,20 @@ import logging
 import math
 import time
 
+import mavsdk
 import pytest
 
 from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig, AutopilotSimThread
 from fl_uav.vehicle.interface import MissionProgress, Vehicle, VehicleError, WaypointEnu
-from fl_uav.vehicle.mavsdk_vehicle import MavsdkVehicle, _Telemetry
+from fl_uav.vehicle.mavsdk_vehicle import (
+    STATUS_TEXT_RECENT_S,
+    MavsdkVehicle,
+    RepeatCollapser,
+    StatusText,
+    _Telemetry,
+    log_mavsdk_line,
+    recent_status_text,
+)
 from fl_uav.world.geo import GeoOrigin
 
 TIME_FACTOR = 10.0
@@ -180,6 +189,88 @@ def test_refusals_and_interruptions_raise_vehicle_errors(sim_factory):
 
     # Execute / Assert
     asyncio.run(scenario())
+
+
+def _messages(caplog, level: int) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == 'fl_uav.vehicle.mavsdk_vehicle' and r.levelno == level]
+
+
+@pytest.mark.timeout(60)
+def test_autopilot_status_texts_and_mode_changes_are_logged_and_explain_a_refusal(
+        sim_factory, caplog):
+    # Arrange: a vehicle whose battery is too low to arm
+    sim, handle = sim_factory()
+    truth = sim.vehicles[0]
+    capacity_wh = sim.config.battery_capacity_wh
+    handle.call(lambda: setattr(truth.battery, 'energy_wh', 0.1 * capacity_wh))
+    url = _url(sim, 0)
+
+    async def scenario():
+        vehicle = MavsdkVehicle(url, sim.config.origin)
+        try:
+            await vehicle.connect(timeout_s=15.0)
+            # Act (a): arming is refused
+            with pytest.raises(VehicleError) as refused:
+                await vehicle.arm()
+            # Act (b): charged, it flies; then its battery falls below BAT_CRIT_THR in the air
+            handle.call(lambda: setattr(truth.battery, 'energy_wh', capacity_wh))
+            await vehicle.arm()
+            await vehicle.takeoff(5.0)
+            handle.call(lambda: setattr(truth.battery, 'energy_wh', 0.06 * capacity_wh))
+            await vehicle._wait_for(lambda t: t.flight_mode == 'RETURN_TO_LAUNCH', 10.0,
+                                    'the battery failsafe')
+            await vehicle._wait_for(lambda t: any('Failsafe' in s.text
+                                                  for s in t.status_texts), 5.0, 'its text')
+            return str(refused.value)
+        finally:
+            await vehicle.close()
+
+    # Act
+    with caplog.at_level(logging.INFO, logger='fl_uav.vehicle.mavsdk_vehicle'):
+        refusal = asyncio.run(scenario())
+    # Assert: the refusal names the autopilot's reason, not only COMMAND_DENIED
+    assert refusal == (f'{url}: arm refused by the autopilot: COMMAND_DENIED '
+                       '(autopilot: "Arming denied: low battery")'), refusal
+    # ... and every status text is in the log with the URL, PX4's CRITICAL as ERROR
+    errors = _messages(caplog, logging.ERROR)
+    for text in ('Arming denied: low battery', 'Critical battery', 'Failsafe activated'):
+        assert f'{url}: autopilot says: {text} (CRITICAL)' in errors, errors
+    infos = _messages(caplog, logging.INFO)
+    assert f'{url}: flight mode HOLD -> TAKEOFF' in infos, infos
+    assert f'{url}: flight mode HOLD -> RETURN_TO_LAUNCH' in infos, infos
+
+
+def test_a_refusal_quotes_only_a_recent_warning_or_worse():
+    # Arrange: status texts of one vehicle (received_s on the monotonic clock)
+    old = StatusText(10.0, 'CRITICAL', 'Arming denied: no GPS fix')
+    reason = StatusText(20.0, 'CRITICAL', 'Arming denied: low battery')
+    chatter = StatusText(20.5, 'INFO', 'Takeoff detected')
+    # Act / Assert: the newest warning within STATUS_TEXT_RECENT_S, past INFO chatter
+    assert recent_status_text([old, reason, chatter], 21.0) == reason
+    assert recent_status_text([old, reason], 20.0 + STATUS_TEXT_RECENT_S + 0.1) is None
+    assert recent_status_text([chatter], 21.0) is None
+    assert recent_status_text([], 21.0) is None
+
+
+def test_a_repeated_mavsdk_line_is_logged_once_per_interval_with_the_count(caplog):
+    # Arrange: a fake clock; MAVSDK repeats a line 50 times within a second
+    now = [100.0]
+    repeats = RepeatCollapser(interval_s=10.0, clock=lambda: now[0])
+    # Act
+    with caplog.at_level(logging.DEBUG, logger='mavsdk'):
+        for _ in range(50):
+            log_mavsdk_line(mavsdk.LogLevel.ERROR, 'Sending message failed', repeats)
+            now[0] += 0.02
+        log_mavsdk_line(mavsdk.LogLevel.WARN, 'heartbeats timed out', repeats)
+        now[0] += 10.0
+        log_mavsdk_line(mavsdk.LogLevel.ERROR, 'Sending message failed', repeats)
+    # Assert: the first, another line, then one more with how many were left out
+    lines = [(r.levelno, r.getMessage()) for r in caplog.records if r.name == 'mavsdk']
+    assert lines == [
+        (logging.ERROR, 'Sending message failed'),
+        (logging.WARNING, 'heartbeats timed out'),
+        (logging.ERROR, 'Sending message failed (repeated 49 more times in between)')]
 
 
 def test_operations_before_connect_raise():
