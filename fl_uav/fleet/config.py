@@ -168,9 +168,10 @@ class SecurityConfig:
 
 @dataclass(frozen=True)
 class StatusConfig:
-    """``status.*``: each drone's status on ``/diagnostics`` (fl_uav/fleet/drone_status.py).
+    """``status.*``: each drone's and the ground station's status on ``/diagnostics``
+    (fl_uav/fleet/drone_status.py, fl_uav/fleet/station_status.py).
 
-    period_s: how often a drone node publishes it.
+    period_s: how often a drone node and the station node publish it.
     battery_warn_fraction, battery_error_fraction: remaining battery at or below which the
         status turns WARN / ERROR (display only: PX4's own battery failsafe acts on its
         BAT_LOW_THR / BAT_CRIT_THR, set those on the autopilot).

@@ -272,6 +272,15 @@ class GroundStation:
         """A round is collecting updates."""
         return self._round is not None
 
+    @property
+    def round_progress(self) -> tuple[int, float, list[int]] | None:
+        """(index, deadline on the station's clock, drones whose update is complete) of the
+        open round; None between rounds."""
+        r = self._round
+        if r is None:
+            return None
+        return r.index, r.deadline_s, sorted(d for d in r.updates if r.complete(d))
+
     def evaluate(self) -> tuple[float, float]:
         """Accuracy and loss of the global model on the held-out set."""
         torch.set_num_threads(self.config.learning.torch_threads)

@@ -14,6 +14,7 @@ from visualization_msgs.msg import MarkerArray
 from fl_uav.fleet.config import FleetConfig, GroundStationNodeParams
 from fl_uav.fleet.ground_station import GroundStation, RoundRecord
 from fl_uav.fleet.run_log import RunLog
+from fl_uav.fleet.station_status import station_status
 from fl_uav.fleet.world_setup import world_map
 from fl_uav.ros import names
 from fl_uav.ros.conversions import (
@@ -22,6 +23,7 @@ from fl_uav.ros.conversions import (
     msg_to_bytes,
     plan_to_path,
     plans_and_regions_to_markers,
+    status_to_msg,
 )
 from fl_uav.ros.params import declare_config
 from fl_uav.ros.spin import run_node
@@ -63,6 +65,9 @@ class GroundStationNode(Node):
         self._ground_clients = (range(cfg.ground_clients.num_clients) if self.station.express
                          else range(0))
         self.create_timer(self.own.tick_period_s, self._tick)
+        self._status_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS_TOPIC,
+                                                 names.DIAGNOSTICS_QOS)
+        self.create_timer(cfg.status.period_s, self._publish_status)
         self.get_logger().info(
             f'ground station: run {self.station.run_id}, {cfg.num_drones} drones, '
             f'{cfg.rounds.num_rounds} rounds, '
@@ -100,6 +105,14 @@ class GroundStationNode(Node):
             if self.station.should_close(now):
                 self._closing = True
                 self._worker.submit(self._close_round, now)
+
+    def _publish_status(self) -> None:
+        """The station's status on /diagnostics, beside the drones'."""
+        now = self._now()
+        listening = self._drones_listening()
+        with self._lock:
+            report = station_status(self.station, listening, now)
+        self._status_pub.publish(status_to_msg(report, now))
 
     def _everyone_listens(self) -> bool:
         """Every drone subscribes to the global model (and, in express mode, every ground

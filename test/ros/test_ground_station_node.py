@@ -127,6 +127,13 @@ def test_round_survives_bad_frames_and_closes_at_deadline(station, tmp_path):
                               names.METRICS_QOS)
     assert spin_until(executor, lambda: late, 10.0), 'a late viewer got no metrics'
     assert {kv.key: kv.value for kv in late[0].status[0].values}['round'] == '1'
+    # the station's own status on /diagnostics: no drone node here, so an error, then where
+    statuses: list = []
+    probe.create_subscription(DiagnosticArray, names.DIAGNOSTICS_TOPIC,
+                              lambda m: statuses.extend(m.status), names.DIAGNOSTICS_QOS)
+    assert spin_until(executor, lambda: statuses, 10.0), 'no station status on /diagnostics'
+    assert statuses[-1].name == 'fl_uav: ground_station'
+    assert statuses[-1].message.endswith('round 1/1: finished'), statuses[-1].message
 
 
 def test_a_round_is_logged_closed_before_the_next_one_opens(tmp_path):
