@@ -136,6 +136,10 @@ class SystemConfig:
     is late and its update is dropped (0 = no deadline). packet_errors: each upload is lost
     with FedDPQ eq. (16)'s probability q_u(p_u) (Rayleigh expectation, eq. (17)); its energy
     and airtime are spent all the same (off by default: the engine's earlier runs had none).
+    Each upload draws one Rayleigh power gain ζ ~ Exp(1) for its whole duration (block fading,
+    no retransmission or rate adaptation): a deep fade (ζ of 0.01 happens about once in 100
+    uploads) stretches that upload's airtime and energy a hundredfold, and with deadline_s 0 the
+    round's simulated time is its slowest drone's; set deadline_s to drop such a drone instead.
     """
 
     bandwidth_hz: float = 1e6
