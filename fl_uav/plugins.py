@@ -31,6 +31,7 @@ import difflib
 import hashlib
 import importlib
 import inspect
+import pickle
 import sys
 import traceback
 from collections.abc import Callable, Collection, Mapping
@@ -296,6 +297,15 @@ def _same_value(a: Any, b: Any) -> bool:
         return a.keys() == b.keys() and all(_same_value(a[k], b[k]) for k in a)
     if isinstance(a, list | tuple) and type(a) is type(b):
         return len(a) == len(b) and all(map(_same_value, a, b))
+    if type(a) is type(b) and type(a).__eq__ is object.__eq__:
+        # No == of its own (a random Generator, a helper object): == is identity, and a deep
+        # copy is never identical. Compared by content: its pickle, else its attributes.
+        try:
+            return pickle.dumps(a) == pickle.dumps(b)
+        except Exception:   # noqa: BLE001 - not picklable: its attributes, if it has them
+            if hasattr(a, '__dict__') and hasattr(b, '__dict__'):
+                return _same_value(vars(a), vars(b))
+            return False
     try:
         return bool(a == b)
     except Exception:   # an object whose == is not a truth value

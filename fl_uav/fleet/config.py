@@ -65,7 +65,7 @@ class FlightConfig:
     origin, so a wrong origin altitude would shift them all by the difference; on sloped
     ground raise it to the site's relief. A drone in flight between rounds that hears no frame
     from the ground station for station_timeout_s returns to launch and lands (0: never;
-    fl_uav/fleet/station_watchdog.py); it must exceed the longest round."""
+    fl_uav/fleet/station_watchdog.py); at least twice the longest round."""
 
     url_template: str = 'udpin://127.0.0.1:{port}'
     port_base: int = 14540
@@ -190,6 +190,8 @@ class StatusConfig:
                              f'{self.battery_error_fraction} and {self.battery_warn_fraction}')
 
 
+#: flight.station_timeout_s must be at least this many longest rounds (FleetConfig).
+STATION_TIMEOUT_ROUNDS = 2
 FLEET_MODES = ('standard', 'express')
 RANGE_POSE_SOURCES = ('ground_truth', 'telemetry')
 
@@ -421,11 +423,14 @@ class FleetConfig:
         self.check_express()
         longest_round_s = self.rounds.deadline_s + self.rounds.first_round_extra_s
         timeout_s = self.flight.station_timeout_s
-        if 0 < timeout_s <= longest_round_s:
-            raise ValueError(f'flight.station_timeout_s {timeout_s:g} s must exceed the longest '
-                             f'round, rounds.deadline_s + rounds.first_round_extra_s = '
-                             f'{longest_round_s:g} s (or be 0: never return): drones would '
-                             f'return to launch between normal rounds')
+        if 0 < timeout_s < STATION_TIMEOUT_ROUNDS * longest_round_s:
+            # The silence between two round frames is a round plus its closing, evaluation
+            # and the resource planner (seconds per drone for lgc_ddpg): leave it a round.
+            raise ValueError(f'flight.station_timeout_s {timeout_s:g} s must be at least '
+                             f'{STATION_TIMEOUT_ROUNDS} x the longest round, rounds.deadline_s '
+                             f'+ rounds.first_round_extra_s = {longest_round_s:g} s (or 0: '
+                             f'never return): drones would return to launch between normal '
+                             f'rounds')
         if self.security.keys_dir and self.security.max_frame_age_s <= longest_round_s:
             # A late joiner takes the latched model of the round in progress: it must be fresh.
             raise ValueError(f'security.max_frame_age_s {self.security.max_frame_age_s:g} s '

@@ -117,6 +117,7 @@ class DronePilot:
                 self.state.airborne = self.state.armed = False
             if (not self.state.airborne and self.vehicle.armed is True
                     and self.vehicle.in_air is True):
+                self.state.armed = True     # in flight whatever the home check says below
                 self._check_home()
                 _log.warning('the autopilot reports the vehicle armed and in the air already '
                              '(restarted in flight, or the link dropped during take-off): '
@@ -300,9 +301,11 @@ class DronePilot:
         self.agent.waypoints_reached += reached
 
     async def finish(self) -> None:
-        """Come home and land at the end of the run."""
+        """Come home and land at the end of the run (a vehicle in flight by the pilot's
+        account or by the autopilot's, e.g. after a round whose flight step failed in the
+        air)."""
         self.state.phase = 'finished'
-        if not self.state.airborne:
+        if not self.in_flight:
             return
         if self.flight.land_on_finish:
             self.state.phase = 'returning'
@@ -314,14 +317,15 @@ class DronePilot:
         self.state.airborne = False
         self.state.landed_after_flight = True
 
-    async def return_home(self, reason: str) -> None:
+    async def return_home(self, reason: str) -> bool:
         """Return to launch and land now, between rounds (the station went silent:
         fl_uav/fleet/station_watchdog.py); the next round arms and takes off again. Holds the
-        pilot's guard, so a round that starts meanwhile waits for the landing. A VehicleError
-        is logged (the autopilot keeps its mode), never raised."""
+        pilot's guard, so a round that starts meanwhile waits for the landing; does nothing if
+        a round started first or the vehicle is not in flight. A VehicleError is logged (the
+        autopilot keeps its mode), never raised. True if it landed."""
         async with self._guard():
-            if not self.in_flight:
-                return
+            if not self.in_flight or self.state.phase != 'waiting':
+                return False
             _log.warning('%s: returning to launch and landing; the next round takes off '
                          'again', reason)
             with self._phase('returning'):
@@ -329,17 +333,21 @@ class DronePilot:
                     await self.vehicle.return_to_launch()
                 except VehicleError as exc:
                     _log.error('return to launch failed: %s', exc)
-                    return
+                    return False
                 self.state.armed = self.state.airborne = False
                 self.state.landed_after_flight = True
             _log.info('landed at home; waiting for the station')
+            return True
 
     @property
     def in_flight(self) -> bool:
         """True from arming until the pilot saw the vehicle land (it may still be climbing,
         flying, hovering after the run with ``land_on_finish`` false, or landed by a failsafe
-        the pilot could not see), unless the vehicle reports itself disarmed."""
-        return self.state.armed and self.vehicle.armed is not False
+        the pilot could not see), unless the vehicle reports itself disarmed; and whenever the
+        autopilot reports the vehicle armed and in the air (this node restarted in flight):
+        shutdown, the finish and the station watchdog bring such a vehicle home too."""
+        reported = self.vehicle.armed is True and self.vehicle.in_air is True
+        return reported or (self.state.armed and self.vehicle.armed is not False)
 
     async def shutdown(self, rtl_timeout_s: float) -> None:
         """End the pilot: a vehicle in flight is commanded to return to launch and waited for

@@ -5,7 +5,8 @@ operator's rqt_runtime_monitor or Foxglove diagnostics panel shows the station a
 (fl_uav/fleet/drone_status.py) together. Levels:
 - ERROR: the run is not over and no drone node subscribes to the global model.
 - WARN: some drones do not subscribe (their node is down, or DDS does not see it); the last
-  round closed with drones late or missing, with flight errors, or with a learning warning (a
+  round closed with drones late or missing (not in FedEx-Async, where the UAVs still on their
+  tour are missing from every round by design), with flight errors, or with a learning warning (a
   diverged model, fl_uav/learning/divergence.py).
 - OK otherwise. The message says the worst condition first, then where the run is.
 """
@@ -32,8 +33,15 @@ def _where(station: GroundStation, now_s: float) -> tuple[str, str, str]:
         return phase, f'{len(station.records)}/{total}', ''
     index, deadline_s, complete = progress
     left_s = max(0.0, deadline_s - now_s)
+    if _asynchronous(station):       # closes at the next landing, not when all are in
+        return 'round open until the next landing', f'{index}/{total}', f'{left_s:.0f}'
     return (f'round open, {len(complete)}/{len(station.drone_ids)} updates',
             f'{index}/{total}', f'{left_s:.0f}')
+
+
+def _asynchronous(station: GroundStation) -> bool:
+    """FedEx-Async: a round closes at the first landing, the other UAVs are still out."""
+    return station.config.mode == 'express' and station.config.express.mode == 'async'
 
 
 def station_status(station: GroundStation, listening: Sequence[int],
@@ -49,7 +57,7 @@ def station_status(station: GroundStation, listening: Sequence[int],
         problems.append((WARN, f'drones not subscribed: {missing}'))
     last = station.records[-1] if station.records else None
     if last is not None:
-        if last.late_or_missing:
+        if last.late_or_missing and not _asynchronous(station):   # Async: still on tour
             problems.append((WARN, f'round {last.round_index}: late or missing '
                                    f'{last.late_or_missing}'))
         if last.flight_errors:

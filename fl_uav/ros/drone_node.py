@@ -184,6 +184,7 @@ class DroneNode(Node):
                 and self.watchdog.should_return(now, in_flight=self.pilot.in_flight,
                                                 phase=self.pilot.state.phase)):
             silent_s = self.watchdog.silent_for_s(now)
+            self.watchdog.fire()
             self._return = self.runner.submit(self.pilot.return_home(
                 f'no frame from the ground station for {silent_s:.0f} s '
                 f'(flight.station_timeout_s {self.config.flight.station_timeout_s:g} s)'))

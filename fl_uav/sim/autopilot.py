@@ -55,7 +55,9 @@ class AutopilotSimConfig:
     hover_power_w, max_speed_power_w, idle_power_w: battery model.
     origin_*: geographic origin of the ENU frame. home_positions_enu_m: flat
     (east0, north0, east1, north1, ...) home positions in metres; empty: vehicles stand
-    home_spacing_m apart along east starting at (home_east_m, home_north_m).
+    home_spacing_m apart along east starting at (home_east_m, home_north_m), in rows of
+    home_row_size (the next row home_spacing_m further north), so a large fleet stays inside
+    the world's geofence.
     signing_key_hex: 64 hex digits enable MAVLink 2 signing (outgoing signed, incoming
     verified); accept_unsigned: also accept unsigned frames (MAVSDK cannot sign).
     """
@@ -86,6 +88,7 @@ class AutopilotSimConfig:
     home_east_m: float = 0.0
     home_north_m: float = 0.0
     home_spacing_m: float = 10.0
+    home_row_size: int = 50
     signing_key_hex: str = ''
     accept_unsigned: bool = True
 
@@ -141,6 +144,7 @@ class AutopilotSimConfig:
         _check(all(math.isfinite(v) for v in self.home_positions_enu_m),
                'home_positions_enu_m', 'finite', self.home_positions_enu_m)
         _check(self.home_spacing_m >= 0.0, 'home_spacing_m', '>= 0', self.home_spacing_m)
+        _check(self.home_row_size >= 1, 'home_row_size', '>= 1', self.home_row_size)
         if self.signing_key_hex:
             try:
                 key = bytes.fromhex(self.signing_key_hex)
@@ -159,7 +163,9 @@ class AutopilotSimConfig:
         if self.home_positions_enu_m:
             return (self.home_positions_enu_m[2 * index],
                     self.home_positions_enu_m[2 * index + 1])
-        return self.home_east_m + index * self.home_spacing_m, self.home_north_m
+        row, column = divmod(index, self.home_row_size)
+        return (self.home_east_m + column * self.home_spacing_m,
+                self.home_north_m + row * self.home_spacing_m)
 
 
 def _plain(value: object) -> object:
@@ -464,6 +470,7 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument('--heartbeat-rate-hz', type=float, default=defaults.heartbeat_rate_hz)
     parser.add_argument('--rtl-return-alt-m', type=float, default=defaults.rtl_return_alt_m)
     parser.add_argument('--home-spacing-m', type=float, default=defaults.home_spacing_m)
+    parser.add_argument('--home-row-size', type=int, default=defaults.home_row_size)
     parser.add_argument('--signing-key-hex', default='')
     parser.add_argument('--log', type=Path, default=None,
                         help='write the JSON event log here on exit')
@@ -482,7 +489,8 @@ def main(argv: list[str] | None = None) -> int:
             bind_base_port=args.bind_base_port, remote_base_port=args.remote_base_port,
             tick_hz=args.tick_hz, position_rate_hz=args.position_rate_hz,
             heartbeat_rate_hz=args.heartbeat_rate_hz, rtl_return_alt_m=args.rtl_return_alt_m,
-            home_spacing_m=args.home_spacing_m, signing_key_hex=args.signing_key_hex)
+            home_spacing_m=args.home_spacing_m, home_row_size=args.home_row_size,
+            signing_key_hex=args.signing_key_hex)
     except ValueError as exc:
         print(f'error: {exc}', flush=True)
         return 2

@@ -10,10 +10,13 @@ process is left.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -96,16 +99,13 @@ def test_two_drones_two_rounds_end_to_end(tmp_path):
 
 def test_sigterm_stops_the_fleet_like_ctrl_c(tmp_path):
     # Arrange: a long run started as `timeout` or a job scheduler would, its nodes up
-    import signal
-    import time
-
     out = tmp_path / 'run'
     port_base = free_udp_port_block(1)
     cmd = [sys.executable, '-m', 'fl_uav.cli', 'sim', '--drones', '1', '--rounds', '50',
            '--out', str(out), '--port-base', str(port_base), '--timeout', '300',
            '--domain-id', os.environ['ROS_DOMAIN_ID'], '--set', 'learning.model=tiny_cnn']
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, start_new_session=True)   # its nodes: one group
     try:
         deadline = time.monotonic() + 60.0
         while len(_processes_mentioning(str(out))) < 3 and time.monotonic() < deadline:
@@ -115,7 +115,8 @@ def test_sigterm_stops_the_fleet_like_ctrl_c(tmp_path):
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=90)
     finally:
-        proc.kill()
+        with contextlib.suppress(ProcessLookupError):   # whatever failed: no node left over
+            os.killpg(proc.pid, signal.SIGKILL)
     # Assert: an interrupted run's summary, no traceback, no node left running
     assert len(started) >= 3, started
     summary = json.loads((out / 'summary.json').read_text())

@@ -227,7 +227,7 @@ def test_a_drone_that_stops_hearing_the_station_returns_and_takes_off_again(tmp_
                                                                             port_base):
     # Arrange: rounds of 5 s, the station watchdog at 8 s; one round flown, then silence
     overrides = {'flight.takeoff_altitude_m': 20.0, 'rounds.deadline_s': 5.0,
-                 'rounds.first_round_extra_s': 0.0, 'flight.station_timeout_s': 8.0,
+                 'rounds.first_round_extra_s': 0.0, 'flight.station_timeout_s': 10.0,
                  'status.period_s': 0.5}
     with drone_under_test(tmp_path, port_base, HOME, overrides, {}) as (sim, node, probe,
                                                                        executor):

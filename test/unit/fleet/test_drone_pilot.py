@@ -300,3 +300,51 @@ def test_a_home_outside_the_geofence_is_not_armed(home_en_m):
     assert not {'arm', 'takeoff', 'fly_waypoints'} & set(_operations(vehicle))
     assert 'is outside the geofence' in pilot.state.last_error
     assert 'return to launch' in pilot.state.last_error
+
+
+def test_the_finish_brings_home_a_vehicle_whose_last_flight_step_failed_in_the_air():
+    # Arrange: round 5's mission upload fails after the take-off (the vehicle stays up)
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0),
+                          fail_on={'fly_waypoints': VehicleError('fake: mission refused')})
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = DronePilot(_Agent(), vehicle, FlightConfig(speed_m_s=20.0), pool,
+                           geofence=FENCE)
+        task = RoundTask(round_index=5, weights={}, plan=INSIDE, deadline_s=600.0)
+
+        async def last_round_then_finish():
+            await pilot.run_round(task)
+            assert vehicle.in_air and pilot.in_flight
+            await pilot.finish()
+
+        # Act
+        asyncio.run(last_round_then_finish())
+    # Assert: returned to launch and landed
+    assert 'return_to_launch' in _operations(vehicle)
+    assert not vehicle.in_air and not pilot.in_flight
+
+
+def test_a_vehicle_in_the_air_is_in_flight_even_when_its_home_check_fails():
+    # Arrange: restarted in flight over a home outside the fence
+    vehicle = FakeVehicle(home_enu_m=(5.0, 200.0, 0.0))
+    vehicle.armed = vehicle.in_air = True
+    vehicle.position_enu_m = [50.0, 200.0, 30.0]
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = DronePilot(_Agent(), vehicle, FlightConfig(speed_m_s=20.0), pool,
+                           geofence=FENCE)
+
+        async def scenario():
+            await pilot.ensure_connected()
+            before_any_round = pilot.in_flight
+            await pilot.run_round(RoundTask(round_index=1, weights={}, plan=INSIDE,
+                                            deadline_s=600.0))
+            after_refusal = pilot.in_flight
+            await pilot.shutdown(rtl_timeout_s=30.0)
+            return before_any_round, after_refusal
+
+        # Act
+        before_any_round, after_refusal = asyncio.run(scenario())
+    # Assert: no mission flown (the home check refused), but shutdown brought it home
+    assert before_any_round and after_refusal
+    assert 'outside the geofence' in pilot.state.round_error
+    assert 'fly_waypoints' not in _operations(vehicle)
+    assert 'return_to_launch' in _operations(vehicle) and not vehicle.in_air

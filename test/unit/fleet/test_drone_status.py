@@ -38,10 +38,12 @@ class _Agent:
         pass
 
 
+TRAIN_POOL = ThreadPoolExecutor(1)     # one for the module's pilots (never shut down: cheap)
+
+
 def _pilot(connected: bool = True) -> DronePilot:
     vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
-    pilot = DronePilot(_Agent(), vehicle, FlightConfig(), ThreadPoolExecutor(1),
-                       geofence=FENCE)
+    pilot = DronePilot(_Agent(), vehicle, FlightConfig(), TRAIN_POOL, geofence=FENCE)
     if connected:
         asyncio.run(pilot.ensure_connected())
     return pilot

@@ -12,6 +12,7 @@ from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.drone_status import ERROR, OK, WARN
 from fl_uav.fleet.ground_station import GroundStation
 from fl_uav.fleet.station_status import STATION_STATUS_NAME, station_status
+from test.unit.fleet.test_express_fleet import EXPRESS
 
 CONFIG: FleetConfig = build_config(FleetConfig, {
     'num_drones': 2, 'learning.model': 'tiny_cnn', 'rounds.num_rounds': 3,
@@ -65,3 +66,20 @@ def test_a_drone_missing_from_the_last_round_and_the_graph_warns(station):
     assert report.message.startswith('drones not subscribed: [1]; round 1: late or missing [1]')
     assert report.message.endswith('round 1/3: between rounds')
     assert dict(report.values)['late_or_missing_last_round'] == '[1]'
+
+
+def test_fedex_async_uavs_still_on_tour_are_not_late():
+    # Arrange: FedEx-Async with 2 UAVs; round 1 closes with no landing (the UAVs are out)
+    config = build_config(FleetConfig, {**EXPRESS, 'express.mode': 'async',
+                                        'aggregation.strategy': 'fedex_async'})
+    rng = np.random.default_rng(0)
+    station = GroundStation(config, rng.normal(size=(40, 3, 32, 32)).astype(np.float32),
+                            rng.integers(0, 7, 40))
+    station.open_round(now_s=0.0)
+    open_report = station_status(station, [0, 1], now_s=1.0)
+    station.close_round(now_s=2.0)
+    # Act
+    report = station_status(station, [0, 1], now_s=3.0)
+    # Assert
+    assert 'round open until the next landing' in open_report.message
+    assert report.level == OK, report.message

@@ -35,9 +35,24 @@ def test_hearing_the_station_resets_it_and_zero_turns_it_off():
     assert not off.should_return(1e9, in_flight=True, phase='waiting')
 
 
-def test_a_timeout_within_the_longest_round_is_refused_by_name():
-    # deadline 60 s + first round extra 60 s = 120 s
-    with pytest.raises(ConfigError, match=r'flight.station_timeout_s 100 s must exceed'):
-        build_config(FleetConfig, {'flight.station_timeout_s': 100.0})
+def test_a_timeout_within_two_of_the_longest_rounds_is_refused_by_name():
+    # deadline 60 s + first round extra 60 s = 120 s: at least 240 s
+    with pytest.raises(ConfigError, match=r'station_timeout_s 239 s must be at least 2 x the '
+                                          r'longest round'):
+        build_config(FleetConfig, {'flight.station_timeout_s': 239.0})
+    assert build_config(FleetConfig, {'flight.station_timeout_s': 240.0})
     assert build_config(FleetConfig, {'flight.station_timeout_s': 0.0}).flight \
         .station_timeout_s == 0.0
+
+
+def test_one_return_per_silence_until_the_station_is_heard_again():
+    # Arrange: silent for long, a return commanded (it failed: the operator took over)
+    watchdog = StationWatchdog(timeout_s=30.0, last_heard_s=0.0)
+    assert watchdog.should_return(100.0, in_flight=True, phase='waiting')
+    watchdog.fire()
+    # Act / Assert: not again in this silence; again after the station was heard and fell
+    # silent once more
+    assert not watchdog.should_return(200.0, in_flight=True, phase='waiting')
+    watchdog.heard(210.0)
+    assert not watchdog.should_return(220.0, in_flight=True, phase='waiting')
+    assert watchdog.should_return(240.0, in_flight=True, phase='waiting')
