@@ -56,6 +56,8 @@ class AutopilotSimConfig:
     origin_*: geographic origin of the ENU frame. home_positions_enu_m: flat
     (east0, north0, east1, north1, ...) home positions in metres; empty: vehicles stand
     home_spacing_m apart along east starting at (home_east_m, home_north_m).
+    home_east_m, home_north_m: vehicle 0's home in ENU metres when home_positions_enu_m is
+    empty. home_spacing_m: distance between neighbouring vehicles' homes along east then.
     signing_key_hex: 64 hex digits enable MAVLink 2 signing (outgoing signed, incoming
     verified); accept_unsigned: also accept unsigned frames (MAVSDK cannot sign).
     """

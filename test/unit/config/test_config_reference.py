@@ -22,6 +22,10 @@ from fl_uav.fleet.config import FLEET_MODES, TRAJECTORY_PLANNERS, FleetConfig
 from fl_uav.learning.buffer import BUFFER_POLICIES
 from fl_uav.sim.experiment_config import DATASETS, PLANNERS, ExperimentConfig
 
+# The sections a researcher or operator sets most; each of their keys must say what it means.
+EVERYDAY_SECTIONS = ('learning', 'aggregation', 'data', 'rounds', 'flight', 'compression',
+                     'resources', 'express', 'security', 'status', 'seed')
+
 
 def _info(target_name: str, key: str) -> KeyInfo:
     return next(info for info in key_reference(target_name) if info.key == key)
@@ -92,6 +96,25 @@ def test_the_explicit_choices_are_values_the_config_accepts(key):
     # Assert
     assert len(built) == len(choices)
     assert _info('experiment', key).choices == choices
+
+
+def test_init_seed_says_it_is_independent_of_the_experiment_seed():
+    # Act
+    init_seed = _info('experiment', 'learning.init_seed')
+    seed = _info('experiment', 'seed')
+    # Assert
+    assert init_seed.default == 0
+    assert 'independent of' in init_seed.description and '`seed`' in init_seed.description
+    assert 'not the initial model' in seed.description
+
+
+@pytest.mark.parametrize('name', ['fleet', 'experiment'])
+def test_every_everyday_key_has_a_description(name):
+    # Act
+    missing = [info.key for info in key_reference(name)
+               if info.section in EVERYDAY_SECTIONS and not info.description]
+    # Assert
+    assert missing == []
 
 
 def test_section_keeps_only_that_sections_keys(capsys):
