@@ -2,6 +2,7 @@
 docs/config_reference.md."""
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -10,17 +11,21 @@ from fl_uav.aggregation import STRATEGY_NAMES
 from fl_uav.cli import main
 from fl_uav.config_reference import (
     EXTRA_CHOICES,
+    REGENERATE_COMMAND,
     TARGET_NAMES,
     KeyInfo,
     docstring_entries,
     format_value,
     key_reference,
+    reference_markdown,
     target,
 )
 from fl_uav.configschema import ConfigError, build_config, iter_leaves
 from fl_uav.fleet.config import FLEET_MODES, TRAJECTORY_PLANNERS, FleetConfig
 from fl_uav.learning.buffer import BUFFER_POLICIES
 from fl_uav.sim.experiment_config import DATASETS, PLANNERS, ExperimentConfig
+
+DOC = Path(__file__).resolve().parents[3] / 'docs' / 'config_reference.md'
 
 # The sections a researcher or operator sets most; each of their keys must say what it means.
 EVERYDAY_SECTIONS = ('learning', 'aggregation', 'data', 'rounds', 'flight', 'compression',
@@ -204,6 +209,16 @@ def test_a_keys_own_entry_beats_a_shared_one():
     entries = docstring_entries(doc, ['p', 'q'])
     # Assert
     assert entries == {'p': 'shared meaning.', 'q': 'its own meaning.'}
+
+
+def test_committed_reference_is_current():
+    # Act
+    generated = reference_markdown()
+    # Assert
+    assert DOC.read_text() == generated, (
+        f'docs/config_reference.md is out of date (a config key or its docstring changed): '
+        f'regenerate it with `{REGENERATE_COMMAND}` (or `PYTHONPATH=. python -m fl_uav.cli '
+        f'keys all --markdown > docs/config_reference.md`)')
 
 
 def test_fleet_config_class_is_the_fleet_target():
