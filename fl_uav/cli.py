@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from fl_uav.config_reference import ALL_TARGETS, TARGET_NAMES
 from fl_uav.configschema import ConfigError, parse_override
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / 'config' / 'fleet.yaml'
@@ -210,6 +211,13 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _keys(args: argparse.Namespace) -> int:
+    from fl_uav.config_reference import reference
+
+    sys.stdout.write(reference(args.target, args.section, markdown=args.markdown))
+    return 0
+
+
 def _mkdir(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -292,6 +300,16 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                       help='override one config key, e.g. --set trajectory.num_rounds=20')
     plan.set_defaults(func=_plan)
+    keys = sub.add_parser('keys', help='list every config key of a target: default, type or '
+                          'choices, and meaning (docs/config_reference.md)')
+    keys.add_argument('target', choices=(*TARGET_NAMES, ALL_TARGETS),
+                      help="fleet (fl-uav sim, ros2 launch), experiment, plan, or a node's own "
+                      'parameters (drone-node, station-node, autopilot-node); all: every target')
+    keys.add_argument('--section', metavar='S', help='only the keys of section S, e.g. learning '
+                      '(learning.*), or one top-level key')
+    keys.add_argument('--markdown', action='store_true', help='Markdown tables instead of text '
+                      '(all --markdown writes docs/config_reference.md)')
+    keys.set_defaults(func=_keys)
     return parser
 
 

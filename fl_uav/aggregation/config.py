@@ -42,11 +42,15 @@ def default_server_lr(strategy: str) -> float:
 
 @dataclass(frozen=True)
 class AggregationConfig:
-    """strategy: aggregation rule (see fl_uav.aggregation.STRATEGY_NAMES); proximal_mu
-    (fedprox), score_interval (osafl, Υ), score_shrink_steps (osafl, k₀ of eq. (29): 0 = the
-    paper's Δ_u ≈ λ_u), trimmed_beta (trimmed_mean), num_selected (feddpq: drones drawn with
-    replacement per round, 0 = all), local_lr (2ceoafl: the drones' step size η̃), clip_norm
-    (> 0: clip each delta's L2 norm first).
+    """strategy: aggregation rule (see fl_uav.aggregation.STRATEGY_NAMES, or a plug-in
+    ``package.module:Name``). proximal_mu (fedprox): weight μ of the proximal term
+    (μ/2)‖w − w_global‖² the drones add to their local loss. score_interval (osafl, Υ): scored
+    rounds per window of OSAFL's online scores (Algorithm 2); every Υ-th round the drones'
+    scores are refreshed. score_shrink_steps (osafl, k₀ of eq. (29)): 0 = the paper's
+    Δ_u ≈ λ_u. trimmed_beta (trimmed_mean): fraction β of the largest and of the smallest
+    values dropped per coordinate before averaging. num_selected (feddpq): drones drawn with
+    replacement per round, 0 = all. local_lr (2ceoafl): the drones' step size η̃. clip_norm:
+    > 0: clip each delta's L2 norm to this first (0 = off).
 
     server_lr: the server's step, a number > 0 or ``auto`` (the default: the strategy's own,
     :func:`default_server_lr`; the built config holds the number used, so config.json records

@@ -244,7 +244,18 @@ class CompressionConfig:
     lgc_drop_probabilities[c] per round; empty = never); per_layer: one norm or range per
     tensor instead of one for the whole update. Uplink bytes are the sent frames' length.
     method may also be a plug-in ``package.module:Name`` (a :class:`Compressor`, built with
-    the :data:`COMPRESSOR_PLUGIN_ARGUMENTS` it names; fl_uav.plugins)."""
+    the :data:`COMPRESSOR_PLUGIN_ARGUMENTS` it names; fl_uav.plugins).
+
+    method: how each drone compresses its update (none = sent uncompressed).
+    qsgd_levels (methods qsgd, ceoafl): QSGD's s, magnitudes quantised to multiples of 1/s of
+        the norm.
+    range_bits (method range): bits per entry of the range quantizer.
+    raw_probability (method ceoafl): probability that a drone sends its update raw instead of
+        QSGD-quantised (-1 = the drone's pruning ratio δ_u^t).
+    lgc_channel_entries (method lgc): top-k entries sent on each channel, one count per channel.
+    lgc_drop_probabilities (method lgc): per channel, the probability that it drops its layer
+        in a round (empty = never).
+    """
 
     method: str = 'none'
     qsgd_levels: int = 3

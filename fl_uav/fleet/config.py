@@ -33,7 +33,8 @@ class RoundConfig:
     """num_rounds: rounds to run; deadline_s: wall seconds a round stays open;
     first_round_extra_s: extra time in round 1 for connect, arm and take-off;
     start_timeout_s: how long the station waits for drones to subscribe before round 1;
-    eval_samples: size of the held-out set the station evaluates on; eval_seed: its seed."""
+    eval_samples: size of the held-out set the station evaluates on; eval_seed: seed of the
+    frames rendered for that held-out set."""
 
     num_rounds: int = 10
     deadline_s: float = 60.0
@@ -65,7 +66,26 @@ class FlightConfig:
     origin, so a wrong origin altitude would shift them all by the difference; on sloped
     ground raise it to the site's relief. A drone in flight between rounds that hears no frame
     from the ground station for station_timeout_s returns to launch and lands (0: never;
-    fl_uav/fleet/station_watchdog.py); at least twice the longest round."""
+    fl_uav/fleet/station_watchdog.py); at least twice the longest round.
+
+    url_template: MAVLink URL of a drone's autopilot as MAVSDK takes it (``serial://...``,
+        ``udpin://...``); ``{port}`` is replaced by port_base + drone id.
+    port_base: the port drone 0's url_template gets (drone i: port_base + i).
+    speed_m_s: horizontal speed of the drones' missions.
+    takeoff_altitude_m: take-off altitude, metres above the ENU origin.
+    connect_timeout_s: how long a drone node waits for its autopilot link.
+    land_on_finish: at the end of the run return to launch and land (false: stay in the air).
+    train_reserve_s: a round's flight ends this long before the round's deadline, leaving time
+        to train and upload.
+    min_flight_budget_s: the least flight time a round gets however little time is left.
+    shutdown_rtl_timeout_s: how long a drone node stopped in flight waits for the landing of
+        the return to launch it commands before it closes the link.
+    max_home_offset_up_m: largest height of the autopilot's home above or below the ENU
+        origin (autopilot.origin_alt_amsl_m) at which a drone still arms.
+    station_timeout_s: a drone in the air between rounds that hears nothing from the ground
+        station this long returns to launch and lands (0 = never; at least twice the
+        longest round).
+    """
 
     url_template: str = 'udpin://127.0.0.1:{port}'
     port_base: int = 14540
@@ -108,7 +128,11 @@ class FlightConfig:
 
 @dataclass(frozen=True)
 class SimCameraConfig:
-    """The embedded camera: frames per second per drone and render seed."""
+    """The embedded camera (fl-uav sim's sim_camera node).
+
+    rate_hz: frames rendered per second for each drone. seed: seed of the frames' random
+    nuisances (sensor noise, blur, illumination).
+    """
 
     rate_hz: float = 10.0
     seed: int = 3
@@ -120,7 +144,10 @@ class SimCameraConfig:
 
 @dataclass(frozen=True)
 class CodecConfig:
-    """Bounds the ground station enforces on incoming frames."""
+    """Bounds the ground station enforces on incoming frames.
+
+    max_frame_bytes: the largest frame accepted, in bytes (a longer one is rejected).
+    """
 
     max_frame_bytes: int = 64 * 1024 * 1024
 
@@ -171,7 +198,7 @@ class StatusConfig:
     """``status.*``: each drone's and the ground station's status on ``/diagnostics``
     (fl_uav/fleet/drone_status.py, fl_uav/fleet/station_status.py).
 
-    period_s: how often a drone node and the station node publish it.
+    period_s: how often each drone node and the station node publish their status.
     battery_warn_fraction, battery_error_fraction: remaining battery at or below which the
         status turns WARN / ERROR (display only: PX4's own battery failsafe acts on its
         BAT_LOW_THR / BAT_CRIT_THR, set those on the autopilot).
@@ -202,6 +229,8 @@ class GroundClientConfig:
 
     num_clients: N ground clients (ids 0..N-1, namespaces /gc<j>), placed by
         ``express.*``'s rule (FedEx Sec. VII-A blocks) in an area centred on the station.
+    data_radius_m: radius around a client's position within which its frames are rendered.
+    data_seed: seed of the clients' frames (with the client id).
     samples_per_client: camera frames each client holds, rendered from the land-cover world
         at random poses within data_radius_m of its position (labels from the map), seeded
         by data_seed and the client id: location-correlated data as FedEx's non-IID type 2,
@@ -292,6 +321,11 @@ class TrajectoryConfig:
     Wall-clock safety caps, not meant to bind (if one does, the plan depends on the CPU's load
     and the record's plan.time_capped is true): plan_time_budget_s per plan (a re-planning
     drone, priorities deficit, plans within its round), solver_time_limit_s per window MILP.
+
+    survey_rounds: rounds that fly the station's sweep before 2ceoafl plans (at least 1: the
+    regions are fitted from them). sample_radius_m: radius of the sampling diamond around q_t.
+    plan_time_budget_s: wall-clock safety cap on one plan, in seconds.
+    solver_time_limit_s: wall-clock safety cap on one window MILP, in seconds.
     """
 
     planner: str = 'coverage'
@@ -354,7 +388,14 @@ class PlanningModelConfig:
     power, interference_w), the model download at downlink_rate_bit_s (LGC's round time), and
     FedDPQ eqs. (33)-(36) compute (cpu_freq_hz, train_cycles_per_sample,
     gen_cycles_per_sample). The fleet itself has no radio or energy model (frames travel over
-    DDS): set these to the hardware flown. Distances come from the drones' upload poses."""
+    DDS): set these to the hardware flown. Distances come from the drones' upload poses.
+
+    bandwidth_hz: uplink bandwidth. tx_power_w: a drone's transmit power. interference_w:
+    interference plus noise power at the station. downlink_rate_bit_s: rate of the model
+    download. cpu_freq_hz: the companion computer's CPU frequency. train_cycles_per_sample:
+    CPU cycles to train on one sample. gen_cycles_per_sample: CPU cycles to generate one
+    top-up sample.
+    """
 
     bandwidth_hz: float = SystemConfig.bandwidth_hz
     tx_power_w: float = SystemConfig.tx_power_w
@@ -379,6 +420,7 @@ class PlanningModelConfig:
 class FleetConfig:
     """Everything shared by the fleet's nodes.
 
+    num_drones: drones in the fleet (ids 0..num_drones-1).
     mode: standard (every drone trains on its camera and uploads to the station) | express
     (FedEx UAV express delivery: the drones are transporters ferrying the model to
     ``ground_clients`` and their cumulative local updates back; ``express.*`` plans and
@@ -595,9 +637,10 @@ class DroneNodeParams:
 @dataclass(frozen=True)
 class GroundStationNodeParams:
     """The ground station node's own parameters: output_dir (run log; '' = none),
-    exit_on_finish, tick_period_s (how often it checks deadlines and opens rounds, in
-    (0, 60] s), finish_linger_s (how long it keeps publishing the finish command before it
-    exits, >= 0)."""
+    exit_on_finish (end the node after the last round, once no drone listens any more or
+    finish_linger_s has passed), tick_period_s (how often it checks deadlines and opens
+    rounds, in (0, 60] s), finish_linger_s (how long it keeps publishing the finish command
+    before it exits, >= 0)."""
 
     output_dir: str = ''
     exit_on_finish: bool = False
@@ -613,8 +656,9 @@ class GroundStationNodeParams:
 
 @dataclass(frozen=True)
 class AutopilotSimNodeParams:
-    """The autopilot simulator node's own parameters: log_dir (event log on shutdown; '' =
-    none), ground_truth_rate_hz (ground-truth pose publishing rate, in (0, 1000] Hz)."""
+    """The autopilot simulator node's own parameters: log_dir (directory of the event log
+    written on shutdown; '' = none), ground_truth_rate_hz (ground-truth pose publishing rate,
+    in (0, 1000] Hz)."""
 
     log_dir: str = ''
     ground_truth_rate_hz: float = 20.0

@@ -22,10 +22,19 @@ class LearningConfig:
 
     model: architecture name; input_px: side of the model input (camera frames and the
     image_folder dataset are resized to it; digits keep 8 px, Fashion-MNIST 28 px);
-    init_seed: seed of the initial global model; local_epochs, batch_size, lr, momentum,
-    weight_decay, max_steps, optimizer ('sgd' | 'adam'): local training; lr_decay: the local
+    init_seed: seed of the initial global model and of nothing else, independent of the
+    experiment's ``seed`` (runs that differ only in ``seed`` start from the same model; set
+    init_seed as well to vary the initialisation).
+    local_epochs: passes over the drone's samples per round (max_steps caps them; the 2ceoafl,
+    feddpq and osafl clients count their own steps). batch_size: local mini-batch size in
+    samples. lr: local learning rate of round 1 (lr_decay lowers it later). momentum: momentum
+    of the local optimizer (0 = plain SGD). weight_decay: L2 weight decay of the local
+    optimizer. max_steps: cap on local SGD steps per round (0 = no cap).
+    optimizer: local optimizer ('sgd' | 'adam'); lr_decay: the local
     learning rate in round r is lr · lr_decay^(r-1); min_samples_to_train: a drone with fewer
-    buffered samples uploads an empty update instead of training. structured_keep < 1: each
+    buffered samples uploads an empty update instead of training. torch_threads: PyTorch
+    threads of each fleet node (drone, ground station, ground client); the experiment engine
+    uses engine.torch_threads instead. structured_keep < 1: each
     round the drone trains a physically smaller model keeping that fraction of each conv's
     filters (largest L1 norm in the received model; structured pruning with δ = 1 − keep) and
     uploads the update expanded back to the dense shape (zeros where pruned).
@@ -39,6 +48,14 @@ class LearningConfig:
     per-drone control variates). prune_fraction_max > prune_fraction: the pruning ratio is
     drawn uniformly in [prune_fraction, prune_fraction_max] per drone and round (2CEOAFL's
     δ ~ U[0.05, 0.7]); 0 = fixed.
+
+    rho_steps: dense local steps before pruning (client 2ceoafl, ρ).
+    kappa_steps: local steps after pruning (2ceoafl: masked steps, κ; feddpq: gradient steps at
+    the pruned point).
+    prune_fraction: fraction of the weights pruned by magnitude each round (clients 2ceoafl δ
+    and feddpq ρ_u; the lower end of the range when prune_fraction_max > 0).
+    min_local_steps, max_local_steps: range of the local steps an osafl client draws uniformly
+    per drone and round.
     """
 
     model: str = 'small_cnn'

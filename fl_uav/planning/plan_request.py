@@ -72,6 +72,12 @@ class TrajectoryRequest:
     SCA iterations per window (a work limit of the windowed SCA of
     :mod:`fl_uav.planning.trajectory`); time_limit_s: wall-clock safety cap of HiGHS per window
     MILP (if it binds, the plan depends on the machine's load; figures' sca.time_capped).
+
+    fit_samples (regions fitted): positions drawn to fit the mixture. components_per_class
+    (regions fitted): Gaussians per class. altitude_m: the drone's flight altitude.
+    min_altitude_m, max_altitude_m: the altitude band altitude_m must lie in. max_speed_m_s:
+    the drone's top speed. round_time_s: flight time per round (with max_speed_m_s, the
+    longest step between two waypoints).
     """
 
     regions: str = 'map'
@@ -124,6 +130,12 @@ class RoutesRequest:
     the paper, client i uniform in block i mod B; ``fl_uav.planning.placement``, the express
     runtime's rule) or 'uniform'. depot_east_m, depot_north_m: the ground station. objective:
     'sync' (eq. (25)) or 'async' (eq. (27)). n_sweeps, n_chains: the Gibbs sampler (Sec. VI-B-2).
+
+    num_clients: ground clients to serve. num_uavs: UAVs flying the tours. area_east_m,
+    area_north_m: the area the clients are placed in. blocks_east, blocks_north: the blocks
+    the area is split into (placement fedex_blocks). speed_m_s: the UAVs' flight speed.
+    energy_budget_j: energy a UAV may spend on one tour. hover_time_per_client_s: hover time
+    at each client (FedEx eq. (3)'s T_trans).
     """
 
     num_clients: int = 40

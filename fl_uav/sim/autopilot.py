@@ -58,6 +58,9 @@ class AutopilotSimConfig:
     home_spacing_m apart along east starting at (home_east_m, home_north_m), in rows of
     home_row_size (the next row home_spacing_m further north), so a large fleet stays inside
     the world's geofence.
+    home_east_m, home_north_m: vehicle 0's home in ENU metres when home_positions_enu_m is
+    empty. home_spacing_m: distance between neighbouring vehicles' homes (along east, and
+    between rows). home_row_size: vehicles per row.
     signing_key_hex: 64 hex digits enable MAVLink 2 signing (outgoing signed, incoming
     verified); accept_unsigned: also accept unsigned frames (MAVSDK cannot sign).
     """

@@ -45,11 +45,16 @@ like a result), so DataConfig refuses it, naming both keys; left at its default 
 class DataConfig:
     """Which data and how it is split among drones.
 
-    dataset: digits | fashion_mnist | image_folder | world (the synthetic aerial world).
+    dataset: the data the drones train on, digits | fashion_mnist | image_folder | world (the
+        synthetic aerial world).
     path: dataset root of the datasets read from files, fashion_mnist and image_folder ('' =
         the dataset's default location; digits ship with scikit-learn, world is rendered).
-    partition: iid | dirichlet | shards | location (location needs a dataset with positions:
-        world). dirichlet_alpha (partition dirichlet), shards_per_client (partition shards).
+    partition: how the training set is split among the drones, iid | dirichlet | shards |
+        location (location needs a dataset with positions: world).
+    dirichlet_alpha (partition dirichlet): concentration α of each class's Dirichlet split
+        over the drones; small α gives each drone few classes, large α tends to IID.
+    shards_per_client (partition shards): single-class shards dealt to each drone, so the
+        number of classes a drone holds.
     test_fraction: held-out share for datasets without a test split (digits, image_folder).
     A key that acts only under some partition, dataset, ``online`` or ``topup``
     (DATA_KEY_NEEDS) and is set to a non-default value under another is an error naming both
@@ -59,9 +64,13 @@ class DataConfig:
     online: if true, each round drone k receives Binomial(arrivals_e, arrivals_p) new samples
         from its partition into its capped buffer (OSAFL's arrivals); initial_samples arrive
         before round 1. If false, each drone trains on its whole partition every round.
+    arrivals_e (online): trials n of the Binomial(n, p) count of a drone's new samples per round.
+    arrivals_p (online): success probability p of that Binomial.
+    initial_samples (online): extra samples each drone receives in round 1.
     topup: FedDPQ's per-class top-up (eqs. (1)-(3), fl_uav.learning.topup): each drone adds
         synthetic samples so every class reaches ceil(topup_factor * its largest class count);
-        topup_factor is FedDPQ's Delta (Table I: 0.1-0.4). topup_generator: auto (by dataset) |
+        topup_factor: FedDPQ's Delta (Table I: 0.1-0.4), the share of a drone's largest class
+        count every class is topped up to. topup_generator: auto (by dataset) |
         augment_dihedral | augment_hflip | augment_shift (label-preserving augmentation, so a
         class the drone has no sample of stays empty). Generation is charged by FedDPQ eqs.
         (33)-(34) (system.gen_cycles_per_sample) when a drone's real data changed since it
@@ -140,6 +149,13 @@ class SystemConfig:
     no retransmission or rate adaptation): a deep fade (ζ of 0.01 happens about once in 100
     uploads) stretches that upload's airtime and energy a hundredfold, and with deadline_s 0 the
     round's simulated time is its slowest drone's; set deadline_s to drop such a drone instead.
+
+    bandwidth_hz: uplink bandwidth. tx_power_w: a drone's transmit power. interference_w:
+    interference plus noise power at the station. distance_min_m, distance_max_m: range of
+    the drones' distances to the station (each drawn once, uniformly). downlink_rate_bit_s:
+    rate of the model broadcast. cpu_freq_hz: a drone's CPU frequency.
+    train_cycles_per_sample: CPU cycles to train on one sample. gen_cycles_per_sample: CPU
+    cycles to generate one top-up sample.
     """
 
     bandwidth_hz: float = 1e6
@@ -171,7 +187,8 @@ class SystemConfig:
 @dataclass(frozen=True)
 class EngineConfig:
     """vectorized: train all drones at once (else one after another, the reference path);
-    max_clients_per_chunk: memory bound of the vectorized path; torch_threads: per process;
+    max_clients_per_chunk: memory bound of the vectorized path, drones trained together;
+    torch_threads: PyTorch threads per process;
     workers: threads training chunks of drones at the same time on the vectorized path (one
     per core to use; results are bit-identical for any value; the chunks are still set by
     max_clients_per_chunk alone, so a fleet that fits one chunk runs on one thread);
@@ -251,6 +268,30 @@ class ResourcesConfig:
         in every round after one in which the best test accuracy of the last lgc_stall_window
         rounds gains less than lgc_stall_min_gain over the best before them, every drone takes
         the mid decision (what lgc_fixed does) instead of its policy's.
+
+    feddpq_max_bcd_rounds: block-coordinate-descent rounds of the FedDPQ optimiser.
+    feddpq_q_trials: trials of its q block. feddpq_block_trials: trials of each vector block.
+    feddpq_fallback: clip | error, when one common packet-error target is infeasible.
+    lgc_channel_energy_j_per_mb: each channel's price in J per MB sent (LGC Table 1).
+    lgc_channel_bandwidth_hz: each channel's bandwidth in Hz.
+    lgc_channel_max_entries: D_n^max, the most entries a drone may send on one channel.
+    lgc_max_local_steps: H_max, the most local steps a policy may choose (LGC eq. (10c)).
+    lgc_hover_power_w: power charged while a drone waits on its round (0 = not modelled).
+    lgc_entries_scale: k0 of the progress surrogate, a fraction of the model's entries.
+    lgc_steps_scale: h0 of the progress surrogate in local steps, a number > 0, ``auto``
+        (fitted after a warm-up round) or ``online`` (refitted as (H / H_max)^β during the run).
+    lgc_ddpg_train_steps: DDPG steps per drone on the surrogate.
+    lgc_steps_scale_min_drop (``auto`` only; 0 = off): loss drop, as a fraction of its start,
+        the warm-up waits for (up to 5 rounds) before it fits h0.
+    lgc_refit_rounds (``online``): rounds between probe rounds, which refit β.
+    lgc_finetune_steps (``online``; 0 = off): DDPG steps fine-tuning each drone's policy after
+        a refit, instead of retraining it from scratch.
+    lgc_probe_groups (``online``): groups of drones that take turns probing (1 = the whole
+        fleet).
+    lgc_plateau_min_gain: accuracy gain (a fraction) below which lgc_plateau_window sees a
+        plateau.
+    lgc_plateau_local_steps: local steps every drone takes once the plateau is reached.
+    lgc_stall_min_gain: accuracy gain (a fraction) below which lgc_stall_window sees a stall.
     """
 
     planner: str = 'none'
@@ -396,6 +437,10 @@ def check_resources(config: ExperimentConfig) -> None:
 class ExperimentConfig:
     """One experiment: data, drones, learning, aggregation, system models, engine.
 
+    name: the run's name in its summary and plot legends. seed: the run's random draws (data
+    split and partition, sample order, drone distances, drawn participants, packet losses,
+    express routes), not the initial model (learning.init_seed). num_drones: drones (with
+    express enabled, ground clients). num_rounds: rounds to run (express: server updates).
     express: FedEx UAV express delivery (fl_uav.sim.express); when enabled, num_drones counts
     the ground clients, num_rounds the server updates. resources: per-drone resource
     decisions (:class:`ResourcesConfig`). target_accuracy: summary.json reports the fleet's

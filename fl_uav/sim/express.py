@@ -109,21 +109,28 @@ class ExpressConfig:
     """``express.*``: FedEx UAV express delivery (defaults: FedEx Sec. VII-A where it says).
 
     enabled: run FedEx instead of direct uploads; num_drones then counts the ground clients.
-    mode: sync (FedEx-Sync) | async (FedEx-Async). num_uavs: K transporters.
+    mode: sync (FedEx-Sync) | async (FedEx-Async). num_uavs: K, the UAVs ferrying the model.
     route_objective: auto (sync -> eq. (25) min-max, async -> eq. (27) SWS, as the paper
         pairs them) | sync | async | total (the Sec. VII Shortest-Total baseline).
-    area_east_m, area_north_m, blocks_east, blocks_north: the area and its blocks (2 km x
-        2 km, 5 x 2 blocks of 400 m x 1000 m). station_east_m, station_north_m: the station,
-        negative = the area's centre. placement_seed: client positions.
-    speed_m_s, flight_power_w, hover_power_w, tx_power_w, energy_budget_j: 10 m/s, ~30 W,
-        ~20 W, 20 dBm, 15 kJ per round trip. hover_time_per_client_s: T_trans = 100 MB at
-        50 Mbit/s = 16 s (eq. (3)). altitude_m: hover height (1 km; the link distance), at most
-        radio_range_m, the largest distance at which a client and a UAV exchange.
+    area_east_m, area_north_m: the client area (2 km x 2 km). blocks_east, blocks_north: the
+        blocks it is split into, clients round-robin over them (5 x 2 blocks of 400 m x
+        1000 m). station_east_m, station_north_m: the station, negative = the area's centre.
+        placement_seed: seed of the client positions.
+    speed_m_s: the UAVs' flight speed (10 m/s). flight_power_w: a UAV's power in flight
+        (~30 W). hover_power_w: a UAV's power while hovering at a client (~20 W). tx_power_w:
+        a UAV's radio power while it exchanges with a client (20 dBm). energy_budget_j: energy
+        a UAV may spend on one tour, the CARP budget (15 kJ per round trip).
+        hover_time_per_client_s: hover time at each client, T_trans (eq. (3); 100 MB at
+        50 Mbit/s = 16 s). altitude_m: hover height (1 km; the link distance), at most
+        radio_range_m. radio_range_m: the largest distance at which a client and a UAV
+        exchange.
     step_time_s: one FedEx slot = one local SGD step (1 min); tours take whole slots
         (Sec. IV-A, ``tour_slots``). partition: engine (data.*
         split) | location (non-IID type 2: each client's samples are its block's main label
-        with probability location_main_prob, 0.7 for FMNIST). samples_per_client: 0 = the
-        whole share, else this many (60 for FMNIST). gibbs_sweeps, gibbs_chains: CARP search.
+        with probability location_main_prob, 0.7 for FMNIST). location_main_prob (partition
+        location): probability that a client's sample carries its block's main label.
+        samples_per_client: samples each client holds, 0 = its whole share (60 for FMNIST).
+        gibbs_sweeps: sweeps of the CARP Gibbs sampler; gibbs_chains: its independent chains.
     """
 
     enabled: bool = False
