@@ -8,11 +8,14 @@ are signed with keys made for the run (DIR/keys) and the nodes require signature
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import random
+import signal
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +60,23 @@ def _format_round(row: Mapping[str, Any]) -> str:
     return (f'round {row["round_index"]:3d}  accuracy {row["accuracy"]:.3f}  '
             f'loss {row["loss"]:.3f}  participants {len(row["participants"])}  '
             f'up {up / 1e6:.2f} MB  down/drone {row["bytes_down_per_drone"] / 1e6:.2f} MB')
+
+
+@contextlib.contextmanager
+def _interrupts_ignored() -> Iterator[None]:
+    """SIGINT and SIGTERM ignored inside (main thread only): stopping the nodes and writing
+    the summary are bounded (ProcessGroup.stop escalates to SIGKILL), and a signal in the
+    middle would leave nodes running or no summary."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT,
+                                                                     signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> dict[str, Any]:
@@ -110,15 +130,18 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
             time.sleep(0.5)
     except KeyboardInterrupt:
         status = 'interrupted'
-        echo('interrupted: stopping the fleet')
     finally:
-        exit_codes = group.stop()
-    wall_s = time.monotonic() - start
-    for row in read_progress(out)[shown:]:
-        echo(_format_round(row))
-    summary = build_summary(out, config, status, wall_s, exit_codes, domain_id)
-    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
-    plot_accuracy(summary, out / PLOT_FILE)
+        with _interrupts_ignored():    # a second Ctrl-C or SIGTERM must not cut this short
+            if status == 'interrupted':
+                echo('interrupted: stopping the fleet')
+            exit_codes = group.stop()
+    with _interrupts_ignored():
+        wall_s = time.monotonic() - start
+        for row in read_progress(out)[shown:]:
+            echo(_format_round(row))
+        summary = build_summary(out, config, status, wall_s, exit_codes, domain_id)
+        (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
+        plot_accuracy(summary, out / PLOT_FILE)
     final = summary['final_accuracy']
     for warning in summary['warnings']:
         echo(f'warning: {warning}')

@@ -1,12 +1,14 @@
 """fl-uav sim summary: per-drone buffer balance from the planner record, the plug-ins used."""
 
 import math
+import os
+import signal
 
 import pytest
 
 from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
-from fl_uav.sim.fleet_run import buffer_balance, build_summary
+from fl_uav.sim.fleet_run import _interrupts_ignored, buffer_balance, build_summary
 
 
 def test_buffer_balance_is_the_normalised_entropy_of_the_class_counts():
@@ -38,3 +40,21 @@ def test_the_fleet_summary_records_the_plug_in_specs_and_their_source(tmp_path):
     source = summary['plugins']['aggregation.strategy']
     assert source['module_file'].endswith('_plugins.py') and len(source['module_sha256']) == 64
     assert list(summary['plugins']) == ['aggregation.strategy']
+
+
+def test_a_signal_during_the_fleets_clean_up_is_ignored_and_the_handler_restored():
+    # Arrange: SIGTERM raises, as under `fl-uav sim` (cli._terminate_as_interrupt)
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt('SIGTERM')
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        # Act: a SIGTERM while the nodes are being stopped
+        with _interrupts_ignored():
+            os.kill(os.getpid(), signal.SIGTERM)
+            cleaned_up = True
+        restored = signal.getsignal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    # Assert: the clean-up went on; afterwards SIGTERM raises again
+    assert cleaned_up and restored is interrupt
