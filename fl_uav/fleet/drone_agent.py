@@ -48,6 +48,7 @@ from fl_uav.fleet.messages import (
     FinishCommand,
     PoseSample,
     RoundTask,
+    round_opened_of,
     run_of,
 )
 from fl_uav.fleet.resource_knobs import (
@@ -271,6 +272,10 @@ class DroneAgent:
             deadline_s = float(frame.metadata.get('deadline_s', 0.0))
         except (AttributeError, TypeError, ValueError, OverflowError):
             return self._reject('metadata')     # malformed knobs or plan: not this round's task
+        try:
+            opened_ms = round_opened_of(frame.metadata)
+        except ValueError as exc:
+            return self._reject('metadata', str(exc))
         num_rounds = frame.metadata.get('num_rounds')
         if num_rounds is not None and (isinstance(num_rounds, bool)
                                        or not isinstance(num_rounds, int) or num_rounds < 1):
@@ -283,7 +288,7 @@ class DroneAgent:
             knobs[SERVER_CONTROL_KNOB] = control
         return RoundTask(round_index=frame.round_index, weights=weights, plan=plan,
                          knobs=knobs, deadline_s=deadline_s, num_rounds=num_rounds,
-                         run_id=run_id, run_started_ms=started_ms)
+                         run_id=run_id, run_started_ms=started_ms, opened_ms=opened_ms)
 
     def _reject(self, reason: str, detail: str = '') -> None:
         """Count one unusable station frame (``rejected_frames``, and by reason); keep what

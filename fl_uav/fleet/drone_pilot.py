@@ -31,6 +31,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
+from fl_uav.compression.signing import now_ms
 from fl_uav.fleet.config import FlightConfig
 from fl_uav.fleet.drone_agent import DroneAgent, UpdateReport
 from fl_uav.fleet.express_carrier import (
@@ -185,9 +186,15 @@ class DronePilot:
         return await self.vehicle.fly_waypoints(waypoints, self.flight.speed_m_s)
 
     def flight_budget_s(self, task: RoundTask) -> float:
-        """Time the flight may take so that training and upload still meet the deadline."""
+        """Time the flight may take so that training and upload still meet the deadline: the
+        round's time left (its deadline less the time since the station opened it, for a
+        drone that got the round late; clocks agree to security.max_clock_skew_s) less
+        flight.train_reserve_s, but at least flight.min_flight_budget_s."""
+        elapsed_s = 0.0
+        if task.opened_ms is not None:
+            elapsed_s = max(0.0, (now_ms() - task.opened_ms) / 1000.0)
         return max(self.flight.min_flight_budget_s,
-                   task.deadline_s - self.flight.train_reserve_s)
+                   task.deadline_s - elapsed_s - self.flight.train_reserve_s)
 
     async def own_mission(self, task: RoundTask) -> RoundTask:
         """The task with the onboard planner's mission for this round as its plan (planning,

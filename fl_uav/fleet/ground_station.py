@@ -58,6 +58,7 @@ from fl_uav.fleet.messages import (
     EXPRESS_KNOB,
     FLIGHT_ERROR_KEY,
     MAX_COUNT,
+    ROUND_OPENED_KEY,
     RUN_ID_HEX_CHARS,
     RUN_ID_KEY,
     UPLOAD_ACK_KNOB,
@@ -320,6 +321,7 @@ class GroundStation:
         frame = self._auth.seal(encode_frame(
             FrameKind.GLOBAL_MODEL, index, GROUND_STATION_ID, self._fingerprint, tensors,
             {'deadline_s': duration, 'num_rounds': self.config.rounds.num_rounds,
+             ROUND_OPENED_KEY: now_ms(),     # wall clock: a late drone flies what is left
              **run_metadata(self.run_id, self.run_started_ms),
              'knobs': {str(d): k for d, k in knobs.items()}}))
         self._round = _OpenRound(index, now_s, now_s + duration, bytes_down=len(frame),

@@ -77,6 +77,21 @@ RUN_ID_HEX_CHARS = 16
 RUN_STARTED_KEY = 'run_started_ms'
 
 
+#: Metadata key of a GLOBAL_MODEL frame: when the station opened the round (UNIX ms, its wall
+#: clock). A drone that gets the frame late (restarted, joined late, a slow link) flies only
+#: for what is left of the round (DronePilot.flight_budget_s).
+ROUND_OPENED_KEY = 'opened_ms'
+
+
+def round_opened_of(metadata: dict[str, Any]) -> int | None:
+    """When the round opened (UNIX ms; None: absent, an older station); ValueError naming
+    the key when present but not a time."""
+    opened_ms = metadata.get(ROUND_OPENED_KEY)
+    if opened_ms is not None and not (is_int(opened_ms) and 0 <= opened_ms <= MAX_COUNT):
+        raise ValueError(f'{ROUND_OPENED_KEY} {opened_ms!r} is not a time')
+    return opened_ms
+
+
 def valid_run_id(value: Any) -> bool:
     """A run id as a station draws it: RUN_ID_HEX_CHARS lower-case hex digits."""
     return (isinstance(value, str) and len(value) == RUN_ID_HEX_CHARS
@@ -110,7 +125,8 @@ class RoundTask:
     runs taken part in (its RoundGate's): learning state carried between rounds (SCAFFOLD's
     c_k, LGC's residual, the pending upload) starts over when it changes, and so do the
     per-run flight figures (``DroneAgent.waypoints_reached``). ``flight_error`` is why the
-    round's flight failed ('' if it did not), set by the pilot before training."""
+    round's flight failed ('' if it did not), set by the pilot before training.
+    ``opened_ms``: when the station opened the round (UNIX ms; None: not announced)."""
 
     round_index: int
     weights: dict
@@ -122,6 +138,7 @@ class RoundTask:
     run_epoch: int = 0
     run_started_ms: int | None = None
     flight_error: str = ''
+    opened_ms: int | None = None
 
 
 @dataclass(frozen=True)

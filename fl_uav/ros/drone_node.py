@@ -274,6 +274,12 @@ class DroneNode(Node):
                 work, self.carrier, self.link, self.config.express.speed_m_s))
             self._tour.add_done_callback(self._on_tour_done)
             return
+        previous = self._round
+        if previous is not None and not previous.done() and self.pilot.state.phase == 'flying':
+            # The station has closed that round: one mission at a time on the vehicle.
+            self.get_logger().warning(f'round {work.round_index} arrived while the previous '
+                                      f'round was still flying: that flight ends here')
+            previous.cancel()
         self.get_logger().info(f'round {work.round_index}: flying {len(work.plan)} waypoints')
         self._round = self.runner.submit(self.pilot.run_round(work))
         self._round.add_done_callback(self._on_trained)
@@ -288,7 +294,8 @@ class DroneNode(Node):
 
     def _on_trained(self, future: Future) -> None:
         if future.cancelled():
-            node_logger(self).info('round cancelled: the node is shutting down')
+            node_logger(self).info('round cancelled (a newer round arrived, or the node is '
+                                   'shutting down)')
             return
         if future.exception() is not None:
             self.get_logger().error(f'round failed: {future.exception()!r}')

@@ -250,3 +250,28 @@ def test_a_drone_that_stops_hearing_the_station_returns_and_takes_off_again(tmp_
         flown = spin_until(executor, lambda: len(uploads) >= 2, 60.0)
         # Assert (b): armed and took off again for round 2
         assert flown and len(sim.events_of(0, 'takeoff')) == takeoffs + 1
+
+
+def test_a_round_arriving_while_the_previous_still_flies_ends_that_flight(tmp_path, port_base):
+    # Arrange: round 1's mission is long (400 m legs at 5 m/s)
+    overrides = {'flight.takeoff_altitude_m': 20.0, 'flight.speed_m_s': 5.0}
+    with drone_under_test(tmp_path, port_base, HOME, overrides, {}) as (sim, node, probe,
+                                                                       executor):
+        uploads, model_pub = _uploads_and_model_pub(probe)
+        far = [[HOME[0] + 400.0, HOME[1], 20.0], [HOME[0] + 400.0, HOME[1] + 400.0, 20.0]]
+        near = [[HOME[0] + 20.0, HOME[1], 20.0]]
+        model_pub.publish(frame_msg(_round_frame(1, far)))
+        assert spin_until(executor, lambda: sim.events_of(0, 'mission_started'), 60.0)
+        first_round = node._round
+        # Act: round 2 comes (the station closed round 1)
+        model_pub.publish(frame_msg(_round_frame(2, near)))
+        flown = spin_until(executor, lambda: any(
+            decode_frame(u).round_index == 2 for u in uploads), 60.0)
+        # Assert: round 1's flight was ended, round 2's mission replaced it; round 1 uploaded
+        # nothing
+        assert flown, [e['event'] for e in sim.events_of(0)]
+        assert first_round.cancelled()
+        assert [decode_frame(u).round_index for u in uploads] == [2]
+        assert len(sim.events_of(0, 'mission_started')) == 2
+        assert np.hypot(sim.snapshots()[0].position_enu_m[0] - near[0][0],
+                        sim.snapshots()[0].position_enu_m[1] - near[0][1]) < 5.0

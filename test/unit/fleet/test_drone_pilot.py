@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from fl_uav.compression.signing import now_ms
 from fl_uav.fleet.config import FlightConfig
 from fl_uav.fleet.drone_pilot import DronePilot
 from fl_uav.fleet.messages import RoundTask
@@ -348,3 +349,18 @@ def test_a_vehicle_in_the_air_is_in_flight_even_when_its_home_check_fails():
     assert 'outside the geofence' in pilot.state.round_error
     assert 'fly_waypoints' not in _operations(vehicle)
     assert 'return_to_launch' in _operations(vehicle) and not vehicle.in_air
+
+
+@pytest.mark.parametrize('age_s, budget_s', [(None, 40.0), (0.0, 40.0), (30.0, 10.0),
+                                             (59.0, 5.0)])
+def test_a_round_got_late_flies_only_for_what_is_left_of_it(age_s, budget_s):
+    # Arrange: deadline 60 s, train reserve 20 s, minimum flight 5 s; the round opened age_s
+    # ago on the station's clock (None: an older station that does not say)
+    opened_ms = None if age_s is None else now_ms() - int(age_s * 1000)
+    pilot = DronePilot(_Agent(), FakeVehicle(), FlightConfig(train_reserve_s=20.0,
+                                                             min_flight_budget_s=5.0),
+                       ThreadPoolExecutor(max_workers=1), geofence=FENCE)
+    task = RoundTask(round_index=4, weights={}, plan=INSIDE, deadline_s=60.0,
+                     opened_ms=opened_ms)
+    # Act / Assert
+    assert pilot.flight_budget_s(task) == pytest.approx(budget_s, abs=0.5)

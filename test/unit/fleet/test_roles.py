@@ -25,6 +25,7 @@ from fl_uav.compression.codec_v2 import (
 )
 from fl_uav.compression.lgc import decode as lgc_sum
 from fl_uav.compression.quantization import qsgd_quantize
+from fl_uav.compression.signing import now_ms
 from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.drone_agent import DroneAgent
@@ -638,3 +639,17 @@ def test_the_station_records_flight_errors_per_round_and_counts_them(station):
     assert first.to_dict()['flight_errors'] == {'0': 'arm refused: COMMAND_DENIED'}
     assert second.flight_errors == {1: 'y' * 197 + '...'}
     assert station.flight_failures() == {0: 1, 1: 1}
+
+
+def test_the_round_frame_says_when_it_opened_and_a_bad_time_is_rejected(station, agent):
+    # Arrange
+    before_ms = now_ms()
+    opening = station.open_round(now_s=0.0)
+    bad_time = encode_frame(FrameKind.GLOBAL_MODEL, 1, GROUND_STATION_ID, station._fingerprint,
+                            station.weights, {'opened_ms': 'noon'})
+    # Act
+    task = agent.accept_global_frame(opening.frame)
+    refused = agent.accept_global_frame(bad_time)
+    # Assert: the station's wall clock at opening travels with the round
+    assert before_ms <= task.opened_ms <= now_ms()
+    assert refused is None and agent.last_rejection.startswith('metadata: opened_ms')
