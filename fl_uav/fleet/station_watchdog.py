@@ -3,7 +3,10 @@
 The station sends one global-model frame per round, so while a run goes on a drone hears it at
 least every round (rounds.deadline_s, plus rounds.first_round_extra_s in round 1, plus the
 aggregation). If the station crashes, is killed, or its radio link is lost, the drone would
-otherwise hover where its last mission ended until its battery failsafe. After
+otherwise hover where its last mission ended until its battery failsafe. The drone node also
+counts the station as heard while the station's node is on the ROS graph (a long resource
+planning between rounds is not a silence; a crashed station or a lost link drops out within
+the DDS lease time, a hung but running station does not). After
 ``flight.station_timeout_s`` without a frame from the station (0: never), a drone that is in
 flight and between rounds (not flying a mission, not returning, not finished) returns to
 launch and lands; the next round it takes, from the same or a restarted station, arms and takes

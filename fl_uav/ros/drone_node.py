@@ -180,6 +180,8 @@ class DroneNode(Node):
     def _on_status_tick(self) -> None:
         """Every status.period_s: the station watchdog, then the status on /diagnostics."""
         now = self._now()
+        if self._station_on_graph():     # alive, e.g. planning between rounds for long
+            self.watchdog.heard(now)
         if ((self._return is None or self._return.done())
                 and self.watchdog.should_return(now, in_flight=self.pilot.in_flight,
                                                 phase=self.pilot.state.phase)):
@@ -192,6 +194,12 @@ class DroneNode(Node):
                               self._battery, self.config.status,
                               self.watchdog.silent_for_s(now))
         self._status_pub.publish(status_to_msg(report, now))
+
+    def _station_on_graph(self) -> bool:
+        """The ground station node subscribes to the updates topic, as DDS discovery sees
+        it now (a crashed station or a lost link drops out within the DDS lease time)."""
+        return any(info.node_name == names.GROUND_STATION_NODE_NAME
+                   for info in self.get_subscriptions_info_by_topic(names.UPDATES_TOPIC))
 
     def _on_battery(self, battery: BatteryStatus) -> None:
         self._battery = battery

@@ -36,7 +36,7 @@ class GroundStationNode(Node):
     """Thin wrapper around :class:`GroundStation`; time is the node's wall clock."""
 
     def __init__(self) -> None:
-        super().__init__('ground_station',
+        super().__init__(names.GROUND_STATION_NODE_NAME,
                          automatically_declare_parameters_from_overrides=True)
         self.config, self.own = declare_config(self, FleetConfig, NODE_PARAMS)
         cfg: FleetConfig = self.config

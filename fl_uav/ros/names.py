@@ -31,6 +31,7 @@ MAP_FRAME = 'map'
 # /fl/global_model is drone i (node 'drone' in /uav<i>) and which of /gc<j>/express/model is
 # ground client j (node 'ground_client' in /gc<j>), not a viewer (ros2 topic echo, rviz).
 DRONE_NODE_NAME = 'drone'
+GROUND_STATION_NODE_NAME = 'ground_station'   # drones watch for it on the graph (watchdog)
 GROUND_CLIENT_NODE_NAME = 'ground_client'
 
 

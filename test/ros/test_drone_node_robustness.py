@@ -233,11 +233,21 @@ def test_a_drone_that_stops_hearing_the_station_returns_and_takes_off_again(tmp_
                                                                        executor):
         uploads, model_pub = _uploads_and_model_pub(probe)
         near = [[HOME[0] + 30.0, HOME[1], 20.0]]
+        # a station node on the graph (planning for long, say) that sends no frame
+        station = rclpy.create_node(names.GROUND_STATION_NODE_NAME, context=probe.context)
+        station.create_subscription(UInt8MultiArray, names.UPDATES_TOPIC, lambda m: None,
+                                    names.UPDATES_QOS)
+        executor.add_node(station)
         model_pub.publish(frame_msg(_round_frame(1, near)))
         assert spin_until(executor, lambda: bool(uploads), 60.0), 'round 1 not uploaded'
-        # Act (a): the station goes silent
+        # Act (0): silent for longer than the timeout, but on the graph: no return
+        returned_early = spin_until(executor, lambda: sim.events_of(0, 'rtl'), 14.0)
+        # Act (a): the station goes (crashed, or its link lost): silent and off the graph
+        executor.remove_node(station)
+        station.destroy_node()
         returned = spin_until(executor, lambda: sim.events_of(0, 'landed')
                               and not sim.snapshots()[0].armed, 60.0)
+        assert not returned_early, 'returned while the station was on the graph'
         # Assert (a): back home, landed and disarmed
         assert returned, [e['event'] for e in sim.events_of(0)]
         snapshot = sim.snapshots()[0]
