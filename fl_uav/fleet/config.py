@@ -15,7 +15,7 @@ from fl_uav.compression.compressor import CompressionConfig
 from fl_uav.configschema import require_choice
 from fl_uav.learning.buffer import BufferConfig
 from fl_uav.learning.config import LearningConfig
-from fl_uav.planning.coverage import CoverageConfig
+from fl_uav.planning.coverage import CoverageConfig, sector_of
 from fl_uav.planning.geofence import Geofence, GeofenceConfig, resolve_geofence
 from fl_uav.sim.autopilot import AutopilotSimConfig
 from fl_uav.sim.experiment_config import (
@@ -199,9 +199,11 @@ class StatusConfig:
     (fl_uav/fleet/drone_status.py, fl_uav/fleet/station_status.py).
 
     period_s: how often each drone node and the station node publish their status.
-    battery_warn_fraction, battery_error_fraction: remaining battery at or below which the
-        status turns WARN / ERROR (display only: PX4's own battery failsafe acts on its
-        BAT_LOW_THR / BAT_CRIT_THR, set those on the autopilot).
+    battery_warn_fraction: remaining battery (0..1) at or below which a drone's status turns
+        WARN (display only: PX4's own battery failsafe acts on its BAT_LOW_THR, set that on
+        the autopilot).
+    battery_error_fraction: remaining battery (0..1) at or below which a drone's status
+        turns ERROR (display only: PX4 acts on BAT_CRIT_THR).
     """
 
     period_s: float = 1.0
@@ -628,10 +630,28 @@ class DroneNodeParams:
     output_dir: str = ''
 
     def check(self, config: FleetConfig) -> None:
-        """ValueError unless drone_id is one of the fleet's drones."""
+        """ValueError unless drone_id is one of the fleet's drones and, in standard mode, the
+        sectors the station's sweeps put this drone in lie inside its geofence (else every
+        plan would be rejected and the drone would fly nothing all run)."""
         if not 0 <= self.drone_id < config.num_drones:
             raise ValueError(f'drone_id must be in [0, {config.num_drones - 1}] (num_drones '
                              f'{config.num_drones}), got {self.drone_id}')
+        if config.mode != 'standard':
+            return
+        coverage, fence = config.coverage, config.geofence_enu()
+        sector_ids = ([self.drone_id] if coverage.assignment == 'fixed'
+                      else range(config.num_drones))
+        for sector_id in sector_ids:
+            east_min, north_min, east_max, north_max = sector_of(
+                sector_id, config.num_drones, config.world.size_m, coverage.margin_m)
+            if not (fence.east_min_m <= east_min and east_max <= fence.east_max_m
+                    and fence.north_min_m <= north_min and north_max <= fence.north_max_m):
+                raise ValueError(
+                    f'drone {self.drone_id} sweeps sector {sector_id} (east [{east_min:.1f}, '
+                    f'{east_max:.1f}] m, north [{north_min:.1f}, {north_max:.1f}] m, '
+                    f'coverage.assignment {coverage.assignment}), which is not inside its '
+                    f'geofence ({fence.describe()}): every plan would be rejected. Widen '
+                    f'geofence.* or shrink the survey area (world.size_m, coverage.margin_m)')
 
 
 @dataclass(frozen=True)

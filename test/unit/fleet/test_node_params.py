@@ -44,3 +44,26 @@ def test_defaults_and_good_values_pass():
     # Assert
     drone.check(FleetConfig(num_drones=2))
     assert station.tick_period_s == 1.0 and AutopilotSimNodeParams().ground_truth_rate_hz > 0
+
+
+@pytest.mark.parametrize('assignment, drone_id, refused', [
+    ('fixed', 0, False),       # drone 0's sector (the south-west quarter) is inside the box
+    ('fixed', 3, True),        # drone 3's (north-east) is not
+    ('rotating', 0, True),     # drone 0 sweeps every sector in turn
+])
+def test_a_geofence_that_leaves_out_the_drones_sweep_sectors_is_refused(assignment, drone_id,
+                                                                        refused):
+    # Arrange: 4 drones on the 1200 m world (sectors of 590 m from the 10 m margin); a box
+    # fence around the south-west quarter only
+    config = build_config(FleetConfig, {
+        'num_drones': 4, 'coverage.assignment': assignment, 'geofence.source': 'box',
+        'geofence.east_min_m': 5.0, 'geofence.north_min_m': 5.0,
+        'geofence.east_max_m': 605.0, 'geofence.north_max_m': 605.0})
+    own = DroneNodeParams(drone_id=drone_id)
+    # Act / Assert
+    if refused:
+        with pytest.raises(ValueError, match=r'not inside its geofence .*every plan would '
+                                             r'be rejected'):
+            own.check(config)
+    else:
+        own.check(config)
