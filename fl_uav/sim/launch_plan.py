@@ -38,9 +38,15 @@ class NodeSpec:
         """Python module that runs the executable."""
         return f'fl_uav.ros.{self.executable}'
 
+    @property
+    def log_name(self) -> str:
+        """The node's log file name in ROS_LOG_DIR (``uav0_drone``; rcl adds pid and time):
+        which file is which node, instead of ``python_<pid>``."""
+        return '_'.join(part for part in (self.namespace.strip('/'), self.name) if part)
+
     def ros_args(self, params_file: str | Path) -> list[str]:
         """Command-line ROS arguments equivalent to the launch action."""
-        args = ['--ros-args', '-r', f'__node:={self.name}']
+        args = ['--ros-args', '-r', f'__node:={self.name}', '--log-file-name', self.log_name]
         if self.namespace:
             args += ['-r', f'__ns:={self.namespace}']
         args += ['--params-file', str(params_file)]

@@ -59,6 +59,7 @@ def test_ros_args_match_a_launch_action(tmp_path):
     args = spec.ros_args(tmp_path / 'p.yaml')
     assert args[:1] == ['--ros-args'] and '__ns:=/uav0' in args and '__node:=drone' in args
     assert 'drone_id:=0' in args and str(tmp_path / 'p.yaml') in args
+    assert args[args.index('--log-file-name') + 1] == 'uav0_drone'   # not python_<pid>
 
 
 def test_merged_parameters_validate_and_round_trip(tmp_path):
