@@ -23,6 +23,7 @@ def _nodes(context):
     remaps = [('camera/image_raw', camera_topic)] if camera_topic else []
     return [Node(package='fl_uav', executable='drone_node', name='drone',
                  namespace=f'/uav{drone_id}', output='screen', remappings=remaps,
+                 ros_arguments=['--log-file-name', f'uav{drone_id}_drone'],
                  parameters=[config, {'drone_id': drone_id, 'output_dir': output_dir}])]
 
 

@@ -14,7 +14,8 @@ def _nodes(context):
                                                                  'ground_station.yaml')
     output_dir = context.launch_configurations.get('output_dir', '')
     return [Node(package='fl_uav', executable='ground_station_node', name='ground_station',
-                 output='screen', parameters=[config, {'output_dir': output_dir}])]
+                 output='screen', ros_arguments=['--log-file-name', 'ground_station'],
+                 parameters=[config, {'output_dir': output_dir}])]
 
 
 def generate_launch_description():
