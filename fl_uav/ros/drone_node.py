@@ -90,6 +90,7 @@ from fl_uav.world.geo import GeoOrigin
 
 NODE_PARAMS = DroneNodeParams
 IGNORED_LOG_THROTTLE_S = 5.0   # the latched model topic may re-deliver a round: log it rarely
+STATUS_ERROR_LOG_THROTTLE_S = 60.0   # a status that could not be built: said once a minute
 
 
 class RosExpressLink:
@@ -190,9 +191,14 @@ class DroneNode(Node):
             self._return = self.runner.submit(self.pilot.return_home(
                 f'no frame from the ground station for {silent_s:.0f} s '
                 f'(flight.station_timeout_s {self.config.flight.station_timeout_s:g} s)'))
-        report = drone_status(self.drone_id, self.pilot, self.agent, self.rounds,
-                              self._battery, self.config.status,
-                              self.watchdog.silent_for_s(now))
+        try:   # read while the vehicle loop and the training thread write: never fatal
+            report = drone_status(self.drone_id, self.pilot, self.agent, self.rounds,
+                                  self._battery, self.config.status,
+                                  self.watchdog.silent_for_s(now))
+        except Exception as exc:  # noqa: BLE001 - a status skipped, the node goes on
+            self.get_logger().warning(f'status not published: {exc!r}',
+                                      throttle_duration_sec=STATUS_ERROR_LOG_THROTTLE_S)
+            return
         self._status_pub.publish(status_to_msg(report, now))
 
     def _station_on_graph(self) -> bool:

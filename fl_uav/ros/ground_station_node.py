@@ -30,6 +30,7 @@ from fl_uav.ros.spin import run_node
 from fl_uav.world.dataset import heldout_set, to_model_input
 
 NODE_PARAMS = GroundStationNodeParams
+STATUS_ERROR_LOG_THROTTLE_S = 60.0   # a status that could not be built: said once a minute
 
 
 class GroundStationNode(Node):
@@ -110,8 +111,13 @@ class GroundStationNode(Node):
         """The station's status on /diagnostics, beside the drones'."""
         now = self._now()
         listening = self._drones_listening()
-        with self._lock:
-            report = station_status(self.station, listening, now)
+        try:
+            with self._lock:
+                report = station_status(self.station, listening, now)
+        except Exception as exc:  # noqa: BLE001 - a status skipped, the station goes on
+            self.get_logger().warning(f'status not published: {exc!r}',
+                                      throttle_duration_sec=STATUS_ERROR_LOG_THROTTLE_S)
+            return
         self._status_pub.publish(status_to_msg(report, now))
 
     def _everyone_listens(self) -> bool:
