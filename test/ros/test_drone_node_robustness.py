@@ -14,6 +14,7 @@ from geometry_msgs.msg import PoseStamped
 from sensor_msgs.msg import Image
 from std_msgs.msg import UInt8MultiArray
 
+import fl_uav.ros.drone_node as drone_node_module
 from fl_uav.compression.codec import GROUND_STATION_ID, FrameKind, decode_frame, encode_frame
 from fl_uav.configschema import ConfigError
 from fl_uav.learning.models import build_model
@@ -52,6 +53,10 @@ def _simulator(port_base: int) -> AutopilotSim:
         num_vehicles=1, remote_base_port=port_base, bind_base_port=port_base + BIND_PORT_OFFSET,
         time_factor=10.0, home_east_m=HOME[0], home_north_m=HOME[1], heartbeat_rate_hz=2.0,
         cruise_speed_m_s=12.0, rtl_return_alt_m=20.0))
+
+
+def _broken_status(*args, **kwargs):
+    raise RuntimeError('dictionary changed size during iteration')
 
 
 def _uploads_and_model_pub(probe):
@@ -109,7 +114,7 @@ def test_a_drone_started_before_its_autopilot_gets_telemetry_and_samples(tmp_pat
 
 
 def test_shutdown_in_flight_returns_to_launch_without_a_traceback(tmp_path, port_base, caplog,
-                                                                  capfd):
+                                                                  capfd, monkeypatch):
     # Arrange: a long mission under way
     overrides = {'flight.takeoff_altitude_m': 20.0, 'flight.speed_m_s': 5.0}
     with drone_under_test(tmp_path, port_base, HOME, overrides, {}) as (sim, node, probe,
@@ -134,6 +139,10 @@ def test_shutdown_in_flight_returns_to_launch_without_a_traceback(tmp_path, port
         assert status.level == DiagnosticStatus.OK, status.message
         assert (values['autopilot_link'], values['armed'], values['round']) == ('up', 'true',
                                                                                  '1')
+        # a status that cannot be built (state read while another thread writes it) is
+        # skipped, never raised out of the node's timer
+        monkeypatch.setattr(drone_node_module, 'drone_status', _broken_status)
+        node._on_status_tick()
         # Act: Ctrl-C: rclpy's signal handler shuts the context down, then run_node calls
         # shutdown() (the return to launch streams poses that can no longer be published)
         capfd.readouterr()
@@ -285,3 +294,4 @@ def test_a_round_arriving_while_the_previous_still_flies_ends_that_flight(tmp_pa
         assert len(sim.events_of(0, 'mission_started')) == 2
         assert np.hypot(sim.snapshots()[0].position_enu_m[0] - near[0][0],
                         sim.snapshots()[0].position_enu_m[1] - near[0][1]) < 5.0
+
