@@ -45,7 +45,6 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path as PathLib
 
-from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Path
 from rclpy.node import Node
@@ -78,8 +77,8 @@ from fl_uav.ros.conversions import (
     plan_to_path,
     pose_to_msg,
     stamp_to_s,
-    status_to_msg,
 )
+from fl_uav.ros.diagnostics import publish_status, status_publisher
 from fl_uav.ros.markers import class_region_markers, clear_markers, planned_path_markers
 from fl_uav.ros.params import declare_config
 from fl_uav.ros.spin import node_logger, run_node
@@ -90,7 +89,6 @@ from fl_uav.world.geo import GeoOrigin
 
 NODE_PARAMS = DroneNodeParams
 IGNORED_LOG_THROTTLE_S = 5.0   # the latched model topic may re-deliver a round: log it rarely
-STATUS_ERROR_LOG_THROTTLE_S = 60.0   # a status that could not be built: said once a minute
 
 
 class RosExpressLink:
@@ -158,8 +156,7 @@ class DroneNode(Node):
         self._battery: BatteryStatus | None = None
         self.watchdog = StationWatchdog(cfg.flight.station_timeout_s, self._now())
         self._return: Future | None = None
-        self._status_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS_TOPIC,
-                                                 names.DIAGNOSTICS_QOS)
+        self._status_pub = status_publisher(self)
         self.create_timer(cfg.status.period_s, self._on_status_tick)
         self.express = cfg.mode == 'express'
         if self.express:   # FedEx transporter: no camera training (the clients train)
@@ -191,15 +188,9 @@ class DroneNode(Node):
             self._return = self.runner.submit(self.pilot.return_home(
                 f'no frame from the ground station for {silent_s:.0f} s '
                 f'(flight.station_timeout_s {self.config.flight.station_timeout_s:g} s)'))
-        try:   # read while the vehicle loop and the training thread write: never fatal
-            report = drone_status(self.drone_id, self.pilot, self.agent, self.rounds,
-                                  self._battery, self.config.status,
-                                  self.watchdog.silent_for_s(now))
-        except Exception as exc:  # noqa: BLE001 - a status skipped, the node goes on
-            self.get_logger().warning(f'status not published: {exc!r}',
-                                      throttle_duration_sec=STATUS_ERROR_LOG_THROTTLE_S)
-            return
-        self._status_pub.publish(status_to_msg(report, now))
+        publish_status(self, self._status_pub, lambda: drone_status(
+            self.drone_id, self.pilot, self.agent, self.rounds, self._battery,
+            self.config.status, self.watchdog.silent_for_s(now)), now)
 
     def _station_on_graph(self) -> bool:
         """The ground station node subscribes to the updates topic, as DDS discovery sees

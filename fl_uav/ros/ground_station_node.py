@@ -12,6 +12,7 @@ from std_msgs.msg import UInt8MultiArray
 from visualization_msgs.msg import MarkerArray
 
 from fl_uav.fleet.config import FleetConfig, GroundStationNodeParams
+from fl_uav.fleet.drone_status import StatusReport
 from fl_uav.fleet.ground_station import GroundStation, RoundRecord
 from fl_uav.fleet.run_log import RunLog
 from fl_uav.fleet.station_status import station_status
@@ -23,14 +24,13 @@ from fl_uav.ros.conversions import (
     msg_to_bytes,
     plan_to_path,
     plans_and_regions_to_markers,
-    status_to_msg,
 )
+from fl_uav.ros.diagnostics import publish_status, status_publisher
 from fl_uav.ros.params import declare_config
 from fl_uav.ros.spin import run_node
 from fl_uav.world.dataset import heldout_set, to_model_input
 
 NODE_PARAMS = GroundStationNodeParams
-STATUS_ERROR_LOG_THROTTLE_S = 60.0   # a status that could not be built: said once a minute
 
 
 class GroundStationNode(Node):
@@ -66,8 +66,7 @@ class GroundStationNode(Node):
         self._ground_clients = (range(cfg.ground_clients.num_clients) if self.station.express
                          else range(0))
         self.create_timer(self.own.tick_period_s, self._tick)
-        self._status_pub = self.create_publisher(DiagnosticArray, names.DIAGNOSTICS_TOPIC,
-                                                 names.DIAGNOSTICS_QOS)
+        self._status_pub = status_publisher(self)
         self.create_timer(cfg.status.period_s, self._publish_status)
         self.get_logger().info(
             f'ground station: run {self.station.run_id}, {cfg.num_drones} drones, '
@@ -111,14 +110,10 @@ class GroundStationNode(Node):
         """The station's status on /diagnostics, beside the drones'."""
         now = self._now()
         listening = self._drones_listening()
-        try:
+        def build() -> StatusReport:
             with self._lock:
-                report = station_status(self.station, listening, now)
-        except Exception as exc:  # noqa: BLE001 - a status skipped, the station goes on
-            self.get_logger().warning(f'status not published: {exc!r}',
-                                      throttle_duration_sec=STATUS_ERROR_LOG_THROTTLE_S)
-            return
-        self._status_pub.publish(status_to_msg(report, now))
+                return station_status(self.station, listening, now)
+        publish_status(self, self._status_pub, build, now)
 
     def _everyone_listens(self) -> bool:
         """Every drone subscribes to the global model (and, in express mode, every ground
