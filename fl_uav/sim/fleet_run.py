@@ -167,6 +167,18 @@ def buffer_balance(class_counts: Sequence[int] | None) -> dict[str, Any]:
             'buffer_entropy_norm': round(balance['entropy_norm'], 4)}
 
 
+def _flight_warnings(rounds: Sequence[Mapping[str, Any]], num_drones: int) -> list[str]:
+    """One line per drone whose flight failed in some round: how often, and the last why."""
+    lines = []
+    for d in range(num_drones):
+        errors = [r['flight_errors'][str(d)] for r in rounds
+                  if str(d) in r.get('flight_errors', {})]
+        if errors:
+            lines.append(f'drone {d}: flight failed in {len(errors)} of {len(rounds)} rounds '
+                         f'(last: {errors[-1]})')
+    return lines
+
+
 def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
                   exit_codes: Mapping[str, int | None], domain_id: int) -> dict[str, Any]:
     """Per-round results from the station, per-drone flight facts from the autopilot log."""
@@ -223,8 +235,10 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
         'drones': drones,
         'rejected_total': report.get('rejected_total', {}),
         'exit_codes': dict(exit_codes),
-        # the station's: a diverged global model, or one at chance level (a finite loss)
-        'warnings': [w for r in rounds for w in r.get('warnings', [])],
+        # the station's: a diverged global model, or one at chance level (a finite loss);
+        # and each drone whose flight failed (a run can finish with nothing flown)
+        'warnings': [*(w for r in rounds for w in r.get('warnings', [])),
+                     *_flight_warnings(rounds, config.num_drones)],
     }
     if config.mode == 'express':
         summary['mode'] = 'express'

@@ -1,5 +1,6 @@
 """fl-uav sim summary: per-drone buffer balance from the planner record, the plug-ins used."""
 
+import json
 import math
 import os
 import signal
@@ -58,3 +59,19 @@ def test_a_signal_during_the_fleets_clean_up_is_ignored_and_the_handler_restored
         signal.signal(signal.SIGTERM, previous)
     # Assert: the clean-up went on; afterwards SIGTERM raises again
     assert cleaned_up and restored is interrupt
+
+
+def test_drones_whose_flight_failed_are_warned_about_in_the_summary(tmp_path):
+    # Arrange: the station's progress of a 2-round run; drone 1's flight failed twice
+    config = build_config(FleetConfig, {'num_drones': 2})
+    rows = [{'round_index': r, 'accuracy': 0.1, 'loss': 2.3, 'participants': [0],
+             'late_or_missing': [1], 'bytes_up': {}, 'bytes_down_per_drone': 0, 'rejected': {},
+             'opened_s': 0.0, 'closed_s': 1.0, 'samples_collected': {},
+             'flight_errors': {'1': f'plan rejected: outside_fence ({r})'}} for r in (1, 2)]
+    (tmp_path / 'progress.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    # Act
+    summary = build_summary(tmp_path, config, 'finished', 1.0, {}, 5)
+    # Assert
+    assert summary['warnings'] == [
+        'drone 1: flight failed in 2 of 2 rounds (last: plan rejected: outside_fence (2))']
+    assert summary['drones']['1']['flight_failures'] == 2
