@@ -6,32 +6,18 @@ from __future__ import annotations
 import numpy as np
 
 from fl_uav.compression.compressor import decode_update_frame
-from fl_uav.configschema import build_config
-from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.drone_agent import DroneAgent
 from fl_uav.fleet.ground_station import GroundStation
-from fl_uav.fleet.messages import PoseSample
-from fl_uav.fleet.world_setup import map_labeler
 from test.unit import _plugins
 from test.unit._plugins import SPEC
+from test.unit.fleet._fleet_pair import agent_and_station
 
 _BASE = {'num_drones': 1, 'learning.model': 'tiny_cnn', 'learning.min_samples_to_train': 4,
          'rounds.num_rounds': 2, 'rounds.deadline_s': 10.0, 'rounds.first_round_extra_s': 0.0}
 
 
-def _eval_set(n: int = 20):
-    rng = np.random.default_rng(0)
-    return rng.normal(0, 1, (n, 3, 32, 32)).astype(np.float32), rng.integers(0, 7, n)
-
-
 def _pair(overrides: dict) -> tuple[DroneAgent, GroundStation]:
-    config = build_config(FleetConfig, {**_BASE, **overrides})
-    agent = DroneAgent(config, 0, map_labeler(config.world, config.camera))
-    rng = np.random.default_rng(3)
-    for k in range(10):
-        agent.on_pose(PoseSample(200.0 + 10 * k, 400.0, 30.0, 0.0, stamp_s=float(k)))
-        agent.on_camera_frame(rng.integers(0, 255, (64, 64, 3), np.uint8), stamp_s=float(k))
-    return agent, GroundStation(config, *_eval_set())
+    return agent_and_station({**_BASE, **overrides})
 
 
 def test_a_plug_in_compressors_frame_reaches_a_plug_in_strategy_at_the_station():

@@ -11,31 +11,18 @@ import pytest
 from fl_uav.compression.codec import GROUND_STATION_ID, FrameKind, decode_frame, encode_frame
 from fl_uav.compression.codec_v2 import decode_v2
 from fl_uav.compression.lgc import decode as lgc_sum
-from fl_uav.configschema import build_config
-from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.drone_agent import DroneAgent
 from fl_uav.fleet.ground_station import GroundStation
-from fl_uav.fleet.messages import UPLOAD_ACK_KNOB, PoseSample, RoundTask
-from fl_uav.fleet.world_setup import map_labeler
+from fl_uav.fleet.messages import UPLOAD_ACK_KNOB, RoundTask
+from test.unit.fleet._fleet_pair import agent_and_station, eval_set
 
 _BASE = {'num_drones': 1, 'learning.model': 'tiny_cnn', 'learning.min_samples_to_train': 4,
          'rounds.num_rounds': 3, 'rounds.deadline_s': 10.0,
          'rounds.first_round_extra_s': 0.0}
 
 
-def _eval_set(n: int = 20):
-    rng = np.random.default_rng(0)
-    return rng.normal(0, 1, (n, 3, 32, 32)).astype(np.float32), rng.integers(0, 7, n)
-
-
 def _pair(overrides: dict) -> tuple[DroneAgent, GroundStation]:
-    config = build_config(FleetConfig, {**_BASE, **overrides})
-    agent = DroneAgent(config, 0, map_labeler(config.world, config.camera))
-    rng = np.random.default_rng(3)
-    for k in range(10):
-        agent.on_pose(PoseSample(200.0 + 10 * k, 400.0, 30.0, 0.0, stamp_s=float(k)))
-        agent.on_camera_frame(rng.integers(0, 255, (64, 64, 3), np.uint8), stamp_s=float(k))
-    return agent, GroundStation(config, *_eval_set())
+    return agent_and_station({**_BASE, **overrides})
 
 
 def _lgc_pair() -> tuple[DroneAgent, GroundStation]:
@@ -203,7 +190,7 @@ def test_a_new_run_starts_the_drones_learning_state_over():
     first = station.open_round(0.0)
     agent.train_round(dataclasses.replace(agent.accept_global_frame(first.frame), run_epoch=1))
     residual_run_1 = agent._compressor.encoder.residual
-    restarted = GroundStation(station.config, *_eval_set())
+    restarted = GroundStation(station.config, *eval_set())
     task = agent.accept_global_frame(restarted.open_round(0.0).frame)
     # Execute
     agent.start_run(2)
@@ -222,7 +209,7 @@ def test_updates_carry_the_run_id_and_another_runs_update_is_refused():
     # Prepare
     agent, station = _lgc_pair()
     frames = agent.train_round(agent.accept_global_frame(station.open_round(0.0).frame)).frames
-    restarted = GroundStation(station.config, *_eval_set())
+    restarted = GroundStation(station.config, *eval_set())
     restarted.open_round(0.0)
     # Execute
     verdicts = [restarted.receive_update(f) for f in frames]
