@@ -48,6 +48,17 @@ from fl_uav.vehicle.interface import BatteryStatus, Vehicle, VehicleError, Waypo
 _log = logging.getLogger(__name__)
 
 
+class Phase:
+    """What the pilot is doing (FlightState.phase; shown on the drone's status)."""
+
+    WAITING = 'waiting'       # between rounds: no round or tour under way
+    FLYING = 'flying'         # a round's mission (and its onboard planning)
+    TRAINING = 'training'
+    TOURING = 'touring'       # an express tour
+    RETURNING = 'returning'   # return to launch (end of run, or the station went silent)
+    FINISHED = 'finished'     # the run is over
+
+
 @dataclass
 class FlightState:
     """What the pilot has done so far."""
@@ -58,7 +69,7 @@ class FlightState:
     landed_after_flight: bool = False
     last_error: str = ''     # the last flight error of the node's life, 'round N: why'
     round_error: str = ''    # the round in progress or last flown: its error ('' = none)
-    phase: str = 'waiting'   # waiting | flying | training | touring | returning | finished
+    phase: str = Phase.WAITING
 
 
 class DronePilot:
@@ -153,7 +164,7 @@ class DronePilot:
             yield
         finally:
             if self.state.phase == name:
-                self.state.phase = 'waiting'
+                self.state.phase = Phase.WAITING
 
     def _check_home(self) -> None:
         """VehicleError (the drone does not arm) if the autopilot's home is outside the
@@ -223,12 +234,12 @@ class DronePilot:
         deadline), then train; a failed or cut-short flight is recorded and the drone still
         reports what it learned."""
         self._begin_round(task)
-        with self._phase('flying'):
+        with self._phase(Phase.FLYING):
             task = await self.own_mission(task)
             error = await self._fly_round(task)
         if error:      # reported with the update (FLIGHT_ERROR_KEY)
             task = dataclasses.replace(task, flight_error=short_flight_error(error))
-        with self._phase('training'):
+        with self._phase(Phase.TRAINING):
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(self._train_executor, self.agent.train_round,
                                               task)
@@ -272,7 +283,7 @@ class DronePilot:
         ExpressTaskError (nothing flown, nothing uploaded; the station's deadline covers it).
         """
         self._begin_round(task)
-        with self._phase('touring'):
+        with self._phase(Phase.TOURING):
             return await self._tour(task, carrier, link, speed_m_s)
 
     async def _tour(self, task: RoundTask, carrier: ExpressCarrier, link: ExpressLink,
@@ -323,15 +334,15 @@ class DronePilot:
         """Come home and land at the end of the run (a vehicle in flight by the pilot's
         account or by the autopilot's, e.g. after a round whose flight step failed in the
         air)."""
-        self.state.phase = 'finished'
+        self.state.phase = Phase.FINISHED
         if not self.in_flight:
             return
         if self.flight.land_on_finish:
-            self.state.phase = 'returning'
+            self.state.phase = Phase.RETURNING
             try:
                 await self.vehicle.return_to_launch()
             finally:
-                self.state.phase = 'finished'
+                self.state.phase = Phase.FINISHED
             self.state.armed = False           # RTL returns once landed and disarmed
         self.state.airborne = False
         self.state.landed_after_flight = True
@@ -343,11 +354,11 @@ class DronePilot:
         a round started first or the vehicle is not in flight. A VehicleError is logged (the
         autopilot keeps its mode), never raised. True if it landed."""
         async with self._guard():
-            if not self.in_flight or self.state.phase != 'waiting':
+            if not self.in_flight or self.state.phase != Phase.WAITING:
                 return False
             _log.warning('%s: returning to launch and landing; the next round takes off '
                          'again', reason)
-            with self._phase('returning'):
+            with self._phase(Phase.RETURNING):
                 try:
                     await self.vehicle.return_to_launch()
                 except VehicleError as exc:
@@ -357,6 +368,11 @@ class DronePilot:
                 self.state.landed_after_flight = True
             _log.info('landed at home; waiting for the station')
             return True
+
+    @property
+    def flying_mission(self) -> bool:
+        """A round's mission (or its onboard planning) is under way."""
+        return self.state.phase == Phase.FLYING
 
     @property
     def in_flight(self) -> bool:

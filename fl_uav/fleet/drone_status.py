@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from fl_uav.fleet.config import StatusConfig
 from fl_uav.fleet.drone_agent import DroneAgent
-from fl_uav.fleet.drone_pilot import DronePilot
+from fl_uav.fleet.drone_pilot import DronePilot, Phase
 from fl_uav.fleet.round_gate import RoundGate
 from fl_uav.vehicle.interface import BatteryStatus
 
@@ -78,10 +78,10 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
     if state.round_error:
         problems.append((WARN, state.round_error))
     timeout_s = pilot.flight.station_timeout_s
-    if 0 < timeout_s <= station_silent_s and state.phase != 'finished':
+    if 0 < timeout_s <= station_silent_s and state.phase != Phase.FINISHED:
         problems.append((WARN, f'no frame from the ground station for '
                                f'{station_silent_s:.0f} s'))
-    if state.phase == 'finished' and pilot.in_flight:
+    if state.phase == Phase.FINISHED and pilot.in_flight:
         problems.append((WARN, 'run over, vehicle still in the air'))
     problems.sort(key=lambda p: -p[0])
     level = problems[0][0] if problems else OK

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-BETWEEN_ROUNDS_PHASE = 'waiting'   # DronePilot's phase when no round or tour is under way
+from fl_uav.fleet.drone_pilot import Phase
 
 
 @dataclass
@@ -49,4 +49,4 @@ class StationWatchdog:
         """True if the drone should return to launch now: the watchdog is on, the station has
         been silent for ``timeout_s``, and the drone is in flight between rounds."""
         return (self.timeout_s > 0 and not self.fired and in_flight
-                and phase == BETWEEN_ROUNDS_PHASE and self.silent_for_s(now_s) >= self.timeout_s)
+                and phase == Phase.WAITING and self.silent_for_s(now_s) >= self.timeout_s)

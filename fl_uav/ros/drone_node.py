@@ -280,7 +280,7 @@ class DroneNode(Node):
             self._tour.add_done_callback(self._on_tour_done)
             return
         previous = self._round
-        if previous is not None and not previous.done() and self.pilot.state.phase == 'flying':
+        if previous is not None and not previous.done() and self.pilot.flying_mission:
             # The station has closed that round: one mission at a time on the vehicle.
             self.get_logger().warning(f'round {work.round_index} arrived while the previous '
                                       f'round was still flying: that flight ends here')

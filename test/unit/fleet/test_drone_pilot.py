@@ -51,6 +51,15 @@ def _fly(plan: tuple[PlanWaypoint, ...], home_up_m: float = 0.0,
     return pilot, vehicle, agent, report
 
 
+def _airborne(home_en_m: tuple[float, float], at_en_m: tuple[float, float]) -> FakeVehicle:
+    """A vehicle the autopilot reports armed and in the air at 30 m (this node restarted in
+    flight)."""
+    vehicle = FakeVehicle(home_enu_m=(*home_en_m, 0.0))
+    vehicle.armed = vehicle.in_air = True
+    vehicle.position_enu_m = [*at_en_m, 30.0]
+    return vehicle
+
+
 def _operations(vehicle: FakeVehicle) -> list[str]:
     return [call[0] for call in vehicle.calls]
 
@@ -275,9 +284,7 @@ def test_a_home_within_the_offset_is_armed_and_flown():
 
 def test_a_vehicle_already_armed_in_the_air_is_flown_on_without_arm_or_takeoff(caplog):
     # Arrange: the drone's process restarted in flight; the autopilot reports armed, in air
-    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
-    vehicle.armed = vehicle.in_air = True
-    vehicle.position_enu_m = [200.0, 200.0, 30.0]
+    vehicle = _airborne((200.0, 200.0), at_en_m=(200.0, 200.0))
     with ThreadPoolExecutor(max_workers=1) as pool:
         pilot = DronePilot(_Agent(), vehicle, FlightConfig(speed_m_s=20.0), pool,
                            geofence=FENCE)
@@ -326,9 +333,7 @@ def test_the_finish_brings_home_a_vehicle_whose_last_flight_step_failed_in_the_a
 
 def test_a_vehicle_in_the_air_is_in_flight_even_when_its_home_check_fails():
     # Arrange: restarted in flight over a home outside the fence
-    vehicle = FakeVehicle(home_enu_m=(5.0, 200.0, 0.0))
-    vehicle.armed = vehicle.in_air = True
-    vehicle.position_enu_m = [50.0, 200.0, 30.0]
+    vehicle = _airborne((5.0, 200.0), at_en_m=(50.0, 200.0))
     with ThreadPoolExecutor(max_workers=1) as pool:
         pilot = DronePilot(_Agent(), vehicle, FlightConfig(speed_m_s=20.0), pool,
                            geofence=FENCE)
