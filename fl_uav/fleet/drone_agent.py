@@ -84,8 +84,9 @@ _log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class UpdateReport:
     """What one round of local work spent and produced: the frames to publish, in order (one,
-    or one per LGC layer that its channel carries this round), and the resource knobs of the
-    round the drone rejected (knob -> (malformed | unsupported, detail))."""
+    or one per LGC layer that its channel carries this round), the resource knobs of the
+    round the drone rejected (knob -> (malformed | unsupported, detail)) and why this round's
+    flight failed ('' if it did not; the update carries it as ``flight_error``)."""
 
     round_index: int
     frames: tuple[bytes, ...]
@@ -94,6 +95,7 @@ class UpdateReport:
     train_loss: float
     train_seconds: float
     knobs_rejected: dict[str, tuple[str, str]] = field(default_factory=dict)
+    flight_error: str = ''
 
     @property
     def frame(self) -> bytes:
@@ -371,7 +373,8 @@ class DroneAgent:
         frames = self._encode(task, delta, mask, delta_c, metadata, check.applied)
         self._pending_upload = (task.round_index, trained)
         return UpdateReport(task.round_index, frames, num_samples, steps, loss,
-                            time.perf_counter() - start, dict(check.rejected))
+                            time.perf_counter() - start, dict(check.rejected),
+                            task.flight_error)
 
     def begin_flight(self, run_epoch: int) -> None:
         """A flight of run ``run_epoch`` starts (the pilot calls it first): with a new run

@@ -306,8 +306,9 @@ class DroneNode(Node):
             self.get_logger().error(f'round failed: {future.exception()!r}')
             return
         report: UpdateReport = future.result()
-        if self.pilot.state.round_error:
-            self.get_logger().warning(f'flight: {self.pilot.state.round_error} '
+        if report.flight_error:     # this round's, even if a newer round has begun since
+            self.get_logger().warning(f'flight: round {report.round_index}: '
+                                      f'{report.flight_error} '
                                       f'(plans rejected so far: '
                                       f'{dict(self.pilot.plans_rejected)})')
         for knob, (kind, detail) in report.knobs_rejected.items():

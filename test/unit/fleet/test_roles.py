@@ -595,13 +595,15 @@ def test_waypoints_reached_are_per_run_and_a_flight_error_travels_with_the_updat
     planned = len(task.plan)
     vehicle = FakeVehicle(home_enu_m=(*CONFIG.autopilot.home_enu_m(1), 0.0))
 
+    reports = []
+
     def fly(round_index: int, run_epoch: int) -> dict:
         with ThreadPoolExecutor(max_workers=1) as pool:
             pilot = DronePilot(agent, vehicle, CONFIG.flight, pool,
                                geofence=CONFIG.geofence_enu())
-            report = asyncio.run(pilot.run_round(dataclasses.replace(
-                task, round_index=round_index, run_epoch=run_epoch)))
-        return decode_frame(report.frame).metadata
+            reports.append(asyncio.run(pilot.run_round(dataclasses.replace(
+                task, round_index=round_index, run_epoch=run_epoch))))
+        return decode_frame(reports[-1].frame).metadata
 
     # Act: two rounds of run 1, then the station restarts (run 2), whose round 1 fails
     # after the take-off
@@ -613,6 +615,7 @@ def test_waypoints_reached_are_per_run_and_a_flight_error_travels_with_the_updat
     assert 'flight_error' not in first and 'flight_error' not in second
     assert restarted['waypoints_reached'] == 0
     assert restarted['flight_error'] == 'mission interrupted after 0 of 9 items'
+    assert [r.flight_error for r in reports] == ['', '', restarted['flight_error']]
 
 
 def test_the_station_records_flight_errors_per_round_and_counts_them(station):
