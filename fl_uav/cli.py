@@ -27,9 +27,8 @@ def _config_default() -> list[Path]:
         return []
 
 
-def _sim(args: argparse.Namespace) -> int:
-    from fl_uav.sim.fleet_run import SUMMARY_FILE as SIM_SUMMARY_FILE
-    from fl_uav.sim.fleet_run import FleetRunOptions, run_fleet
+def sim_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The config keys ``fl-uav sim``'s options set: each --set, then the options' own."""
     from fl_uav.sim.launch_plan import mode_overrides
 
     overrides = dict(parse_override(text) for text in args.set)
@@ -42,6 +41,14 @@ def _sim(args: argparse.Namespace) -> int:
         overrides['flight.port_base'] = args.port_base
         overrides['autopilot.remote_base_port'] = args.port_base
         overrides['autopilot.bind_base_port'] = args.port_base + 1000
+    return overrides
+
+
+def _sim(args: argparse.Namespace) -> int:
+    from fl_uav.sim.fleet_run import SUMMARY_FILE as SIM_SUMMARY_FILE
+    from fl_uav.sim.fleet_run import FleetRunOptions, run_fleet
+
+    overrides = sim_overrides(args)
     out = Path(args.out)
     if (out / SIM_SUMMARY_FILE).is_file() and not args.overwrite:
         print(f'fl-uav: {out} holds a fleet run already ({SIM_SUMMARY_FILE}): --overwrite '
