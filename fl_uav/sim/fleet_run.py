@@ -179,6 +179,29 @@ def _flight_warnings(rounds: Sequence[Mapping[str, Any]], num_drones: int) -> li
     return lines
 
 
+def _late_warnings(rounds: Sequence[Mapping[str, Any]], config: FleetConfig,
+                   rejected_total: Mapping[str, int]) -> list[str]:
+    """One line per drone whose update missed some round its flight did not fail in (those
+    have their own line), and what to do about updates that came after their round had closed
+    (a drone's flight ends ``flight.train_reserve_s`` before the deadline: on a busy machine
+    its training and upload can take longer)."""
+    lines = []
+    for d in range(config.num_drones):
+        missed = [r['round_index'] for r in rounds if d in r.get('late_or_missing', [])
+                  and str(d) not in r.get('flight_errors', {})]
+        if missed:
+            lines.append(f'drone {d}: no update in time in {len(missed)} of {len(rounds)} '
+                         f'rounds ({", ".join(map(str, missed))})')
+    late = rejected_total.get('wrong_round', 0)
+    if late:
+        lines.append(f'{late} update(s) came after their round had closed (rejected as '
+                     f'wrong_round): training and upload took longer than '
+                     f'flight.train_reserve_s ({config.flight.train_reserve_s:g} s) on this '
+                     f'machine; raise it or rounds.deadline_s ({config.rounds.deadline_s:g} s) '
+                     f'with --set')
+    return lines
+
+
 def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
                   exit_codes: Mapping[str, int | None], domain_id: int) -> dict[str, Any]:
     """Per-round results from the station, per-drone flight facts from the autopilot log."""
@@ -236,9 +259,11 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
         'rejected_total': report.get('rejected_total', {}),
         'exit_codes': dict(exit_codes),
         # the station's: a diverged global model, or one at chance level (a finite loss);
-        # and each drone whose flight failed (a run can finish with nothing flown)
+        # each drone whose flight failed (a run can finish with nothing flown) or whose
+        # update missed rounds (a run can finish having learned in half of them)
         'warnings': [*(w for r in rounds for w in r.get('warnings', [])),
-                     *_flight_warnings(rounds, config.num_drones)],
+                     *_flight_warnings(rounds, config.num_drones),
+                     *_late_warnings(rounds, config, report.get('rejected_total', {}))],
     }
     if config.mode == 'express':
         summary['mode'] = 'express'
