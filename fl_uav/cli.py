@@ -261,9 +261,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "drones ferry the model to ground clients (default: the config's mode)")
     sim.add_argument('--clients', type=int, help='express: number of ground clients')
     sim.add_argument('--time-factor', type=float, help='autopilot sim speed-up')
-    sim.add_argument('--port-base', type=int, help='MAVLink port of drone 0 (default 14540)')
+    sim.add_argument('--port-base', type=int, metavar='P',
+                     help='MAVLink UDP port of drone 0: drone i uses P+i, its simulated '
+                     'autopilot P+1000+i (default 14540, autopilots 14580+i)')
     sim.add_argument('--domain-id', type=_domain_id,
-                     help='ROS_DOMAIN_ID (default: random 1..101)')
+                     help="ROS_DOMAIN_ID of the fleet (default: random 1..101; the shell's "
+                     'ROS_DOMAIN_ID is not used)')
     sim.add_argument('--timeout', type=float, default=1800.0, help='give up after seconds')
     sim.add_argument('--overwrite', action='store_true', help='replace a fleet run that '
                      '--out holds already')
