@@ -27,9 +27,8 @@ def _config_default() -> list[Path]:
         return []
 
 
-def _sim(args: argparse.Namespace) -> int:
-    from fl_uav.sim.fleet_run import SUMMARY_FILE as SIM_SUMMARY_FILE
-    from fl_uav.sim.fleet_run import FleetRunOptions, run_fleet
+def sim_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The config keys ``fl-uav sim``'s options set: each --set, then the options' own."""
     from fl_uav.sim.launch_plan import mode_overrides
 
     overrides = dict(parse_override(text) for text in args.set)
@@ -42,6 +41,14 @@ def _sim(args: argparse.Namespace) -> int:
         overrides['flight.port_base'] = args.port_base
         overrides['autopilot.remote_base_port'] = args.port_base
         overrides['autopilot.bind_base_port'] = args.port_base + 1000
+    return overrides
+
+
+def _sim(args: argparse.Namespace) -> int:
+    from fl_uav.sim.fleet_run import SUMMARY_FILE as SIM_SUMMARY_FILE
+    from fl_uav.sim.fleet_run import FleetRunOptions, run_fleet
+
+    overrides = sim_overrides(args)
     out = Path(args.out)
     if (out / SIM_SUMMARY_FILE).is_file() and not args.overwrite:
         print(f'fl-uav: {out} holds a fleet run already ({SIM_SUMMARY_FILE}): --overwrite '
@@ -254,9 +261,12 @@ def build_parser() -> argparse.ArgumentParser:
                      "drones ferry the model to ground clients (default: the config's mode)")
     sim.add_argument('--clients', type=int, help='express: number of ground clients')
     sim.add_argument('--time-factor', type=float, help='autopilot sim speed-up')
-    sim.add_argument('--port-base', type=int, help='MAVLink port of drone 0 (default 14540)')
+    sim.add_argument('--port-base', type=int, metavar='P',
+                     help='MAVLink UDP port of drone 0: drone i uses P+i, its simulated '
+                     'autopilot P+1000+i (default 14540, autopilots 14580+i)')
     sim.add_argument('--domain-id', type=_domain_id,
-                     help='ROS_DOMAIN_ID (default: random 1..101)')
+                     help="ROS_DOMAIN_ID of the fleet (default: random 1..101; the shell's "
+                     'ROS_DOMAIN_ID is not used)')
     sim.add_argument('--timeout', type=float, default=1800.0, help='give up after seconds')
     sim.add_argument('--overwrite', action='store_true', help='replace a fleet run that '
                      '--out holds already')

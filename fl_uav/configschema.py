@@ -279,11 +279,23 @@ def flatten_mapping(tree: Mapping[str, Any], prefix: str = '') -> dict[str, Any]
     return out
 
 
+def _nearby_files(path: Path) -> str:
+    """' (did you mean ...?)' with the YAML files beside a missing one whose names are close
+    (a typo in config/experiments/<name>.yaml), or the directory's YAML files if none is."""
+    if not path.parent.is_dir():
+        return ''
+    names = sorted(p.name for p in path.parent.glob('*.yaml'))
+    close = difflib.get_close_matches(path.name, names, n=3)
+    if close:
+        return f' (did you mean {", ".join(str(path.parent / n) for n in close)}?)'
+    return f'; {path.parent} holds {", ".join(names)}' if names else ''
+
+
 def read_params_file(path: str | Path, node_name: str | None = None) -> dict[str, Any]:
     """Read a ROS 2 parameter file: the ``/**`` section, then the node's own section."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f'config file {str(path)!r} does not exist')
+        raise ConfigError(f'config file {str(path)!r} does not exist{_nearby_files(path)}')
     try:
         doc = _load_yaml(path.read_text()) or {}
     except yaml.YAMLError as exc:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import random
 import signal
 import threading
@@ -19,10 +20,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 
-from fl_uav.configschema import build_config, to_flat
+from fl_uav.configschema import ConfigError, build_config, to_flat
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.onboard_planner import record_file_name
 from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
@@ -34,7 +36,7 @@ from fl_uav.sim.launch_plan import (
     run_keys,
     write_params_file,
 )
-from fl_uav.sim.launcher import ProcessGroup, ros_environment
+from fl_uav.sim.launcher import ProcessGroup, busy_udp_ports, ros_environment
 
 AUTOPILOT_LOG_FILE = 'autopilot_log.json'
 CLIENT_LOG_DIR = 'ground_clients'      # ground_client nodes' logs: gc<j>.json
@@ -83,7 +85,8 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     """Run the fleet until the station finishes (or timeout / Ctrl-C); returns the summary."""
     out = options.out_dir
     flat = merged_parameters(options.config_files, options.overrides)
-    build_config(FleetConfig, flat)      # a bad key or value stops here, before DIR is touched
+    # a bad key or value, or a port another process holds, stops here, before DIR is touched
+    refuse_busy_ports(build_config(FleetConfig, flat))
     out.mkdir(parents=True, exist_ok=True)
     for stale in (STATION_REPORT_FILE, 'progress.jsonl', SUMMARY_FILE, AUTOPILOT_LOG_FILE):
         (out / stale).unlink(missing_ok=True)
@@ -99,7 +102,8 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     express = (f' (FedEx express: {config.ground_clients.num_clients} ground clients)'
                if config.mode == 'express' else '')
     echo(f'fl-uav sim: {config.num_drones} drones{express}, {config.rounds.num_rounds} rounds, '
-         f'ROS_DOMAIN_ID={domain_id}, output {out}')
+         f'{domain_text(domain_id, options.domain_id, os.environ.get("ROS_DOMAIN_ID"))}, '
+         f'output {out}')
     start = time.monotonic()
     status = 'running'
     shown = 0
@@ -150,6 +154,41 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     return summary
 
 
+def fleet_udp_endpoints(config: FleetConfig) -> dict[tuple[str, int], str]:
+    """The UDP (host, port)s the fleet's processes bind, by role: each drone's MAVLink link
+    (a ``udpin://`` flight.url_template) and each simulated autopilot's own port."""
+    endpoints = {}
+    for d in range(config.num_drones):
+        url = urlsplit(config.flight.url_for(d))
+        if url.scheme == 'udpin' and url.port is not None:
+            endpoints[(url.hostname or '0.0.0.0', url.port)] = (
+                f"drone {d}'s MAVLink link, flight.port_base + {d}")
+        endpoints[(config.autopilot.host, config.autopilot.bind_base_port + d)] = (
+            f'simulated autopilot {d}, autopilot.bind_base_port + {d}')
+    return endpoints
+
+
+def refuse_busy_ports(config: FleetConfig) -> None:
+    """ConfigError naming every port of the fleet another process holds (another fl-uav sim,
+    a PX4 SITL): otherwise the drones start, fail to connect and fly nothing."""
+    busy = busy_udp_ports(fleet_udp_endpoints(config))
+    if busy:
+        raise ConfigError(
+            f'{"; ".join(busy)}: in use by another process (another fl-uav sim or a PX4 '
+            f'SITL?); choose free ports with --port-base P (drone i uses P + i, its simulated '
+            f'autopilot P + 1000 + i)')
+
+
+def domain_text(domain_id: int, requested: int | None, shell_domain: str | None) -> str:
+    """The start line's domain: a random one (``requested`` None) says that the shell's own
+    ROS_DOMAIN_ID is not used, so a user who echoes topics from that shell knows which to set."""
+    text = f'ROS_DOMAIN_ID={domain_id}'
+    if requested is None and shell_domain is not None and shell_domain != str(domain_id):
+        text += (f' (random; not your ROS_DOMAIN_ID={shell_domain}: --domain-id '
+                 f'{shell_domain} uses it)')
+    return text
+
+
 def _read_json(path: Path) -> dict[str, Any]:
     try:
         return json.loads(path.read_text())
@@ -176,6 +215,29 @@ def _flight_warnings(rounds: Sequence[Mapping[str, Any]], num_drones: int) -> li
         if errors:
             lines.append(f'drone {d}: flight failed in {len(errors)} of {len(rounds)} rounds '
                          f'(last: {errors[-1]})')
+    return lines
+
+
+def _late_warnings(rounds: Sequence[Mapping[str, Any]], config: FleetConfig,
+                   rejected_total: Mapping[str, int]) -> list[str]:
+    """One line per drone whose update missed some round its flight did not fail in (those
+    have their own line), and what to do about updates that came after their round had closed
+    (a drone's flight ends ``flight.train_reserve_s`` before the deadline: on a busy machine
+    its training and upload can take longer)."""
+    lines = []
+    for d in range(config.num_drones):
+        missed = [r['round_index'] for r in rounds if d in r.get('late_or_missing', [])
+                  and str(d) not in r.get('flight_errors', {})]
+        if missed:
+            lines.append(f'drone {d}: no update in time in {len(missed)} of {len(rounds)} '
+                         f'rounds ({", ".join(map(str, missed))})')
+    late = rejected_total.get('wrong_round', 0)
+    if late:
+        lines.append(f'{late} update(s) came after their round had closed (rejected as '
+                     f'wrong_round): training and upload took longer than '
+                     f'flight.train_reserve_s ({config.flight.train_reserve_s:g} s) on this '
+                     f'machine; raise it or rounds.deadline_s ({config.rounds.deadline_s:g} s) '
+                     f'with --set')
     return lines
 
 
@@ -236,9 +298,11 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
         'rejected_total': report.get('rejected_total', {}),
         'exit_codes': dict(exit_codes),
         # the station's: a diverged global model, or one at chance level (a finite loss);
-        # and each drone whose flight failed (a run can finish with nothing flown)
+        # each drone whose flight failed (a run can finish with nothing flown) or whose
+        # update missed rounds (a run can finish having learned in half of them)
         'warnings': [*(w for r in rounds for w in r.get('warnings', [])),
-                     *_flight_warnings(rounds, config.num_drones)],
+                     *_flight_warnings(rounds, config.num_drones),
+                     *_late_warnings(rounds, config, report.get('rejected_total', {}))],
     }
     if config.mode == 'express':
         summary['mode'] = 'express'

@@ -171,3 +171,25 @@ def test_a_quoted_number_in_an_override_is_refused_and_unquoted_read_as_a_number
     with pytest.raises(ConfigError, match="'inner.rate_hz': expected a number, got '0.5'"):
         build_config(_Root, quoted)
     assert build_config(_Root, plain).inner.rate_hz == 0.5
+
+
+def test_a_missing_config_file_names_the_close_ones_beside_it(tmp_path):
+    # Arrange: a typo of quick_digits.yaml
+    for name in ('quick_digits.yaml', 'fedex_sync_fmnist.yaml'):
+        (tmp_path / name).write_text('/**:\n  ros__parameters:\n    seed: 0\n')
+    # Act
+    with pytest.raises(ConfigError) as missing:
+        read_params_file(tmp_path / 'quick_digit.yaml')
+    # Assert
+    assert 'does not exist' in str(missing.value)
+    assert f'did you mean {tmp_path / "quick_digits.yaml"}?' in str(missing.value)
+
+
+def test_a_missing_config_file_with_nothing_close_lists_the_directorys_yaml_files(tmp_path):
+    # Arrange
+    (tmp_path / 'routes_fedex.yaml').write_text('/**:\n  ros__parameters:\n    seed: 0\n')
+    # Act
+    with pytest.raises(ConfigError) as missing:
+        read_params_file(tmp_path / 'trajectory.yaml')
+    # Assert
+    assert str(missing.value).endswith(f'; {tmp_path} holds routes_fedex.yaml')

@@ -75,3 +75,24 @@ def test_drones_whose_flight_failed_are_warned_about_in_the_summary(tmp_path):
     assert summary['warnings'] == [
         'drone 1: flight failed in 2 of 2 rounds (last: plan rejected: outside_fence (2))']
     assert summary['drones']['1']['flight_failures'] == 2
+
+
+def test_drones_whose_updates_missed_rounds_and_late_updates_are_warned_about(tmp_path):
+    # Arrange: 3 rounds; drone 0 missed round 2, drone 1 rounds 2 and 3 (late: 2 rejected)
+    config = build_config(FleetConfig, {'num_drones': 2})
+    late = {1: [], 2: [0, 1], 3: [1]}
+    rows = [{'round_index': r, 'accuracy': 0.5, 'loss': 1.0,
+             'participants': [d for d in (0, 1) if d not in late[r]], 'late_or_missing': late[r],
+             'bytes_up': {}, 'bytes_down_per_drone': 0, 'rejected': {}, 'opened_s': 0.0,
+             'closed_s': 60.0, 'samples_collected': {}} for r in (1, 2, 3)]
+    (tmp_path / 'progress.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    (tmp_path / 'ground_station.json').write_text(json.dumps(
+        {'rounds': rows, 'rejected_total': {'wrong_round': 2}}))
+    # Act
+    summary = build_summary(tmp_path, config, 'finished', 180.0, {}, 5)
+    # Assert
+    assert summary['warnings'][:2] == ['drone 0: no update in time in 1 of 3 rounds (2)',
+                                       'drone 1: no update in time in 2 of 3 rounds (2, 3)']
+    assert summary['warnings'][2].startswith('2 update(s) came after their round had closed')
+    assert 'flight.train_reserve_s (20 s)' in summary['warnings'][2]
+    assert 'rounds.deadline_s (60 s)' in summary['warnings'][2]
