@@ -25,6 +25,8 @@ import hashlib
 import importlib.metadata
 import json
 import math
+import os
+import re
 import subprocess
 import time
 from collections.abc import Callable, Sequence
@@ -1110,7 +1112,17 @@ def _seed_groups(run_dirs: Sequence[Path], labels: Sequence[str]
             key = json.dumps({k: v for k, v in config.items() if k not in REPETITION_KEYS},
                              sort_keys=True, default=str)
         groups.setdefault(key, []).append(index)
-    return [(labels[members[0]].split(' (')[0], members) for members in groups.values()]
+    return [(_group_label([labels[i].split(' (')[0] for i in members]), members)
+            for members in groups.values()]
+
+
+def _group_label(names: Sequence[str]) -> str:
+    """What the runs' names share ('fedavg' for 'fedavg s0', 'fedavg s1'), without a trailing
+    seed marker; the first name when they share too little to say."""
+    if len(set(names)) == 1:
+        return names[0]
+    shared = re.sub(r'([\s_.-]+(s|seed))?[\s_.-]*$', '', os.path.commonprefix(list(names)))
+    return shared if len(shared) >= 3 else names[0]
 
 
 def _mean_std(values: Sequence[float]) -> str:
@@ -1132,6 +1144,22 @@ def _seed_table(runs: Sequence[tuple[str, list[dict]]],
         lines.append(f'{label:<{width}} {len(rows):>4} {_mean_std(final):>17} '
                      f'{_mean_std(best):>17} {_mean_std(uplink):>17}')
     return '\n'.join(lines) if len(lines) > 1 else ''
+
+
+def _unfinished_notes(run_dirs: Sequence[Path],
+                      runs: Sequence[tuple[str, list[dict]]]) -> list[str]:
+    """A note for each run with fewer rounds in rounds.csv than its config's num_rounds
+    (stopped or still running): its final figures are not the configured run's."""
+    notes = []
+    for run_dir, (label, rows) in zip(run_dirs, runs):
+        try:
+            planned = _json_mapping(Path(run_dir) / CONFIG_FILE).get('num_rounds')
+        except ExperimentError:
+            continue
+        if isinstance(planned, int) and len(rows) < planned:
+            notes.append(f'note: {label} has {len(rows)} of its {planned} rounds (stopped or '
+                         f'still running; `fl-uav experiment --resume {run_dir}` goes on)')
+    return notes
 
 
 def _context_notes(run_dirs: Sequence[Path]) -> list[str]:
@@ -1186,7 +1214,7 @@ def compare_runs(run_dirs: list[Path], out_dir: Path, target_accuracy: float | N
     seeds = _seed_table(runs, _seed_groups(run_dirs, [label for label, _ in runs]), width)
     if seeds:
         lines += ['', seeds]
-    lines += _context_notes(run_dirs)
+    lines += _context_notes(run_dirs) + _unfinished_notes(run_dirs, runs)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     plot_runs(runs, Path(out_dir))
     table = '\n'.join(lines)

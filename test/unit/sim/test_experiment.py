@@ -154,6 +154,23 @@ def test_compare_gives_mean_and_std_over_seeds_and_notes_unlike_runs(tmp_path):
     assert 'note: the runs differ in data.dataset (digits, fashion_mnist)' in table
 
 
+def test_compare_names_seed_groups_by_their_shared_name_and_notes_unfinished_runs(tmp_path):
+    # Arrange: 'fedavg s0' and 'fedavg s1' (a sweep's names), the second stopped at 2 of 3
+    def run(seed: int, accuracies: list[float]) -> Path:
+        run_dir = _fake_run(tmp_path / f's{seed}', f'fedavg s{seed}', accuracies, 1.0)
+        (run_dir / 'config.json').write_text(json.dumps(
+            {'name': f'fedavg s{seed}', 'seed': seed, 'num_rounds': 3}))
+        return run_dir
+    runs = [run(0, [0.5, 0.6, 0.7]), run(1, [0.5, 0.6])]
+    # Act
+    table = compare_runs(runs, tmp_path / 'cmp')
+    # Assert
+    seeds = table[table.index('over seeds'):].splitlines()
+    assert seeds[1].split()[:2] == ['fedavg', '2']
+    assert 'note: fedavg s1 (s1) has 2 of its 3 rounds' in table
+    assert 'fedavg s0 (s0) has' not in table
+
+
 def test_compare_tabulates_energy_to_each_target(tmp_path, capsys):
     # Arrange: a reaches 0.6 at round 2 and 0.7 at round 3; b reaches 0.6 at round 3, never 0.7
     a = _fake_run(tmp_path / 'a', 'fast', [0.5, 0.65, 0.72], 1000.0)
