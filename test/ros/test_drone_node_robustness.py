@@ -263,10 +263,10 @@ def _station_process(tmp_path, overrides: dict) -> Iterator[subprocess.Popen]:
 
 def test_a_drone_returns_when_the_station_hangs_on_the_graph_and_takes_off_again(tmp_path,
                                                                                  port_base):
-    # Arrange: rounds of 5 s, the station watchdog at 10 s; a real station process that
+    # Arrange: rounds of 3 s, the station watchdog at 6 s; a real station process that
     # beats every 0.5 s and sends no frame (it waits for drone 1); round 1 flown
-    overrides = {'flight.takeoff_altitude_m': 20.0, 'rounds.deadline_s': 5.0,
-                 'rounds.first_round_extra_s': 0.0, 'flight.station_timeout_s': 10.0,
+    overrides = {'flight.takeoff_altitude_m': 20.0, 'rounds.deadline_s': 3.0,
+                 'rounds.first_round_extra_s': 0.0, 'flight.station_timeout_s': 6.0,
                  'status.period_s': 0.5, 'status.heartbeat_period_s': 0.5}
     station_overrides = {**tiny_fleet_overrides(2, port_base), **overrides,
                          'rounds.start_timeout_s': 3600.0}
@@ -281,11 +281,11 @@ def test_a_drone_returns_when_the_station_hangs_on_the_graph_and_takes_off_again
         assert spin_until(executor, lambda: bool(uploads), 60.0), 'round 1 not uploaded'
         # Act (0): no frame for longer than the timeout, but heartbeats (a station waiting or
         # planning for long): no return
-        returned_early = spin_until(executor, lambda: sim.events_of(0, 'rtl'), 14.0)
+        returned_early = spin_until(executor, lambda: sim.events_of(0, 'rtl'), 8.0)
         # Act (a): the station process hangs (SIGSTOP): it stays on the ROS graph
         station.send_signal(signal.SIGSTOP)
         hung_at = time.monotonic()
-        commanded = spin_until(executor, lambda: sim.events_of(0, 'rtl'), 16.0)
+        commanded = spin_until(executor, lambda: sim.events_of(0, 'rtl'), 12.0)
         commanded_after_s = time.monotonic() - hung_at
         on_graph = any(info.node_name == names.GROUND_STATION_NODE_NAME for info in
                        node.get_subscriptions_info_by_topic(names.UPDATES_TOPIC))
