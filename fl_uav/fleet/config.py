@@ -205,11 +205,11 @@ class StatusConfig:
         the autopilot).
     battery_error_fraction: remaining battery (0..1) at or below which a drone's status
         turns ERROR (display only: PX4 acts on BAT_CRIT_THR).
-    heartbeat_period_s: how often the ground station publishes its heartbeat on
-        /fl/station_heartbeat (fl_uav/fleet/station_heartbeat.py); the drones' station
-        watchdog counts each one as the station heard. flight.station_timeout_s must be at
-        least STATION_TIMEOUT_HEARTBEATS of these periods (heartbeats are best effort: a few
-        lost on Wi-Fi must not return the fleet).
+    heartbeat_period_s: how often, in [0.1, 60] s, the ground station publishes its
+        heartbeat on /fl/station_heartbeat (fl_uav/fleet/station_heartbeat.py), which the
+        drones' station watchdog counts as the station heard; flight.station_timeout_s must
+        be at least 5 of these periods (STATION_TIMEOUT_HEARTBEATS: heartbeats are best
+        effort, a few lost on Wi-Fi must not return the fleet).
     """
 
     period_s: float = 1.0
