@@ -64,9 +64,10 @@ class FlightConfig:
     home must lie within max_home_offset_up_m of the ENU origin's altitude
     (autopilot.origin_alt_amsl_m): every altitude and the geofence band are metres above the
     origin, so a wrong origin altitude would shift them all by the difference; on sloped
-    ground raise it to the site's relief. A drone in flight between rounds that hears no frame
-    from the ground station for station_timeout_s returns to launch and lands (0: never;
-    fl_uav/fleet/station_watchdog.py); at least twice the longest round.
+    ground raise it to the site's relief. A drone in flight between rounds that hears neither a
+    frame nor a heartbeat from the ground station for station_timeout_s returns to launch and
+    lands (0: never; fl_uav/fleet/station_watchdog.py); at least twice the longest round and
+    STATION_TIMEOUT_HEARTBEATS x status.heartbeat_period_s.
 
     url_template: MAVLink URL of a drone's autopilot as MAVSDK takes it (``serial://...``,
         ``udpin://...``); ``{port}`` is replaced by port_base + drone id.
@@ -83,8 +84,8 @@ class FlightConfig:
     max_home_offset_up_m: largest height of the autopilot's home above or below the ENU
         origin (autopilot.origin_alt_amsl_m) at which a drone still arms.
     station_timeout_s: a drone in the air between rounds that hears nothing from the ground
-        station this long returns to launch and lands (0 = never; at least twice the
-        longest round).
+        station (no frame, no heartbeat) this long returns to launch and lands (0 = never;
+        at least twice the longest round and 5 station heartbeat periods).
     """
 
     url_template: str = 'udpin://127.0.0.1:{port}'
@@ -204,15 +205,24 @@ class StatusConfig:
         the autopilot).
     battery_error_fraction: remaining battery (0..1) at or below which a drone's status
         turns ERROR (display only: PX4 acts on BAT_CRIT_THR).
+    heartbeat_period_s: how often, in [0.1, 60] s, the ground station publishes its
+        heartbeat on /fl/station_heartbeat (fl_uav/fleet/station_heartbeat.py), which the
+        drones' station watchdog counts as the station heard; flight.station_timeout_s must
+        be at least 5 of these periods (STATION_TIMEOUT_HEARTBEATS: heartbeats are best
+        effort, a few lost on Wi-Fi must not return the fleet).
     """
 
     period_s: float = 1.0
     battery_warn_fraction: float = 0.3
     battery_error_fraction: float = 0.15
+    heartbeat_period_s: float = 1.0
 
     def __post_init__(self) -> None:
         if not 0.1 <= self.period_s <= 60.0:
             raise ValueError(f'status.period_s must be in [0.1, 60] s, got {self.period_s}')
+        if not 0.1 <= self.heartbeat_period_s <= 60.0:
+            raise ValueError(f'status.heartbeat_period_s must be in [0.1, 60] s, got '
+                             f'{self.heartbeat_period_s}')
         if not 0.0 <= self.battery_error_fraction <= self.battery_warn_fraction <= 1.0:
             raise ValueError(f'status: need 0 <= battery_error_fraction <= '
                              f'battery_warn_fraction <= 1, got '
@@ -221,6 +231,8 @@ class StatusConfig:
 
 #: flight.station_timeout_s must be at least this many longest rounds (FleetConfig).
 STATION_TIMEOUT_ROUNDS = 2
+#: flight.station_timeout_s must be at least this many station heartbeat periods (FleetConfig).
+STATION_TIMEOUT_HEARTBEATS = 5
 FLEET_MODES = ('standard', 'express')
 RANGE_POSE_SOURCES = ('ground_truth', 'telemetry')
 
@@ -475,6 +487,12 @@ class FleetConfig:
                              f'+ rounds.first_round_extra_s = {longest_round_s:g} s (or 0: '
                              f'never return): drones would return to launch between normal '
                              f'rounds')
+        heartbeat_s = self.status.heartbeat_period_s
+        if 0 < timeout_s < STATION_TIMEOUT_HEARTBEATS * heartbeat_s:
+            raise ValueError(f'flight.station_timeout_s {timeout_s:g} s must be at least '
+                             f'{STATION_TIMEOUT_HEARTBEATS} x status.heartbeat_period_s '
+                             f'({heartbeat_s:g} s): a few heartbeats lost on the radio link '
+                             f'would return the drones')
         if self.security.keys_dir and self.security.max_frame_age_s <= longest_round_s:
             # A late joiner takes the latched model of the round in progress: it must be fresh.
             raise ValueError(f'security.max_frame_age_s {self.security.max_frame_age_s:g} s '

@@ -8,8 +8,11 @@ agent and the round gate and returns a :class:`StatusReport`; the node converts 
 Levels (diagnostic_msgs' OK / WARN / ERROR):
 - ERROR: the autopilot link was up and is lost now; battery at or below
   ``status.battery_error_fraction``.
-- WARN: no frame from the ground station for ``flight.station_timeout_s`` (the drone returns
-  to launch: fl_uav/fleet/station_watchdog.py); no autopilot link yet; battery at or below
+- WARN: nothing (no frame, no heartbeat) from the ground station for
+  ``flight.station_timeout_s`` (the drone returns to launch: fl_uav/fleet/station_watchdog.py);
+  the station's heartbeats say its worker has been aggregating or planning for
+  ``flight.station_timeout_s`` or longer (stuck? the drone does not act on it: the station is
+  alive and may still send the round); no autopilot link yet; battery at or below
   ``status.battery_warn_fraction``; the round in progress or last flown has a flight error
   (its reason is the message); the run is over but the vehicle is still in the air.
 - OK otherwise. The message says the worst condition first, then the phase.
@@ -25,6 +28,7 @@ from fl_uav.fleet.config import StatusConfig
 from fl_uav.fleet.drone_agent import DroneAgent
 from fl_uav.fleet.drone_pilot import DronePilot, Phase
 from fl_uav.fleet.round_gate import RoundGate
+from fl_uav.fleet.station_heartbeat import WORKER_PHASES, Heartbeat
 from fl_uav.vehicle.interface import BatteryStatus
 
 OK, WARN, ERROR = 0, 1, 2       # diagnostic_msgs/DiagnosticStatus levels
@@ -56,9 +60,12 @@ def _counts(counter: Mapping[str, int]) -> str:
 
 def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: RoundGate,
                  battery: BatteryStatus | None, config: StatusConfig,
-                 station_silent_s: float = math.nan) -> StatusReport:
+                 station_silent_s: float = math.nan, station_beat: Heartbeat | None = None,
+                 station_phase_age_s: float = math.nan) -> StatusReport:
     """The drone's status now (module docstring for the levels); ``station_silent_s``:
-    seconds since the ground station was last heard (NaN: not tracked)."""
+    seconds since the ground station was last heard (NaN: not tracked); ``station_beat``:
+    the station's last heartbeat (None: none yet), in its phase for ``station_phase_age_s``
+    as of now."""
     vehicle, state = pilot.vehicle, pilot.state
     link_up = vehicle.link_up
     if not state.connected:
@@ -79,8 +86,12 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
         problems.append((WARN, state.round_error))
     timeout_s = pilot.flight.station_timeout_s
     if 0 < timeout_s <= station_silent_s and state.phase != Phase.FINISHED:
-        problems.append((WARN, f'no frame from the ground station for '
+        problems.append((WARN, f'nothing from the ground station for '
                                f'{station_silent_s:.0f} s'))
+    elif (station_beat is not None and station_beat.phase in WORKER_PHASES
+          and 0 < timeout_s <= station_phase_age_s):
+        problems.append((WARN, f'ground station {station_beat.phase} for '
+                               f'{station_phase_age_s:.0f} s (stuck?)'))
     if state.phase == Phase.FINISHED and pilot.in_flight:
         problems.append((WARN, 'run over, vehicle still in the air'))
     problems.sort(key=lambda p: -p[0])
@@ -104,6 +115,9 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
         ('waypoints_reached', str(agent.waypoints_reached)),
         ('station_silent_s', 'unknown' if math.isnan(station_silent_s)
          else f'{station_silent_s:.0f}'),
+        ('station_phase', 'no heartbeat' if station_beat is None else station_beat.phase),
+        ('station_phase_age_s', 'unknown' if math.isnan(station_phase_age_s)
+         else f'{station_phase_age_s:.0f}'),
         ('last_error', state.last_error or 'none'),
         ('plans_rejected', _counts(pilot.plans_rejected)),
         ('global_frames_rejected', _counts(agent.rejected_reasons)),

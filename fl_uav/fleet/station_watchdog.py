@@ -2,26 +2,32 @@
 
 The station sends one global-model frame per round, so while a run goes on a drone hears it at
 least every round (rounds.deadline_s, plus rounds.first_round_extra_s in round 1, plus the
-aggregation). If the station crashes, is killed, or its radio link is lost, the drone would
-otherwise hover where its last mission ended until its battery failsafe. The drone node also
-counts the station as heard while the station's node is on the ROS graph (a long resource
-planning between rounds is not a silence; a crashed station or a lost link drops out within
-the DDS lease time, a hung but running station does not). After
-``flight.station_timeout_s`` without a frame from the station (0: never), a drone that is in
+aggregation). If the station crashes, hangs, is killed, or its radio link is lost, the drone
+would otherwise hover where its last mission ended until its battery failsafe. The station
+also sends a heartbeat every ``status.heartbeat_period_s`` from its executor thread
+(fl_uav/fleet/station_heartbeat.py), also while its worker thread aggregates or plans for
+minutes, so a long resource planning between rounds is not a silence; each heartbeat counts as
+heard. The station's node being on the ROS graph does not: a hung station (a stuck callback,
+a deadlocked executor) stays on the graph for ever, a SIGSTOPped one for the DDS lease time
+(Fast DDS: 20 s). A station that sends no heartbeat (an older version) is heard only by its
+frames: its drones return when it plans for longer than the timeout (fail safe). After
+``flight.station_timeout_s`` without a frame or a heartbeat (0: never), a drone that is in
 flight and between rounds (not flying a mission, not returning, not finished) returns to
 launch and lands; the next round it takes, from the same or a restarted station, arms and takes
 off again. One return per silence: once commanded (landed or failed: the link is down, the
 autopilot refused, an operator took over), it is not commanded again until the station is
 heard again, so it never fights a pilot on the RC. ROS-free: the drone node feeds
-:meth:`StationWatchdog.heard` and asks :meth:`StationWatchdog.should_return` on its status
-timer.
+:meth:`StationWatchdog.heard` (valid frames) and :meth:`StationWatchdog.heartbeat` (valid
+heartbeats) and asks :meth:`StationWatchdog.should_return` on its status timer.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from fl_uav.fleet.drone_pilot import Phase
+from fl_uav.fleet.station_heartbeat import Heartbeat
 
 
 @dataclass
@@ -31,11 +37,25 @@ class StationWatchdog:
     timeout_s: float
     last_heard_s: float
     fired: bool = False       # a return was commanded in this silence
+    last_beat: Heartbeat | None = None     # the station's last heartbeat (None: never one)
+    last_beat_s: float = math.nan          # when it arrived
 
     def heard(self, now_s: float) -> None:
         """A frame from the station arrived (a valid one: signed and verified with keys)."""
         self.last_heard_s = max(self.last_heard_s, now_s)
         self.fired = False
+
+    def heartbeat(self, now_s: float, beat: Heartbeat) -> None:
+        """A heartbeat from the station arrived: the station is heard."""
+        self.heard(now_s)
+        self.last_beat, self.last_beat_s = beat, now_s
+
+    def station_phase_age_s(self, now_s: float) -> float:
+        """Seconds the station has been in its last heartbeat's phase, as of now (NaN: no
+        heartbeat yet)."""
+        if self.last_beat is None:
+            return math.nan
+        return self.last_beat.phase_age_s + max(0.0, now_s - self.last_beat_s)
 
     def fire(self) -> None:
         """The return was commanded: none again until the station is heard."""

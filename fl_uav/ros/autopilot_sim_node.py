@@ -7,7 +7,6 @@ the simulator's event log to log_dir on shutdown.
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from geometry_msgs.msg import PoseStamped
@@ -20,6 +19,7 @@ from fl_uav.ros.conversions import pose_to_msg
 from fl_uav.ros.params import declare_config
 from fl_uav.ros.spin import run_node
 from fl_uav.sim.autopilot import AutopilotSim
+from fl_uav.sim.launch_plan import sim_autopilot_config
 
 NODE_PARAMS = AutopilotSimNodeParams
 LOG_FILE = 'autopilot_log.json'
@@ -32,8 +32,7 @@ class AutopilotSimNode(Node):
         super().__init__('autopilot_sim', automatically_declare_parameters_from_overrides=True)
         self.config, self.own = declare_config(self, FleetConfig, NODE_PARAMS)
         cfg: FleetConfig = self.config
-        sim_config = dataclasses.replace(cfg.autopilot, num_vehicles=cfg.num_drones,
-                                         remote_base_port=cfg.flight.port_base)
+        sim_config = sim_autopilot_config(cfg)
         self.sim = AutopilotSim(sim_config)
         self._handle = self.sim.run_in_thread()
         self._pubs = [self.create_publisher(PoseStamped,

@@ -16,6 +16,7 @@ from visualization_msgs.msg import Marker, MarkerArray
 
 from fl_uav.fleet.drone_status import StatusReport
 from fl_uav.fleet.messages import PoseSample
+from fl_uav.fleet.station_heartbeat import HEARTBEAT_NAME, Heartbeat
 from fl_uav.planning.coverage import PlanWaypoint
 from fl_uav.planning.display import CLASS_COLOURS_RGB
 
@@ -149,6 +150,26 @@ def metrics_to_msg(name: str, values: Mapping[str, object], stamp_s: float) -> D
     status.values = [KeyValue(key=str(k), value=str(v)) for k, v in values.items()]
     msg.status = [status]
     return msg
+
+
+def heartbeat_to_msg(beat: Heartbeat, stamp_s: float) -> DiagnosticArray:
+    """The station's heartbeat as a one-status DiagnosticArray (/fl/station_heartbeat)."""
+    msg = DiagnosticArray()
+    msg.header.stamp = s_to_stamp(stamp_s)
+    status = DiagnosticStatus(level=DiagnosticStatus.OK, name=HEARTBEAT_NAME,
+                              hardware_id='ground_station', message=beat.describe())
+    status.values = [KeyValue(key=k, value=v) for k, v in beat.values()]
+    msg.status = [status]
+    return msg
+
+
+def msg_to_heartbeat(msg: DiagnosticArray) -> Heartbeat:
+    """The heartbeat a message carries; ValueError naming the problem for any other message
+    (not one status, another name, a malformed value)."""
+    if len(msg.status) != 1:
+        raise ValueError(f'heartbeat message with {len(msg.status)} statuses, not 1')
+    status = msg.status[0]
+    return Heartbeat.from_values(status.name, {kv.key: kv.value for kv in status.values})
 
 
 def status_to_msg(report: StatusReport, stamp_s: float) -> DiagnosticArray:

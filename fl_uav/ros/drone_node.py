@@ -45,6 +45,7 @@ import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path as PathLib
 
+from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Path
 from rclpy.node import Node
@@ -74,6 +75,7 @@ from fl_uav.ros.conversions import (
     bytes_to_msg,
     image_to_rgb,
     msg_to_bytes,
+    msg_to_heartbeat,
     plan_to_path,
     pose_to_msg,
     stamp_to_s,
@@ -89,6 +91,7 @@ from fl_uav.world.geo import GeoOrigin
 
 NODE_PARAMS = DroneNodeParams
 IGNORED_LOG_THROTTLE_S = 5.0   # the latched model topic may re-deliver a round: log it rarely
+HEARTBEAT_LOG_THROTTLE_S = 60.0   # a malformed heartbeat (one a second): said once a minute
 
 
 class RosExpressLink:
@@ -168,6 +171,8 @@ class DroneNode(Node):
                                      names.IMAGE_QOS)
         self.create_subscription(UInt8MultiArray, names.GLOBAL_MODEL_TOPIC, self._on_global,
                                  names.GLOBAL_MODEL_QOS)
+        self.create_subscription(DiagnosticArray, names.STATION_HEARTBEAT_TOPIC,
+                                 self._on_heartbeat, names.STATION_HEARTBEAT_QOS)
         self._telemetry = self.runner.submit(
             self.pilot.stream_telemetry(self._publish_pose, self._on_battery))
         self._telemetry.add_done_callback(self._on_telemetry_end)
@@ -178,25 +183,29 @@ class DroneNode(Node):
     def _on_status_tick(self) -> None:
         """Every status.period_s: the station watchdog, then the status on /diagnostics."""
         now = self._now()
-        if self._station_on_graph():     # alive, e.g. planning between rounds for long
-            self.watchdog.heard(now)
         if ((self._return is None or self._return.done())
                 and self.watchdog.should_return(now, in_flight=self.pilot.in_flight,
                                                 phase=self.pilot.state.phase)):
             silent_s = self.watchdog.silent_for_s(now)
             self.watchdog.fire()
             self._return = self.runner.submit(self.pilot.return_home(
-                f'no frame from the ground station for {silent_s:.0f} s '
+                f'nothing from the ground station (no frame, no heartbeat) for '
+                f'{silent_s:.0f} s '
                 f'(flight.station_timeout_s {self.config.flight.station_timeout_s:g} s)'))
         publish_status(self, self._status_pub, lambda: drone_status(
             self.drone_id, self.pilot, self.agent, self.rounds, self._battery,
-            self.config.status, self.watchdog.silent_for_s(now)), now)
+            self.config.status, self.watchdog.silent_for_s(now),
+            self.watchdog.last_beat, self.watchdog.station_phase_age_s(now)), now)
 
-    def _station_on_graph(self) -> bool:
-        """The ground station node subscribes to the updates topic, as DDS discovery sees
-        it now (a crashed station or a lost link drops out within the DDS lease time)."""
-        return any(info.node_name == names.GROUND_STATION_NODE_NAME
-                   for info in self.get_subscriptions_info_by_topic(names.UPDATES_TOPIC))
+    def _on_heartbeat(self, msg: DiagnosticArray) -> None:
+        """The station's heartbeat: it is alive (a malformed one does not count)."""
+        try:
+            beat = msg_to_heartbeat(msg)
+        except ValueError as exc:
+            self.get_logger().warning(f'station heartbeat refused: {exc}',
+                                      throttle_duration_sec=HEARTBEAT_LOG_THROTTLE_S)
+            return
+        self.watchdog.heartbeat(self._now(), beat)
 
     def _on_battery(self, battery: BatteryStatus) -> None:
         self._battery = battery

@@ -1,4 +1,10 @@
-"""ground_station node: publishes the global model and plans, collects updates, aggregates."""
+"""ground_station node: publishes the global model and plans, collects updates, aggregates.
+
+Every ``status.heartbeat_period_s`` it publishes its heartbeat (run, round, phase and seconds
+in it: fl_uav/fleet/station_heartbeat.py) on /fl/station_heartbeat from a timer on the
+executor thread; closing a round and the resource planner run on the worker thread, so the
+beats go on while it aggregates or plans, and stop when the process hangs.
+"""
 
 from __future__ import annotations
 
@@ -12,14 +18,15 @@ from std_msgs.msg import UInt8MultiArray
 from visualization_msgs.msg import MarkerArray
 
 from fl_uav.fleet.config import FleetConfig, GroundStationNodeParams
-from fl_uav.fleet.drone_status import StatusReport
 from fl_uav.fleet.ground_station import GroundStation, RoundRecord
 from fl_uav.fleet.run_log import RunLog
+from fl_uav.fleet.station_heartbeat import PhaseClock, StationPhase
 from fl_uav.fleet.station_status import station_status
 from fl_uav.fleet.world_setup import world_map
 from fl_uav.ros import names
 from fl_uav.ros.conversions import (
     bytes_to_msg,
+    heartbeat_to_msg,
     metrics_to_msg,
     msg_to_bytes,
     plan_to_path,
@@ -51,6 +58,12 @@ class GroundStationNode(Node):
         self._started_s = self._now()
         self._finished_s: float | None = None
         self.done = threading.Event()
+        self.phase = PhaseClock(self.station.run_id, cfg.rounds.num_rounds,
+                                cfg.status.heartbeat_period_s, self._started_s)
+        self._heartbeat_pub = self.create_publisher(DiagnosticArray,
+                                                    names.STATION_HEARTBEAT_TOPIC,
+                                                    names.STATION_HEARTBEAT_QOS)
+        self.create_timer(cfg.status.heartbeat_period_s, self._beat)
         self._model_pub = self.create_publisher(UInt8MultiArray, names.GLOBAL_MODEL_TOPIC,
                                                 names.GLOBAL_MODEL_QOS)
         self._metrics_pub = self.create_publisher(DiagnosticArray, names.METRICS_TOPIC,
@@ -88,8 +101,15 @@ class GroundStationNode(Node):
                 f'rejected update frame (sender {verdict.sender}): {verdict.reason}'
                 + (f' ({verdict.detail})' if verdict.detail else ''))
 
+    def _beat(self) -> None:
+        """The heartbeat: never waits for the station's lock (the worker may hold it)."""
+        now = self._now()
+        self._heartbeat_pub.publish(heartbeat_to_msg(self.phase.beat(now), now))
+
     def _tick(self) -> None:
         now = self._now()
+        if self._closing:   # the worker closes the round under the lock: do not wait for it
+            return
         with self._lock:
             if self._closing:
                 return
@@ -103,17 +123,23 @@ class GroundStationNode(Node):
                     self._open_round(now)
                 return
             if self.station.should_close(now):
+                self.phase.enter(StationPhase.AGGREGATING, now)
                 self._closing = True
                 self._worker.submit(self._close_round, now)
 
     def _publish_status(self) -> None:
-        """The station's status on /diagnostics, beside the drones'."""
+        """The station's status on /diagnostics, beside the drones'; skipped while the worker
+        aggregates under the lock (the executor, and so the heartbeat, must not wait for it:
+        the heartbeat says 'aggregating' meanwhile)."""
         now = self._now()
         listening = self._drones_listening()
-        def build() -> StatusReport:
-            with self._lock:
-                return station_status(self.station, listening, now)
-        publish_status(self, self._status_pub, build, now)
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            publish_status(self, self._status_pub,
+                           lambda: station_status(self.station, listening, now), now)
+        finally:
+            self._lock.release()
 
     def _everyone_listens(self) -> bool:
         """Every drone subscribes to the global model (and, in express mode, every ground
@@ -148,6 +174,7 @@ class GroundStationNode(Node):
 
     def _open_round(self, now: float) -> None:
         opening = self.station.open_round(now)
+        self.phase.enter(StationPhase.ROUND_OPEN, now, opening.round_index)
         for drone, plan in opening.plans.items():
             self._plan_pubs[drone].publish(plan_to_path(plan, names.MAP_FRAME, now))
         self._model_pub.publish(bytes_to_msg(opening.frame))
@@ -174,6 +201,7 @@ class GroundStationNode(Node):
             # ticks are served meanwhile; the next round opens once it is built. None is
             # needed after the last round.
             if not self.station.finished:
+                self.phase.enter(StationPhase.PLANNING, self._now())
                 try:
                     self.station.plan_pending()
                 except Exception as exc:  # noqa: BLE001 - the run goes on without knobs
@@ -182,6 +210,8 @@ class GroundStationNode(Node):
                 self._write_knobs()
             if self.station.finished:
                 self._finish()
+            self.phase.enter(StationPhase.FINISHED if self.station.finished
+                             else StationPhase.WAITING, self._now())
         finally:
             with self._lock:
                 self._closing = False

@@ -14,6 +14,7 @@ GLOBAL_MODEL_TOPIC = '/fl/global_model'
 UPDATES_TOPIC = '/fl/updates'
 METRICS_TOPIC = '/fl/metrics'
 MARKERS_TOPIC = '/fl/markers'
+STATION_HEARTBEAT_TOPIC = '/fl/station_heartbeat'   # the station's proof of life (watchdog)
 DIAGNOSTICS_TOPIC = '/diagnostics'       # each drone's status (rqt_runtime_monitor, Foxglove)
 # Relative names: resolved in the drone's namespace (/uav<i>/...).
 PLAN_TOPIC = 'plan'                       # the station's plan for the round (nav_msgs/Path)
@@ -31,7 +32,7 @@ MAP_FRAME = 'map'
 # /fl/global_model is drone i (node 'drone' in /uav<i>) and which of /gc<j>/express/model is
 # ground client j (node 'ground_client' in /gc<j>), not a viewer (ros2 topic echo, rviz).
 DRONE_NODE_NAME = 'drone'
-GROUND_STATION_NODE_NAME = 'ground_station'   # drones watch for it on the graph (watchdog)
+GROUND_STATION_NODE_NAME = 'ground_station'
 GROUND_CLIENT_NODE_NAME = 'ground_client'
 
 
@@ -71,6 +72,11 @@ METRICS_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
 # /diagnostics as diagnostic_updater publishes it: reliable, volatile (it repeats each period).
 DIAGNOSTICS_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+# The station's heartbeat: best effort (a lost beat is replaced by the next one, a retransmitted
+# old one says nothing on lossy Wi-Fi), volatile (a late joiner must not take a hung station's
+# last beat for life: the next beat comes within status.heartbeat_period_s), depth 1.
+STATION_HEARTBEAT_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.BEST_EFFORT,
+                                   durability=DurabilityPolicy.VOLATILE)
 MARKERS_QOS = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
 PLAN_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,

@@ -31,6 +31,7 @@ from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
 from fl_uav.planning.trajectory import class_balance
 from fl_uav.plugins import plugin_sources
 from fl_uav.sim.launch_plan import (
+    check_sim_homes,
     fleet_plan,
     merged_parameters,
     run_keys,
@@ -85,8 +86,12 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     """Run the fleet until the station finishes (or timeout / Ctrl-C); returns the summary."""
     out = options.out_dir
     flat = merged_parameters(options.config_files, options.overrides)
-    # a bad key or value, or a port another process holds, stops here, before DIR is touched
-    refuse_busy_ports(build_config(FleetConfig, flat))
+    # A bad key or value, a simulated home outside the geofence, simulator ports that do not
+    # fit the fleet or a port another process holds stop here, before DIR is touched and
+    # before any process starts.
+    config = build_config(FleetConfig, flat)
+    check_sim_homes(config)
+    refuse_busy_ports(config)
     out.mkdir(parents=True, exist_ok=True)
     for stale in (STATION_REPORT_FILE, 'progress.jsonl', SUMMARY_FILE, AUTOPILOT_LOG_FILE):
         (out / stale).unlink(missing_ok=True)

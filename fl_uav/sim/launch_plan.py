@@ -6,6 +6,7 @@ launcher (:mod:`fl_uav.sim.launcher`) starts the same specs as processes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ import yaml
 from fl_uav.configschema import ConfigError, build_config, read_params_file
 from fl_uav.fleet.config import FleetConfig, GroundClientConfig
 from fl_uav.fleet.keys import PRIVATE_SUFFIX, PUBLIC_SUFFIX, generate_fleet_keys
+from fl_uav.sim.autopilot import AutopilotSimConfig
 
 KEYS_DIR = 'keys'                      # a run's Ed25519 keys (fl-uav keygen layout)
 
@@ -104,6 +106,38 @@ def write_params_file(flat: Mapping[str, Any], path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump({'/**': {'ros__parameters': dict(flat)}}, sort_keys=True))
     return path
+
+
+def sim_autopilot_config(config: FleetConfig) -> AutopilotSimConfig:
+    """The simulator's config as the autopilot_sim node builds it: ``autopilot.*`` with one
+    vehicle per drone, vehicle i on drone i's port (ValueError if autopilot.* does not fit
+    the fleet, e.g. home_positions_enu_m for another number of drones)."""
+    return dataclasses.replace(config.autopilot, num_vehicles=config.num_drones,
+                               remote_base_port=config.flight.port_base)
+
+
+def check_sim_homes(config: FleetConfig) -> None:
+    """ConfigError unless every drone's simulated home (autopilot.home_east_m, home_north_m,
+    home_spacing_m, home_row_size, or home_positions_enu_m) lies inside the drones' geofence:
+    a drone whose home is outside refuses to arm (DronePilot), so it would fly nothing all
+    run; said at start, naming the drone, its home and the fence."""
+    try:
+        autopilot = sim_autopilot_config(config)
+    except ValueError as exc:
+        raise ConfigError(f'autopilot.* does not fit {config.num_drones} drones: {exc} (fl-uav '
+                          f'sim --port-base P binds the simulator at P + 1000)') from None
+    fence = config.geofence_enu()
+    for drone in range(config.num_drones):
+        east_m, north_m = autopilot.home_enu_m(drone)
+        if not (fence.east_min_m <= east_m <= fence.east_max_m
+                and fence.north_min_m <= north_m <= fence.north_max_m):
+            raise ConfigError(
+                f'drone {drone}: its simulated home (east {east_m:.1f} m, north {north_m:.1f} '
+                f'm) is outside its geofence ({fence.describe()}); it would refuse to arm and '
+                f'fly nothing. Move the homes inside (autopilot.home_east_m, home_north_m, '
+                f'home_spacing_m, home_row_size: {autopilot.home_row_size} per row, or '
+                f'home_positions_enu_m) or widen the fence (geofence.*, world.size_m, '
+                f'coverage.margin_m)')
 
 
 def fleet_plan(config: FleetConfig, output_dir: str | Path | None = None,

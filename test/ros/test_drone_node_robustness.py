@@ -4,7 +4,12 @@ flight, rounds from a restarted or forged station, and bad node parameters."""
 from __future__ import annotations
 
 import logging
+import signal
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -17,6 +22,7 @@ from std_msgs.msg import UInt8MultiArray
 import fl_uav.ros.drone_node as drone_node_module
 from fl_uav.compression.codec import GROUND_STATION_ID, FrameKind, decode_frame, encode_frame
 from fl_uav.configschema import ConfigError
+from fl_uav.fleet.station_heartbeat import StationPhase
 from fl_uav.learning.models import build_model
 from fl_uav.learning.weights import architecture_fingerprint, get_weights
 from fl_uav.ros import names
@@ -32,6 +38,7 @@ from test.ros.rosutil import drone_under_test, frame_msg, node_with_probe, spin_
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
 HOME = (585.0, 600.0)
 RUN_ROUNDS = 10
+STATION_STOP_TIMEOUT_S = 10.0
 
 
 def _fingerprint_and_weights() -> tuple[bytes, dict]:
@@ -232,35 +239,67 @@ def test_a_bad_node_parameter_stops_the_node_with_an_error_naming_it(tmp_path, p
         rclpy.try_shutdown()
 
 
-def test_a_drone_that_stops_hearing_the_station_returns_and_takes_off_again(tmp_path,
-                                                                            port_base):
-    # Arrange: rounds of 5 s, the station watchdog at 8 s; one round flown, then silence
-    overrides = {'flight.takeoff_altitude_m': 20.0, 'rounds.deadline_s': 5.0,
-                 'rounds.first_round_extra_s': 0.0, 'flight.station_timeout_s': 10.0,
-                 'status.period_s': 0.5}
-    with drone_under_test(tmp_path, port_base, HOME, overrides, {}) as (sim, node, probe,
-                                                                       executor):
+@contextmanager
+def _station_process(tmp_path, overrides: dict) -> Iterator[subprocess.Popen]:
+    """The real ground station node in its own process, for two drones (only drone 0 runs:
+    the station waits for drone 1, sending heartbeats and no frame); SIGCONT-ed, stopped and
+    reaped on exit."""
+    params = write_params_file(overrides, tmp_path / 'station.yaml')
+    with open(tmp_path / 'station.log', 'w') as log:
+        station = subprocess.Popen(
+            [sys.executable, '-m', 'fl_uav.ros.ground_station_node', '--ros-args',
+             '--params-file', str(params)], stdout=log, stderr=subprocess.STDOUT)
+        try:
+            yield station
+        finally:
+            station.send_signal(signal.SIGCONT)
+            station.terminate()
+            try:
+                station.wait(STATION_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                station.kill()
+                station.wait(STATION_STOP_TIMEOUT_S)
+
+
+def test_a_drone_returns_when_the_station_hangs_on_the_graph_and_takes_off_again(tmp_path,
+                                                                                 port_base):
+    # Arrange: rounds of 3 s, the station watchdog at 6 s; a real station process that
+    # beats every 0.5 s and sends no frame (it waits for drone 1); round 1 flown
+    overrides = {'flight.takeoff_altitude_m': 20.0, 'rounds.deadline_s': 3.0,
+                 'rounds.first_round_extra_s': 0.0, 'flight.station_timeout_s': 6.0,
+                 'status.period_s': 0.5, 'status.heartbeat_period_s': 0.5}
+    station_overrides = {**tiny_fleet_overrides(2, port_base), **overrides,
+                         'rounds.start_timeout_s': 3600.0}
+    with _station_process(tmp_path, station_overrides) as station, \
+            drone_under_test(tmp_path, port_base, HOME, overrides, {}) as (sim, node, probe,
+                                                                         executor):
         uploads, model_pub = _uploads_and_model_pub(probe)
         near = [[HOME[0] + 30.0, HOME[1], 20.0]]
-        # a station node on the graph (planning for long, say) that sends no frame
-        station = rclpy.create_node(names.GROUND_STATION_NODE_NAME, context=probe.context)
-        station.create_subscription(UInt8MultiArray, names.UPDATES_TOPIC, lambda m: None,
-                                    names.UPDATES_QOS)
-        executor.add_node(station)
+        assert spin_until(executor, lambda: node.watchdog.last_beat is not None, 60.0), \
+            (tmp_path / 'station.log').read_text()
         model_pub.publish(frame_msg(_round_frame(1, near)))
         assert spin_until(executor, lambda: bool(uploads), 60.0), 'round 1 not uploaded'
-        # Act (0): silent for longer than the timeout, but on the graph: no return
-        returned_early = spin_until(executor, lambda: sim.events_of(0, 'rtl'), 14.0)
-        # Act (a): the station goes (crashed, or its link lost): silent and off the graph
-        executor.remove_node(station)
-        station.destroy_node()
+        # Act (0): no frame for longer than the timeout, but heartbeats (a station waiting or
+        # planning for long): no return
+        returned_early = spin_until(executor, lambda: sim.events_of(0, 'rtl'), 8.0)
+        # Act (a): the station process hangs (SIGSTOP): it stays on the ROS graph
+        station.send_signal(signal.SIGSTOP)
+        hung_at = time.monotonic()
+        commanded = spin_until(executor, lambda: sim.events_of(0, 'rtl'), 12.0)
+        commanded_after_s = time.monotonic() - hung_at
+        on_graph = any(info.node_name == names.GROUND_STATION_NODE_NAME for info in
+                       node.get_subscriptions_info_by_topic(names.UPDATES_TOPIC))
         returned = spin_until(executor, lambda: sim.events_of(0, 'landed')
                               and not sim.snapshots()[0].armed, 60.0)
-        assert not returned_early, 'returned while the station was on the graph'
-        # Assert (a): back home, landed and disarmed
+        # Assert (0), (a): heard by its heartbeats only; the return commanded within the
+        # timeout and a margin, while the hung station was still on the graph (Fast DDS drops
+        # a stopped participant after its 20 s lease); back home, landed and disarmed
+        assert not returned_early, 'returned while the station sent heartbeats'
+        assert node.watchdog.last_beat.phase == StationPhase.WAITING
+        assert commanded, f'no return {commanded_after_s:.0f} s after the station hung'
+        assert on_graph, 'the hung station had left the graph: the test proves nothing'
         assert returned, [e['event'] for e in sim.events_of(0)]
         snapshot = sim.snapshots()[0]
-        assert 'rtl' in [e['event'] for e in sim.events_of(0)]
         assert np.hypot(snapshot.position_enu_m[0] - HOME[0],
                         snapshot.position_enu_m[1] - HOME[1]) < 3.0
         # Act (b): the station is back with round 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -25,13 +26,16 @@ from fl_uav.compression.signing import sign_frame
 from fl_uav.fleet.config import SecurityConfig
 from fl_uav.fleet.keys import generate_fleet_keys, load_frame_auth
 from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
+from fl_uav.fleet.station_heartbeat import Heartbeat, StationPhase
 from fl_uav.ros import names
+from fl_uav.ros.conversions import msg_to_heartbeat
 from fl_uav.ros.ground_station_node import GroundStationNode
 from fl_uav.sim.launch_plan import write_params_file
 from test.conftest import tiny_fleet_overrides
 from test.ros.rosutil import ROSOUT_QOS, node_with_probe, spin_until
 
 pytestmark = pytest.mark.ros
+PLANNER_BLOCK_TIMEOUT_S = 30.0   # a planner the test forgot to release ends anyway
 
 
 def _station(tmp_path, deadline_s: float, start_timeout_s: float, *parameters: str,
@@ -134,6 +138,37 @@ def test_round_survives_bad_frames_and_closes_at_deadline(station, tmp_path):
     assert spin_until(executor, lambda: statuses, 10.0), 'no station status on /diagnostics'
     assert statuses[-1].name == 'fl_uav: ground_station'
     assert statuses[-1].message.endswith('round 1/1: finished'), statuses[-1].message
+
+
+def test_the_heartbeat_goes_on_while_the_worker_plans(tmp_path):
+    # Arrange: two 1 s rounds, no drone, a beat every 0.2 s; the resource planner after
+    # round 1 blocks until released (lgc_ddpg takes minutes for a large fleet)
+    with _station(tmp_path, 1.0, 0.2, 'status.heartbeat_period_s:=0.2',
+                  num_rounds=2) as (node, probe, executor):
+        beats: list[Heartbeat] = []
+        probe.create_subscription(DiagnosticArray, names.STATION_HEARTBEAT_TOPIC,
+                                  lambda m: beats.append(msg_to_heartbeat(m)),
+                                  names.STATION_HEARTBEAT_QOS)
+        release = threading.Event()
+        node.station.plan_pending = lambda: release.wait(PLANNER_BLOCK_TIMEOUT_S)
+
+        def planning_beats() -> list[Heartbeat]:
+            return [b for b in beats if b.phase == StationPhase.PLANNING]
+
+        # Act
+        planned = spin_until(executor, lambda: len(planning_beats()) >= 5, 20.0)
+        release.set()
+        reopened = spin_until(executor, lambda: any(
+            b.phase == StationPhase.ROUND_OPEN and b.round_index == 2 for b in beats), 10.0)
+        finished = spin_until(executor, lambda: bool(beats)
+                              and beats[-1].phase == StationPhase.FINISHED, 10.0)
+        # Assert: beats while it planned, the phase age growing; then round 2, then finished
+        assert planned, [b.describe() for b in beats]
+        ages = [b.phase_age_s for b in planning_beats()]
+        assert ages == sorted(ages) and ages[-1] >= ages[0] + 0.5, ages
+        assert {(b.run_id, b.round_index, b.num_rounds) for b in planning_beats()} == {
+            (node.station.run_id, 1, 2)}
+        assert reopened and finished, [b.describe() for b in beats]
 
 
 def test_a_round_is_logged_closed_before_the_next_one_opens(tmp_path):

@@ -130,3 +130,24 @@ def test_experiment_sigterm_writes_an_interrupted_summary_like_ctrl_c(tmp_path):
     assert proc.returncode == 1 and 'Traceback' not in stderr
     assert summary['status'] == 'interrupted' and summary['rounds_completed'] >= 1
     assert 'interrupted (SIGTERM) after round' in stdout
+
+
+def test_sim_refuses_a_home_outside_the_geofence_before_anything_starts(tmp_path, capsys,
+                                                                          monkeypatch):
+    # Arrange: three drones in rows of two from north 1185 m: drone 2 stands at north 1195 m
+    import fl_uav.sim.fleet_run as fleet_run
+
+    def no_processes(*args, **kwargs):
+        raise AssertionError('fl-uav sim made a process group')
+
+    monkeypatch.setattr(fleet_run, 'ProcessGroup', no_processes)
+    out = tmp_path / 'run'
+    # Act
+    code = main(['sim', '--out', str(out), '--domain-id', '50', '--drones', '3',
+                 '--set', 'autopilot.home_row_size=2', '--set', 'autopilot.home_north_m=1185'])
+    # Assert: refused with the drone, its home and the fence; nothing made, nothing started
+    message = capsys.readouterr().err
+    assert code == 2, message
+    assert ('drone 2: its simulated home (east 585.0 m, north 1195.0 m) is outside its '
+            'geofence (east [10.0, 1190.0] m, north [10.0, 1190.0] m') in message
+    assert not out.exists()

@@ -13,6 +13,7 @@ from fl_uav.fleet.drone_pilot import DronePilot
 from fl_uav.fleet.drone_status import ERROR, OK, WARN, drone_status
 from fl_uav.fleet.messages import RoundTask
 from fl_uav.fleet.round_gate import RoundGate
+from fl_uav.fleet.station_heartbeat import Heartbeat
 from fl_uav.planning.coverage import PlanWaypoint
 from fl_uav.planning.geofence import Geofence
 from fl_uav.vehicle.fake_vehicle import FakeVehicle
@@ -145,3 +146,31 @@ def test_the_phase_follows_the_round_and_the_finish():
     # Assert
     assert seen[0] == 'flying' and 'train:training' in seen, seen
     assert seen[-3:] == ['waiting', 'returning', 'finished'], seen
+
+
+@pytest.mark.parametrize('phase, age_s, level, text', [
+    ('planning', 300.0, WARN, 'ground station planning for 300 s (stuck?); round 2 waiting'),
+    ('aggregating', 400.0, WARN, 'ground station aggregating for 400 s (stuck?); round 2 '
+                                 'waiting'),
+    ('planning', 299.0, OK, 'round 2 waiting'),
+    ('round_open', 900.0, OK, 'round 2 waiting'),     # a round open for long is no worker
+])
+def test_a_station_worker_in_one_phase_for_the_timeout_warns(phase, age_s, level, text):
+    # Arrange: heartbeats keep coming (silent 1 s), the station timeout is 300 s
+    pilot = _pilot()
+    beat = Heartbeat('a1b2', 2, 10, phase, age_s - 1.0, 1.0)
+    # Act
+    report = drone_status(3, pilot, pilot.agent, _gate(2), BatteryStatus(0.8, 15.9), CONFIG,
+                          station_silent_s=1.0, station_beat=beat, station_phase_age_s=age_s)
+    # Assert
+    assert (report.level, report.message) == (level, text)
+    assert _values(report)['station_phase'] == phase
+    assert _values(report)['station_phase_age_s'] == f'{age_s:.0f}'
+
+
+def test_no_heartbeat_yet_is_shown_as_such():
+    pilot = _pilot()
+    report = drone_status(3, pilot, pilot.agent, _gate(2), BatteryStatus(0.8, 15.9), CONFIG,
+                          station_silent_s=1.0)
+    assert _values(report)['station_phase'] == 'no heartbeat'
+    assert _values(report)['station_phase_age_s'] == 'unknown'

@@ -6,7 +6,10 @@ import pytest
 
 from fl_uav.configschema import ConfigError, build_config
 from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.station_heartbeat import Heartbeat, StationPhase
 from fl_uav.fleet.station_watchdog import StationWatchdog
+
+PLANNING = Heartbeat('a1b2', 3, 10, StationPhase.PLANNING, 40.0, 1.0)
 
 
 @pytest.mark.parametrize('now_s, in_flight, phase, expected', [
@@ -56,3 +59,47 @@ def test_one_return_per_silence_until_the_station_is_heard_again():
     watchdog.heard(210.0)
     assert not watchdog.should_return(220.0, in_flight=True, phase='waiting')
     assert watchdog.should_return(240.0, in_flight=True, phase='waiting')
+
+
+def test_heartbeats_without_frames_keep_a_drone_from_returning():
+    # Arrange: the last frame at 100 s; the station plans for minutes, beating every second
+    watchdog = StationWatchdog(timeout_s=30.0, last_heard_s=100.0)
+    # Act
+    for now_s in range(101, 300):
+        watchdog.heartbeat(float(now_s), PLANNING)
+    # Assert: heard; the phase age runs on from the last beat
+    assert not watchdog.should_return(300.0, in_flight=True, phase='waiting')
+    assert watchdog.silent_for_s(300.0) == 1.0
+    assert watchdog.station_phase_age_s(305.0) == PLANNING.phase_age_s + 6.0
+
+
+def test_heartbeats_that_stop_return_the_drone_after_the_timeout():
+    # Arrange: beats until 200 s, then the station hangs (it may stay on the ROS graph:
+    # that no longer counts)
+    watchdog = StationWatchdog(timeout_s=30.0, last_heard_s=100.0)
+    watchdog.heartbeat(200.0, PLANNING)
+    # Act / Assert
+    assert not watchdog.should_return(229.9, in_flight=True, phase='waiting')
+    assert watchdog.should_return(230.0, in_flight=True, phase='waiting')
+
+
+def test_a_station_without_heartbeats_is_heard_by_its_frames_only():
+    # Arrange: an older station: frames at 100 s and 120 s, never a heartbeat
+    watchdog = StationWatchdog(timeout_s=30.0, last_heard_s=0.0)
+    watchdog.heard(100.0)
+    watchdog.heard(120.0)
+    # Act / Assert: it plans for longer than the timeout: the drone returns (fail safe)
+    assert watchdog.last_beat is None and watchdog.station_phase_age_s(130.0) != 0.0
+    assert not watchdog.should_return(149.0, in_flight=True, phase='waiting')
+    assert watchdog.should_return(150.0, in_flight=True, phase='waiting')
+
+
+def test_a_timeout_under_five_heartbeat_periods_is_refused_by_name():
+    with pytest.raises(ConfigError, match=r'station_timeout_s 299 s must be at least 5 x '
+                                          r'status.heartbeat_period_s \(60 s\)'):
+        build_config(FleetConfig, {'flight.station_timeout_s': 299.0,
+                                   'status.heartbeat_period_s': 60.0})
+    with pytest.raises(ConfigError, match=r'heartbeat_period_s must be in \[0.1, 60\] s'):
+        build_config(FleetConfig, {'status.heartbeat_period_s': 0.0})
+    assert build_config(FleetConfig, {'flight.station_timeout_s': 300.0,
+                                      'status.heartbeat_period_s': 60.0})

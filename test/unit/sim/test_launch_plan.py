@@ -11,6 +11,7 @@ import yaml
 from fl_uav.configschema import ConfigError, build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.sim.launch_plan import (
+    check_sim_homes,
     fleet_plan,
     launch_parameters,
     merged_parameters,
@@ -19,6 +20,42 @@ from fl_uav.sim.launch_plan import (
 )
 
 REPO = Path(__file__).resolve().parents[3]
+FLEET_YAML = REPO / 'config' / 'fleet.yaml'
+
+
+def _fleet(overrides: dict) -> FleetConfig:
+    return build_config(FleetConfig, merged_parameters([FLEET_YAML], overrides))
+
+
+FENCE = r'east \[10.0, 1190.0\] m, north \[10.0, 1190.0\] m'
+
+
+@pytest.mark.parametrize('overrides, message', [
+    ({'num_drones': 3, 'autopilot.home_east_m': 900.0, 'autopilot.home_spacing_m': 150.0},
+     r'drone 2: its simulated home \(east 1200.0 m, north 600.0 m\) is outside its geofence '
+     r'\(' + FENCE),
+    # the second row of homes (home_row_size) lies further north
+    ({'num_drones': 3, 'autopilot.home_row_size': 2, 'autopilot.home_north_m': 1185.0},
+     r'drone 2: its simulated home \(east 585.0 m, north 1195.0 m\) is outside its '
+     r'geofence \(' + FENCE + r'.*home_row_size: 2 per row'),
+    ({'num_drones': 2, 'autopilot.num_vehicles': 2,
+      'autopilot.home_positions_enu_m': [100.0, 100.0, 5.0, 100.0]},
+     r'drone 1: its simulated home \(east 5.0 m, north 100.0 m\)'),
+    # 41 vehicles' ports from 14540 reach the simulator's own from 14580: the node would die
+    ({'num_drones': 41}, r'autopilot.\* does not fit 41 drones: .*bind_base_port.*--port-base'),
+])
+def test_a_simulated_home_outside_the_geofence_is_refused_naming_drone_home_and_fence(
+        overrides, message):
+    # Arrange
+    config = _fleet(overrides)
+    # Act / Assert
+    with pytest.raises(ConfigError, match=message):
+        check_sim_homes(config)
+
+
+@pytest.mark.parametrize('num_drones', [1, 40])
+def test_the_fleet_configs_homes_lie_inside_the_fence(num_drones):
+    check_sim_homes(_fleet({'num_drones': num_drones}))
 
 
 def test_fleet_plan_has_simulators_station_and_one_drone_per_uav():
