@@ -238,6 +238,14 @@ def _reject_constant(token: str) -> Any:
     raise ValueError(f'non-finite number {token} is not allowed')
 
 
+def _finite_float(token: str) -> float:
+    # JSON has no NaN or Infinity, but a number such as 1e999 parses to inf in Python.
+    value = float(token)
+    if not math.isfinite(value):
+        raise ValueError(f'number {token} is beyond the float64 range')
+    return value
+
+
 def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
@@ -253,7 +261,8 @@ def parse_metadata(blob: bytes | memoryview) -> dict[str, Any]:
         return {}
     try:
         text = bytes(blob).decode('utf-8')
-        obj = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_object)
+        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
+                         object_pairs_hook=_unique_object)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise MalformedMetadata(f'metadata is not valid JSON: {exc}', field='metadata') from None
     if not isinstance(obj, dict):
