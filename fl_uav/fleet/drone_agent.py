@@ -36,6 +36,7 @@ from fl_uav.compression.codec import (
     FrameError,
     FrameKind,
     decode_frame,
+    float32_tensors,
 )
 from fl_uav.compression.codec_v2 import split_frames
 from fl_uav.compression.paper_compressors import LgcCompressor, PlannedCompressors
@@ -262,7 +263,11 @@ class DroneAgent:
             return self._reject('metadata')
         if frame.kind != FrameKind.GLOBAL_MODEL:
             return self._reject('wrong_kind')
-        weights, control = split_prefixed(frame.tensors, CONTROL_TENSOR_PREFIX)   # SCAFFOLD c
+        try:   # the model's float32: a float64 value beyond its range is no weight
+            tensors = float32_tensors(frame.tensors)
+        except FrameError as exc:
+            return self._reject(exc.reason, str(exc))
+        weights, control = split_prefixed(tensors, CONTROL_TENSOR_PREFIX)   # SCAFFOLD c
         if _shapes_of(weights) != self._shapes or (control and _shapes_of(control)
                                                    != self._shapes):
             return self._reject('shape')
