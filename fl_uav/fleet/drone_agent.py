@@ -49,6 +49,7 @@ from fl_uav.fleet.messages import (
     FinishCommand,
     PoseSample,
     RoundTask,
+    is_finite_number,
     round_opened_of,
     run_of,
 )
@@ -274,9 +275,12 @@ class DroneAgent:
         try:
             knobs = dict(frame.metadata.get('knobs', {}).get(str(self.drone_id), {}))
             raw_plan = knobs.get('plan', [])
-            deadline_s = float(frame.metadata.get('deadline_s', 0.0))
+            deadline_s = frame.metadata.get('deadline_s', 0.0)
         except (AttributeError, TypeError, ValueError, OverflowError):
             return self._reject('metadata')     # malformed knobs or plan: not this round's task
+        # Seconds, not a string float() would read ('inf': a flight without a time bound).
+        if not (is_finite_number(deadline_s) and deadline_s >= 0):
+            return self._reject('metadata', f'deadline_s {deadline_s!r} is not seconds')
         try:
             opened_ms = round_opened_of(frame.metadata)
         except ValueError as exc:
@@ -292,7 +296,7 @@ class DroneAgent:
         if control:
             knobs[SERVER_CONTROL_KNOB] = control
         return RoundTask(round_index=frame.round_index, weights=weights, plan=plan,
-                         knobs=knobs, deadline_s=deadline_s, num_rounds=num_rounds,
+                         knobs=knobs, deadline_s=float(deadline_s), num_rounds=num_rounds,
                          run_id=run_id, run_started_ms=started_ms, opened_ms=opened_ms)
 
     def _reject(self, reason: str, detail: str = '') -> None:

@@ -37,6 +37,7 @@ from fl_uav.fleet.express_exchange import (
     encode_delivery,
 )
 from fl_uav.fleet.ground_station import GroundStation
+from fl_uav.fleet.messages import RoundTask
 from fl_uav.learning.weights import architecture_fingerprint
 from test.unit.fleet._fleet_pair import eval_set
 
@@ -196,6 +197,47 @@ def test_a_global_model_beyond_float32_is_rejected_by_the_drone(pair):
     # Assert: not a round to train from (it would train on +inf weights)
     assert task is None
     assert agent.rejected_reasons['nonfinite'] == before + 1
+
+
+@pytest.mark.parametrize('deadline', ['inf', 'nan', '30', True, -5.0, [], {}])
+def test_a_deadline_that_is_not_seconds_is_rejected_by_the_drone(pair, deadline):
+    # Prepare: a string 'inf' would become an unbounded flight budget
+    agent, station = pair
+    opening = station.open_round(0.0)
+    meta = {**decode_frame(opening.frame).metadata, 'deadline_s': deadline}
+    before = agent.rejected_reasons['metadata']
+    # Execute
+    task = agent.accept_global_frame(_global(opening.frame, opening.round_index,
+                                             metadata=meta))
+    station.close_round(opening.deadline_s)
+    # Assert
+    assert task is None
+    assert agent.rejected_reasons['metadata'] == before + 1
+
+
+def test_mutated_global_frames_are_counted_by_reason_and_never_raise(pair):
+    # Prepare
+    agent, station = pair
+    opening = station.open_round(0.0)
+    station.close_round(opening.deadline_s)
+    meta = decode_frame(opening.frame).metadata
+    frames = _mutations(opening.frame, seed=3)
+    frames += [_global(opening.frame, opening.round_index, metadata=m)
+               for m in _metadata_variants(meta, seed=4)]
+    before = agent.rejected_frames
+    shapes = agent.shapes
+    # Execute
+    results = [agent.accept_global_frame(f) for f in frames]
+    # Assert: a refusal is counted; a task taken is usable (shapes, finite float32 weights,
+    # finite deadline, finite plan)
+    assert agent.rejected_frames - before == sum(r is None for r in results)
+    for task in results:
+        if isinstance(task, RoundTask):
+            assert {n: w.shape for n, w in task.weights.items()} == shapes
+            assert all(w.dtype == np.float32 and np.isfinite(w).all()
+                       for w in task.weights.values())
+            assert np.isfinite(task.deadline_s) and task.deadline_s >= 0
+            assert all(np.isfinite([p.east_m, p.north_m, p.up_m]).all() for p in task.plan)
 
 
 # --------------------------------------------------------------------------- express visit
