@@ -143,6 +143,8 @@ class DroneAgent:
         self._pose_history_s = pose_history_s
         self.frames_received = 0
         self.frames_skipped = 0
+        # Camera messages that were no image (ros.conversions.ImageFormatError), by reason.
+        self.camera_frames_rejected: Counter = Counter()
         self.waypoints_reached = 0      # in the current run (begin_flight starts it over)
         self._flight_epoch = 0          # the run (RoundTask.run_epoch) the figures belong to
         self.rounds_trained = 0
@@ -196,6 +198,11 @@ class DroneAgent:
         """The newest telemetry pose, or None before the first one."""
         with self._lock:
             return self._poses[-1] if self._poses else None
+
+    def reject_camera_frame(self, reason: str) -> None:
+        """Count a camera message that could not be read as an image (by ``reason``:
+        'encoding', 'geometry', 'size'); the drone's status shows the counts."""
+        self.camera_frames_rejected[reason] += 1
 
     def on_camera_frame(self, image_rgb: np.ndarray, stamp_s: float) -> bool:
         """Label a frame at the drone's pose and buffer it; False if it was not kept."""

@@ -238,7 +238,10 @@ class DroneNode(Node):
         try:
             self.agent.on_camera_frame(image_to_rgb(msg), stamp_to_s(msg.header.stamp))
         except ImageFormatError as exc:
-            self.get_logger().warning(f'camera frame dropped: {exc}', throttle_duration_sec=5.0)
+            self.agent.reject_camera_frame(exc.reason)
+            self.get_logger().warning(
+                f'camera frame dropped: {exc}; dropped so far, by reason: '
+                f'{dict(self.agent.camera_frames_rejected)}', throttle_duration_sec=5.0)
 
     def _on_global(self, msg: UInt8MultiArray) -> None:
         work = self.agent.accept_global_frame(msg_to_bytes(msg))
