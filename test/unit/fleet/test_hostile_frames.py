@@ -1,5 +1,6 @@
 """Hostile frames at the receivers behind every frame subscription (the station's updates, the
-drone's global model, a ground client's deliveries, a UAV's CLUs), ROS-free.
+drone's global model, a ground client's deliveries, a UAV's CLUs and its CLU inbox),
+ROS-free.
 
 Each frame a receiver cannot use ends in a counted rejection by reason (the codec's
 ``FrameError`` reasons and the receivers' own), never in another exception, and nothing
@@ -11,10 +12,13 @@ tensors of another dtype whose finite values leave the float32 range.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import random
 import struct
+import threading
 import zlib
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -29,6 +33,7 @@ from fl_uav.compression.codec import (
 from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.drone_agent import DroneAgent
+from fl_uav.fleet.express_carrier import CLU_INBOX_FRAMES, INBOX_FULL, CluInbox
 from fl_uav.fleet.express_exchange import (
     ExchangeRejected,
     decode_clu,
@@ -291,3 +296,42 @@ def test_mutated_visit_frames_are_exchange_rejections_only(pair):
             outcomes.append(bool(exc.reason))
     # Assert: anything else would have raised out of the loop
     assert all(outcomes)
+
+
+def test_a_flood_of_clu_frames_keeps_only_the_newest_and_counts_the_rest():
+    # Prepare: 100 frames heard from another thread while no visit reads
+    rejected: Counter = Counter()
+
+    async def flood_then_read() -> tuple[int, list]:
+        inbox = CluInbox(asyncio.get_running_loop(), rejected)
+        sender = threading.Thread(target=lambda: [inbox.put_threadsafe(bytes([i]))
+                                                  for i in range(100)])
+        sender.start()
+        await asyncio.get_running_loop().run_in_executor(None, sender.join)
+        await asyncio.sleep(0)          # the loop runs the queued puts
+        kept = len(inbox)
+        read = [await inbox.get(0.01) for _ in range(CLU_INBOX_FRAMES + 1)]
+        return kept, read
+
+    # Execute
+    kept, read = asyncio.run(flood_then_read())
+    # Assert: bounded, the oldest dropped and counted, then a read times out empty
+    assert kept == CLU_INBOX_FRAMES
+    assert rejected == {INBOX_FULL: 100 - CLU_INBOX_FRAMES}
+    assert read[:-1] == [bytes([i]) for i in range(100 - CLU_INBOX_FRAMES, 100)]
+    assert read[-1] is None
+
+
+def test_a_waiting_read_gets_a_frame_put_from_another_thread():
+    # Prepare
+    async def wait_for_one() -> bytes | None:
+        inbox = CluInbox(asyncio.get_running_loop(), Counter())
+        timer = threading.Timer(0.05, inbox.put_threadsafe, (b'clu',))
+        timer.start()
+        try:
+            return await inbox.get(5.0)
+        finally:
+            timer.cancel()
+
+    # Execute / Assert
+    assert asyncio.run(wait_for_one()) == b'clu'
