@@ -61,6 +61,7 @@ from fl_uav.fleet.resource_knobs import (
     TOPUP_GENERATED_KEY,
     KnobCheck,
     check_resource_knobs,
+    check_strategy_knobs,
     drone_topup_generator,
     valid_position,
 )
@@ -338,7 +339,7 @@ class DroneAgent:
         steps, loss, num_samples, trained = 0, float('nan'), 0, False
         delta = {name: np.zeros_like(w) for name, w in task.weights.items()}
         mask, metrics, delta_c, generated = None, {}, None, None
-        selected = int(task.knobs.get(DRAWS_KNOB, 1)) > 0     # FedDPQ: drawn this round?
+        selected = knobs.get(DRAWS_KNOB, 1) > 0     # FedDPQ: drawn this round? (checked)
         if selected and len(images) >= self.config.learning.min_samples_to_train:
             if TOPUP_KNOB in check.applied:     # FedDPQ eqs. (1)-(3) on the buffer's frames
                 made = top_up(images, labels, len(CLASS_NAMES), check.applied[TOPUP_KNOB],
@@ -350,7 +351,7 @@ class DroneAgent:
                 generated = made.generated_total
             inputs = to_model_input(images, self.config.learning.input_px)
             lr = self.config.learning.lr * self.config.learning.lr_decay ** (task.round_index - 1)
-            mu = float(task.knobs.get(PROXIMAL_MU_KNOB, 0.0))
+            mu = float(knobs.get(PROXIMAL_MU_KNOB, 0.0))
             result = self._client.train(
                 self._model, task.weights, inputs, labels,
                 dataclasses.replace(self._train_config, lr=lr, proximal_mu=mu),
@@ -425,6 +426,8 @@ class DroneAgent:
             task.knobs, client_algorithm=c.learning.client_algorithm,
             compression_method=c.compression.method,
             num_channels=len(c.compression.lgc_channel_entries), model_dim=self._model_dim)
+        check = KnobCheck(check.applied, {**check.rejected,
+                                          **check_strategy_knobs(task.knobs)})
         for knob, (kind, detail) in check.rejected.items():
             self.knobs_rejected[f'{knob}/{kind}'] += 1
             _log.warning('drone %d, round %d: knob %s rejected (%s): %s', self.drone_id,
