@@ -83,6 +83,7 @@ __all__ = [
     'encode_metadata',
     'encoded_size',
     'fingerprint_of',
+    'float32_tensors',
     'model_fingerprint',
     'parse_metadata',
     'table_entry_size',
@@ -238,6 +239,14 @@ def _reject_constant(token: str) -> Any:
     raise ValueError(f'non-finite number {token} is not allowed')
 
 
+def _finite_float(token: str) -> float:
+    # JSON has no NaN or Infinity, but a number such as 1e999 parses to inf in Python.
+    value = float(token)
+    if not math.isfinite(value):
+        raise ValueError(f'number {token} is beyond the float64 range')
+    return value
+
+
 def _unique_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     obj = dict(pairs)
     if len(obj) != len(pairs):
@@ -253,7 +262,8 @@ def parse_metadata(blob: bytes | memoryview) -> dict[str, Any]:
         return {}
     try:
         text = bytes(blob).decode('utf-8')
-        obj = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_object)
+        obj = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
+                         object_pairs_hook=_unique_object)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise MalformedMetadata(f'metadata is not valid JSON: {exc}', field='metadata') from None
     if not isinstance(obj, dict):
@@ -679,3 +689,27 @@ def decode_frame(
             raise NonFiniteValues(f'tensor {entry.name!r} contains NaN or Inf', field=entry.name)
         tensors[entry.name] = arr
     return Frame(kind, round_index, sender, fingerprint, tensors, metadata)
+
+
+def float32_tensors(tensors: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """A decoded frame's tensors as the models' float32 arrays (float32 ones as they are).
+
+    A frame may carry any v1 dtype (the fingerprint names the architecture, not the dtype it
+    travels in), and :func:`decode_frame` checks finiteness in that dtype only: a finite
+    float64 value beyond the float32 range (about 3.4e38) would become ±inf in the cast.
+    Raises :class:`NonFiniteValues` naming the tensor instead, so a receiver counts it under
+    ``nonfinite`` and never takes it (no other v1 dtype can overflow float32).
+    """
+    out: dict[str, np.ndarray] = {}
+    for name, value in tensors.items():
+        arr = np.asarray(value)
+        if arr.dtype == np.float32:
+            out[name] = arr
+            continue
+        with np.errstate(over='ignore'):
+            cast = arr.astype(np.float32)
+        if arr.dtype == np.float64 and cast.size and not np.isfinite(cast).all():
+            raise NonFiniteValues(f'tensor {name!r} has float64 values beyond the float32 '
+                                  f'range', field=name)
+        out[name] = cast
+    return out

@@ -36,6 +36,7 @@ from fl_uav.compression.codec import (
     FrameError,
     FrameKind,
     decode_frame,
+    float32_tensors,
 )
 from fl_uav.compression.codec_v2 import split_frames
 from fl_uav.compression.paper_compressors import LgcCompressor, PlannedCompressors
@@ -48,6 +49,7 @@ from fl_uav.fleet.messages import (
     FinishCommand,
     PoseSample,
     RoundTask,
+    is_finite_number,
     round_opened_of,
     run_of,
 )
@@ -59,6 +61,7 @@ from fl_uav.fleet.resource_knobs import (
     TOPUP_GENERATED_KEY,
     KnobCheck,
     check_resource_knobs,
+    check_strategy_knobs,
     drone_topup_generator,
     valid_position,
 )
@@ -143,6 +146,8 @@ class DroneAgent:
         self._pose_history_s = pose_history_s
         self.frames_received = 0
         self.frames_skipped = 0
+        # Camera messages that were no image (ros.conversions.ImageFormatError), by reason.
+        self.camera_frames_rejected: Counter = Counter()
         self.waypoints_reached = 0      # in the current run (begin_flight starts it over)
         self._flight_epoch = 0          # the run (RoundTask.run_epoch) the figures belong to
         self.rounds_trained = 0
@@ -196,6 +201,11 @@ class DroneAgent:
         """The newest telemetry pose, or None before the first one."""
         with self._lock:
             return self._poses[-1] if self._poses else None
+
+    def reject_camera_frame(self, reason: str) -> None:
+        """Count a camera message that could not be read as an image (by ``reason``:
+        'encoding', 'geometry', 'size'); the drone's status shows the counts."""
+        self.camera_frames_rejected[reason] += 1
 
     def on_camera_frame(self, image_rgb: np.ndarray, stamp_s: float) -> bool:
         """Label a frame at the drone's pose and buffer it; False if it was not kept."""
@@ -264,16 +274,23 @@ class DroneAgent:
             return self._reject('metadata')
         if frame.kind != FrameKind.GLOBAL_MODEL:
             return self._reject('wrong_kind')
-        weights, control = split_prefixed(frame.tensors, CONTROL_TENSOR_PREFIX)   # SCAFFOLD c
+        try:   # the model's float32: a float64 value beyond its range is no weight
+            tensors = float32_tensors(frame.tensors)
+        except FrameError as exc:
+            return self._reject(exc.reason, str(exc))
+        weights, control = split_prefixed(tensors, CONTROL_TENSOR_PREFIX)   # SCAFFOLD c
         if _shapes_of(weights) != self._shapes or (control and _shapes_of(control)
                                                    != self._shapes):
             return self._reject('shape')
         try:
             knobs = dict(frame.metadata.get('knobs', {}).get(str(self.drone_id), {}))
             raw_plan = knobs.get('plan', [])
-            deadline_s = float(frame.metadata.get('deadline_s', 0.0))
+            deadline_s = frame.metadata.get('deadline_s', 0.0)
         except (AttributeError, TypeError, ValueError, OverflowError):
             return self._reject('metadata')     # malformed knobs or plan: not this round's task
+        # Seconds, not a string float() would read ('inf': a flight without a time bound).
+        if not (is_finite_number(deadline_s) and deadline_s >= 0):
+            return self._reject('metadata', f'deadline_s {deadline_s!r} is not seconds')
         try:
             opened_ms = round_opened_of(frame.metadata)
         except ValueError as exc:
@@ -289,7 +306,7 @@ class DroneAgent:
         if control:
             knobs[SERVER_CONTROL_KNOB] = control
         return RoundTask(round_index=frame.round_index, weights=weights, plan=plan,
-                         knobs=knobs, deadline_s=deadline_s, num_rounds=num_rounds,
+                         knobs=knobs, deadline_s=float(deadline_s), num_rounds=num_rounds,
                          run_id=run_id, run_started_ms=started_ms, opened_ms=opened_ms)
 
     def _reject(self, reason: str, detail: str = '') -> None:
@@ -324,7 +341,7 @@ class DroneAgent:
         steps, loss, num_samples, trained = 0, float('nan'), 0, False
         delta = {name: np.zeros_like(w) for name, w in task.weights.items()}
         mask, metrics, delta_c, generated = None, {}, None, None
-        selected = int(task.knobs.get(DRAWS_KNOB, 1)) > 0     # FedDPQ: drawn this round?
+        selected = knobs.get(DRAWS_KNOB, 1) > 0     # FedDPQ: drawn this round? (checked)
         if selected and len(images) >= self.config.learning.min_samples_to_train:
             if TOPUP_KNOB in check.applied:     # FedDPQ eqs. (1)-(3) on the buffer's frames
                 made = top_up(images, labels, len(CLASS_NAMES), check.applied[TOPUP_KNOB],
@@ -336,7 +353,7 @@ class DroneAgent:
                 generated = made.generated_total
             inputs = to_model_input(images, self.config.learning.input_px)
             lr = self.config.learning.lr * self.config.learning.lr_decay ** (task.round_index - 1)
-            mu = float(task.knobs.get(PROXIMAL_MU_KNOB, 0.0))
+            mu = float(knobs.get(PROXIMAL_MU_KNOB, 0.0))
             result = self._client.train(
                 self._model, task.weights, inputs, labels,
                 dataclasses.replace(self._train_config, lr=lr, proximal_mu=mu),
@@ -412,6 +429,8 @@ class DroneAgent:
             task.knobs, client_algorithm=c.learning.client_algorithm,
             compression_method=c.compression.method,
             num_channels=len(c.compression.lgc_channel_entries), model_dim=self._model_dim)
+        check = KnobCheck(check.applied, {**check.rejected,
+                                          **check_strategy_knobs(task.knobs)})
         for knob, (kind, detail) in check.rejected.items():
             self.knobs_rejected[f'{knob}/{kind}'] += 1
             _log.warning('drone %d, round %d: knob %s rejected (%s): %s', self.drone_id,

@@ -10,9 +10,10 @@ node provides); back at the station it uploads u_k as an UPDATE frame
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -42,6 +43,57 @@ class ExpressLink(Protocol):
 
     async def receive(self, timeout_s: float) -> bytes | None:
         """The next CLU frame heard, or None after ``timeout_s``."""
+
+
+#: CLU frames a UAV keeps between its reads (:class:`CluInbox`). A visit reads the frames
+#: as they come, and a client sends at most one per delivery attempt; frames heard while no
+#: visit reads are stale. A bound keeps a flood (a babbling or hostile sender) from growing
+#: memory by one frame, up to codec.max_frame_bytes, per message.
+CLU_INBOX_FRAMES = 16
+#: ``ExpressCarrier.rejected`` reason of a CLU frame dropped because the inbox was full.
+INBOX_FULL = 'inbox_full'
+
+
+class CluInbox:
+    """The CLU frames a UAV has heard, for :meth:`ExpressLink.receive` on the vehicle loop:
+    :meth:`put_threadsafe` from any thread (the ROS executor), :meth:`get` on ``loop``. At
+    most ``capacity`` frames are kept: a new frame when full drops the oldest, counted in
+    ``dropped`` under INBOX_FULL."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, dropped: Counter,
+                 capacity: int = CLU_INBOX_FRAMES) -> None:
+        if capacity < 1:
+            raise ValueError(f'capacity must be >= 1 frame, got {capacity}')
+        self._loop = loop
+        self._frames: deque[bytes] = deque()
+        self._capacity = capacity
+        self._arrived = asyncio.Event()
+        self.dropped = dropped
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    def put_threadsafe(self, frame: bytes) -> None:
+        """Queue a frame heard on another thread (safe from any thread)."""
+        self._loop.call_soon_threadsafe(self.put, frame)
+
+    def put(self, frame: bytes) -> None:
+        """Queue a frame (on the loop's thread); the oldest goes if the inbox is full."""
+        if len(self._frames) >= self._capacity:
+            self._frames.popleft()
+            self.dropped[INBOX_FULL] += 1
+        self._frames.append(frame)
+        self._arrived.set()
+
+    async def get(self, timeout_s: float) -> bytes | None:
+        """The oldest frame kept, waiting up to ``timeout_s``; None if none came."""
+        if not self._frames:
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), timeout_s)
+            except TimeoutError:
+                return None
+        return self._frames.popleft()
 
 
 class ExpressTaskError(ValueError):

@@ -40,6 +40,7 @@ from fl_uav.compression.codec import (
     FrameKind,
     decode_frame,
     encode_frame,
+    float32_tensors,
 )
 from fl_uav.compression.signing import FrameAuth
 from fl_uav.fleet.messages import (
@@ -92,6 +93,14 @@ def _is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def _float32(tensors: dict[str, np.ndarray]) -> Weights:
+    """The frame's tensors in the models' float32 (``nonfinite`` beyond its range)."""
+    try:
+        return float32_tensors(tensors)
+    except FrameError as exc:
+        raise ExchangeRejected(exc.reason, str(exc)) from None
+
+
 def _decode(data: bytes, limits: DecodeLimits, fingerprint: bytes,
             shapes: dict[str, tuple[int, ...]], kind: FrameKind, auth: FrameAuth):
     try:
@@ -131,7 +140,7 @@ def decode_delivery(data: bytes, limits: DecodeLimits, fingerprint: bytes,
         run_id, started_ms = run_of(frame.metadata)
     except ValueError as exc:
         raise ExchangeRejected('metadata', str(exc)) from None
-    weights = {n: np.asarray(t, np.float32) for n, t in frame.tensors.items()}
+    weights = _float32(frame.tensors)
     return Delivery(frame.sender, frame.round_index, weights, steps, run_id, started_ms)
 
 
@@ -162,6 +171,6 @@ def decode_clu(data: bytes, limits: DecodeLimits, fingerprint: bytes,
     if not (_is_count(steps) and _is_count(samples)
             and (loss is None or is_finite_number(loss)) and is_finite_number(distance)):
         raise ExchangeRejected('metadata', f'{meta!r}')
-    delta = {n: np.asarray(t, np.float32) for n, t in frame.tensors.items()}
+    delta = _float32(frame.tensors)
     return Clu(client, frame.round_index, delta, steps, samples,
                None if loss is None else float(loss), float(distance), dict(meta))

@@ -140,6 +140,7 @@ class GroundClient:
         self._pending_steps = 0
         self.rejected: Counter[str] = Counter()     # bad frames, by reason
         self.refused: Counter[str] = Counter()      # good frames from a UAV out of range
+        self.poses_rejected: Counter[str] = Counter()   # UAV poses not used, by reason
         self.training_failures = 0
         self.repeats = 0                           # repeated deliveries answered again
         self._last_reply: tuple[tuple[int, int], bytes] | None = None
@@ -153,10 +154,14 @@ class GroundClient:
     # --- radio ---------------------------------------------------------------------------
     def on_uav_pose(self, uav: int, east_m: float, north_m: float, up_m: float,
                     received_s: float) -> None:
-        """Remember UAV ``uav``'s latest position (ENU m) and when it arrived (wall s)."""
+        """Remember UAV ``uav``'s latest position (ENU m) and when it arrived (wall s); a
+        non-finite one is counted (``poses_rejected['non_finite']``) and the last good one
+        stays in use."""
         if all(math.isfinite(v) for v in (east_m, north_m, up_m)):
             with self._lock:
                 self._poses[uav] = ((east_m, north_m, up_m), received_s)
+        else:
+            self.poses_rejected['non_finite'] += 1
 
     def distance_to_m(self, uav: int, now_s: float) -> float | None:
         """3-D distance to UAV ``uav`` from its latest pose, None if none is fresh."""
@@ -259,6 +264,7 @@ class GroundClient:
             'radio_range_m': self.radio_range_m, 'samples': len(self._labels),
             'exchanges': [dataclasses.asdict(r) for r in self.exchanges],
             'refused': dict(self.refused), 'rejected': dict(self.rejected),
+            'poses_rejected': dict(self.poses_rejected),
             'repeats': self.repeats,
             'training_failures': self.training_failures,
         }

@@ -46,6 +46,7 @@ from fl_uav.compression.codec import (
     decode_frame,
     encode_frame,
     encoded_size,
+    float32_tensors,
 )
 from fl_uav.compression.codec_v2 import VERSION_V2, FrameKindV2, LgcPart, decode_v2
 from fl_uav.compression.lgc import decode as lgc_sum
@@ -381,7 +382,7 @@ class GroundStation:
                              expected_shapes=self._update_shapes)
         if frame.kind != FrameKind.UPDATE:
             raise _Rejected('wrong_kind', frame.sender)
-        tensors = {n: np.asarray(t, np.float32) for n, t in frame.tensors.items()}
+        tensors = float32_tensors(frame.tensors)   # NonFiniteValues beyond float32
         delta, delta_c = split_prefixed(tensors, DELTA_C_TENSOR_PREFIX)
         metadata = {**frame.metadata, DELTA_C_KEY: delta_c} if self._scaffold else frame.metadata
         return _ReceivedUpdate(frame.sender, frame.round_index, metadata, delta)

@@ -22,7 +22,12 @@ from fl_uav.planning.display import CLASS_COLOURS_RGB
 
 
 class ImageFormatError(ValueError):
-    """An Image message this pipeline cannot read."""
+    """An Image message this pipeline cannot read; ``reason`` names what is wrong with it
+    ('encoding', 'geometry' or 'size', the drone's count key)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def stamp_to_s(stamp: Time) -> float:
@@ -119,13 +124,15 @@ def rgb_to_image(image: np.ndarray, frame_id: str, stamp_s: float) -> Image:
 def image_to_rgb(msg: Image) -> np.ndarray:
     """sensor_msgs/Image (rgb8 or bgr8) to a uint8 H×W×3 RGB array; raises on anything else."""
     if msg.encoding not in ('rgb8', 'bgr8'):
-        raise ImageFormatError(f'unsupported image encoding {msg.encoding!r} (rgb8, bgr8)')
+        raise ImageFormatError('encoding', f'unsupported image encoding {msg.encoding!r} '
+                                           f'(rgb8, bgr8)')
     if msg.height == 0 or msg.width == 0 or msg.step < msg.width * 3:
-        raise ImageFormatError(f'bad image geometry {msg.width}x{msg.height} step {msg.step}')
+        raise ImageFormatError('geometry', f'bad image geometry {msg.width}x{msg.height} '
+                                           f'step {msg.step}')
     data = np.frombuffer(bytes(msg.data), np.uint8)
     if data.size != msg.step * msg.height:
-        raise ImageFormatError(f'image data has {data.size} bytes, expected '
-                               f'{msg.step * msg.height}')
+        raise ImageFormatError('size', f'image data has {data.size} bytes, expected '
+                                       f'{msg.step * msg.height}')
     rows = data.reshape(msg.height, msg.step)[:, :msg.width * 3]
     image = rows.reshape(msg.height, msg.width, 3)
     return image[:, :, ::-1].copy() if msg.encoding == 'bgr8' else image.copy()

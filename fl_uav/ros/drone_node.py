@@ -39,7 +39,6 @@ an error naming the key.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -57,7 +56,7 @@ from fl_uav.fleet.config import DroneNodeParams, FleetConfig
 from fl_uav.fleet.drone_agent import DroneAgent, UpdateReport
 from fl_uav.fleet.drone_pilot import DronePilot
 from fl_uav.fleet.drone_status import drone_status
-from fl_uav.fleet.express_carrier import ExpressCarrier
+from fl_uav.fleet.express_carrier import CluInbox, ExpressCarrier
 from fl_uav.fleet.messages import EXPRESS_KNOB, FinishCommand, PoseSample, RoundTask
 from fl_uav.fleet.onboard_planner import (
     OnboardPlanner,
@@ -98,9 +97,8 @@ class RosExpressLink:
     """The UAV's radio to ground clients over ROS: one publisher per client, and CLU
     frames heard on this UAV's topic queued on the vehicle loop (the tour awaits them)."""
 
-    def __init__(self, node: Node, num_clients: int, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._queue: asyncio.Queue[bytes] = asyncio.Queue()
+    def __init__(self, node: Node, num_clients: int, inbox: CluInbox) -> None:
+        self._inbox = inbox
         self._pubs = {j: node.create_publisher(
             UInt8MultiArray, names.ground_client_topic(j, names.EXPRESS_MODEL_TOPIC),
             names.EXPRESS_QOS) for j in range(num_clients)}
@@ -108,16 +106,13 @@ class RosExpressLink:
                                  names.EXPRESS_QOS)
 
     def _on_clu(self, msg: UInt8MultiArray) -> None:
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, msg_to_bytes(msg))
+        self._inbox.put_threadsafe(msg_to_bytes(msg))
 
     def send(self, client: int, frame: bytes) -> None:
         self._pubs[client].publish(bytes_to_msg(frame))
 
     async def receive(self, timeout_s: float) -> bytes | None:
-        try:
-            return await asyncio.wait_for(self._queue.get(), timeout_s)
-        except TimeoutError:
-            return None
+        return await self._inbox.get(timeout_s)
 
 
 class DroneNode(Node):
@@ -165,7 +160,8 @@ class DroneNode(Node):
         if self.express:   # FedEx transporter: no camera training (the clients train)
             self.carrier = ExpressCarrier(cfg, self.drone_id, self.agent.shapes,
                                           self.agent.fingerprint, auth=self.agent.auth)
-            self.link = RosExpressLink(self, cfg.ground_clients.num_clients, self.runner.loop)
+            self.link = RosExpressLink(self, cfg.ground_clients.num_clients, CluInbox(
+                self.runner.loop, self.carrier.rejected))
         else:
             self.create_subscription(Image, names.IMAGE_TOPIC, self._on_image,
                                      names.IMAGE_QOS)
@@ -247,7 +243,10 @@ class DroneNode(Node):
         try:
             self.agent.on_camera_frame(image_to_rgb(msg), stamp_to_s(msg.header.stamp))
         except ImageFormatError as exc:
-            self.get_logger().warning(f'camera frame dropped: {exc}', throttle_duration_sec=5.0)
+            self.agent.reject_camera_frame(exc.reason)
+            self.get_logger().warning(
+                f'camera frame dropped: {exc}; dropped so far, by reason: '
+                f'{dict(self.agent.camera_frames_rejected)}', throttle_duration_sec=5.0)
 
     def _on_global(self, msg: UInt8MultiArray) -> None:
         work = self.agent.accept_global_frame(msg_to_bytes(msg))

@@ -33,7 +33,7 @@ import logging
 import math
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -231,6 +231,8 @@ class MavsdkVehicle:
         self._pose_queues: set[asyncio.Queue] = set()
         self._battery_queues: set[asyncio.Queue] = set()
         self._closed = False
+        # Position and home telemetry refused (not a place on Earth), by stream.
+        self.telemetry_rejected: Counter[str] = Counter()
 
     # ----------------------------------------------------------------- connection
 
@@ -418,14 +420,19 @@ class MavsdkVehicle:
         self._t.health_ok = bool(ok)
 
     def _on_home(self, home) -> None:
-        if all(math.isfinite(v) for v in (home.latitude_deg, home.longitude_deg,
-                                          home.absolute_altitude_m)):
-            self._t.home_geodetic = (home.latitude_deg, home.longitude_deg,
-                                     home.absolute_altitude_m)
-            self._t.home_stale = False
+        if not (_on_earth(home.latitude_deg, home.longitude_deg)
+                and math.isfinite(home.absolute_altitude_m)):
+            self._refuse('home', home)
+            return
+        self._t.home_geodetic = (home.latitude_deg, home.longitude_deg,
+                                 home.absolute_altitude_m)
+        self._t.home_stale = False
 
     def _on_position(self, pos) -> None:
-        if not (math.isfinite(pos.latitude_deg) and math.isfinite(pos.longitude_deg)):
+        # A NaN altitude is passed on (a pose without a footprint: its frames go unlabelled);
+        # a latitude or longitude off the globe would be a finite place nobody notices.
+        if not _on_earth(pos.latitude_deg, pos.longitude_deg):
+            self._refuse('position', pos)
             return
         t = self._t
         t.geodetic = (pos.latitude_deg, pos.longitude_deg, pos.absolute_altitude_m,
@@ -435,6 +442,15 @@ class MavsdkVehicle:
         yaw = t.yaw_enu_rad if math.isfinite(t.yaw_enu_rad) else 0.0
         t.pose = PoseEnu(east_m, north_m, up_m, yaw, time.time())
         _fan_out(self._pose_queues, t.pose)
+
+    def _refuse(self, stream: str, sample) -> None:
+        """Count a refused telemetry sample; log the 1st, 10th, 100th, ... of a stream."""
+        self.telemetry_rejected[stream] += 1
+        count = self.telemetry_rejected[stream]
+        if count == 10 ** int(math.log10(count)):
+            _log.warning('%s: %s telemetry refused (lat %s, lon %s, alt %s m: not a place '
+                         'on Earth); %d so far', self.url, stream, sample.latitude_deg,
+                         sample.longitude_deg, sample.absolute_altitude_m, count)
 
     def _on_attitude(self, euler) -> None:
         if math.isfinite(euler.yaw_deg):
@@ -768,6 +784,11 @@ class MavsdkVehicle:
         if not self._closed:
             # A failed connect leaves the vehicle ready for another connect().
             self._t = None
+
+
+def _on_earth(lat_deg: float, lon_deg: float) -> bool:
+    """A latitude in [-90, 90] and a longitude in [-180, 180] degrees (NaN is neither)."""
+    return -90.0 <= lat_deg <= 90.0 and -180.0 <= lon_deg <= 180.0
 
 
 def _fan_out(queues: set[asyncio.Queue], item: object) -> None:

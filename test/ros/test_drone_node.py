@@ -1,8 +1,10 @@
 """drone node over real rclpy/DDS and real MAVLink (the embedded autopilot simulator).
 
-Run once with a dense v1 upload and once with LGC (one codec v2 frame per layer, each with the
-drone's counts in its metadata section). The round carries resource knobs (a planner's H and,
-with LGC, its entries per channel D_n), which the uploads must reflect.
+Malformed input first (a frame that is none, a model beyond float32, an image that is no
+image): counted by reason on /diagnostics, then the round. Run once with a dense v1 upload
+and once with LGC (one codec v2 frame per layer, each with the drone's counts in its metadata
+section). The round carries resource knobs (a planner's H and, with LGC, its entries per
+channel D_n), which the uploads must reflect.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from rcl_interfaces.msg import Log
 from sensor_msgs.msg import Image
@@ -81,9 +84,28 @@ def test_drone_flies_samples_trains_uploads_and_lands(drone):
         camera.publish(rgb_to_image(image, 'uav0/camera_optical', time.time()))
         return len(uploads) >= expected_frames
 
-    # Execute: a malformed frame first (must be ignored), then the round
+    statuses: list = []
+    probe.create_subscription(DiagnosticArray, names.DIAGNOSTICS_TOPIC,
+                              lambda m: statuses.extend(m.status), names.DIAGNOSTICS_QOS)
+    wide = {n: np.full(w.shape, 1e300) for n, w in weights.items()}    # +inf in float32
+    not_an_image = rgb_to_image(np.zeros((8, 8, 3), np.uint8), 'uav0/camera_optical', 0.0)
+    not_an_image.encoding = 'mono8'
+
+    def counted(key: str, value: str) -> bool:
+        return any(dict((kv.key, kv.value) for kv in st.values).get(key) == value
+                   for st in statuses)
+
+    # Execute: malformed input first (must be counted and ignored), then the round
     model_pub.publish(frame_msg(b'not a frame'))
     assert spin_until(executor, lambda: node.agent.rejected_frames == 1, 15.0)
+    model_pub.publish(frame_msg(encode_frame(FrameKind.GLOBAL_MODEL, 1, GROUND_STATION_ID,
+                                             fingerprint, wide, {'deadline_s': 60.0})))
+    camera.publish(not_an_image)
+    assert spin_until(executor, lambda: node.agent.rejected_frames == 2, 15.0)
+    assert spin_until(executor, lambda: counted('global_frames_rejected',
+                                                'bad_magic=1, nonfinite=1')
+                      and counted('camera_frames_rejected', 'encoding=1'), 15.0), [
+        st.values for st in statuses[-1:]]
     model_pub.publish(frame_msg(model_frame))
     uploaded = spin_until(executor, fly_and_film, 120.0)
     # Assert: the update

@@ -84,11 +84,13 @@ def test_round_survives_bad_frames_and_closes_at_deadline(station, tmp_path):
     assert spin_until(executor, lambda: updates.get_subscription_count() > 0, 10.0)
     zero = {n: np.zeros_like(t) for n, t in model.tensors.items()}
     nan = {n: np.full_like(t, np.nan) for n, t in model.tensors.items()}
+    wide = {n: np.full(t.shape, 1e300) for n, t in model.tensors.items()}   # inf in float32
     good = encode_frame(FrameKind.UPDATE, 1, 0, model.fingerprint, zero, {'num_samples': 10})
     bad_frames = [
         b'garbage that is not a frame',
         good[:len(good) // 2],
         encode_frame(FrameKind.UPDATE, 1, 0, model.fingerprint, nan, {'num_samples': 10}),
+        encode_frame(FrameKind.UPDATE, 1, 1, model.fingerprint, wide, {'num_samples': 10}),
         encode_frame(FrameKind.UPDATE, 1, 7, model.fingerprint, zero, {'num_samples': 10}),
         encode_frame(FrameKind.UPDATE, 5, 0, model.fingerprint, zero, {'num_samples': 10}),
     ]
@@ -138,6 +140,10 @@ def test_round_survives_bad_frames_and_closes_at_deadline(station, tmp_path):
     assert spin_until(executor, lambda: statuses, 10.0), 'no station status on /diagnostics'
     assert statuses[-1].name == 'fl_uav: ground_station'
     assert statuses[-1].message.endswith('round 1/1: finished'), statuses[-1].message
+    counted = {kv.key: kv.value for kv in statuses[-1].values}['frames_rejected']
+    assert 'nonfinite=2' in counted and all(
+        f'{reason}=' in counted for reason in ('bad_magic', 'truncated', 'unknown_sender',
+                                               'wrong_round')), counted
 
 
 def test_the_heartbeat_goes_on_while_the_worker_plans(tmp_path):

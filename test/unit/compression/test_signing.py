@@ -3,7 +3,9 @@ rejection by its reason before the inner frame is decoded (the issue time last).
 
 from __future__ import annotations
 
+import random
 import struct
+import tracemalloc
 import zlib
 
 import numpy as np
@@ -258,3 +260,47 @@ def test_a_plain_frame_from_a_sender_that_has_signed_is_refused_even_when_not_re
     assert bytes(plain_before) == _update(sender=1)
     assert err.value.reason == 'unsigned' and 'signed its frames before' in str(err.value)
     assert bytes(auth.open(_update(sender=7), LIMITS)) == _update(sender=7)   # others: as before
+
+
+def test_mutated_envelopes_are_frame_errors_without_big_allocations():
+    # Prepare: seeded cuts, flipped bytes and absurd u8..u64 values (inner_len 2**31, 2**32-1,
+    # the signer, issued_ms) in a signed v1 and a signed v2 frame, most with the CRC fixed
+    rng = random.Random(21)
+    absurd = [0, 1, 255, 2**15, 2**16 - 1, 2**31, 2**32 - 1, 2**63, 2**64 - 1]
+    signed = [sign_frame(_update(), 1, DRONE_KEY, ISSUED_MS),
+              sign_frame(encode_raw(np.arange(6, dtype=np.float32), round_index=3, sender=1,
+                                    fingerprint=FP), 1, DRONE_KEY, ISSUED_MS)]
+    mutated = []
+    for frame in signed:
+        mutated += [frame[:cut] for cut in range(0, len(frame), 7)]
+        for _ in range(300):
+            b = bytearray(frame)
+            if rng.random() < 0.5:
+                b[rng.randrange(len(b) - 4)] = rng.getrandbits(8)
+            else:
+                width = rng.choice([1, 2, 4, 8])
+                pos = rng.randrange(len(b) - 4 - width)
+                b[pos:pos + width] = (rng.choice(absurd) % (1 << 8 * width)).to_bytes(
+                    width, 'little')
+            mutated.append(_recrc(b) if rng.random() < 0.9 else bytes(b))
+    reasons, opened = [], 0
+    tracemalloc.start()
+    # Execute
+    try:
+        for data in mutated:
+            try:
+                inner = open_frame(data, LIMITS, KEYS, True)
+                (decode_v2 if inner[4] == 2 else decode_frame)(inner, LIMITS)
+                opened += 1
+            except FrameError as exc:
+                reasons.append(exc.reason)
+        peak_bytes = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # Assert: every other exception type would have ended the loop; a changed byte never
+    # opens (the signature covers it), a flip that changed nothing does
+    assert len(reasons) + opened == len(mutated)
+    assert set(reasons) <= set(ALL_REASONS_SIGNED) | {'bad_magic', 'version', 'truncated',
+                                                      'length', 'oversized', 'crc', 'header'}
+    assert opened == sum(m in signed for m in mutated)
+    assert peak_bytes < 4 * 2**20

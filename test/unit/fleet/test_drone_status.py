@@ -34,6 +34,7 @@ class _Agent:
     def __init__(self) -> None:
         self.rejected_reasons: Counter[str] = Counter()
         self.knobs_rejected: Counter[str] = Counter()
+        self.camera_frames_rejected: Counter[str] = Counter()
 
     def begin_flight(self, run_epoch: int) -> None:
         pass
@@ -73,6 +74,18 @@ def test_a_connected_drone_between_rounds_is_ok_with_its_numbers():
     assert values['autopilot_link'] == 'up' and values['battery_percent'] == '80'
     assert values['run_id'] == 'a1b2' and values['buffered_samples'] == '42'
     assert values['armed'] == 'false' and values['last_error'] == 'none'
+
+
+def test_rejected_frames_and_camera_messages_are_counted_by_reason():
+    # Arrange: what the drone node counts for bad station frames and bad camera messages
+    pilot = _pilot()
+    pilot.agent.rejected_reasons.update({'crc': 2, 'nonfinite': 1})
+    pilot.agent.camera_frames_rejected.update({'size': 3, 'encoding': 1})
+    # Act
+    values = _values(drone_status(0, pilot, pilot.agent, _gate(1), None, CONFIG))
+    # Assert
+    assert values['global_frames_rejected'] == 'crc=2, nonfinite=1'
+    assert values['camera_frames_rejected'] == 'encoding=1, size=3'
 
 
 def test_no_link_yet_warns_and_a_lost_link_is_an_error():

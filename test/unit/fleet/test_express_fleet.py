@@ -212,6 +212,22 @@ def test_out_of_range_or_unknown_pose_is_refused_and_counted(clients):
     assert [r.reason for r in c.exchanges] == ['no_pose', 'out_of_range', 'no_pose']
 
 
+def test_a_non_finite_uav_pose_is_counted_and_the_last_good_one_kept(clients):
+    # Prepare: UAV 1 hovers over client 0, then its pose topic turns to NaN / inf
+    c = clients()[0]
+    fp, weights = _zero_model(c)
+    east, north, _ = c.position_enu_m
+    c.on_uav_pose(1, east, north, 30.0, 10.0)
+    # Execute
+    for bad in ((math.nan, north, 30.0), (east, math.inf, 30.0), (east, north, -math.inf)):
+        c.on_uav_pose(1, *bad, 10.1)
+    gated = c.gate(encode_delivery(1, 1, 0, fp, weights, 2), 10.2)
+    # Assert: counted (and in the client's log), the range still judged on the good pose
+    assert c.poses_rejected == {'non_finite': 3}
+    assert c.report()['poses_rejected'] == {'non_finite': 3}
+    assert gated is not None and gated[1] == pytest.approx(30.0)
+
+
 def test_bad_frames_are_rejected_by_reason_never_raise(clients):
     cs = clients()
     c = cs[1]

@@ -425,6 +425,38 @@ def test_an_integer_too_large_for_a_float_is_a_malformed_knob_not_a_crash():
     assert decode_v2(report.frame).update.payload.bits == 6
 
 
+@pytest.mark.parametrize(('knob', 'value'), [
+    ('draws', 'x'), ('draws', None), ('draws', []), ('draws', -1), ('draws', 1.5),
+    ('draws', True), ('proximal_mu', 'x'), ('proximal_mu', 'nan'), ('proximal_mu', 'inf'),
+    ('proximal_mu', -1.0), ('proximal_mu', 1e308), ('proximal_mu', None), ('proximal_mu', True),
+])
+def test_a_malformed_strategy_knob_is_rejected_and_the_round_still_trains(knob, value):
+    # Arrange: FedDPQ's draws and FedProx's proximal_mu come with the round like the
+    # resource knobs; a bad one used to end the round in a ValueError, TypeError or NaN loss
+    config = build_config(FleetConfig, BASE)
+    agent = _agent(config)
+    _fill(agent, 10, seed=9)
+    # Act
+    report = agent.train_round(_task(agent, config, {knob: value}))
+    # Assert: counted and reported, trained with the drone's own value, the upload sent
+    assert dict(agent.knobs_rejected) == {f'{knob}/malformed': 1}
+    assert decode_frame(report.frame).metadata[KNOBS_REJECTED_KEY] == {knob: 'malformed'}
+    assert report.num_samples == 10 and np.isfinite(report.train_loss)
+
+
+def test_well_formed_strategy_knobs_are_taken():
+    # Arrange
+    config = build_config(FleetConfig, BASE)
+    agent = _agent(config)
+    _fill(agent, 10, seed=9)
+    # Act: not drawn (no training), then a proximal term
+    skipped = agent.train_round(_task(agent, config, {'draws': 0}))
+    proximal = agent.train_round(_task(agent, config, {'draws': 2, 'proximal_mu': 0.5}, 2))
+    # Assert
+    assert skipped.num_samples == 0 and proximal.num_samples == 10
+    assert not agent.knobs_rejected
+
+
 def test_a_pose_with_a_nan_altitude_leaves_the_position_out_and_the_upload_goes():
     # Arrange: an autopilot altitude can be NaN; the codec refuses NaN in metadata
     config = build_config(FleetConfig, LGC)

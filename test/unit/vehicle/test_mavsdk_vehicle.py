@@ -4,6 +4,7 @@ import asyncio
 import logging
 import math
 import time
+from types import SimpleNamespace
 
 import mavsdk
 import pytest
@@ -402,3 +403,39 @@ def test_connect_waits_for_the_armed_and_in_air_states(armed, in_air, ready):
     t.armed, t.in_air = armed, in_air
     # Act / Assert
     assert MavsdkVehicle._ready(t) is ready
+
+
+def test_odd_position_and_home_telemetry_is_refused_and_counted():
+    # Arrange: a vehicle's telemetry handlers, fed what a broken autopilot could send
+    # (MAVLink's int32 degE7 reaches ±214.7°: finite, so nothing downstream would notice)
+    vehicle = MavsdkVehicle('udpin://127.0.0.1:1', GeoOrigin(47.0, 8.0, 400.0))
+    vehicle._t = _Telemetry()
+    good = SimpleNamespace(latitude_deg=47.0001, longitude_deg=8.0001, absolute_altitude_m=430.0,
+                           relative_altitude_m=30.0)
+    odd_place = [dict(latitude_deg=math.nan), dict(longitude_deg=math.inf),
+                 dict(latitude_deg=95.0), dict(latitude_deg=-214.7), dict(longitude_deg=200.0)]
+    odd_home = [*odd_place, dict(absolute_altitude_m=math.nan)]
+    # Act
+    vehicle._on_position(good)
+    vehicle._on_home(good)
+    kept_pose, kept_home = vehicle._t.pose, vehicle._t.home_geodetic
+    for change in odd_place:
+        vehicle._on_position(SimpleNamespace(**{**vars(good), **change}))
+    for change in odd_home:
+        vehicle._on_home(SimpleNamespace(**{**vars(good), **change}))
+    # Assert: the last good pose and home stay; every refusal is counted
+    assert vehicle._t.pose is kept_pose and vehicle._t.home_geodetic == kept_home
+    assert vehicle.telemetry_rejected == {'position': len(odd_place), 'home': len(odd_home)}
+
+
+def test_a_nan_altitude_still_reaches_the_pose_the_agent_refuses_to_label():
+    # Arrange: an autopilot's NaN altitude is passed on (the frames of that moment are not
+    # labelled, DroneAgent.on_camera_frame), not replaced by an older good pose
+    vehicle = MavsdkVehicle('udpin://127.0.0.1:1', GeoOrigin(47.0, 8.0, 400.0))
+    vehicle._t = _Telemetry()
+    # Act
+    vehicle._on_position(SimpleNamespace(latitude_deg=47.0, longitude_deg=8.0,
+                                         absolute_altitude_m=math.nan,
+                                         relative_altitude_m=math.nan))
+    # Assert
+    assert math.isnan(vehicle._t.pose.up_m) and not vehicle.telemetry_rejected
