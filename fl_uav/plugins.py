@@ -96,7 +96,7 @@ def resolve(key: str, spec: str) -> Any:
                           f'it imports is missing ({exc})') from None
     except Exception as exc:   # the plug-in's own code raised while being imported
         raise ConfigError(f'{key} {spec!r}: importing module {module_name!r} failed: '
-                          f'{type(exc).__name__}: {exc}{_where(exc)}') from exc
+                          f'{type(exc).__name__}: {exc}{raised_at(exc)}') from exc
     value: Any = module
     for part in attribute.split('.'):
         if not hasattr(value, part):
@@ -117,7 +117,7 @@ def _defined_here(module: Any, shown: int = 20) -> list[str]:
                   and getattr(obj, '__module__', None) == module.__name__)[:shown]
 
 
-def _where(exc: BaseException) -> str:
+def raised_at(exc: BaseException) -> str:
     """' (at file:line)' of the innermost frame that raised ``exc``, or ''."""
     frames = traceback.extract_tb(exc.__traceback__)
     return f' (at {frames[-1].filename}:{frames[-1].lineno})' if frames else ''
@@ -213,7 +213,7 @@ def build_plugin(kind: PluginKind, spec: str, values: Mapping[str, Any]) -> Any:
     except Exception as exc:   # its own code: say what and where, without a traceback
         given = ', '.join(f'{k}={v!r}' for k, v in arguments.items())
         raise ConfigError(f'{kind.key} {spec!r}: {_qualified(target)}({given}) failed: '
-                          f'{type(exc).__name__}: {exc}{_where(exc)}') from exc
+                          f'{type(exc).__name__}: {exc}{raised_at(exc)}') from exc
     if not isinstance(built, kind.base):
         raise ConfigError(f'{kind.key} {spec!r}: {_qualified(target)} returned a '
                           f'{_qualified(type(built))}, not a {kind.base_name} '

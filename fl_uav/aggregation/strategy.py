@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from fl_uav.plugins import raised_at
+
 Weights = dict[str, np.ndarray]
 
 
@@ -107,3 +109,51 @@ def weighted_mean_delta(updates: Sequence[ClientUpdate], weights: Sequence[float
             acc += (w / total) * update.delta[name]
         out[name] = acc.astype(np.float32)
     return out
+
+
+class AggregationError(RuntimeError):
+    """A strategy's :meth:`Strategy.aggregate` raised, or returned what the contract does not
+    allow (not an AggregateResult; other names, shapes or dtypes; NaN or Inf). The message
+    names the fault (a tensor, a shape, the exception and the file:line it came from)."""
+
+
+def checked_aggregate(strategy: Strategy, round_index: int, global_weights: Weights,
+                      updates: Sequence[ClientUpdate]) -> AggregateResult:
+    """``strategy.aggregate(...)``, held to the contract: AggregationError if it raises or
+    returns something else than an AggregateResult whose weights have the global weights'
+    names, shapes and dtypes and are finite. The engine stops on it; the station keeps its
+    model and records a warning. Either way the model never takes a broken result."""
+    try:
+        result = strategy.aggregate(round_index, global_weights, updates)
+    except Exception as exc:   # the rule's own code (a plug-in's): say what and where
+        raise AggregationError(f'{type(strategy).__name__}.aggregate raised '
+                               f'{type(exc).__name__}: {exc}{raised_at(exc)}') from exc
+    problem = result_problem(result, global_weights)
+    if problem:
+        raise AggregationError(f'{type(strategy).__name__}.aggregate returned {problem} '
+                               f"(the new weights must have the global weights' names, "
+                               f'shapes and dtypes, and be finite)')
+    return result
+
+
+def result_problem(result: Any, global_weights: Mapping[str, np.ndarray]) -> str:
+    """What is wrong with an aggregate's result for these global weights ('' if nothing)."""
+    if not isinstance(result, AggregateResult):
+        return f'a {type(result).__name__}, not an AggregateResult'
+    weights = result.weights
+    if not isinstance(weights, Mapping):
+        return f'weights of type {type(weights).__name__}, not a dict of arrays'
+    missing = [n for n in global_weights if n not in weights]
+    extra = [n for n in weights if n not in global_weights]
+    if missing or extra:
+        return f'weights missing {missing}, unexpected {extra}'
+    for name, w in global_weights.items():
+        new = weights[name]
+        if not isinstance(new, np.ndarray):
+            return f'tensor {name!r} as a {type(new).__name__}, not a numpy array'
+        if new.shape != w.shape or new.dtype != w.dtype:
+            return (f"tensor {name!r} with shape {new.shape} {new.dtype}, the model's is "
+                    f'{w.shape} {w.dtype}')
+        if not np.all(np.isfinite(new)):
+            return f'tensor {name!r} with {int(np.sum(~np.isfinite(new)))} NaN or Inf entries'
+    return ''

@@ -41,6 +41,7 @@ from fl_uav.aggregation.feddpq import DRAWS_KNOB
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.aggregation.robust import NormClip
 from fl_uav.aggregation.scaffold import Scaffold
+from fl_uav.aggregation.strategy import AggregationError, checked_aggregate
 from fl_uav.compression.codec import encoded_size
 from fl_uav.compression.compressor import Compressor, NoCompression, decode_update_frame
 from fl_uav.compression.errors import FrameError
@@ -80,6 +81,7 @@ from fl_uav.plugins import (
     is_plugin_spec,
     overrides_state_dict,
     plugin_sources,
+    raised_at,
 )
 from fl_uav.sim.experiment_config import ExperimentConfig
 from fl_uav.sim.express import EngineExpress, plan_express
@@ -396,7 +398,13 @@ class ExperimentEngine:
                                         metrics={'steps': steps, LOCAL_LR_KEY: lr,
                                                  'class_counts': counts.tolist(),
                                                  **result.metrics}))
-        aggregated = self.strategy.aggregate(r, self.weights, updates)
+        try:
+            aggregated = checked_aggregate(self.strategy, r, self.weights, updates)
+        except AggregationError as exc:
+            raise ExperimentError(f'round {r}: aggregation.strategy '
+                                  f'{self.config.aggregation.strategy!r}: {exc}; the rounds '
+                                  f'before are in {self.out_dir} (--resume goes on from its '
+                                  f'last checkpoint)') from exc
         self.weights = aggregated.weights
         set_weights(self.model, self.weights)
         accuracy, test_loss = evaluate(self.model, self.data.test_x, self.data.test_y)
@@ -581,10 +589,20 @@ class ExperimentEngine:
             return compressor.frame_size(result.delta), result.delta, None
         # a plug-in gets the tensors in the global model's order, as on a drone
         sent = {n: result.delta[n] for n in self.weights} if plugin else result.delta
-        frame, delta = compressor.compress(
-            sent, np.random.default_rng(_round_seed(self.config.seed, r, 20 + drone)),
-            round_index=r, sender=drone, fingerprint=self.fingerprint, mask=result.mask,
-            metrics=result.metrics)
+        try:
+            frame, delta = compressor.compress(
+                sent, np.random.default_rng(_round_seed(self.config.seed, r, 20 + drone)),
+                round_index=r, sender=drone, fingerprint=self.fingerprint, mask=result.mask,
+                metrics=result.metrics)
+        except Exception as exc:
+            if not plugin:   # a built-in's bug: its traceback
+                raise
+            raise ExperimentError(f'round {r}, drone {drone}: compression.method '
+                                  f'{self.config.compression.method!r}: '
+                                  f'{type(compressor).__name__}.compress raised '
+                                  f'{type(exc).__name__}: {exc}{raised_at(exc)}; the rounds '
+                                  f'before are in {self.out_dir} (--resume goes on from its '
+                                  f'last checkpoint)') from exc
         if plugin:   # aggregate what the station would decode from the frame, checked
             delta = self._plugin_frame_delta(drone, r, frame, delta)
         channel_bytes = None

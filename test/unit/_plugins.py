@@ -166,3 +166,73 @@ class StateNotJson(FedAvg):
 
     def state_dict(self) -> dict:
         return {'last_norm': np.float32(1.5)}
+
+
+class RaisesInRound2(FedAvg):
+    """Its own bug shows in round 2."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        if round_index == 2:
+            raise RuntimeError('my rule broke')
+        return super().aggregate(round_index, global_weights, updates)
+
+
+class ReturnsNaN(FedAvg):
+    """FedAvg, then a NaN in the first tensor (a division by zero of its own)."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        result = super().aggregate(round_index, global_weights, updates)
+        weights = dict(result.weights)
+        first = next(iter(weights))
+        weights[first] = np.full_like(weights[first], np.nan)
+        return AggregateResult(weights, result.empty, result.metrics, result.used)
+
+
+class ReturnsFlattened(FedAvg):
+    """FedAvg, then the first tensor flattened (a reshape forgotten)."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        result = super().aggregate(round_index, global_weights, updates)
+        weights = dict(result.weights)
+        first = next(iter(weights))
+        weights[first] = weights[first].ravel()
+        return AggregateResult(weights, result.empty, result.metrics, result.used)
+
+
+class ReturnsFloat64(FedAvg):
+    """FedAvg in float64 (an ``astype(w.dtype)`` forgotten)."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        result = super().aggregate(round_index, global_weights, updates)
+        return AggregateResult({n: w.astype(np.float64) for n, w in result.weights.items()},
+                               result.empty, result.metrics, result.used)
+
+
+class ReturnsWeightsDict(FedAvg):
+    """Returns the weights dict instead of an AggregateResult."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        return dict(super().aggregate(round_index, global_weights, updates).weights)
+
+
+class AggregateWithoutRound(Strategy):
+    """aggregate(self, updates): not the base's (round_index, global_weights, updates)."""
+
+    def aggregate(self, updates):
+        return None
+
+
+class CompressWithoutKeywords(Compressor):
+    """compress(self, delta, rng): takes none of the keywords the callers pass."""
+
+    def compress(self, delta, rng):
+        return b'', dict(delta)
+
+
+class CompressRaisesInRound2(NoCompression):
+    """Its own bug shows in round 2."""
+
+    def compress(self, delta, rng, **kwargs):
+        if kwargs['round_index'] == 2:
+            raise ValueError('my compressor broke')
+        return super().compress(delta, rng, **kwargs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -191,3 +192,51 @@ def test_a_strategy_state_the_checkpoint_cannot_hold_stops_the_run_naming_the_co
     assert summary['status'] == 'failed'
     assert "aggregation.strategy 'test.unit._plugins:StateNotJson' holds a value that is " \
            'neither JSON nor a numpy array' in summary['error']
+
+
+@pytest.mark.parametrize(('name', 'problem'), [
+    ('ReturnsNaN', r"returned tensor '[\w.]+' with \d+ NaN or Inf entries"),
+    ('ReturnsFlattened', r"returned tensor '[\w.]+' with shape \(\d+,\) float32, the model's "
+                         r'is \(\d+, \d+, \d+, \d+\) float32'),
+    ('ReturnsFloat64', r"returned tensor '[\w.]+' with shape .* float64, the model's is .* "
+                       r'float32'),
+    ('ReturnsWeightsDict', r'returned a dict, not an AggregateResult'),
+])
+def test_a_strategy_plug_in_that_breaks_the_model_stops_the_run_naming_the_fault(
+        tmp_path, name, problem):
+    # Act
+    summary = run_experiment(_config(**{'aggregation.strategy': SPEC + name, 'num_rounds': 1}),
+                             tmp_path, echo=_quiet)
+    # Assert: the engine's error, not the next round's training loss or a traceback
+    assert summary['status'] == 'failed'
+    assert re.search(rf"round 1: aggregation.strategy '{SPEC}{name}': {name}.aggregate "
+                     + problem, summary['error']), summary['error']
+
+
+def test_a_plug_in_that_raises_in_round_2_stops_the_run_naming_where_and_resumes_once_fixed(
+        tmp_path, monkeypatch):
+    # Arrange
+    config = _config(**{'aggregation.strategy': SPEC + 'RaisesInRound2', 'num_rounds': 3})
+    # Act
+    summary = run_experiment(config, tmp_path, echo=_quiet)
+    kept = _losses(tmp_path)
+    monkeypatch.setattr(_plugins.RaisesInRound2, 'aggregate', _plugins.FedAvg.aggregate)
+    resumed = run_experiment(config, tmp_path, echo=_quiet, resume=True)
+    # Assert: round 1 kept; the message names the exception and the plug-in's line
+    assert summary['status'] == 'failed' and len(kept) == 1
+    assert re.search(r"round 2: aggregation.strategy '.*RaisesInRound2': RaisesInRound2."
+                     r'aggregate raised RuntimeError: my rule broke \(at .*_plugins.py:\d+\)',
+                     summary['error']), summary['error']
+    assert resumed['status'] == 'finished' and _losses(tmp_path)[:1] == kept
+    assert len(_losses(tmp_path)) == 3
+
+
+def test_a_compressor_plug_in_that_raises_stops_the_run_naming_drone_and_where(tmp_path):
+    # Act
+    summary = run_experiment(_config(**{'compression.method': SPEC + 'CompressRaisesInRound2'}),
+                             tmp_path, echo=_quiet)
+    # Assert
+    assert summary['status'] == 'failed'
+    assert re.search(r"round 2, drone 0: compression.method '.*CompressRaisesInRound2': "
+                     r'CompressRaisesInRound2.compress raised ValueError: my compressor '
+                     r'broke \(at .*_plugins.py:\d+\)', summary['error']), summary['error']
