@@ -38,6 +38,7 @@ from fl_uav.aggregation.scaffold import (
     split_prefixed,
     with_prefix,
 )
+from fl_uav.aggregation.strategy import AggregateResult, AggregationError, checked_aggregate
 from fl_uav.compression.codec import (
     GROUND_STATION_ID,
     DecodeLimits,
@@ -480,9 +481,17 @@ class GroundStation:
                 del self._out[k]
             self._departing = sorted(landed)
         updates = [r.updates[d] for d in sorted(r.updates)]
-        result = self._strategy.aggregate(r.index, self.weights, updates)
+        failure = ''
+        try:
+            result = checked_aggregate(self._strategy, r.index, self.weights, updates)
+        except AggregationError as exc:   # the round closes anyway, on the model it had
+            failure = (f'round {r.index}: aggregation.strategy '
+                       f'{self.config.aggregation.strategy!r}: {exc}; the model is kept and '
+                       f'no update applied')
+            result = AggregateResult(dict(self.weights), empty=True,
+                                     metrics={'participants': 0})
         change = 0.0
-        applied = all(np.all(np.isfinite(w)) for w in result.weights.values())
+        applied = not failure
         if applied:
             change = math.sqrt(sum(float(np.sum((result.weights[n] - w) ** 2))
                                    for n, w in self.weights.items()))
@@ -514,7 +523,8 @@ class GroundStation:
             resource_knobs=r.resource_knobs,
             knobs_rejected={u.sender: dict(u.metrics[KNOBS_REJECTED_KEY]) for u in updates
                             if KNOBS_REJECTED_KEY in u.metrics},
-            warnings=self.divergence.observe(r.index, accuracy, loss),
+            warnings=[*([failure] if failure else []),
+                      *self.divergence.observe(r.index, accuracy, loss)],
             flight_errors={u.sender: short_flight_error(u.metrics[FLIGHT_ERROR_KEY])
                            for u in updates if u.metrics.get(FLIGHT_ERROR_KEY)})
         # Closed before anything else can fail: a retry would apply the aggregate twice.

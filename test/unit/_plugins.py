@@ -236,3 +236,10 @@ class CompressRaisesInRound2(NoCompression):
         if kwargs['round_index'] == 2:
             raise ValueError('my compressor broke')
         return super().compress(delta, rng, **kwargs)
+
+
+class AlwaysRaises(Strategy):
+    """Its own bug shows in every round."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        raise ZeroDivisionError('division by zero in my rule')

@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import pytest
 
 from fl_uav.compression.compressor import decode_update_frame
 from fl_uav.fleet.drone_agent import DroneAgent
@@ -66,3 +69,28 @@ def test_the_station_builds_a_strategy_plug_in_with_the_fleets_arguments():
     assert set(arguments) == {'server_lr', 'num_clients', 'proximal_mu', 'score_interval',
                               'score_shrink_steps', 'trimmed_beta', 'num_selected', 'local_lr',
                               'seed'}
+
+
+@pytest.mark.parametrize(('name', 'fault'), [
+    ('AlwaysRaises', r'AlwaysRaises.aggregate raised ZeroDivisionError: division by zero in '
+                     r'my rule \(at .*_plugins.py:\d+\)'),
+    ('ReturnsNaN', r"ReturnsNaN.aggregate returned tensor '[\w.]+' with \d+ NaN or Inf"),
+    ('ReturnsFlattened', r"ReturnsFlattened.aggregate returned tensor '[\w.]+' with shape"),
+])
+def test_a_failing_strategy_plug_in_closes_the_round_on_the_kept_model_with_a_warning(
+        name, fault):
+    # Arrange: one drone's update arrived
+    agent, station = _pair({'aggregation.strategy': SPEC + name})
+    before = {n: w.copy() for n, w in station.weights.items()}
+    opening = station.open_round(0.0)
+    station.receive_update(agent.train_round(agent.accept_global_frame(opening.frame)).frame)
+    # Act
+    record = station.close_round(1.0)
+    # Assert: closed (the next round can open), nothing applied, the fault in its warnings
+    assert station.open_round(2.0).round_index == 2
+    assert record.participants == [] and record.empty and record.model_change_l2 == 0.0
+    for n, w in before.items():
+        np.testing.assert_array_equal(station.weights[n], w)
+    assert re.search(rf"round 1: aggregation.strategy '{SPEC}{name}': {fault}",
+                     record.warnings[0]), record.warnings
+    assert record.warnings[0].endswith('the model is kept and no update applied')
