@@ -243,3 +243,10 @@ class AlwaysRaises(Strategy):
 
     def aggregate(self, round_index, global_weights, updates):
         raise ZeroDivisionError('division by zero in my rule')
+
+
+class CompressAlwaysRaises(NoCompression):
+    """Its own bug shows in every round."""
+
+    def compress(self, delta, rng, **kwargs):
+        raise IndexError('my compressor broke')

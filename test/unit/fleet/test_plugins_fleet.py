@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from fl_uav.compression.compressor import decode_update_frame
-from fl_uav.fleet.drone_agent import DroneAgent
+from fl_uav.fleet.drone_agent import DroneAgent, UploadEncodingError
 from fl_uav.fleet.ground_station import GroundStation
 from test.unit import _plugins
 from test.unit._plugins import SPEC
@@ -94,3 +94,19 @@ def test_a_failing_strategy_plug_in_closes_the_round_on_the_kept_model_with_a_wa
     assert re.search(rf"round 1: aggregation.strategy '{SPEC}{name}': {fault}",
                      record.warnings[0]), record.warnings
     assert record.warnings[0].endswith('the model is kept and no update applied')
+
+
+def test_a_compressor_plug_in_that_raises_on_a_drone_names_itself_and_undoes_the_training():
+    # Arrange
+    agent, station = _pair({'compression.method': SPEC + 'CompressAlwaysRaises'})
+    task = agent.accept_global_frame(station.open_round(0.0).frame)
+    lost = []
+    agent._client.upload_lost = lambda: lost.append(True)
+    # Act
+    with pytest.raises(UploadEncodingError) as caught:
+        agent.train_round(task)
+    # Assert: what broke and where; the client's state does not count the unsent update
+    assert re.fullmatch(rf"round 1, drone 0: compression.method '{SPEC}CompressAlwaysRaises': "
+                        r'CompressAlwaysRaises.compress raised IndexError: my compressor broke '
+                        r'\(at .*_plugins.py:\d+\); nothing sent this round', str(caught.value))
+    assert agent.rounds_trained == 1 and lost == [True]
