@@ -55,7 +55,8 @@ class PluginKind:
     Protocol) the built object must be an instance of; base_name: how messages call it.
     arguments: the keyword arguments the key provides to the constructor or factory.
     requires: methods a class must implement (a Protocol's, checked on classes that do not
-    subclass it).
+    subclass it). calls: the base's methods the engine and the nodes call; a class that
+    overrides one must accept the call the base's signature describes.
     """
 
     key: str
@@ -63,6 +64,7 @@ class PluginKind:
     base_name: str
     arguments: tuple[str, ...]
     requires: tuple[str, ...] = ()
+    calls: tuple[str, ...] = ()
 
 
 def is_plugin_spec(value: Any) -> bool:
@@ -147,11 +149,46 @@ def check_plugin(kind: PluginKind, spec: str) -> Callable[..., Any]:
             missing = ', '.join(sorted(target.__abstractmethods__))
             raise ConfigError(f'{kind.key} {spec!r}: {_qualified(target)} does not implement '
                               f'{missing} (abstract in {kind.base_name})')
+        for method in kind.calls:
+            problem = _call_problem(target, kind.base, method)
+            if problem:
+                raise ConfigError(f'{kind.key} {spec!r}: {_qualified(target)}.{problem}')
     elif not callable(target):
         raise ConfigError(f'{kind.key} {spec!r}: {_qualified(target)} is a '
                           f'{type(target).__name__}, neither a class nor a factory function')
     plugin_arguments(kind, spec, target)
     return target
+
+
+def _call_problem(cls: type, base: type, method: str) -> str:
+    """'' if ``cls.method`` accepts the call ``base.method``'s signature describes (its
+    positional parameters by position, its keyword-only ones by name, the optional ones too:
+    the callers pass them), else what is wrong, starting with the method's name."""
+    mine, theirs = getattr(cls, method, None), getattr(base, method, None)
+    if mine is None or theirs is None or mine is theirs or not callable(mine):
+        return ''
+    if isinstance(inspect.getattr_static(cls, method), staticmethod | classmethod):
+        return ''   # no self to stand in for: not judged
+    try:
+        wanted, given = inspect.signature(theirs), inspect.signature(mine)
+    except (TypeError, ValueError):   # a builtin or a C callable: not ours to judge
+        return ''
+    positional = [p.name for p in wanted.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    keywords = [p.name for p in wanted.parameters.values() if p.kind is p.KEYWORD_ONLY]
+    try:
+        given.bind(*positional, **dict.fromkeys(keywords))
+    except TypeError as exc:
+        return (f'{method}{_plain(given)} cannot take the call {base.__name__}.{method}'
+                f'{_plain(wanted)} describes ({exc})')
+    return ''
+
+
+def _plain(signature: inspect.Signature) -> inspect.Signature:
+    """``signature`` without annotations: the names and defaults a message needs."""
+    return signature.replace(
+        parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+        return_annotation=inspect.Signature.empty)
 
 
 def _class_fits(cls: type, kind: PluginKind) -> bool:
@@ -218,6 +255,12 @@ def build_plugin(kind: PluginKind, spec: str, values: Mapping[str, Any]) -> Any:
         raise ConfigError(f'{kind.key} {spec!r}: {_qualified(target)} returned a '
                           f'{_qualified(type(built))}, not a {kind.base_name} '
                           f'({_what_it_needs(kind)})')
+    if not inspect.isclass(target):   # a factory's product: its methods checked now
+        for method in kind.calls:
+            problem = _call_problem(type(built), kind.base, method)
+            if problem:
+                raise ConfigError(f'{kind.key} {spec!r}: {_qualified(target)} returned a '
+                                  f'{_qualified(type(built))} whose {problem}')
     return built
 
 

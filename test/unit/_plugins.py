@@ -250,3 +250,13 @@ class CompressAlwaysRaises(NoCompression):
 
     def compress(self, delta, rng, **kwargs):
         raise IndexError('my compressor broke')
+
+
+def fedavg_with_old_aggregate(server_lr: float) -> Strategy:
+    """A factory whose product's aggregate lacks the round index."""
+
+    class OldFedAvg(FedAvg):
+        def aggregate(self, global_weights, updates):
+            return super().aggregate(0, global_weights, updates)
+
+    return OldFedAvg(server_lr)
