@@ -26,15 +26,17 @@ it is built. Everything here is plain Python (no ROS).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
 import hashlib
 import importlib
 import inspect
 import pickle
+import random
 import sys
 import traceback
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -353,3 +355,20 @@ def _same_value(a: Any, b: Any) -> bool:
         return bool(a == b)
     except Exception:   # an object whose == is not a truth value
         return False
+
+
+@contextlib.contextmanager
+def seeded_global_random(seed: int) -> Iterator[None]:
+    """numpy's legacy global generator (``np.random.normal``, ...) and Python's ``random``
+    seeded with ``seed`` inside the block, their earlier states put back after it: a plug-in
+    that draws from them instead of the ``rng`` or ``seed`` it is given is still
+    reproducible where the caller seeds per round (the experiment engine). torch's generator
+    is not touched."""
+    numpy_state, python_state = np.random.get_state(), random.getstate()
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)

@@ -82,6 +82,7 @@ from fl_uav.plugins import (
     overrides_state_dict,
     plugin_sources,
     raised_at,
+    seeded_global_random,
 )
 from fl_uav.sim.experiment_config import ExperimentConfig
 from fl_uav.sim.express import EngineExpress, plan_express
@@ -101,6 +102,7 @@ GIT_TIMEOUT_S = 5.0
 """Longest wait for git when a summary records the source commit."""
 EXPRESS_FILE = 'express.json'
 PER_SEED_TAG = 4               # the packet-error draws' stream of (seed, round, tag)
+GLOBAL_RANDOM_TAG = 5          # np.random's and random's global seed in a round (plug-ins)
 ROUND_COLUMNS = ('round', 'accuracy', 'loss', 'participants', 'late', 'lost', 'uplink_bytes',
                  'downlink_bytes', 'sim_round_s', 'sim_time_s', 'energy_mean_j',
                  'energy_max_j', 'energy_total_j', 'train_loss_mean', 'wall_s')
@@ -309,7 +311,17 @@ class ExperimentEngine:
 
     # --- one round -----------------------------------------------------------------------
     def run_round(self) -> dict[str, Any]:
-        """Train, time, aggregate and evaluate one round; returns its rounds.csv row."""
+        """Train, time, aggregate and evaluate one round; returns its rounds.csv row.
+
+        numpy's and Python's global random generators are seeded from (seed, round) for the
+        round and put back after it: a plug-in that draws from them (``np.random.normal``)
+        instead of its ``rng`` or ``seed`` still gives the same run for the same seed, and a
+        resumed run the uninterrupted one's rounds."""
+        with seeded_global_random(_round_seed(self.config.seed, self.round_index + 1,
+                                              GLOBAL_RANDOM_TAG)):
+            return self._run_round()
+
+    def _run_round(self) -> dict[str, Any]:
         wall_start = time.perf_counter()
         r = self.round_index + 1
         if self.express is not None:

@@ -260,3 +260,13 @@ def fedavg_with_old_aggregate(server_lr: float) -> Strategy:
             return super().aggregate(0, global_weights, updates)
 
     return OldFedAvg(server_lr)
+
+
+class NoisyFedAvg(FedAvg):
+    """FedAvg plus noise drawn from numpy's global generator, not from its ``seed``."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        result = super().aggregate(round_index, global_weights, updates)
+        noisy = {n: (w + np.random.normal(0, 1e-2, w.shape)).astype(w.dtype)
+                 for n, w in result.weights.items()}
+        return AggregateResult(noisy, result.empty, result.metrics, result.used)

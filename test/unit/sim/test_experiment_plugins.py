@@ -240,3 +240,20 @@ def test_a_compressor_plug_in_that_raises_stops_the_run_naming_drone_and_where(t
     assert re.search(r"round 2, drone 0: compression.method '.*CompressRaisesInRound2': "
                      r'CompressRaisesInRound2.compress raised ValueError: my compressor '
                      r'broke \(at .*_plugins.py:\d+\)', summary['error']), summary['error']
+
+
+def test_a_plug_in_drawing_from_numpys_global_generator_gives_the_same_run_for_the_seed(
+        tmp_path):
+    # Arrange
+    config = _config(**{'aggregation.strategy': SPEC + 'NoisyFedAvg'})
+    np.random.seed(1)
+    expected_next = np.random.random()
+    np.random.seed(1)
+    # Act: the caller's draws from the global generator between two runs
+    run_experiment(config, tmp_path / 'a', echo=_quiet)
+    between = np.random.random()
+    run_experiment(config, tmp_path / 'b', echo=_quiet)
+    # Assert: equal runs; the caller's global generator as if the runs had not drawn
+    assert _losses(tmp_path / 'a') == _losses(tmp_path / 'b')
+    assert between == expected_next
+
