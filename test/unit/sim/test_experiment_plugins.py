@@ -257,3 +257,19 @@ def test_a_plug_in_drawing_from_numpys_global_generator_gives_the_same_run_for_t
     assert _losses(tmp_path / 'a') == _losses(tmp_path / 'b')
     assert between == expected_next
 
+
+def test_the_top_k_example_sends_a_tenth_of_the_entries_and_keeps_the_rest_owed(tmp_path):
+    # Arrange: examples/topk_ef.py, one drone
+    engine = ExperimentEngine(_config(**{'compression.method': 'topk_ef:TopKErrorFeedback',
+                                         'num_drones': 1}), tmp_path)
+    before = dict(engine.weights)
+    dense = sum(w.size for w in before.values())
+    # Act
+    row = engine.run_round()
+    # Assert: k = ⌈d/10⌉ values and a d-bit mask, well under the dense 4 d bytes; e = u − sent
+    compressor = engine._compressors[0]
+    moved = sum(int(np.count_nonzero(engine.weights[n] != before[n])) for n in before)
+    assert row['participants'] == 1 and 0 < moved <= int(np.ceil(dense / 10))
+    assert row['uplink_bytes'] < 4 * dense / 10 + dense / 8 + 1024
+    assert dense // 2 < np.count_nonzero(compressor.residual) <= dense - np.ceil(dense / 10)
+    assert set(compressor.state_dict()) == {'residual'}
