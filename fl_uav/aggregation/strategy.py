@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -122,18 +122,33 @@ def checked_aggregate(strategy: Strategy, round_index: int, global_weights: Weig
     """``strategy.aggregate(...)``, held to the contract: AggregationError if it raises or
     returns something else than an AggregateResult whose weights have the global weights'
     names, shapes and dtypes and are finite. The engine stops on it; the station keeps its
-    model and records a warning. Either way the model never takes a broken result."""
+    model and records a warning. Either way the model never takes a broken result.
+
+    The strategy gets read-only views of the global weights, so one that changes them in
+    place (``w += step``: the model the station keeps if the result is refused) raises
+    instead; a view it hands back unchanged comes back as the caller's array."""
+    frozen = {name: _read_only(w) for name, w in global_weights.items()}
     try:
-        result = strategy.aggregate(round_index, global_weights, updates)
+        result = strategy.aggregate(round_index, frozen, updates)
     except Exception as exc:   # the rule's own code (a plug-in's): say what and where
+        hint = (' (aggregate must not change the global weights it is given: build new '
+                'arrays)' if isinstance(exc, ValueError) and 'read-only' in str(exc) else '')
         raise AggregationError(f'{type(strategy).__name__}.aggregate raised '
-                               f'{type(exc).__name__}: {exc}{raised_at(exc)}') from exc
+                               f'{type(exc).__name__}: {exc}{raised_at(exc)}{hint}') from exc
     problem = result_problem(result, global_weights)
     if problem:
         raise AggregationError(f'{type(strategy).__name__}.aggregate returned {problem} '
                                f"(the new weights must have the global weights' names, "
                                f'shapes and dtypes, and be finite)')
-    return result
+    weights = {name: global_weights[name] if w is frozen[name] else w
+               for name, w in result.weights.items()}
+    return replace(result, weights=weights)
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 def result_problem(result: Any, global_weights: Mapping[str, np.ndarray]) -> str:

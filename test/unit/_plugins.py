@@ -270,3 +270,13 @@ class NoisyFedAvg(FedAvg):
         noisy = {n: (w + np.random.normal(0, 1e-2, w.shape)).astype(w.dtype)
                  for n, w in result.weights.items()}
         return AggregateResult(noisy, result.empty, result.metrics, result.used)
+
+
+class StepsInPlace(FedAvg):
+    """Adds the mean step to the global weights it is given, in place (``w += step``)."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        result = super().aggregate(round_index, global_weights, updates)
+        for name, w in global_weights.items():
+            w += result.weights[name] - w
+        return AggregateResult(dict(global_weights), False, result.metrics, result.used)
