@@ -121,10 +121,22 @@ def _defined_here(module: Any, shown: int = 20) -> list[str]:
                   and getattr(obj, '__module__', None) == module.__name__)[:shown]
 
 
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
 def raised_at(exc: BaseException) -> str:
-    """' (at file:line)' of the innermost frame that raised ``exc``, or ''."""
+    """' (at file:line)' of the innermost frame that raised ``exc``, or ''; when that frame is
+    fl_uav's (a helper the plug-in called, e.g. weighted_mean_delta), ', called from
+    file:line' adds the innermost frame outside the package: the plug-in's line."""
     frames = traceback.extract_tb(exc.__traceback__)
-    return f' (at {frames[-1].filename}:{frames[-1].lineno})' if frames else ''
+    if not frames:
+        return ''
+    inner = frames[-1]
+    outside = [f for f in frames
+               if not Path(f.filename).resolve().is_relative_to(_PACKAGE_DIR)]
+    caller = (f', called from {outside[-1].filename}:{outside[-1].lineno}'
+              if outside and outside[-1] is not inner else '')
+    return f' (at {inner.filename}:{inner.lineno}{caller})'
 
 
 def _search_path(shown_entries: int = 6) -> str:

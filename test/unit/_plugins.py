@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fl_uav.aggregation.fedavg import FedAvg
-from fl_uav.aggregation.strategy import AggregateResult, Strategy
+from fl_uav.aggregation.strategy import AggregateResult, Strategy, weighted_mean_delta
 from fl_uav.compression.codec import FrameKind, encode_frame
 from fl_uav.compression.compressor import Compressor, NoCompression
 
@@ -280,3 +280,10 @@ class StepsInPlace(FedAvg):
         for name, w in global_weights.items():
             w += result.weights[name] - w
         return AggregateResult(dict(global_weights), False, result.metrics, result.used)
+
+
+class MeanOfNothing(Strategy):
+    """Averages whatever arrived, also nothing: fl_uav's weighted_mean_delta raises for it."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        return weighted_mean_delta(updates, [u.num_samples for u in updates])

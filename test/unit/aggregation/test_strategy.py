@@ -4,6 +4,7 @@ it leaves the global weights it is given alone."""
 from __future__ import annotations
 
 import copy
+import re
 
 import numpy as np
 import pytest
@@ -72,3 +73,13 @@ def test_weights_handed_back_unchanged_are_the_callers_own_arrays():
     # Assert
     assert result.empty
     assert all(result.weights[n] is weights[n] for n in weights)
+
+
+def test_a_fault_raised_in_an_fl_uav_helper_names_the_plug_ins_line_that_called_it():
+    # Act: nothing arrived; the plug-in averages anyway
+    with pytest.raises(AggregationError) as caught:
+        checked_aggregate(_plugins.MeanOfNothing(), 1, _weights(), [])
+    # Assert: the helper's line, and the plug-in's
+    assert re.search(r'raised ValueError: aggregation weights must sum to a positive number '
+                     r'\(at .*fl_uav/aggregation/strategy.py:\d+, called from '
+                     r'.*test/unit/_plugins.py:\d+\)$', str(caught.value)), str(caught.value)
