@@ -44,7 +44,7 @@ from fl_uav.aggregation.scaffold import Scaffold
 from fl_uav.aggregation.strategy import AggregationError, checked_aggregate
 from fl_uav.compression.codec import encoded_size
 from fl_uav.compression.compressor import Compressor, NoCompression, decode_update_frame
-from fl_uav.compression.errors import FrameError
+from fl_uav.compression.errors import FrameError, NonFiniteValues
 from fl_uav.compression.paper_compressors import PlannedCompressors
 from fl_uav.configschema import to_flat
 from fl_uav.learning import partition
@@ -633,6 +633,9 @@ class ExperimentEngine:
         where = f'round {r}, drone {drone}: compression.method {spec!r}'
         try:
             decoded = decode_update_frame(frame, self.weights, self.fingerprint)
+        except NonFiniteValues as exc:   # a frame, but of a NaN or Inf delta
+            raise ExperimentError(f'{where} returned a frame the station refuses ({exc.reason}:'
+                                  f' {exc}); the delta it encodes must be finite') from None
         except FrameError as exc:
             raise ExperimentError(f'{where} returned bytes the station cannot decode '
                                   f'({exc.reason}: {exc}); a compressor returns one codec v1 '

@@ -287,3 +287,11 @@ class MeanOfNothing(Strategy):
 
     def aggregate(self, round_index, global_weights, updates):
         return weighted_mean_delta(updates, [u.num_samples for u in updates])
+
+
+class SendsNaN(NoCompression):
+    """A delta of NaN (a division by a zero norm), in a well-formed frame."""
+
+    def compress(self, delta, rng, **kwargs):
+        return super().compress({n: np.full_like(v, np.nan) for n, v in delta.items()}, rng,
+                                **kwargs)
