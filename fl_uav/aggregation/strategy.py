@@ -145,6 +145,23 @@ def checked_aggregate(strategy: Strategy, round_index: int, global_weights: Weig
     return replace(result, weights=weights)
 
 
+def checked_configure_round(strategy: Strategy, round_index: int,
+                            drone_ids: Sequence[int]) -> dict[int, dict]:
+    """``strategy.configure_round(...)``, held to the contract: AggregationError if it raises
+    or returns something else than drone id -> dict of knobs (the engine stops on it; the
+    station sends the round without the strategy's knobs and records a warning)."""
+    try:
+        knobs = strategy.configure_round(round_index, drone_ids)
+    except Exception as exc:   # the rule's own code (a plug-in's): say what and where
+        raise AggregationError(f'{type(strategy).__name__}.configure_round raised '
+                               f'{type(exc).__name__}: {exc}{raised_at(exc)}') from exc
+    if not isinstance(knobs, Mapping) or not all(isinstance(v, Mapping)
+                                                 for v in knobs.values()):
+        raise AggregationError(f'{type(strategy).__name__}.configure_round returned '
+                               f'{knobs!r:.80}, not drone id -> dict of knobs')
+    return {drone: dict(k) for drone, k in knobs.items()}
+
+
 def _read_only(array: np.ndarray) -> np.ndarray:
     view = array.view()
     view.flags.writeable = False

@@ -38,7 +38,12 @@ from fl_uav.aggregation.scaffold import (
     split_prefixed,
     with_prefix,
 )
-from fl_uav.aggregation.strategy import AggregateResult, AggregationError, checked_aggregate
+from fl_uav.aggregation.strategy import (
+    AggregateResult,
+    AggregationError,
+    checked_aggregate,
+    checked_configure_round,
+)
 from fl_uav.compression.codec import (
     GROUND_STATION_ID,
     DecodeLimits,
@@ -227,6 +232,7 @@ class GroundStation:
         num_clients = (config.ground_clients.num_clients if self.express is not None
                        else config.num_drones)
         self._strategy = config.aggregation.build(num_clients, seed=config.world.seed)
+        self._round_warnings: list[str] = []   # what went wrong opening the open round
         # FedEx-Async (eqs. (14)-(15)): a round is one server update; it closes as soon as
         # a UAV lands, and only the UAVs that landed depart again, with the new model.
         self._async = self.express is not None and config.express.mode == 'async'
@@ -301,7 +307,14 @@ class GroundStation:
         if index == 1:
             duration += self.config.rounds.first_round_extra_s
         plans = self._plans(index)
-        knobs = self._strategy.configure_round(index, self.drone_ids)
+        self._round_warnings = []
+        try:
+            knobs = checked_configure_round(self._strategy, index, self.drone_ids)
+        except AggregationError as exc:   # the round goes out, without the strategy's knobs
+            knobs = {d: {} for d in self.drone_ids}
+            self._round_warnings.append(
+                f'round {index}: aggregation.strategy {self.config.aggregation.strategy!r}: '
+                f"{exc}; the round went out without the strategy's knobs")
         planned = self.resources.knobs(index, self.drone_ids)    # {} until planned
         knobs = merge_knobs(knobs, planned)
         if self.express is not None:   # Sync: every UAV departs with x_r (Sec. IV-D);
@@ -523,7 +536,7 @@ class GroundStation:
             resource_knobs=r.resource_knobs,
             knobs_rejected={u.sender: dict(u.metrics[KNOBS_REJECTED_KEY]) for u in updates
                             if KNOBS_REJECTED_KEY in u.metrics},
-            warnings=[*([failure] if failure else []),
+            warnings=[*self._round_warnings, *([failure] if failure else []),
                       *self.divergence.observe(r.index, accuracy, loss)],
             flight_errors={u.sender: short_flight_error(u.metrics[FLIGHT_ERROR_KEY])
                            for u in updates if u.metrics.get(FLIGHT_ERROR_KEY)})

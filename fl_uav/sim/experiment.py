@@ -41,7 +41,11 @@ from fl_uav.aggregation.feddpq import DRAWS_KNOB
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.aggregation.robust import NormClip
 from fl_uav.aggregation.scaffold import Scaffold
-from fl_uav.aggregation.strategy import AggregationError, checked_aggregate
+from fl_uav.aggregation.strategy import (
+    AggregationError,
+    checked_aggregate,
+    checked_configure_round,
+)
 from fl_uav.compression.codec import encoded_size
 from fl_uav.compression.compressor import Compressor, NoCompression, decode_update_frame
 from fl_uav.compression.errors import FrameError, NonFiniteValues
@@ -330,7 +334,13 @@ class ExperimentEngine:
         active = [k for k, idx in enumerate(indices)
                   if len(idx) >= self.config.learning.min_samples_to_train]
         lr = self.config.learning.lr * self.config.learning.lr_decay ** (r - 1)
-        knobs = self.strategy.configure_round(r, active)
+        try:
+            knobs = checked_configure_round(self.strategy, r, active)
+        except AggregationError as exc:
+            raise ExperimentError(f'round {r}: aggregation.strategy '
+                                  f'{self.config.aggregation.strategy!r}: {exc}; the rounds '
+                                  f'before are in {self.out_dir} (--resume goes on from its '
+                                  f'last checkpoint)') from exc
         mu = max((float(k.get(PROXIMAL_MU_KNOB, 0.0)) for k in knobs.values()), default=0.0)
         # Strategies that select drones (FedDPQ's draws) leave the others idle this round.
         active = [k for k in active if knobs.get(k, {}).get(DRAWS_KNOB, 1) > 0]

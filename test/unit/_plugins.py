@@ -295,3 +295,10 @@ class SendsNaN(NoCompression):
     def compress(self, delta, rng, **kwargs):
         return super().compress({n: np.full_like(v, np.nan) for n, v in delta.items()}, rng,
                                 **kwargs)
+
+
+class ConfigureRaises(FedAvg):
+    """FedAvg whose per-drone knobs break (a key it forgot to set)."""
+
+    def configure_round(self, round_index, drone_ids):
+        raise KeyError('mu')

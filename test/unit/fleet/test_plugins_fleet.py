@@ -110,3 +110,18 @@ def test_a_compressor_plug_in_that_raises_on_a_drone_names_itself_and_undoes_the
                         r'CompressAlwaysRaises.compress raised IndexError: my compressor broke '
                         r'\(at .*_plugins.py:\d+\); nothing sent this round', str(caught.value))
     assert agent.rounds_trained == 1 and lost == [True]
+
+
+def test_a_strategy_plug_in_whose_configure_round_raises_still_opens_and_closes_the_round():
+    # Arrange
+    agent, station = _pair({'aggregation.strategy': SPEC + 'ConfigureRaises'})
+    # Act
+    opening = station.open_round(0.0)
+    station.receive_update(agent.train_round(agent.accept_global_frame(opening.frame)).frame)
+    record = station.close_round(1.0)
+    # Assert: the round went out without knobs, was aggregated, and says why
+    assert opening.round_index == 1 and record.participants == [0]
+    assert re.fullmatch(rf"round 1: aggregation.strategy '{SPEC}ConfigureRaises': "
+                        r"ConfigureRaises.configure_round raised KeyError: 'mu' \(at .*"
+                        r"_plugins.py:\d+\); the round went out without the strategy's knobs",
+                        record.warnings[0]), record.warnings

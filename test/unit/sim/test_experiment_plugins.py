@@ -274,3 +274,14 @@ def test_the_top_k_example_sends_a_tenth_of_the_entries_and_keeps_the_rest_owed(
     assert row['uplink_bytes'] < 4 * dense / 10 + dense / 8 + 1024
     assert dense // 2 < np.count_nonzero(compressor.residual) <= dense - np.ceil(dense / 10)
     assert set(compressor.state_dict()) == {'residual'}
+
+
+def test_a_strategy_plug_in_whose_configure_round_raises_stops_the_run_naming_it(tmp_path):
+    # Act
+    summary = run_experiment(_config(**{'aggregation.strategy': SPEC + 'ConfigureRaises'}),
+                             tmp_path, echo=_quiet)
+    # Assert
+    assert summary['status'] == 'failed'
+    assert re.search(r"round 1: aggregation.strategy '.*ConfigureRaises': ConfigureRaises."
+                     r"configure_round raised KeyError: 'mu' \(at .*_plugins.py:\d+\)",
+                     summary['error']), summary['error']
