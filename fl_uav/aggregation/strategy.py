@@ -59,7 +59,10 @@ class Strategy(ABC):
       the station's checks (possibly none). It returns the new weights (same names, shapes and
       dtype), ``empty=True`` when nothing was applied (then the weights are unchanged),
       ``used`` = the senders it applied, and ``metrics`` (JSON values; ``participants`` counts
-      ``used``). It must not change the arrays it is given.
+      ``used``). It must not change the arrays it is given (the engine and the station pass
+      read-only views). The engine and the station call it through :func:`checked_aggregate`:
+      a result that breaks this, or an exception, stops the engine and makes the station keep
+      its model for the round, naming the fault.
     * :meth:`configure_round` may send per-drone knobs with the round's model.
     * State kept between rounds (momentum, control variates, scores) must come out of
       :meth:`state_dict` and go back in with :meth:`load_state_dict`, or a resumed run
