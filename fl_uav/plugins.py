@@ -26,15 +26,17 @@ it is built. Everything here is plain Python (no ROS).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import difflib
 import hashlib
 import importlib
 import inspect
 import pickle
+import random
 import sys
 import traceback
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +57,8 @@ class PluginKind:
     Protocol) the built object must be an instance of; base_name: how messages call it.
     arguments: the keyword arguments the key provides to the constructor or factory.
     requires: methods a class must implement (a Protocol's, checked on classes that do not
-    subclass it).
+    subclass it). calls: the base's methods the engine and the nodes call; a class that
+    overrides one must accept the call the base's signature describes.
     """
 
     key: str
@@ -63,6 +66,7 @@ class PluginKind:
     base_name: str
     arguments: tuple[str, ...]
     requires: tuple[str, ...] = ()
+    calls: tuple[str, ...] = ()
 
 
 def is_plugin_spec(value: Any) -> bool:
@@ -96,7 +100,7 @@ def resolve(key: str, spec: str) -> Any:
                           f'it imports is missing ({exc})') from None
     except Exception as exc:   # the plug-in's own code raised while being imported
         raise ConfigError(f'{key} {spec!r}: importing module {module_name!r} failed: '
-                          f'{type(exc).__name__}: {exc}{_where(exc)}') from exc
+                          f'{type(exc).__name__}: {exc}{raised_at(exc)}') from exc
     value: Any = module
     for part in attribute.split('.'):
         if not hasattr(value, part):
@@ -117,10 +121,22 @@ def _defined_here(module: Any, shown: int = 20) -> list[str]:
                   and getattr(obj, '__module__', None) == module.__name__)[:shown]
 
 
-def _where(exc: BaseException) -> str:
-    """' (at file:line)' of the innermost frame that raised ``exc``, or ''."""
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def raised_at(exc: BaseException) -> str:
+    """' (at file:line)' of the innermost frame that raised ``exc``, or ''; when that frame is
+    fl_uav's (a helper the plug-in called, e.g. weighted_mean_delta), ', called from
+    file:line' adds the innermost frame outside the package: the plug-in's line."""
     frames = traceback.extract_tb(exc.__traceback__)
-    return f' (at {frames[-1].filename}:{frames[-1].lineno})' if frames else ''
+    if not frames:
+        return ''
+    inner = frames[-1]
+    outside = [f for f in frames
+               if not Path(f.filename).resolve().is_relative_to(_PACKAGE_DIR)]
+    caller = (f', called from {outside[-1].filename}:{outside[-1].lineno}'
+              if outside and outside[-1] is not inner else '')
+    return f' (at {inner.filename}:{inner.lineno}{caller})'
 
 
 def _search_path(shown_entries: int = 6) -> str:
@@ -147,11 +163,46 @@ def check_plugin(kind: PluginKind, spec: str) -> Callable[..., Any]:
             missing = ', '.join(sorted(target.__abstractmethods__))
             raise ConfigError(f'{kind.key} {spec!r}: {_qualified(target)} does not implement '
                               f'{missing} (abstract in {kind.base_name})')
+        for method in kind.calls:
+            problem = _call_problem(target, kind.base, method)
+            if problem:
+                raise ConfigError(f'{kind.key} {spec!r}: {_qualified(target)}.{problem}')
     elif not callable(target):
         raise ConfigError(f'{kind.key} {spec!r}: {_qualified(target)} is a '
                           f'{type(target).__name__}, neither a class nor a factory function')
     plugin_arguments(kind, spec, target)
     return target
+
+
+def _call_problem(cls: type, base: type, method: str) -> str:
+    """'' if ``cls.method`` accepts the call ``base.method``'s signature describes (its
+    positional parameters by position, its keyword-only ones by name, the optional ones too:
+    the callers pass them), else what is wrong, starting with the method's name."""
+    mine, theirs = getattr(cls, method, None), getattr(base, method, None)
+    if mine is None or theirs is None or mine is theirs or not callable(mine):
+        return ''
+    if isinstance(inspect.getattr_static(cls, method), staticmethod | classmethod):
+        return ''   # no self to stand in for: not judged
+    try:
+        wanted, given = inspect.signature(theirs), inspect.signature(mine)
+    except (TypeError, ValueError):   # a builtin or a C callable: not ours to judge
+        return ''
+    positional = [p.name for p in wanted.parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    keywords = [p.name for p in wanted.parameters.values() if p.kind is p.KEYWORD_ONLY]
+    try:
+        given.bind(*positional, **dict.fromkeys(keywords))
+    except TypeError as exc:
+        return (f'{method}{_plain(given)} cannot take the call {base.__name__}.{method}'
+                f'{_plain(wanted)} describes ({exc})')
+    return ''
+
+
+def _plain(signature: inspect.Signature) -> inspect.Signature:
+    """``signature`` without annotations: the names and defaults a message needs."""
+    return signature.replace(
+        parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+        return_annotation=inspect.Signature.empty)
 
 
 def _class_fits(cls: type, kind: PluginKind) -> bool:
@@ -213,11 +264,17 @@ def build_plugin(kind: PluginKind, spec: str, values: Mapping[str, Any]) -> Any:
     except Exception as exc:   # its own code: say what and where, without a traceback
         given = ', '.join(f'{k}={v!r}' for k, v in arguments.items())
         raise ConfigError(f'{kind.key} {spec!r}: {_qualified(target)}({given}) failed: '
-                          f'{type(exc).__name__}: {exc}{_where(exc)}') from exc
+                          f'{type(exc).__name__}: {exc}{raised_at(exc)}') from exc
     if not isinstance(built, kind.base):
         raise ConfigError(f'{kind.key} {spec!r}: {_qualified(target)} returned a '
                           f'{_qualified(type(built))}, not a {kind.base_name} '
                           f'({_what_it_needs(kind)})')
+    if not inspect.isclass(target):   # a factory's product: its methods checked now
+        for method in kind.calls:
+            problem = _call_problem(type(built), kind.base, method)
+            if problem:
+                raise ConfigError(f'{kind.key} {spec!r}: {_qualified(target)} returned a '
+                                  f'{_qualified(type(built))} whose {problem}')
     return built
 
 
@@ -310,3 +367,20 @@ def _same_value(a: Any, b: Any) -> bool:
         return bool(a == b)
     except Exception:   # an object whose == is not a truth value
         return False
+
+
+@contextlib.contextmanager
+def seeded_global_random(seed: int) -> Iterator[None]:
+    """numpy's legacy global generator (``np.random.normal``, ...) and Python's ``random``
+    seeded with ``seed`` inside the block, their earlier states put back after it: a plug-in
+    that draws from them instead of the ``rng`` or ``seed`` it is given is still
+    reproducible where the caller seeds per round (the experiment engine). torch's generator
+    is not touched."""
+    numpy_state, python_state = np.random.get_state(), random.getstate()
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+    try:
+        yield
+    finally:
+        np.random.set_state(numpy_state)
+        random.setstate(python_state)

@@ -39,7 +39,9 @@ its signature names are passed (all with ``**kwargs``). ``aggregation.clip_norm`
 a plug-in in :class:`NormClip` as it wraps a built-in."""
 
 STRATEGY_PLUGIN = PluginKind('aggregation.strategy', Strategy,
-                             'fl_uav.aggregation.strategy.Strategy', STRATEGY_PLUGIN_ARGUMENTS)
+                             'fl_uav.aggregation.strategy.Strategy', STRATEGY_PLUGIN_ARGUMENTS,
+                             calls=('aggregate', 'configure_round', 'state_dict',
+                                    'load_state_dict'))
 
 
 def check_strategy_name(name: str) -> None:

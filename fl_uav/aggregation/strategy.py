@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+
+from fl_uav.plugins import raised_at
 
 Weights = dict[str, np.ndarray]
 
@@ -57,7 +59,10 @@ class Strategy(ABC):
       the station's checks (possibly none). It returns the new weights (same names, shapes and
       dtype), ``empty=True`` when nothing was applied (then the weights are unchanged),
       ``used`` = the senders it applied, and ``metrics`` (JSON values; ``participants`` counts
-      ``used``). It must not change the arrays it is given.
+      ``used``). It must not change the arrays it is given (the engine and the station pass
+      read-only views). The engine and the station call it through :func:`checked_aggregate`:
+      a result that breaks this, or an exception, stops the engine and makes the station keep
+      its model for the round, naming the fault.
     * :meth:`configure_round` may send per-drone knobs with the round's model.
     * State kept between rounds (momentum, control variates, scores) must come out of
       :meth:`state_dict` and go back in with :meth:`load_state_dict`, or a resumed run
@@ -107,3 +112,83 @@ def weighted_mean_delta(updates: Sequence[ClientUpdate], weights: Sequence[float
             acc += (w / total) * update.delta[name]
         out[name] = acc.astype(np.float32)
     return out
+
+
+class AggregationError(RuntimeError):
+    """A strategy's :meth:`Strategy.aggregate` raised, or returned what the contract does not
+    allow (not an AggregateResult; other names, shapes or dtypes; NaN or Inf). The message
+    names the fault (a tensor, a shape, the exception and the file:line it came from)."""
+
+
+def checked_aggregate(strategy: Strategy, round_index: int, global_weights: Weights,
+                      updates: Sequence[ClientUpdate]) -> AggregateResult:
+    """``strategy.aggregate(...)``, held to the contract: AggregationError if it raises or
+    returns something else than an AggregateResult whose weights have the global weights'
+    names, shapes and dtypes and are finite. The engine stops on it; the station keeps its
+    model and records a warning. Either way the model never takes a broken result.
+
+    The strategy gets read-only views of the global weights, so one that changes them in
+    place (``w += step``: the model the station keeps if the result is refused) raises
+    instead; a view it hands back unchanged comes back as the caller's array."""
+    frozen = {name: _read_only(w) for name, w in global_weights.items()}
+    try:
+        result = strategy.aggregate(round_index, frozen, updates)
+    except Exception as exc:   # the rule's own code (a plug-in's): say what and where
+        hint = (' (aggregate must not change the global weights it is given: build new '
+                'arrays)' if isinstance(exc, ValueError) and 'read-only' in str(exc) else '')
+        raise AggregationError(f'{type(strategy).__name__}.aggregate raised '
+                               f'{type(exc).__name__}: {exc}{raised_at(exc)}{hint}') from exc
+    problem = result_problem(result, global_weights)
+    if problem:
+        raise AggregationError(f'{type(strategy).__name__}.aggregate returned {problem} '
+                               f"(the new weights must have the global weights' names, "
+                               f'shapes and dtypes, and be finite)')
+    weights = {name: global_weights[name] if w is frozen[name] else w
+               for name, w in result.weights.items()}
+    return replace(result, weights=weights)
+
+
+def checked_configure_round(strategy: Strategy, round_index: int,
+                            drone_ids: Sequence[int]) -> dict[int, dict]:
+    """``strategy.configure_round(...)``, held to the contract: AggregationError if it raises
+    or returns something else than drone id -> dict of knobs (the engine stops on it; the
+    station sends the round without the strategy's knobs and records a warning)."""
+    try:
+        knobs = strategy.configure_round(round_index, drone_ids)
+    except Exception as exc:   # the rule's own code (a plug-in's): say what and where
+        raise AggregationError(f'{type(strategy).__name__}.configure_round raised '
+                               f'{type(exc).__name__}: {exc}{raised_at(exc)}') from exc
+    if not isinstance(knobs, Mapping) or not all(isinstance(v, Mapping)
+                                                 for v in knobs.values()):
+        raise AggregationError(f'{type(strategy).__name__}.configure_round returned '
+                               f'{knobs!r:.80}, not drone id -> dict of knobs')
+    return {drone: dict(k) for drone, k in knobs.items()}
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+def result_problem(result: Any, global_weights: Mapping[str, np.ndarray]) -> str:
+    """What is wrong with an aggregate's result for these global weights ('' if nothing)."""
+    if not isinstance(result, AggregateResult):
+        return f'a {type(result).__name__}, not an AggregateResult'
+    weights = result.weights
+    if not isinstance(weights, Mapping):
+        return f'weights of type {type(weights).__name__}, not a dict of arrays'
+    missing = [n for n in global_weights if n not in weights]
+    extra = [n for n in weights if n not in global_weights]
+    if missing or extra:
+        return f'weights missing {missing}, unexpected {extra}'
+    for name, w in global_weights.items():
+        new = weights[name]
+        if not isinstance(new, np.ndarray):
+            return f'tensor {name!r} as a {type(new).__name__}, not a numpy array'
+        if new.shape != w.shape or new.dtype != w.dtype:
+            return (f"tensor {name!r} with shape {new.shape} {new.dtype}, the model's is "
+                    f'{w.shape} {w.dtype}')
+        if not np.all(np.isfinite(new)):
+            return f'tensor {name!r} with {int(np.sum(~np.isfinite(new)))} NaN or Inf entries'
+    return ''

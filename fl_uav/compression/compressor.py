@@ -306,7 +306,9 @@ def check_lgc_entries(channel_entries: tuple[int, ...], dim: int) -> None:
 
 COMPRESSOR_PLUGIN = PluginKind('compression.method', Compressor,
                                'fl_uav.compression.compressor.Compressor',
-                               COMPRESSOR_PLUGIN_ARGUMENTS)
+                               COMPRESSOR_PLUGIN_ARGUMENTS,
+                               calls=('compress', 'upload_lost', 'state_dict',
+                                      'load_state_dict'))
 
 
 def check_compression_method(method: str) -> None:

@@ -77,11 +77,17 @@ from fl_uav.learning.weights import (
 from fl_uav.planning.coverage import PlanWaypoint
 from fl_uav.planning.feddpq_opt import BITS_KNOB, TOPUP_KNOB
 from fl_uav.planning.lgc_control import ENTRIES_KNOB
+from fl_uav.plugins import is_plugin_spec, raised_at
 from fl_uav.world.dataset import to_model_input
 from fl_uav.world.labeler import MapLabeler
 from fl_uav.world.landcover import CLASS_NAMES
 
 _log = logging.getLogger(__name__)
+
+
+class UploadEncodingError(RuntimeError):
+    """A compressor plug-in raised while encoding this round's update: nothing is sent (the
+    message names round, drone, spec, exception and file:line)."""
 
 
 @dataclass(frozen=True)
@@ -387,7 +393,18 @@ class DroneAgent:
             metadata[KNOBS_REJECTED_KEY] = {k: kind for k, (kind, _) in check.rejected.items()}
         if generated is not None:
             metadata[TOPUP_GENERATED_KEY] = generated
-        frames = self._encode(task, delta, mask, delta_c, metadata, check.applied)
+        try:
+            frames = self._encode(task, delta, mask, delta_c, metadata, check.applied)
+        except Exception as exc:
+            method = self.config.compression.method
+            if not is_plugin_spec(method):   # a built-in's bug: its traceback
+                raise
+            if trained:   # nothing leaves this round: the client's state must not count it
+                self._client.upload_lost()
+            raise UploadEncodingError(
+                f'round {task.round_index}, drone {self.drone_id}: compression.method '
+                f'{method!r}: {type(self._compressor).__name__}.compress raised '
+                f'{type(exc).__name__}: {exc}{raised_at(exc)}; nothing sent this round') from exc
         self._pending_upload = (task.round_index, trained)
         return UpdateReport(task.round_index, frames, num_samples, steps, loss,
                             time.perf_counter() - start, dict(check.rejected),

@@ -38,6 +38,12 @@ from fl_uav.aggregation.scaffold import (
     split_prefixed,
     with_prefix,
 )
+from fl_uav.aggregation.strategy import (
+    AggregateResult,
+    AggregationError,
+    checked_aggregate,
+    checked_configure_round,
+)
 from fl_uav.compression.codec import (
     GROUND_STATION_ID,
     DecodeLimits,
@@ -227,6 +233,7 @@ class GroundStation:
         num_clients = (config.ground_clients.num_clients if self.express is not None
                        else config.num_drones)
         self._strategy = config.aggregation.build(num_clients, seed=config.world.seed)
+        self._round_warnings: list[str] = []   # what went wrong opening the open round
         # FedEx-Async (eqs. (14)-(15)): a round is one server update; it closes as soon as
         # a UAV lands, and only the UAVs that landed depart again, with the new model.
         self._async = self.express is not None and config.express.mode == 'async'
@@ -301,7 +308,14 @@ class GroundStation:
         if index == 1:
             duration += self.config.rounds.first_round_extra_s
         plans = self._plans(index)
-        knobs = self._strategy.configure_round(index, self.drone_ids)
+        self._round_warnings = []
+        try:
+            knobs = checked_configure_round(self._strategy, index, self.drone_ids)
+        except AggregationError as exc:   # the round goes out, without the strategy's knobs
+            knobs = {d: {} for d in self.drone_ids}
+            self._round_warnings.append(
+                f'round {index}: aggregation.strategy {self.config.aggregation.strategy!r}: '
+                f"{exc}; the round went out without the strategy's knobs")
         planned = self.resources.knobs(index, self.drone_ids)    # {} until planned
         knobs = merge_knobs(knobs, planned)
         if self.express is not None:   # Sync: every UAV departs with x_r (Sec. IV-D);
@@ -481,9 +495,17 @@ class GroundStation:
                 del self._out[k]
             self._departing = sorted(landed)
         updates = [r.updates[d] for d in sorted(r.updates)]
-        result = self._strategy.aggregate(r.index, self.weights, updates)
+        failure = ''
+        try:
+            result = checked_aggregate(self._strategy, r.index, self.weights, updates)
+        except AggregationError as exc:   # the round closes anyway, on the model it had
+            failure = (f'round {r.index}: aggregation.strategy '
+                       f'{self.config.aggregation.strategy!r}: {exc}; the model is kept and '
+                       f'no update applied')
+            result = AggregateResult(dict(self.weights), empty=True,
+                                     metrics={'participants': 0})
         change = 0.0
-        applied = all(np.all(np.isfinite(w)) for w in result.weights.values())
+        applied = not failure
         if applied:
             change = math.sqrt(sum(float(np.sum((result.weights[n] - w) ** 2))
                                    for n, w in self.weights.items()))
@@ -515,7 +537,8 @@ class GroundStation:
             resource_knobs=r.resource_knobs,
             knobs_rejected={u.sender: dict(u.metrics[KNOBS_REJECTED_KEY]) for u in updates
                             if KNOBS_REJECTED_KEY in u.metrics},
-            warnings=self.divergence.observe(r.index, accuracy, loss),
+            warnings=[*self._round_warnings, *([failure] if failure else []),
+                      *self.divergence.observe(r.index, accuracy, loss)],
             flight_errors={u.sender: short_flight_error(u.metrics[FLIGHT_ERROR_KEY])
                            for u in updates if u.metrics.get(FLIGHT_ERROR_KEY)})
         # Closed before anything else can fail: a retry would apply the aggregate twice.

@@ -238,7 +238,7 @@ class AugmentationGenerator:
 
 GENERATOR_PLUGIN = PluginKind('data.topup_generator', Generator,
                               'fl_uav.learning.topup.Generator', GENERATOR_PLUGIN_ARGUMENTS,
-                              requires=('generate',))
+                              requires=('generate',), calls=('generate',))
 
 
 def check_generator_name(name: str) -> None:

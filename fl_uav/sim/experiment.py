@@ -43,9 +43,14 @@ from fl_uav.aggregation.feddpq import DRAWS_KNOB
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.aggregation.robust import NormClip
 from fl_uav.aggregation.scaffold import Scaffold
+from fl_uav.aggregation.strategy import (
+    AggregationError,
+    checked_aggregate,
+    checked_configure_round,
+)
 from fl_uav.compression.codec import encoded_size
 from fl_uav.compression.compressor import Compressor, NoCompression, decode_update_frame
-from fl_uav.compression.errors import FrameError
+from fl_uav.compression.errors import FrameError, NonFiniteValues
 from fl_uav.compression.paper_compressors import PlannedCompressors
 from fl_uav.configschema import to_flat
 from fl_uav.learning import partition
@@ -82,6 +87,8 @@ from fl_uav.plugins import (
     is_plugin_spec,
     overrides_state_dict,
     plugin_sources,
+    raised_at,
+    seeded_global_random,
 )
 from fl_uav.sim.experiment_config import ExperimentConfig
 from fl_uav.sim.express import EngineExpress, plan_express
@@ -101,6 +108,7 @@ GIT_TIMEOUT_S = 5.0
 """Longest wait for git when a summary records the source commit."""
 EXPRESS_FILE = 'express.json'
 PER_SEED_TAG = 4               # the packet-error draws' stream of (seed, round, tag)
+GLOBAL_RANDOM_TAG = 5          # np.random's and random's global seed in a round (plug-ins)
 ROUND_COLUMNS = ('round', 'accuracy', 'loss', 'participants', 'late', 'lost', 'uplink_bytes',
                  'downlink_bytes', 'sim_round_s', 'sim_time_s', 'energy_mean_j',
                  'energy_max_j', 'energy_total_j', 'train_loss_mean', 'wall_s')
@@ -309,7 +317,17 @@ class ExperimentEngine:
 
     # --- one round -----------------------------------------------------------------------
     def run_round(self) -> dict[str, Any]:
-        """Train, time, aggregate and evaluate one round; returns its rounds.csv row."""
+        """Train, time, aggregate and evaluate one round; returns its rounds.csv row.
+
+        numpy's and Python's global random generators are seeded from (seed, round) for the
+        round and put back after it: a plug-in that draws from them (``np.random.normal``)
+        instead of its ``rng`` or ``seed`` still gives the same run for the same seed, and a
+        resumed run the uninterrupted one's rounds."""
+        with seeded_global_random(_round_seed(self.config.seed, self.round_index + 1,
+                                              GLOBAL_RANDOM_TAG)):
+            return self._run_round()
+
+    def _run_round(self) -> dict[str, Any]:
         wall_start = time.perf_counter()
         r = self.round_index + 1
         if self.express is not None:
@@ -318,7 +336,13 @@ class ExperimentEngine:
         active = [k for k, idx in enumerate(indices)
                   if len(idx) >= self.config.learning.min_samples_to_train]
         lr = self.config.learning.lr * self.config.learning.lr_decay ** (r - 1)
-        knobs = self.strategy.configure_round(r, active)
+        try:
+            knobs = checked_configure_round(self.strategy, r, active)
+        except AggregationError as exc:
+            raise ExperimentError(f'round {r}: aggregation.strategy '
+                                  f'{self.config.aggregation.strategy!r}: {exc}; the rounds '
+                                  f'before are in {self.out_dir} (--resume goes on from its '
+                                  f'last checkpoint)') from exc
         mu = max((float(k.get(PROXIMAL_MU_KNOB, 0.0)) for k in knobs.values()), default=0.0)
         # Strategies that select drones (FedDPQ's draws) leave the others idle this round.
         active = [k for k in active if knobs.get(k, {}).get(DRAWS_KNOB, 1) > 0]
@@ -398,7 +422,13 @@ class ExperimentEngine:
                                         metrics={'steps': steps, LOCAL_LR_KEY: lr,
                                                  'class_counts': counts.tolist(),
                                                  **result.metrics}))
-        aggregated = self.strategy.aggregate(r, self.weights, updates)
+        try:
+            aggregated = checked_aggregate(self.strategy, r, self.weights, updates)
+        except AggregationError as exc:
+            raise ExperimentError(f'round {r}: aggregation.strategy '
+                                  f'{self.config.aggregation.strategy!r}: {exc}; the rounds '
+                                  f'before are in {self.out_dir} (--resume goes on from its '
+                                  f'last checkpoint)') from exc
         self.weights = aggregated.weights
         set_weights(self.model, self.weights)
         accuracy, test_loss = evaluate(self.model, self.data.test_x, self.data.test_y)
@@ -583,10 +613,20 @@ class ExperimentEngine:
             return compressor.frame_size(result.delta), result.delta, None
         # a plug-in gets the tensors in the global model's order, as on a drone
         sent = {n: result.delta[n] for n in self.weights} if plugin else result.delta
-        frame, delta = compressor.compress(
-            sent, np.random.default_rng(_round_seed(self.config.seed, r, 20 + drone)),
-            round_index=r, sender=drone, fingerprint=self.fingerprint, mask=result.mask,
-            metrics=result.metrics)
+        try:
+            frame, delta = compressor.compress(
+                sent, np.random.default_rng(_round_seed(self.config.seed, r, 20 + drone)),
+                round_index=r, sender=drone, fingerprint=self.fingerprint, mask=result.mask,
+                metrics=result.metrics)
+        except Exception as exc:
+            if not plugin:   # a built-in's bug: its traceback
+                raise
+            raise ExperimentError(f'round {r}, drone {drone}: compression.method '
+                                  f'{self.config.compression.method!r}: '
+                                  f'{type(compressor).__name__}.compress raised '
+                                  f'{type(exc).__name__}: {exc}{raised_at(exc)}; the rounds '
+                                  f'before are in {self.out_dir} (--resume goes on from its '
+                                  f'last checkpoint)') from exc
         if plugin:   # aggregate what the station would decode from the frame, checked
             delta = self._plugin_frame_delta(drone, r, frame, delta)
         channel_bytes = None
@@ -605,6 +645,9 @@ class ExperimentEngine:
         where = f'round {r}, drone {drone}: compression.method {spec!r}'
         try:
             decoded = decode_update_frame(frame, self.weights, self.fingerprint)
+        except NonFiniteValues as exc:   # a frame, but of a NaN or Inf delta
+            raise ExperimentError(f'{where} returned a frame the station refuses ({exc.reason}:'
+                                  f' {exc}); the delta it encodes must be finite') from None
         except FrameError as exc:
             raise ExperimentError(f'{where} returned bytes the station cannot decode '
                                   f'({exc.reason}: {exc}); a compressor returns one codec v1 '

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fl_uav.aggregation.fedavg import FedAvg
-from fl_uav.aggregation.strategy import AggregateResult, Strategy
+from fl_uav.aggregation.strategy import AggregateResult, Strategy, weighted_mean_delta
 from fl_uav.compression.codec import FrameKind, encode_frame
 from fl_uav.compression.compressor import Compressor, NoCompression
 
@@ -166,3 +166,139 @@ class StateNotJson(FedAvg):
 
     def state_dict(self) -> dict:
         return {'last_norm': np.float32(1.5)}
+
+
+class RaisesInRound2(FedAvg):
+    """Its own bug shows in round 2."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        if round_index == 2:
+            raise RuntimeError('my rule broke')
+        return super().aggregate(round_index, global_weights, updates)
+
+
+class ReturnsNaN(FedAvg):
+    """FedAvg, then a NaN in the first tensor (a division by zero of its own)."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        result = super().aggregate(round_index, global_weights, updates)
+        weights = dict(result.weights)
+        first = next(iter(weights))
+        weights[first] = np.full_like(weights[first], np.nan)
+        return AggregateResult(weights, result.empty, result.metrics, result.used)
+
+
+class ReturnsFlattened(FedAvg):
+    """FedAvg, then the first tensor flattened (a reshape forgotten)."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        result = super().aggregate(round_index, global_weights, updates)
+        weights = dict(result.weights)
+        first = next(iter(weights))
+        weights[first] = weights[first].ravel()
+        return AggregateResult(weights, result.empty, result.metrics, result.used)
+
+
+class ReturnsFloat64(FedAvg):
+    """FedAvg in float64 (an ``astype(w.dtype)`` forgotten)."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        result = super().aggregate(round_index, global_weights, updates)
+        return AggregateResult({n: w.astype(np.float64) for n, w in result.weights.items()},
+                               result.empty, result.metrics, result.used)
+
+
+class ReturnsWeightsDict(FedAvg):
+    """Returns the weights dict instead of an AggregateResult."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        return dict(super().aggregate(round_index, global_weights, updates).weights)
+
+
+class AggregateWithoutRound(Strategy):
+    """aggregate(self, updates): not the base's (round_index, global_weights, updates)."""
+
+    def aggregate(self, updates):
+        return None
+
+
+class CompressWithoutKeywords(Compressor):
+    """compress(self, delta, rng): takes none of the keywords the callers pass."""
+
+    def compress(self, delta, rng):
+        return b'', dict(delta)
+
+
+class CompressRaisesInRound2(NoCompression):
+    """Its own bug shows in round 2."""
+
+    def compress(self, delta, rng, **kwargs):
+        if kwargs['round_index'] == 2:
+            raise ValueError('my compressor broke')
+        return super().compress(delta, rng, **kwargs)
+
+
+class AlwaysRaises(Strategy):
+    """Its own bug shows in every round."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        raise ZeroDivisionError('division by zero in my rule')
+
+
+class CompressAlwaysRaises(NoCompression):
+    """Its own bug shows in every round."""
+
+    def compress(self, delta, rng, **kwargs):
+        raise IndexError('my compressor broke')
+
+
+def fedavg_with_old_aggregate(server_lr: float) -> Strategy:
+    """A factory whose product's aggregate lacks the round index."""
+
+    class OldFedAvg(FedAvg):
+        def aggregate(self, global_weights, updates):
+            return super().aggregate(0, global_weights, updates)
+
+    return OldFedAvg(server_lr)
+
+
+class NoisyFedAvg(FedAvg):
+    """FedAvg plus noise drawn from numpy's global generator, not from its ``seed``."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        result = super().aggregate(round_index, global_weights, updates)
+        noisy = {n: (w + np.random.normal(0, 1e-2, w.shape)).astype(w.dtype)
+                 for n, w in result.weights.items()}
+        return AggregateResult(noisy, result.empty, result.metrics, result.used)
+
+
+class StepsInPlace(FedAvg):
+    """Adds the mean step to the global weights it is given, in place (``w += step``)."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        result = super().aggregate(round_index, global_weights, updates)
+        for name, w in global_weights.items():
+            w += result.weights[name] - w
+        return AggregateResult(dict(global_weights), False, result.metrics, result.used)
+
+
+class MeanOfNothing(Strategy):
+    """Averages whatever arrived, also nothing: fl_uav's weighted_mean_delta raises for it."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        return weighted_mean_delta(updates, [u.num_samples for u in updates])
+
+
+class SendsNaN(NoCompression):
+    """A delta of NaN (a division by a zero norm), in a well-formed frame."""
+
+    def compress(self, delta, rng, **kwargs):
+        return super().compress({n: np.full_like(v, np.nan) for n, v in delta.items()}, rng,
+                                **kwargs)
+
+
+class ConfigureRaises(FedAvg):
+    """FedAvg whose per-drone knobs break (a key it forgot to set)."""
+
+    def configure_round(self, round_index, drone_ids):
+        raise KeyError('mu')

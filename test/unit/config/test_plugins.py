@@ -54,6 +54,15 @@ def test_a_missing_attribute_names_the_module_and_what_it_defines():
     ('aggregation.strategy', 'NeedsAlpha',
      r'requires alpha, which aggregation\.strategy does not provide; it provides server_lr, '
      r'num_clients'),
+    ('aggregation.strategy', 'AggregateWithoutRound',
+     r'AggregateWithoutRound\.aggregate\(self, updates\) cannot take the call Strategy\.'
+     r'aggregate\(self, round_index, global_weights, updates\) describes \(too many '
+     r'positional arguments\)'),
+    ('compression.method', 'CompressWithoutKeywords',
+     r'CompressWithoutKeywords\.compress\(self, delta, rng\) cannot take the call '
+     r'Compressor\.compress\(self, delta, rng, \*, round_index, sender, fingerprint, '
+     r"mask=None, metadata=None, metrics=None\) describes \(got an unexpected keyword "
+     r"argument 'round_index'\)"),
 ])
 def test_an_object_of_the_wrong_kind_is_refused_at_config_time(key, name, problem):
     with pytest.raises(ConfigError, match=rf"{key.replace('.', '[.]')} '{SPEC}{name}': .*"
@@ -119,3 +128,14 @@ def test_the_cli_reports_a_bad_plug_in_without_a_traceback(tmp_path, capsys):
     assert code == 2 and 'Traceback' not in err
     assert "aggregation.strategy 'no_such_module:FedAvgM': cannot import module" in err
     assert not (tmp_path / 'run').exists()
+
+
+def test_a_factorys_product_whose_method_cannot_take_the_call_is_refused_when_built():
+    # Arrange
+    config = build_config(ExperimentConfig, {
+        'aggregation.strategy': SPEC + 'fedavg_with_old_aggregate'})
+    # Act / Assert
+    with pytest.raises(ConfigError, match=r'fedavg_with_old_aggregate returned a .*OldFedAvg '
+                                          r'whose aggregate\(self, global_weights, updates\) '
+                                          r'cannot take the call Strategy\.aggregate'):
+        config.aggregation.build(4, seed=0)

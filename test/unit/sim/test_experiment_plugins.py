@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -154,6 +155,7 @@ def test_a_compressor_plug_in_is_charged_its_frames_and_aggregated_as_decoded(tm
 @pytest.mark.parametrize(('name', 'problem'), [
     ('GarbageFrame', 'returned bytes the station cannot decode'),
     ('HalvesButReportsWhole', 'reported a delta that differs from what its frame decodes to'),
+    ('SendsNaN', 'returned a frame the station refuses (nonfinite: tensor'),
 ])
 def test_a_compressor_plug_in_whose_frame_the_station_would_not_read_stops_the_run(
         tmp_path, name, problem):
@@ -191,3 +193,95 @@ def test_a_strategy_state_the_checkpoint_cannot_hold_stops_the_run_naming_the_co
     assert summary['status'] == 'failed'
     assert "aggregation.strategy 'test.unit._plugins:StateNotJson' holds a value that is " \
            'neither JSON nor a numpy array' in summary['error']
+
+
+@pytest.mark.parametrize(('name', 'problem'), [
+    ('ReturnsNaN', r"returned tensor '[\w.]+' with \d+ NaN or Inf entries"),
+    ('ReturnsFlattened', r"returned tensor '[\w.]+' with shape \(\d+,\) float32, the model's "
+                         r'is \(\d+, \d+, \d+, \d+\) float32'),
+    ('ReturnsFloat64', r"returned tensor '[\w.]+' with shape .* float64, the model's is .* "
+                       r'float32'),
+    ('ReturnsWeightsDict', r'returned a dict, not an AggregateResult'),
+])
+def test_a_strategy_plug_in_that_breaks_the_model_stops_the_run_naming_the_fault(
+        tmp_path, name, problem):
+    # Act
+    summary = run_experiment(_config(**{'aggregation.strategy': SPEC + name, 'num_rounds': 1}),
+                             tmp_path, echo=_quiet)
+    # Assert: the engine's error, not the next round's training loss or a traceback
+    assert summary['status'] == 'failed'
+    assert re.search(rf"round 1: aggregation.strategy '{SPEC}{name}': {name}.aggregate "
+                     + problem, summary['error']), summary['error']
+
+
+def test_a_plug_in_that_raises_in_round_2_stops_the_run_naming_where_and_resumes_once_fixed(
+        tmp_path, monkeypatch):
+    # Arrange
+    config = _config(**{'aggregation.strategy': SPEC + 'RaisesInRound2', 'num_rounds': 3})
+    # Act
+    summary = run_experiment(config, tmp_path, echo=_quiet)
+    kept = _losses(tmp_path)
+    monkeypatch.setattr(_plugins.RaisesInRound2, 'aggregate', _plugins.FedAvg.aggregate)
+    resumed = run_experiment(config, tmp_path, echo=_quiet, resume=True)
+    # Assert: round 1 kept; the message names the exception and the plug-in's line
+    assert summary['status'] == 'failed' and len(kept) == 1
+    assert re.search(r"round 2: aggregation.strategy '.*RaisesInRound2': RaisesInRound2."
+                     r'aggregate raised RuntimeError: my rule broke \(at .*_plugins.py:\d+\)',
+                     summary['error']), summary['error']
+    assert resumed['status'] == 'finished' and _losses(tmp_path)[:1] == kept
+    assert len(_losses(tmp_path)) == 3
+
+
+def test_a_compressor_plug_in_that_raises_stops_the_run_naming_drone_and_where(tmp_path):
+    # Act
+    summary = run_experiment(_config(**{'compression.method': SPEC + 'CompressRaisesInRound2'}),
+                             tmp_path, echo=_quiet)
+    # Assert
+    assert summary['status'] == 'failed'
+    assert re.search(r"round 2, drone 0: compression.method '.*CompressRaisesInRound2': "
+                     r'CompressRaisesInRound2.compress raised ValueError: my compressor '
+                     r'broke \(at .*_plugins.py:\d+\)', summary['error']), summary['error']
+
+
+def test_a_plug_in_drawing_from_numpys_global_generator_gives_the_same_run_for_the_seed(
+        tmp_path):
+    # Arrange
+    config = _config(**{'aggregation.strategy': SPEC + 'NoisyFedAvg'})
+    np.random.seed(1)
+    expected_next = np.random.random()
+    np.random.seed(1)
+    # Act: the caller's draws from the global generator between two runs
+    run_experiment(config, tmp_path / 'a', echo=_quiet)
+    between = np.random.random()
+    run_experiment(config, tmp_path / 'b', echo=_quiet)
+    # Assert: equal runs; the caller's global generator as if the runs had not drawn
+    assert _losses(tmp_path / 'a') == _losses(tmp_path / 'b')
+    assert between == expected_next
+
+
+def test_the_top_k_example_sends_a_tenth_of_the_entries_and_keeps_the_rest_owed(tmp_path):
+    # Arrange: examples/topk_ef.py, one drone
+    engine = ExperimentEngine(_config(**{'compression.method': 'topk_ef:TopKErrorFeedback',
+                                         'num_drones': 1}), tmp_path)
+    before = dict(engine.weights)
+    dense = sum(w.size for w in before.values())
+    # Act
+    row = engine.run_round()
+    # Assert: k = ⌈d/10⌉ values and a d-bit mask, well under the dense 4 d bytes; e = u − sent
+    compressor = engine._compressors[0]
+    moved = sum(int(np.count_nonzero(engine.weights[n] != before[n])) for n in before)
+    assert row['participants'] == 1 and 0 < moved <= int(np.ceil(dense / 10))
+    assert row['uplink_bytes'] < 4 * dense / 10 + dense / 8 + 1024
+    assert dense // 2 < np.count_nonzero(compressor.residual) <= dense - np.ceil(dense / 10)
+    assert set(compressor.state_dict()) == {'residual'}
+
+
+def test_a_strategy_plug_in_whose_configure_round_raises_stops_the_run_naming_it(tmp_path):
+    # Act
+    summary = run_experiment(_config(**{'aggregation.strategy': SPEC + 'ConfigureRaises'}),
+                             tmp_path, echo=_quiet)
+    # Assert
+    assert summary['status'] == 'failed'
+    assert re.search(r"round 1: aggregation.strategy '.*ConfigureRaises': ConfigureRaises."
+                     r"configure_round raised KeyError: 'mu' \(at .*_plugins.py:\d+\)",
+                     summary['error']), summary['error']
