@@ -1164,7 +1164,8 @@ def _group_label(names: Sequence[str]) -> str:
     seed marker; the first name when they share too little to say."""
     if len(set(names)) == 1:
         return names[0]
-    shared = re.sub(r'([\s_.-]+(s|seed))?[\s_.-]*$', '', os.path.commonprefix(list(names)))
+    shared = re.sub(r'([\s_.-]+(s|seed)\d*)?[\s_.-]*$', '',
+                    os.path.commonprefix(list(names)))
     return shared if len(shared) >= 3 else names[0]
 
 

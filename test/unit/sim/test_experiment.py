@@ -11,7 +11,13 @@ import pytest
 
 from fl_uav.cli import main as cli_main
 from fl_uav.configschema import build_config, read_params_file
-from fl_uav.sim.experiment import ROUND_COLUMNS, ExperimentError, compare_runs, run_experiment
+from fl_uav.sim.experiment import (
+    ROUND_COLUMNS,
+    ExperimentError,
+    _group_label,
+    compare_runs,
+    run_experiment,
+)
 from fl_uav.sim.experiment_config import ExperimentConfig, check_resources
 
 REPO = Path(__file__).resolve().parents[3]
@@ -169,6 +175,17 @@ def test_compare_names_seed_groups_by_their_shared_name_and_notes_unfinished_run
     assert seeds[1].split()[:2] == ['fedavg', '2']
     assert 'note: fedavg s1 (s1) has 2 of its 3 rounds' in table
     assert 'fedavg s0 (s0) has' not in table
+
+
+@pytest.mark.parametrize(('names', 'label'), [
+    (['fedavg s0', 'fedavg s1'], 'fedavg'),
+    (['fedavg s1', 'fedavg s12'], 'fedavg'),                 # shared prefix 'fedavg s1'
+    (['fedavg_seed2', 'fedavg_seed20', 'fedavg_seed21'], 'fedavg'),
+    (['fedavg', 'fedavg'], 'fedavg'),
+    (['a1', 'b2'], 'a1'),                                      # nothing shared: the first
+])
+def test_a_seed_group_is_labelled_without_seed_digits(names, label):
+    assert _group_label(names) == label
 
 
 def test_compare_tabulates_energy_to_each_target(tmp_path, capsys):
