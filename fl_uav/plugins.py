@@ -35,8 +35,9 @@ import inspect
 import pickle
 import random
 import sys
+import sysconfig
 import traceback
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,18 +123,29 @@ def _defined_here(module: Any, shown: int = 20) -> list[str]:
 
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
+#: Where the interpreter's own modules and installed libraries live (numpy, torch, ...): a
+#: frame there is not the plug-in's line, unless the plug-in itself is installed there.
+_LIBRARY_DIRS = tuple(dict.fromkeys(
+    Path(sysconfig.get_paths()[key]).resolve()
+    for key in ('stdlib', 'platstdlib', 'purelib', 'platlib')))
+
+
+def _under(filename: str, directories: Sequence[Path]) -> bool:
+    path = Path(filename).resolve()
+    return any(path.is_relative_to(d) for d in directories)
 
 
 def raised_at(exc: BaseException) -> str:
     """' (at file:line)' of the innermost frame that raised ``exc``, or ''; when that frame is
-    fl_uav's (a helper the plug-in called, e.g. weighted_mean_delta), ', called from
-    file:line' adds the innermost frame outside the package: the plug-in's line."""
+    fl_uav's or a library's (a helper the plug-in called, e.g. weighted_mean_delta or
+    np.stack), ', called from file:line' adds the innermost frame of neither: the plug-in's
+    line (the innermost frame outside fl_uav, if the plug-in is itself an installed package)."""
     frames = traceback.extract_tb(exc.__traceback__)
     if not frames:
         return ''
     inner = frames[-1]
-    outside = [f for f in frames
-               if not Path(f.filename).resolve().is_relative_to(_PACKAGE_DIR)]
+    outside = ([f for f in frames if not _under(f.filename, (_PACKAGE_DIR, *_LIBRARY_DIRS))]
+               or [f for f in frames if not _under(f.filename, (_PACKAGE_DIR,))])
     caller = (f', called from {outside[-1].filename}:{outside[-1].lineno}'
               if outside and outside[-1] is not inner else '')
     return f' (at {inner.filename}:{inner.lineno}{caller})'

@@ -289,6 +289,13 @@ class MeanOfNothing(Strategy):
         return weighted_mean_delta(updates, [u.num_samples for u in updates])
 
 
+class StacksBadly(Strategy):
+    """Hands numpy arrays of two shapes to np.stack: numpy raises, on the plug-in's line."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        return np.stack([np.zeros(2), np.zeros(3)])   # the plug-in's faulty line
+
+
 class SendsNaN(NoCompression):
     """A delta of NaN (a division by a zero norm), in a well-formed frame."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -83,3 +84,15 @@ def test_a_fault_raised_in_an_fl_uav_helper_names_the_plug_ins_line_that_called_
     assert re.search(r'raised ValueError: aggregation weights must sum to a positive number '
                      r'\(at .*fl_uav/aggregation/strategy.py:\d+, called from '
                      r'.*test/unit/_plugins.py:\d+\)$', str(caught.value)), str(caught.value)
+
+
+def test_a_fault_raised_in_a_library_names_the_plug_ins_line_that_called_it():
+    # Arrange: the line of _plugins.StacksBadly that calls np.stack
+    source = Path(_plugins.__file__).read_text().splitlines()
+    line = 1 + next(i for i, text in enumerate(source) if "# the plug-in's faulty line" in text)
+    # Act
+    with pytest.raises(AggregationError) as caught:
+        checked_aggregate(_plugins.StacksBadly(), 1, _weights(), [])
+    # Assert: numpy's line, and the plug-in's
+    assert re.search(rf'\(at .*numpy/.*\.py:\d+, called from .*test/unit/_plugins.py:{line}\)$',
+                     str(caught.value)), str(caught.value)
