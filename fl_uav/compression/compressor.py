@@ -23,7 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from fl_uav.compression.codec import FrameKind, decode_frame, encode_frame, encoded_size
+from fl_uav.compression.codec import (
+    FrameKind,
+    decode_frame,
+    encode_frame,
+    encoded_size,
+    float32_tensors,
+)
 from fl_uav.compression.codec_v2 import (
     VERSION_V2,
     FrameKindV2,
@@ -137,8 +143,7 @@ def decode_update_frame(frame: bytes, like: Mapping[str, np.ndarray],
     if decoded.kind != FrameKind.UPDATE:
         raise UnknownKind(f'a v1 {decoded.kind.name} frame is not an update')
     return DecodedUpdate(decoded.sender, decoded.round_index,
-                         {n: np.asarray(t, np.float32) for n, t in decoded.tensors.items()},
-                         decoded.metadata)
+                         float32_tensors(decoded.tensors), decoded.metadata)
 
 
 def _flat_mask(delta: Mapping[str, np.ndarray], mask: Mask | None) -> np.ndarray | None:

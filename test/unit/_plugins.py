@@ -304,6 +304,18 @@ class SendsNaN(NoCompression):
                                 **kwargs)
 
 
+class SendsBeyondFloat32(NoCompression):
+    """Its delta in a v1 float64 frame, one value finite in float64 but beyond float32."""
+
+    def compress(self, delta, rng, *, round_index, sender, fingerprint, mask=None,
+                 metadata=None, metrics=None):
+        wide = {n: np.asarray(v, np.float64).copy() for n, v in delta.items()}
+        next(iter(wide.values())).flat[0] = 1e300
+        frame = encode_frame(FrameKind.UPDATE, round_index, sender, fingerprint, wide,
+                             dict(metadata or {}))
+        return frame, {n: v.astype(np.float32) for n, v in wide.items()}
+
+
 class ConfigureRaises(FedAvg):
     """FedAvg whose per-drone knobs break (a key it forgot to set)."""
 

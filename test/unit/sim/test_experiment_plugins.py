@@ -156,6 +156,7 @@ def test_a_compressor_plug_in_is_charged_its_frames_and_aggregated_as_decoded(tm
     ('GarbageFrame', 'returned bytes the station cannot decode'),
     ('HalvesButReportsWhole', 'reported a delta that differs from what its frame decodes to'),
     ('SendsNaN', 'returned a frame the station refuses (nonfinite: tensor'),
+    ('SendsBeyondFloat32', 'returned a frame the station refuses (nonfinite: tensor'),
 ])
 def test_a_compressor_plug_in_whose_frame_the_station_would_not_read_stops_the_run(
         tmp_path, name, problem):
