@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 
 from fl_uav.aggregation._common import apply_step, keep_model, weighted_sum
+from fl_uav.aggregation.knobs import DRAWS_KNOB
 from fl_uav.aggregation.strategy import (
     AggregateResult,
     ClientUpdate,
@@ -15,9 +16,6 @@ from fl_uav.aggregation.strategy import (
     Weights,
     senders,
 )
-
-#: Knob: how many times the drone was drawn this round (0 = not selected; it need not train).
-DRAWS_KNOB = 'draws'
 
 
 class FedDPQ(Strategy):

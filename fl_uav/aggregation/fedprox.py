@@ -5,11 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from fl_uav.aggregation.fedavg import FedAvg
-
-#: Knob sent to every drone: the proximal coefficient μ of the local objective
-#: f_k(w) + (μ/2)·||w − w^t||², i.e. the local step w ← w − η(g_k(w) + μ(w − w^t))
-#: (FedProx, Li et al. 2020, as in the OSAFL digest §6.2).
-PROXIMAL_MU_KNOB = 'proximal_mu'
+from fl_uav.aggregation.knobs import PROXIMAL_MU_KNOB
 
 
 class FedProx(FedAvg):

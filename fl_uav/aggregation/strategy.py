@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from fl_uav.aggregation.knobs import strategy_knob_problems
 from fl_uav.plugins import raised_at
 
 Weights = dict[str, np.ndarray]
@@ -151,7 +152,8 @@ def checked_aggregate(strategy: Strategy, round_index: int, global_weights: Weig
 def checked_configure_round(strategy: Strategy, round_index: int,
                             drone_ids: Sequence[int]) -> dict[int, dict]:
     """``strategy.configure_round(...)``, held to the contract: AggregationError if it raises
-    or returns something else than drone id -> dict of knobs (the engine stops on it; the
+    or returns something else than drone id -> dict of knobs, or a strategy knob that is
+    malformed (fl_uav.aggregation.knobs: what a drone would reject) (the engine stops on it; the
     station sends the round without the strategy's knobs and records a warning)."""
     try:
         knobs = strategy.configure_round(round_index, drone_ids)
@@ -162,6 +164,10 @@ def checked_configure_round(strategy: Strategy, round_index: int,
                                                  for v in knobs.values()):
         raise AggregationError(f'{type(strategy).__name__}.configure_round returned '
                                f'{knobs!r:.80}, not drone id -> dict of knobs')
+    for drone, drone_knobs in knobs.items():
+        for knob, problem in strategy_knob_problems(drone_knobs).items():
+            raise AggregationError(f'{type(strategy).__name__}.configure_round gave drone '
+                                   f'{drone} the knob {knob} = {problem}')
     return {drone: dict(k) for drone, k in knobs.items()}
 
 

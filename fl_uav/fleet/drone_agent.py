@@ -49,7 +49,6 @@ from fl_uav.fleet.messages import (
     FinishCommand,
     PoseSample,
     RoundTask,
-    is_finite_number,
     round_opened_of,
     run_of,
 )
@@ -78,6 +77,7 @@ from fl_uav.planning.coverage import PlanWaypoint
 from fl_uav.planning.feddpq_opt import BITS_KNOB, TOPUP_KNOB
 from fl_uav.planning.lgc_control import ENTRIES_KNOB
 from fl_uav.plugins import is_plugin_spec, raised_at
+from fl_uav.values import is_finite_number
 from fl_uav.world.dataset import to_model_input
 from fl_uav.world.labeler import MapLabeler
 from fl_uav.world.landcover import CLASS_NAMES

@@ -29,10 +29,10 @@ from fl_uav.fleet.messages import (
     FLIGHT_ERROR_KEY,
     RUN_ID_KEY,
     RoundTask,
-    is_int,
     short_flight_error,
 )
 from fl_uav.learning.weights import Weights
+from fl_uav.values import is_int
 
 
 class ExpressLink(Protocol):

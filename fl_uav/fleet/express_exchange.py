@@ -44,11 +44,11 @@ from fl_uav.compression.codec import (
 )
 from fl_uav.compression.signing import FrameAuth
 from fl_uav.fleet.messages import (
-    is_finite_number,
     run_metadata,
     run_of,
 )
 from fl_uav.learning.weights import Weights
+from fl_uav.values import is_finite_number
 
 
 class ExchangeRejected(ValueError):

@@ -69,8 +69,6 @@ from fl_uav.fleet.messages import (
     RUN_ID_HEX_CHARS,
     RUN_ID_KEY,
     UPLOAD_ACK_KNOB,
-    is_finite_number,
-    is_int,
     run_metadata,
     short_flight_error,
     valid_run_id,
@@ -89,6 +87,7 @@ from fl_uav.learning.weights import (
 )
 from fl_uav.planning.coverage import PlanWaypoint, coverage_plan
 from fl_uav.planning.resources import merge_knobs
+from fl_uav.values import is_finite_number, is_int
 from fl_uav.world.landcover import CLASS_NAMES
 
 # Non-negative integer counts a drone reports with its update (anything else is rejected).

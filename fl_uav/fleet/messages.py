@@ -7,26 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fl_uav.planning.coverage import PlanWaypoint
+from fl_uav.values import is_int
 
 #: Largest count a message may carry: the integers a float64 holds exactly (JSON ints are
 #: unbounded; counts are summed and planned with as floats).
 MAX_COUNT = 2 ** 53
-
-
-def is_int(value: Any) -> bool:
-    """An integer, not a bool (booleans are ints in Python; in a message they are not counts)."""
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def is_finite_number(value: Any) -> bool:
-    """A finite int or float: what a JSON number in a message must be (JSON may carry an int
-    too large for a float, and booleans are ints in Python: neither is a number here)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 #: Per-drone knob of a GLOBAL_MODEL frame (round r ≥ 2) saying whether the drone's round r − 1

@@ -42,11 +42,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from fl_uav.aggregation.feddpq import DRAWS_KNOB
-from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
-from fl_uav.fleet.messages import is_finite_number, is_int
+from fl_uav.aggregation.knobs import strategy_knob_problems
 from fl_uav.learning.client_algorithms import LOCAL_STEPS_KNOB, PRUNE_FRACTION_KNOB
 from fl_uav.learning.topup import Generator, build_generator
 from fl_uav.planning.feddpq_opt import (
@@ -57,6 +53,7 @@ from fl_uav.planning.feddpq_opt import (
     TX_POWER_KNOB,
 )
 from fl_uav.planning.lgc_control import ENTRIES_KNOB
+from fl_uav.values import is_finite_number, is_int
 
 MALFORMED, UNSUPPORTED = 'malformed', 'unsupported'
 #: Knobs the drone only records (no model of the radio in the fleet).
@@ -64,8 +61,6 @@ RECORDED_KNOBS = (TX_POWER_KNOB, Q_TARGET_KNOB, Q_KNOB)
 RESOURCE_KNOBS = (LOCAL_STEPS_KNOB, PRUNE_FRACTION_KNOB, BITS_KNOB, TOPUP_KNOB, ENTRIES_KNOB,
                   *RECORDED_KNOBS)
 MAX_LOCAL_STEPS = 100_000     # a sanity bound: more is a malformed H, not a plan
-STRATEGY_KNOBS = (DRAWS_KNOB, PROXIMAL_MU_KNOB)
-MAX_PROXIMAL_MU = float(np.finfo(np.float32).max)   # torch trains in float32
 RANGE_BITS_MIN, RANGE_BITS_MAX = 1, 16     # the range quantizer's bits (codec v2)
 # Update metadata the drone adds for the station (knobs.json, the round records).
 KNOBS_APPLIED_KEY = 'knobs_applied'
@@ -159,15 +154,6 @@ def check_resource_knobs(knobs: Mapping[str, Any], *, client_algorithm: str,
 
 
 def check_strategy_knobs(knobs: Mapping[str, Any]) -> dict[str, tuple[str, str]]:
-    """The strategy knobs in ``knobs`` (module table) that are malformed: knob -> (MALFORMED,
-    detail), as :attr:`KnobCheck.rejected`; well-formed ones are not listed."""
-    rejected: dict[str, tuple[str, str]] = {}
-    draws = knobs.get(DRAWS_KNOB)
-    if DRAWS_KNOB in knobs and not (is_int(draws) and draws >= 0):
-        rejected[DRAWS_KNOB] = (MALFORMED, f'{draws!r} is not an integer >= 0')
-    mu = knobs.get(PROXIMAL_MU_KNOB)
-    if PROXIMAL_MU_KNOB in knobs and not (is_finite_number(mu)
-                                          and 0.0 <= mu <= MAX_PROXIMAL_MU):
-        rejected[PROXIMAL_MU_KNOB] = (MALFORMED, f'{mu!r} is not a number in '
-                                                 f'[0, {MAX_PROXIMAL_MU:.3g}]')
-    return rejected
+    """The strategy knobs in ``knobs`` (fl_uav.aggregation.knobs) that are malformed: knob ->
+    (MALFORMED, detail), as :attr:`KnobCheck.rejected`; well-formed ones are not listed."""
+    return {knob: (MALFORMED, detail) for knob, detail in strategy_knob_problems(knobs).items()}

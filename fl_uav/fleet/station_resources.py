@@ -44,9 +44,10 @@ from typing import Any
 import numpy as np
 
 from fl_uav.fleet.config import FleetConfig
-from fl_uav.fleet.messages import MAX_COUNT, is_int
+from fl_uav.fleet.messages import MAX_COUNT
 from fl_uav.fleet.resource_knobs import POSITION_KEY, drone_topup_generator, valid_position
 from fl_uav.sim.resource_planning import PlannerInputs, build_planner
+from fl_uav.values import is_int
 
 _log = logging.getLogger(__name__)
 MIN_PLANNING_DISTANCE_M = 1.0   # d_u floor: the path loss (d / 1 m)^-2 of FedDPQ eq. (15)

@@ -316,6 +316,13 @@ class SendsBeyondFloat32(NoCompression):
         return frame, {n: v.astype(np.float32) for n, v in wide.items()}
 
 
+class DrawsAsText(FedAvg):
+    """FedAvg that sends FedDPQ's draws knob as text (a drone would reject it as malformed)."""
+
+    def configure_round(self, round_index, drone_ids):
+        return {d: {'draws': 'two'} for d in drone_ids}
+
+
 class ConfigureRaises(FedAvg):
     """FedAvg whose per-drone knobs break (a key it forgot to set)."""
 

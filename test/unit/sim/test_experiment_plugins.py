@@ -277,12 +277,18 @@ def test_the_top_k_example_sends_a_tenth_of_the_entries_and_keeps_the_rest_owed(
     assert set(compressor.state_dict()) == {'residual'}
 
 
-def test_a_strategy_plug_in_whose_configure_round_raises_stops_the_run_naming_it(tmp_path):
+@pytest.mark.parametrize(('name', 'fault'), [
+    ('ConfigureRaises', r"ConfigureRaises.configure_round raised KeyError: 'mu' "
+                        r"\(at .*_plugins.py:\d+\)"),
+    ('DrawsAsText', r"DrawsAsText.configure_round gave drone 0 the knob draws = 'two' is not "
+                    r"an integer >= 0"),
+])
+def test_a_strategy_plug_in_whose_configure_round_fails_stops_the_run_naming_it(tmp_path, name,
+                                                                                 fault):
     # Act
-    summary = run_experiment(_config(**{'aggregation.strategy': SPEC + 'ConfigureRaises'}),
-                             tmp_path, echo=_quiet)
+    summary = run_experiment(_config(**{'aggregation.strategy': SPEC + name}), tmp_path,
+                             echo=_quiet)
     # Assert
     assert summary['status'] == 'failed'
-    assert re.search(r"round 1: aggregation.strategy '.*ConfigureRaises': ConfigureRaises."
-                     r"configure_round raised KeyError: 'mu' \(at .*_plugins.py:\d+\)",
-                     summary['error']), summary['error']
+    assert re.search(rf"round 1: aggregation.strategy '.*{name}': {fault}", summary['error']), \
+        summary['error']
