@@ -154,6 +154,9 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     final = summary['final_accuracy']
     for warning in summary['warnings']:
         echo(f'warning: {warning}')
+    status = summary['status']      # 'failed' when the station ended the run as failed
+    if summary.get('error'):
+        echo(f'error: {summary["error"]}')
     echo(f'{status}: {len(summary["rounds"])} rounds in {wall_s:.0f} s, final accuracy '
          f'{final if final is None else round(final, 3)}; wrote {out / SUMMARY_FILE}')
     return summary
@@ -248,8 +251,11 @@ def _late_warnings(rounds: Sequence[Mapping[str, Any]], config: FleetConfig,
 
 def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
                   exit_codes: Mapping[str, int | None], domain_id: int) -> dict[str, Any]:
-    """Per-round results from the station, per-drone flight facts from the autopilot log."""
+    """Per-round results from the station, per-drone flight facts from the autopilot log.
+    A run the station ended as failed (its report's status and error) is 'failed'."""
     report = _read_json(out / STATION_REPORT_FILE)
+    if status == 'finished' and report.get('status') == 'failed':
+        status = 'failed'
     rounds = report.get('rounds') or read_progress(out)
     autopilot = _read_json(out / AUTOPILOT_LOG_FILE)
     events = autopilot.get('events', [])
@@ -279,6 +285,7 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
     accuracies = [r['accuracy'] for r in rounds]
     summary = {
         'status': status,
+        **({'error': report['error']} if report.get('error') else {}),
         'num_drones': config.num_drones,
         'num_rounds_configured': config.rounds.num_rounds,
         'strategy': config.aggregation.strategy,        # a built-in name or a plug-in spec
