@@ -583,7 +583,7 @@ class GroundStation:
                             f'before them; last: {failure}')
 
     def report(self) -> dict[str, Any]:
-        """The run's report (DIR/report.json): status ('finished', or 'failed' with the
+        """The run's report (DIR/ground_station.json): status ('finished', or 'failed' with the
         'error'), the rounds, the rejected frames and the drones' flight failures."""
         return {
             'run_id': self.run_id,
