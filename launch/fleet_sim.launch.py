@@ -5,7 +5,9 @@ The embedded fleet: autopilot_sim, sim_camera, ground_station and one drone per 
 express mode (FedEx) one ground_client per ground client instead of the camera. The node set
 comes from fl_uav.sim.launch_plan.fleet_plan, the same function `fl-uav sim` uses, and frames
 are signed as there: fresh keys in output_dir/keys (a new temporary directory without
-output_dir) and signatures required, unless the config names security.keys_dir.
+output_dir) and signatures required, unless the config names security.keys_dir. The same
+start-time checks refuse a simulated home outside the geofence and a port another process
+holds (fl_uav.sim.launch_plan.check_fleet_start), before any node starts.
 """
 
 import tempfile
@@ -39,7 +41,8 @@ def _nodes(context):
     overrides = {'num_drones': num_drones,
                  **mode_overrides(mode, num_drones, int(clients) if clients else None)}
     run_dir = Path(output_dir or tempfile.mkdtemp(prefix='fl_uav_fleet_'))
-    flat = launch_parameters(config_file, overrides, run_dir)
+    # The start-time checks of `fl-uav sim` (homes in the geofence, free ports) run here too.
+    flat = launch_parameters(config_file, overrides, run_dir, with_simulators)
     config = build_config(FleetConfig, flat)
     params_file = write_params_file(flat, run_dir / 'fl_uav_params.yaml')
     return [Node(package=PACKAGE, executable=spec.executable, name=spec.name,

@@ -29,6 +29,26 @@ from fl_uav.world.landcover import WorldConfig
 
 
 @dataclass(frozen=True)
+class StationAggregationConfig(AggregationConfig):
+    """The engine's aggregation section, plus what the ground station does when the strategy
+    fails (a plug-in that raises or returns a broken model, fl_uav.aggregation.strategy
+    checked_aggregate): it closes the round on the model it kept, with a warning.
+
+    max_failed_rounds: consecutive rounds whose aggregation failed after which the station
+    ends the run as failed and sends the drones the finish command (0 = never stop; the
+    experiment engine stops at the first).
+    """
+
+    max_failed_rounds: int = 3
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_failed_rounds < 0:
+            raise ValueError(f'max_failed_rounds must be >= 0 (0 = never stop), got '
+                             f'{self.max_failed_rounds}')
+
+
+@dataclass(frozen=True)
 class RoundConfig:
     """num_rounds: rounds to run; deadline_s: wall seconds a round stays open;
     first_round_extra_s: extra time in round 1 for connect, arm and take-off;
@@ -455,7 +475,8 @@ class FleetConfig:
     camera: CameraConfig = field(default_factory=CameraConfig)
     sim_camera: SimCameraConfig = field(default_factory=SimCameraConfig)
     learning: LearningConfig = field(default_factory=LearningConfig)
-    aggregation: AggregationConfig = field(default_factory=AggregationConfig)
+    aggregation: StationAggregationConfig = field(
+        default_factory=StationAggregationConfig)
     rounds: RoundConfig = field(default_factory=RoundConfig)
     buffer: BufferConfig = field(default_factory=BufferConfig)
     coverage: CoverageConfig = field(default_factory=CoverageConfig)

@@ -233,6 +233,10 @@ class GroundStation:
                        else config.num_drones)
         self._strategy = config.aggregation.build(num_clients, seed=config.world.seed)
         self._round_warnings: list[str] = []   # what went wrong opening the open round
+        # aggregation.max_failed_rounds: rounds in a row whose aggregation failed, and why the
+        # run ended as failed ('' while it has not), as the engine stops on a plug-in's fault
+        self._failed_in_a_row = 0
+        self.failure = ''
         # FedEx-Async (eqs. (14)-(15)): a round is one server update; it closes as soon as
         # a UAV lands, and only the UAVs that landed depart again, with the new model.
         self._async = self.express is not None and config.express.mode == 'async'
@@ -272,8 +276,16 @@ class GroundStation:
 
     @property
     def finished(self) -> bool:
-        """All configured rounds are closed."""
-        return len(self.records) >= self.config.rounds.num_rounds
+        """All configured rounds are closed, or the run ended as failed (:attr:`failure`)."""
+        return bool(self.failure) or len(self.records) >= self.config.rounds.num_rounds
+
+    @property
+    def status(self) -> str:
+        """'failed' (the run ended early, :attr:`failure` says why), 'finished' or
+        'running'."""
+        if self.failure:
+            return 'failed'
+        return 'finished' if self.finished else 'running'
 
     @property
     def round_open(self) -> bool:
@@ -301,7 +313,7 @@ class GroundStation:
         if self._round is not None:
             raise RuntimeError(f'round {self._round.index} is still open')
         if self.finished:
-            raise RuntimeError('all rounds are done')
+            raise RuntimeError(self.failure or 'all rounds are done')
         index = self.next_round_index
         duration = self.config.rounds.deadline_s
         if index == 1:
@@ -543,6 +555,7 @@ class GroundStation:
         # Closed before anything else can fail: a retry would apply the aggregate twice.
         self.records.append(record)
         self._round = None
+        self._count_failure(r.index, failure)
         # What the strategy applied, not all that arrived (FedAvg skips an update without
         # samples; a robust strategy drops outliers): the drones roll back the rest.
         self._used_last_round = {
@@ -556,6 +569,33 @@ class GroundStation:
             self.resources.plan_if_ready(r.index, self.drone_ids, self._layout.dim,
                                          encoded_size(self.weights, {'round': r.index}))
         return record
+
+    def _count_failure(self, round_index: int, failure: str) -> None:
+        """aggregation.max_failed_rounds: the run ends as failed (:attr:`failure`) after that
+        many aggregations in a row failed; a round that aggregated starts the count over."""
+        self._failed_in_a_row = self._failed_in_a_row + 1 if failure else 0
+        limit = self.config.aggregation.max_failed_rounds
+        if limit and self._failed_in_a_row >= limit:
+            self.failure = (f'the run stopped as failed after round {round_index}: the '
+                            f'aggregation failed in {self._failed_in_a_row} rounds in a row '
+                            f'(aggregation.max_failed_rounds {limit}), the model is the one '
+                            f'before them; last: {failure}')
+
+    def report(self) -> dict[str, Any]:
+        """The run's report (DIR/ground_station.json): status ('finished', or 'failed' with the
+        'error'), the rounds, the rejected frames and the drones' flight failures."""
+        return {
+            'run_id': self.run_id,
+            'status': self.status,
+            **({'error': self.failure} if self.failure else {}),
+            'initial_accuracy': self.initial_accuracy,
+            'initial_loss': self.initial_loss,
+            'rounds': [r.to_dict() for r in self.records],
+            'rejected_total': dict(self.rejected_total),
+            'flight_failures': {str(d): n for d, n in self.flight_failures().items()},
+            **({'express': self.express.summary()} if self.express else {}),
+            **({'resources': self.resources.report()} if self.resources.enabled else {}),
+        }
 
     def plan_pending(self) -> None:
         """Build the resource planner whose inputs the last :meth:`close_round` took (no-op

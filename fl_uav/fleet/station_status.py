@@ -3,7 +3,8 @@
 One DiagnosticStatus named ``fl_uav: ground_station``, every ``status.period_s``, so the
 operator's rqt_runtime_monitor or Foxglove diagnostics panel shows the station and each drone
 (fl_uav/fleet/drone_status.py) together. Levels:
-- ERROR: the run is not over and no drone node subscribes to the global model.
+- ERROR: the run is not over and no drone node subscribes to the global model; the run ended
+  as failed (its aggregation failed ``aggregation.max_failed_rounds`` rounds in a row).
 - WARN: some drones do not subscribe (their node is down, or DDS does not see it); the last
   round closed with drones late or missing (not in FedEx-Async, where the UAVs still on their
   tour are missing from every round by design), with flight errors, or with a learning warning (a
@@ -27,7 +28,7 @@ def _where(station: GroundStation, now_s: float) -> tuple[str, str, str]:
     total = station.config.rounds.num_rounds
     progress = station.round_progress
     if station.finished:
-        return 'finished', f'{len(station.records)}/{total}', ''
+        return station.status, f'{len(station.records)}/{total}', ''
     if progress is None:
         phase = 'waiting for drones' if not station.records else 'between rounds'
         return phase, f'{len(station.records)}/{total}', ''
@@ -51,6 +52,8 @@ def station_status(station: GroundStation, listening: Sequence[int],
     phase, round_text, left_s = _where(station, now_s)
     problems: list[tuple[int, str]] = []
     missing = [d for d in station.drone_ids if d not in listening]
+    if station.failure:   # aggregation.max_failed_rounds: the run ended as failed
+        problems.append((ERROR, station.failure))
     if not station.finished and not listening:
         problems.append((ERROR, 'no drone node subscribes to the global model'))
     elif not station.finished and missing:

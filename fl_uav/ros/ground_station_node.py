@@ -246,20 +246,15 @@ class GroundStationNode(Node):
             self.log.write_knobs(resources.report())
 
     def _finish(self) -> None:
+        """The finish command to the drones (they land), then DIR/report.json and the log:
+        every round done, or the run ended as failed (aggregation.max_failed_rounds)."""
         self._model_pub.publish(bytes_to_msg(self.station.finish_frame()))
         self._finished_s = self._now()
-        self.log.write_report({
-            'run_id': self.station.run_id,
-            'initial_accuracy': self.station.initial_accuracy,
-            'initial_loss': self.station.initial_loss,
-            'rounds': [r.to_dict() for r in self.station.records],
-            'rejected_total': dict(self.station.rejected_total),
-            'flight_failures': {str(d): n for d, n in self.station.flight_failures().items()},
-            **({'express': self.station.express.summary()} if self.station.express else {}),
-            **({'resources': self.station.resources.report()}
-               if self.station.resources.enabled else {}),
-        })
-        self.get_logger().info('all rounds done; finish sent')
+        self.log.write_report(self.station.report())
+        if self.station.failure:
+            self.get_logger().error(f'{self.station.failure}; finish sent')
+        else:
+            self.get_logger().info('all rounds done; finish sent')
 
     def _linger(self, now: float) -> None:
         if not self.own.exit_on_finish or self._finished_s is None:

@@ -457,6 +457,11 @@ class ExperimentEngine:
         except (NonFiniteLossError, FloatingPointError) as exc:
             raise ExperimentError(f'update {r}: non-finite training loss ({exc}); partial '
                                   f'results are in {self.out_dir}') from exc
+        except AggregationError as exc:   # as _round's: the rule broke the contract
+            raise ExperimentError(f'update {r}: aggregation.strategy '
+                                  f'{self.config.aggregation.strategy!r}: {exc}; the updates '
+                                  f'before are in {self.out_dir} (--resume goes on from its '
+                                  f'last checkpoint)') from exc
         self.weights = fields.pop('weights')
         set_weights(self.model, self.weights)
         accuracy, test_loss = evaluate(self.model, self.data.test_x, self.data.test_y)

@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from fl_uav.aggregation.strategy import ClientUpdate, Strategy
+from fl_uav.aggregation.strategy import ClientUpdate, Strategy, checked_aggregate
 from fl_uav.configschema import ConfigError, require_choice
 from fl_uav.learning.weights import Weights
 from fl_uav.netmodel.flight import (
@@ -407,7 +407,11 @@ class ExpressRuntime:
         return int(seq.generate_state(1)[0])
 
     def advance(self, weights: Weights, train: TrainFn, strategy: Strategy) -> ExpressStep:
-        """Fly to the next landing, collect the running sums and apply the server rule."""
+        """Fly to the next landing, collect the running sums and apply the server rule.
+
+        FloatingPointError if a client's local training loss is not finite; AggregationError
+        if the rule breaks the Strategy contract (:func:`checked_aggregate`, as the engine's
+        other rounds and the station call it). Either way before any UAV's model changes."""
         time_s, landing = self.next_landing()
         self.update_index += 1
         sums, updates, losses = {}, [], []
@@ -434,8 +438,10 @@ class ExpressRuntime:
                          else self.trained_version[k])
             updates.append(ClientUpdate(sender=k, round_index=round_tag, delta=u_k,
                                         num_samples=len(tour)))
-        result = strategy.aggregate(self.update_index, weights, updates)
-        new = result.weights
+        if not all(math.isfinite(loss) for loss in losses):   # the clients', not the rule's
+            raise FloatingPointError(f'FedEx update {self.update_index}: non-finite local '
+                                     f'training loss')
+        new = checked_aggregate(strategy, self.update_index, weights, updates).weights
         for k in landing:   # the next tour carries the updated model (Sync: the next round's)
             self.trained_from[k] = self.carried[k]
             self.trained_time_s[k] = self.carried_time_s[k]
@@ -608,10 +614,6 @@ class EngineExpress:
                          'uavs': step.uavs, 'participants': step.participants,
                          'staleness_s': step.staleness_s, 'version_lag': step.version_lag,
                          'energy_j': step.energy_j})
-        for loss in step.losses:
-            if not math.isfinite(loss):
-                raise FloatingPointError(f'FedEx update {step.update_index}: non-finite '
-                                         f'local training loss')
         return {
             'weights': step.weights, 'participants': step.participants, 'late': 0, 'lost': 0,
             'uplink_bytes': frame_bytes * step.participants,

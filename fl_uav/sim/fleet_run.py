@@ -20,24 +20,23 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import numpy as np
 
-from fl_uav.configschema import ConfigError, build_config, to_flat
+from fl_uav.configschema import build_config, to_flat
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.onboard_planner import record_file_name
 from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
 from fl_uav.planning.trajectory import class_balance
 from fl_uav.plugins import plugin_sources
 from fl_uav.sim.launch_plan import (
-    check_sim_homes,
+    check_fleet_start,
     fleet_plan,
     merged_parameters,
     run_keys,
     write_params_file,
 )
-from fl_uav.sim.launcher import ProcessGroup, busy_udp_ports, ros_environment
+from fl_uav.sim.launcher import ProcessGroup, ros_environment
 
 AUTOPILOT_LOG_FILE = 'autopilot_log.json'
 CLIENT_LOG_DIR = 'ground_clients'      # ground_client nodes' logs: gc<j>.json
@@ -89,9 +88,7 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     # A bad key or value, a simulated home outside the geofence, simulator ports that do not
     # fit the fleet or a port another process holds stop here, before DIR is touched and
     # before any process starts.
-    config = build_config(FleetConfig, flat)
-    check_sim_homes(config)
-    refuse_busy_ports(config)
+    check_fleet_start(build_config(FleetConfig, flat))
     out.mkdir(parents=True, exist_ok=True)
     for stale in (STATION_REPORT_FILE, 'progress.jsonl', SUMMARY_FILE, AUTOPILOT_LOG_FILE):
         (out / stale).unlink(missing_ok=True)
@@ -154,34 +151,12 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     final = summary['final_accuracy']
     for warning in summary['warnings']:
         echo(f'warning: {warning}')
+    status = summary['status']      # 'failed' when the station ended the run as failed
+    if summary.get('error'):
+        echo(f'error: {summary["error"]}')
     echo(f'{status}: {len(summary["rounds"])} rounds in {wall_s:.0f} s, final accuracy '
          f'{final if final is None else round(final, 3)}; wrote {out / SUMMARY_FILE}')
     return summary
-
-
-def fleet_udp_endpoints(config: FleetConfig) -> dict[tuple[str, int], str]:
-    """The UDP (host, port)s the fleet's processes bind, by role: each drone's MAVLink link
-    (a ``udpin://`` flight.url_template) and each simulated autopilot's own port."""
-    endpoints = {}
-    for d in range(config.num_drones):
-        url = urlsplit(config.flight.url_for(d))
-        if url.scheme == 'udpin' and url.port is not None:
-            endpoints[(url.hostname or '0.0.0.0', url.port)] = (
-                f"drone {d}'s MAVLink link, flight.port_base + {d}")
-        endpoints[(config.autopilot.host, config.autopilot.bind_base_port + d)] = (
-            f'simulated autopilot {d}, autopilot.bind_base_port + {d}')
-    return endpoints
-
-
-def refuse_busy_ports(config: FleetConfig) -> None:
-    """ConfigError naming every port of the fleet another process holds (another fl-uav sim,
-    a PX4 SITL): otherwise the drones start, fail to connect and fly nothing."""
-    busy = busy_udp_ports(fleet_udp_endpoints(config))
-    if busy:
-        raise ConfigError(
-            f'{"; ".join(busy)}: in use by another process (another fl-uav sim or a PX4 '
-            f'SITL?); choose free ports with --port-base P (drone i uses P + i, its simulated '
-            f'autopilot P + 1000 + i)')
 
 
 def domain_text(domain_id: int, requested: int | None, shell_domain: str | None) -> str:
@@ -248,8 +223,11 @@ def _late_warnings(rounds: Sequence[Mapping[str, Any]], config: FleetConfig,
 
 def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
                   exit_codes: Mapping[str, int | None], domain_id: int) -> dict[str, Any]:
-    """Per-round results from the station, per-drone flight facts from the autopilot log."""
+    """Per-round results from the station, per-drone flight facts from the autopilot log.
+    A run the station ended as failed (its report's status and error) is 'failed'."""
     report = _read_json(out / STATION_REPORT_FILE)
+    if status == 'finished' and report.get('status') == 'failed':
+        status = 'failed'
     rounds = report.get('rounds') or read_progress(out)
     autopilot = _read_json(out / AUTOPILOT_LOG_FILE)
     events = autopilot.get('events', [])
@@ -279,6 +257,7 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
     accuracies = [r['accuracy'] for r in rounds]
     summary = {
         'status': status,
+        **({'error': report['error']} if report.get('error') else {}),
         'num_drones': config.num_drones,
         'num_rounds_configured': config.rounds.num_rounds,
         'strategy': config.aggregation.strategy,        # a built-in name or a plug-in spec

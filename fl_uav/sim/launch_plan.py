@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -140,6 +142,59 @@ def check_sim_homes(config: FleetConfig) -> None:
                 f'coverage.margin_m)')
 
 
+def fleet_udp_endpoints(config: FleetConfig, with_simulators: bool = True
+                        ) -> dict[tuple[str, int], str]:
+    """The UDP (host, port)s the fleet's processes bind, by role: each drone's MAVLink link
+    (a ``udpin://`` flight.url_template) and, ``with_simulators``, each simulated
+    autopilot's own port."""
+    endpoints = {}
+    for d in range(config.num_drones):
+        url = urlsplit(config.flight.url_for(d))
+        if url.scheme == 'udpin' and url.port is not None:
+            endpoints[(url.hostname or '0.0.0.0', url.port)] = (
+                f"drone {d}'s MAVLink link, flight.port_base + {d}")
+        if with_simulators:
+            endpoints[(config.autopilot.host, config.autopilot.bind_base_port + d)] = (
+                f'simulated autopilot {d}, autopilot.bind_base_port + {d}')
+    return endpoints
+
+
+def busy_udp_ports(endpoints: Mapping[tuple[str, int], str]) -> list[str]:
+    """The roles of the UDP (host, port) endpoints another process holds now: each is bound
+    and released at once (a port freed later is fine, one taken later is not caught)."""
+    busy = []
+    for (host, port), role in endpoints.items():
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                busy.append(f'UDP {host}:{port} ({role})')
+    return busy
+
+
+def refuse_busy_ports(config: FleetConfig, with_simulators: bool = True) -> None:
+    """ConfigError naming every port of the fleet another process holds (another fl-uav sim,
+    a PX4 SITL): otherwise the drones start, fail to connect and fly nothing."""
+    busy = busy_udp_ports(fleet_udp_endpoints(config, with_simulators))
+    if busy:
+        raise ConfigError(
+            f'{"; ".join(busy)}: in use by another process (another fl-uav sim or a PX4 '
+            f'SITL?); choose free ports with --port-base P (drone i uses P + i, its simulated '
+            f'autopilot P + 1000 + i; with ros2 launch: flight.port_base, '
+            f'autopilot.remote_base_port and autopilot.bind_base_port)')
+
+
+def check_fleet_start(config: FleetConfig, with_simulators: bool = True) -> None:
+    """The checks before a fleet starts, for ``fl-uav sim`` and ``ros2 launch fl_uav
+    fleet_sim.launch.py`` alike (ConfigError naming the problem): every simulated home
+    inside the geofence (:func:`check_sim_homes`) and no fleet port held by another process
+    (:func:`refuse_busy_ports`). ``with_simulators`` false (real PX4 SITL): only the drones'
+    MAVLink ports; the simulators' homes and ports are not used."""
+    if with_simulators:
+        check_sim_homes(config)
+    refuse_busy_ports(config, with_simulators)
+
+
 def fleet_plan(config: FleetConfig, output_dir: str | Path | None = None,
                exit_on_finish: bool = True, with_simulators: bool = True) -> list[NodeSpec]:
     """autopilot_sim + sim_camera + ground_station + one drone node per UAV (+ in
@@ -188,10 +243,13 @@ def run_keys(out: Path, flat: Mapping[str, Any], overrides: Mapping[str, Any]
 
 
 def launch_parameters(config_file: str | Path, overrides: Mapping[str, Any],
-                      run_dir: str | Path) -> dict[str, Any]:
+                      run_dir: str | Path, with_simulators: bool = True) -> dict[str, Any]:
     """The fleet's parameters for ``ros2 launch fl_uav fleet_sim.launch.py``: the config file
-    with the launch arguments' overrides, signed as ``fl-uav sim`` signs (:func:`run_keys`:
-    fresh keys in ``run_dir``/keys and signatures required, unless the config names keys)."""
+    with the launch arguments' overrides, checked as ``fl-uav sim`` checks them before
+    anything is written (:func:`check_fleet_start`, ConfigError), signed as it signs
+    (:func:`run_keys`: fresh keys in ``run_dir``/keys and signatures required, unless the
+    config names keys)."""
     flat = merged_parameters([config_file], overrides)
+    check_fleet_start(build_config(FleetConfig, flat), with_simulators)
     flat.update(run_keys(Path(run_dir), flat, overrides))
     return flat

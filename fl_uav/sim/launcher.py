@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,19 +39,6 @@ def ros_environment(domain_id: int, log_dir: Path, base: Mapping[str, str] | Non
                 'AMENT_PREFIX_PATH': env.get('AMENT_PREFIX_PATH', sys.prefix)})
     env.pop('ROS_STATIC_PEERS', None)
     return env
-
-
-def busy_udp_ports(endpoints: Mapping[tuple[str, int], str]) -> list[str]:
-    """The roles of the UDP (host, port) endpoints another process holds now: each is bound
-    and released at once (a port freed later is fine, one taken later is not caught)."""
-    busy = []
-    for (host, port), role in endpoints.items():
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            try:
-                probe.bind((host, port))
-            except OSError:
-                busy.append(f'UDP {host}:{port} ({role})')
-    return busy
 
 
 class ProcessGroup:

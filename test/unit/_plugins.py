@@ -177,6 +177,16 @@ class RaisesInRound2(FedAvg):
         return super().aggregate(round_index, global_weights, updates)
 
 
+class RaisesButInRound2(FedAvg):
+    """Its bug shows in every round but round 2 (aggregation.max_failed_rounds counts in a
+    row)."""
+
+    def aggregate(self, round_index, global_weights, updates):
+        if round_index != 2:
+            raise RuntimeError('my rule broke')
+        return super().aggregate(round_index, global_weights, updates)
+
+
 class ReturnsNaN(FedAvg):
     """FedAvg, then a NaN in the first tensor (a division by zero of its own)."""
 

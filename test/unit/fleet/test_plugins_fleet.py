@@ -9,8 +9,11 @@ import numpy as np
 import pytest
 
 from fl_uav.compression.compressor import decode_update_frame
+from fl_uav.configschema import build_config
+from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.drone_agent import DroneAgent, UploadEncodingError
 from fl_uav.fleet.ground_station import GroundStation
+from fl_uav.fleet.messages import FinishCommand
 from test.unit import _plugins
 from test.unit._plugins import SPEC
 from test.unit.fleet._fleet_pair import agent_and_station
@@ -125,3 +128,74 @@ def test_a_strategy_plug_in_whose_configure_round_raises_still_opens_and_closes_
                         r"ConfigureRaises.configure_round raised KeyError: 'mu' \(at .*"
                         r"_plugins.py:\d+\); the round went out without the strategy's knobs",
                         record.warnings[0]), record.warnings
+
+
+def _close_rounds(agent: DroneAgent, station: GroundStation, rounds: int) -> None:
+    """Open and close ``rounds`` rounds, each with the drone's update."""
+    for _ in range(rounds):
+        opening = station.open_round(0.0)
+        station.receive_update(agent.train_round(agent.accept_global_frame(opening.frame)).frame)
+        station.close_round(1.0)
+
+
+def test_a_strategy_that_fails_max_failed_rounds_in_a_row_ends_the_run_as_failed():
+    # Arrange: 5 rounds configured, the run stops after 2 failed aggregations in a row
+    agent, station = _pair({'aggregation.strategy': SPEC + 'AlwaysRaises',
+                            'aggregation.max_failed_rounds': 2, 'rounds.num_rounds': 5})
+    _close_rounds(agent, station, 1)
+    running = (station.finished, station.status)
+    # Act
+    _close_rounds(agent, station, 1)
+    # Assert: failed after round 2 (not 5), says why, and no round opens any more
+    assert running == (False, 'running')
+    assert station.finished and station.status == 'failed' and len(station.records) == 2
+    assert re.fullmatch(r'the run stopped as failed after round 2: the aggregation failed in 2 '
+                        r'rounds in a row \(aggregation.max_failed_rounds 2\), the model is '
+                        rf"the one before them; last: round 2: aggregation.strategy '{SPEC}"
+                        r"AlwaysRaises': AlwaysRaises.aggregate raised ZeroDivisionError: .*",
+                        station.failure), station.failure
+    with pytest.raises(RuntimeError, match='the run stopped as failed after round 2'):
+        station.open_round(2.0)
+    report = station.report()
+    assert report['status'] == 'failed' and report['error'] == station.failure
+    assert [r['round_index'] for r in report['rounds']] == [1, 2]
+
+
+def test_a_run_the_station_ends_as_failed_tells_the_drones_to_finish():
+    # Arrange
+    agent, station = _pair({'aggregation.strategy': SPEC + 'AlwaysRaises',
+                            'aggregation.max_failed_rounds': 1, 'rounds.num_rounds': 5})
+    _close_rounds(agent, station, 1)
+    # Act: the frame the node sends when the station is finished
+    command = agent.accept_global_frame(station.finish_frame())
+    # Assert: the drone reads the normal finish command (it lands)
+    assert station.status == 'failed'
+    assert isinstance(command, FinishCommand) and command.round_index == 1
+
+
+def test_a_round_that_aggregates_starts_the_failed_rounds_count_over():
+    # Arrange: rounds 1 and 3 fail, round 2 aggregates
+    agent, station = _pair({'aggregation.strategy': SPEC + 'RaisesButInRound2',
+                            'aggregation.max_failed_rounds': 2, 'rounds.num_rounds': 4})
+    # Act
+    _close_rounds(agent, station, 3)
+    # Assert: never 2 in a row, so the run goes on
+    assert [bool(r.warnings) for r in station.records] == [True, False, True]
+    assert not station.finished and station.failure == ''
+
+
+def test_max_failed_rounds_0_never_ends_the_run_early():
+    # Arrange
+    agent, station = _pair({'aggregation.strategy': SPEC + 'AlwaysRaises',
+                            'aggregation.max_failed_rounds': 0, 'rounds.num_rounds': 4})
+    # Act
+    _close_rounds(agent, station, 4)
+    # Assert: every round closed on the kept model, the run finished (not failed)
+    assert station.status == 'finished' and station.failure == ''
+    assert station.report()['status'] == 'finished' and 'error' not in station.report()
+
+
+def test_a_negative_max_failed_rounds_is_refused_naming_the_key():
+    # Act / Assert
+    with pytest.raises(ValueError, match=r"section 'aggregation': max_failed_rounds must be >= 0"):
+        build_config(FleetConfig, {'aggregation.max_failed_rounds': -1})

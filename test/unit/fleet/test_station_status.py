@@ -12,11 +12,12 @@ from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.drone_status import ERROR, OK, WARN
 from fl_uav.fleet.ground_station import GroundStation
 from fl_uav.fleet.station_status import STATION_STATUS_NAME, station_status
+from test.unit._plugins import SPEC
 from test.unit.fleet.test_express_fleet import EXPRESS
 
-CONFIG: FleetConfig = build_config(FleetConfig, {
-    'num_drones': 2, 'learning.model': 'tiny_cnn', 'rounds.num_rounds': 3,
-    'rounds.deadline_s': 30.0, 'rounds.first_round_extra_s': 0.0})
+_FLAT = {'num_drones': 2, 'learning.model': 'tiny_cnn', 'rounds.num_rounds': 3,
+         'rounds.deadline_s': 30.0, 'rounds.first_round_extra_s': 0.0}
+CONFIG: FleetConfig = build_config(FleetConfig, _FLAT)
 
 
 @pytest.fixture
@@ -66,6 +67,25 @@ def test_a_drone_missing_from_the_last_round_and_the_graph_warns(station):
     assert report.message.startswith('drones not subscribed: [1]; round 1: late or missing [1]')
     assert report.message.endswith('round 1/3: between rounds')
     assert dict(report.values)['late_or_missing_last_round'] == '[1]'
+
+
+def test_a_run_ended_as_failed_is_an_error_that_says_why():
+    # Arrange: a strategy that always raises, the run stops at the first failed round
+    config = build_config(FleetConfig, {**_FLAT, 'aggregation.max_failed_rounds': 1,
+                                        'aggregation.strategy': SPEC + 'AlwaysRaises'})
+    rng = np.random.default_rng(0)
+    station = GroundStation(config, rng.normal(0, 1, (40, 3, 32, 32)).astype(np.float32),
+                            rng.integers(0, 7, 40))
+    station.open_round(now_s=0.0)
+    station.receive_update(_update(station, 0, 1))
+    station.close_round(now_s=30.0)
+    # Act: the drones have gone (they landed on the finish)
+    report = station_status(station, [], now_s=31.0)
+    # Assert
+    assert report.level == ERROR
+    assert report.message.startswith('the run stopped as failed after round 1')
+    assert report.message.endswith('round 1/3: failed')
+    assert dict(report.values)['phase'] == 'failed'
 
 
 def test_fedex_async_uavs_still_on_tour_are_not_late():

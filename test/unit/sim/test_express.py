@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from fl_uav.aggregation.config import AggregationConfig
 from fl_uav.aggregation.fedex import FedExAsync, FedExSync
+from fl_uav.aggregation.strategy import AggregationError
 from fl_uav.configschema import ConfigError, build_config, read_params_file
 from fl_uav.netmodel.flight import ConstantPower, tour_cost
 from fl_uav.planning.routing import RoutePlan
@@ -27,6 +30,7 @@ from fl_uav.sim.express import (
     revisit_slots,
     tour_slots,
 )
+from test.unit._plugins import SPEC, StepsInPlace
 
 REPO = Path(__file__).resolve().parents[3]
 QUICK = REPO / 'config' / 'experiments' / 'quick_digits.yaml'
@@ -124,6 +128,53 @@ def test_async_applies_updates_in_tour_completion_order():
     for s in steps:
         k = s.uavs[0]
         assert s.staleness_s <= 2 * periods[k] + 1e-9
+
+
+def test_a_strategy_that_breaks_the_contract_is_named_and_no_uav_carries_its_result():
+    # Arrange: round 2 has updates (round 1 only delivers); the rule adds its step in place
+    runtime = ExpressRuntime(_express_config(mode='sync', step_time_s=50.0),
+                             _plan([100, 150], [[0, 1], [2, 3]]), {'w': np.array([1.0])})
+    weights = _run(runtime, FedExSync(4), 1)[-1].weights
+    carried = {k: dict(m) for k, m in runtime.carried.items()}
+    # Act
+    with pytest.raises(AggregationError) as caught:
+        runtime.advance(weights, _toy_train, StepsInPlace())
+    # Assert: the contract check's error; the model given and the carried ones unchanged
+    assert 'StepsInPlace.aggregate raised ValueError' in str(caught.value)
+    assert 'must not change the global weights' in str(caught.value)
+    assert weights['w'] == pytest.approx([1.0])
+    assert runtime.carried == carried and runtime.tours_done == {0: 1, 1: 1}
+
+
+def test_a_non_finite_training_loss_is_the_clients_fault_not_the_strategys():
+    # Arrange: the clients' training diverges in round 2
+    runtime = ExpressRuntime(_express_config(mode='sync', step_time_s=50.0),
+                             _plan([100, 150], [[0, 1], [2, 3]]), {'w': np.array([1.0])})
+    weights = _run(runtime, FedExSync(4), 1)[-1].weights
+
+    def diverges(base, clients, steps, seeds):
+        return [{'w': base['w'] * np.nan} for _ in clients], [np.nan] * len(clients)
+
+    # Act / Assert
+    with pytest.raises(FloatingPointError, match='FedEx update 2: non-finite local training'):
+        runtime.advance(weights, diverges, FedExSync(4))
+
+
+def test_the_engine_stops_as_failed_naming_a_strategy_that_breaks_the_contract_in_express(
+        tmp_path, monkeypatch):
+    # Arrange: the engine's FedEx rule replaced by one that adds its step in place (no config
+    # lets a plug-in run express; a wrapper or a future rule reaches this path the same way)
+    config = build_config(ExperimentConfig, _flat(num_rounds=3))
+    monkeypatch.setattr(AggregationConfig, 'build',
+                        lambda self, num_clients, seed=0: StepsInPlace())
+    # Act
+    summary = run_experiment(config, tmp_path, echo=lambda _: None)
+    # Assert: failed at the first update (it writes even when nothing arrived), naming the
+    # rule and the fault
+    assert summary['status'] == 'failed' and _rows(tmp_path) == []
+    assert re.match(r"update 1: aggregation.strategy 'fedex_sync': StepsInPlace.aggregate "
+                    r'raised ValueError: .*must not change the global weights',
+                    summary['error']), summary['error']
 
 
 # ----------------------------------------------------------------------------- slotted clock
@@ -251,6 +302,7 @@ def _flat(**overrides) -> dict:
     ('express.altitude_m', 2000.0, 'express.radio_range_m'),
     ('express.partition', 'blocks', 'express.partition'),
     ('aggregation.strategy', 'fedavg', 'aggregation.strategy'),
+    ('aggregation.strategy', SPEC + 'RecordingFedAvg', 'aggregation.strategy'),   # a plug-in
     ('learning.client_algorithm', 'scaffold', 'learning.client_algorithm'),
     ('express.num_uavs', 9, 'num_drones'),
     ('learning.lr_decay', 0.99, 'learning.lr_decay'),

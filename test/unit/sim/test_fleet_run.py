@@ -9,13 +9,8 @@ import pytest
 
 from fl_uav.configschema import ConfigError, build_config
 from fl_uav.fleet.config import FleetConfig
-from fl_uav.sim.fleet_run import (
-    FleetRunOptions,
-    domain_text,
-    fleet_udp_endpoints,
-    refuse_busy_ports,
-    run_fleet,
-)
+from fl_uav.sim.fleet_run import FleetRunOptions, domain_text, run_fleet
+from fl_uav.sim.launch_plan import fleet_udp_endpoints, refuse_busy_ports
 from fl_uav.sim.launcher import ProcessGroup
 from test.conftest import BIND_PORT_OFFSET, tiny_fleet_overrides
 

@@ -9,6 +9,7 @@ import pytest
 
 from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.run_log import STATION_REPORT_FILE
 from fl_uav.sim.fleet_run import _interrupts_ignored, buffer_balance, build_summary
 
 
@@ -96,3 +97,25 @@ def test_drones_whose_updates_missed_rounds_and_late_updates_are_warned_about(tm
     assert summary['warnings'][2].startswith('2 update(s) came after their round had closed')
     assert 'flight.train_reserve_s (20 s)' in summary['warnings'][2]
     assert 'rounds.deadline_s (60 s)' in summary['warnings'][2]
+
+
+def test_a_run_the_station_ended_as_failed_is_failed_in_the_summary_with_its_error(tmp_path):
+    # Arrange: the nodes all exited, the station's report says it ended the run as failed
+    config = build_config(FleetConfig, {'num_drones': 1})
+    error = 'the run stopped as failed after round 3: the aggregation failed in 3 rounds'
+    (tmp_path / STATION_REPORT_FILE).write_text(json.dumps(
+        {'status': 'failed', 'error': error, 'rounds': [], 'initial_accuracy': 0.1}))
+    # Act
+    summary = build_summary(tmp_path, config, 'finished', 1.0, {}, 5)
+    # Assert: `fl-uav sim` exits 1 on it (cli._sim) and says why
+    assert summary['status'] == 'failed' and summary['error'] == error
+
+
+def test_a_finished_run_has_no_error_in_the_summary(tmp_path):
+    # Arrange
+    config = build_config(FleetConfig, {'num_drones': 1})
+    (tmp_path / STATION_REPORT_FILE).write_text(json.dumps({'status': 'finished', 'rounds': []}))
+    # Act
+    summary = build_summary(tmp_path, config, 'finished', 1.0, {}, 5)
+    # Assert
+    assert summary['status'] == 'finished' and 'error' not in summary

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import socket
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ import yaml
 from fl_uav.configschema import ConfigError, build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.sim.launch_plan import (
+    check_fleet_start,
     check_sim_homes,
     fleet_plan,
     launch_parameters,
@@ -18,6 +20,7 @@ from fl_uav.sim.launch_plan import (
     mode_overrides,
     write_params_file,
 )
+from test.conftest import BIND_PORT_OFFSET, tiny_fleet_overrides
 
 REPO = Path(__file__).resolve().parents[3]
 FLEET_YAML = REPO / 'config' / 'fleet.yaml'
@@ -122,11 +125,13 @@ def test_launch_files_define_a_launch_description(path):
     assert 'generate_launch_description' in functions
 
 
-def test_launch_parameters_sign_the_fleet_as_fl_uav_sim_does(tmp_path):
+def test_launch_parameters_sign_the_fleet_as_fl_uav_sim_does(tmp_path, port_base):
+    # Arrange: free ports (the launch checks them as fl-uav sim does)
+    ports = tiny_fleet_overrides(2, port_base)
     # Act
-    flat = launch_parameters(REPO / 'config' / 'fleet.yaml', {'num_drones': 2}, tmp_path)
+    flat = launch_parameters(REPO / 'config' / 'fleet.yaml', ports, tmp_path)
     given = launch_parameters(REPO / 'config' / 'fleet.yaml',
-                              {'num_drones': 2, 'security.keys_dir': '/etc/fl_uav/keys'},
+                              {**ports, 'security.keys_dir': '/etc/fl_uav/keys'},
                               tmp_path / 'other')
     # Assert: fresh keys for the launch and signatures required; a config's keys are kept
     assert flat['security.require_signatures'] is True
@@ -135,3 +140,54 @@ def test_launch_parameters_sign_the_fleet_as_fl_uav_sim_does(tmp_path):
     assert given['security.keys_dir'] == '/etc/fl_uav/keys'
     assert not (tmp_path / 'other').exists()
     assert build_config(FleetConfig, flat).security.require_signatures
+
+
+@pytest.mark.parametrize('held, named', [(0, "drone 0's MAVLink link"),
+                                         (BIND_PORT_OFFSET + 1, 'simulated autopilot 1')])
+def test_launch_parameters_refuse_a_busy_port_before_writing_anything(tmp_path, port_base,
+                                                                       held, named):
+    # Arrange: another process holds one of the fleet's ports
+    run_dir = tmp_path / 'run'
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as other:
+        other.bind(('127.0.0.1', port_base + held))
+        # Act
+        with pytest.raises(ConfigError) as refused:
+            launch_parameters(FLEET_YAML, tiny_fleet_overrides(2, port_base), run_dir)
+    # Assert: as fl-uav sim refuses it, naming the port and its role; no keys written
+    assert f'UDP 127.0.0.1:{port_base + held} ({named}' in str(refused.value)
+    assert 'flight.port_base' in str(refused.value)
+    assert not run_dir.exists()
+
+
+def test_launch_parameters_refuse_a_simulated_home_outside_the_geofence(tmp_path, port_base):
+    # Arrange
+    overrides = {**tiny_fleet_overrides(3, port_base), 'autopilot.home_east_m': 900.0,
+                 'autopilot.home_spacing_m': 150.0}
+    # Act / Assert
+    with pytest.raises(ConfigError, match=r'drone 2: its simulated home .* outside its '
+                                          r'geofence'):
+        launch_parameters(FLEET_YAML, overrides, tmp_path / 'run')
+    assert not (tmp_path / 'run').exists()
+
+
+def test_without_simulators_the_simulators_homes_and_ports_are_not_checked(port_base):
+    # Arrange: homes outside the fence and the simulators' port taken (real PX4 SITL uses
+    # neither); the drones' links are free
+    config = _fleet({**tiny_fleet_overrides(3, port_base), 'autopilot.home_east_m': 900.0,
+                     'autopilot.home_spacing_m': 150.0})
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as other:
+        other.bind(('127.0.0.1', port_base + BIND_PORT_OFFSET))
+        # Act / Assert: refused with the simulators, accepted without
+        with pytest.raises(ConfigError):
+            check_fleet_start(config)
+        check_fleet_start(config, with_simulators=False)
+
+
+def test_without_simulators_a_drones_busy_link_is_still_refused(port_base):
+    # Arrange
+    config = _fleet(tiny_fleet_overrides(2, port_base))
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as other:
+        other.bind(('127.0.0.1', port_base + 1))
+        # Act / Assert
+        with pytest.raises(ConfigError, match="drone 1's MAVLink link"):
+            check_fleet_start(config, with_simulators=False)
