@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections import Counter, deque
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -33,6 +33,7 @@ from fl_uav.fleet.messages import (
 )
 from fl_uav.learning.weights import Weights
 from fl_uav.values import is_int
+from fl_uav.vehicle.streams import put_latest
 
 
 class ExpressLink(Protocol):
@@ -57,21 +58,19 @@ INBOX_FULL = 'inbox_full'
 class CluInbox:
     """The CLU frames a UAV has heard, for :meth:`ExpressLink.receive` on the vehicle loop:
     :meth:`put_threadsafe` from any thread (the ROS executor), :meth:`get` on ``loop``. At
-    most ``capacity`` frames are kept: a new frame when full drops the oldest, counted in
-    ``dropped`` under INBOX_FULL."""
+    most ``capacity`` frames are kept: a new frame when full drops the oldest
+    (:func:`put_latest`), counted in ``dropped`` under INBOX_FULL."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, dropped: Counter,
                  capacity: int = CLU_INBOX_FRAMES) -> None:
         if capacity < 1:
             raise ValueError(f'capacity must be >= 1 frame, got {capacity}')
         self._loop = loop
-        self._frames: deque[bytes] = deque()
-        self._capacity = capacity
-        self._arrived = asyncio.Event()
+        self._frames: asyncio.Queue[bytes] = asyncio.Queue(maxsize=capacity)
         self.dropped = dropped
 
     def __len__(self) -> int:
-        return len(self._frames)
+        return self._frames.qsize()
 
     def put_threadsafe(self, frame: bytes) -> None:
         """Queue a frame heard on another thread (safe from any thread)."""
@@ -79,21 +78,16 @@ class CluInbox:
 
     def put(self, frame: bytes) -> None:
         """Queue a frame (on the loop's thread); the oldest goes if the inbox is full."""
-        if len(self._frames) >= self._capacity:
-            self._frames.popleft()
+        if self._frames.full():
             self.dropped[INBOX_FULL] += 1
-        self._frames.append(frame)
-        self._arrived.set()
+        put_latest(self._frames, frame)
 
     async def get(self, timeout_s: float) -> bytes | None:
         """The oldest frame kept, waiting up to ``timeout_s``; None if none came."""
-        if not self._frames:
-            self._arrived.clear()
-            try:
-                await asyncio.wait_for(self._arrived.wait(), timeout_s)
-            except TimeoutError:
-                return None
-        return self._frames.popleft()
+        try:
+            return await asyncio.wait_for(self._frames.get(), timeout_s)
+        except TimeoutError:
+            return None
 
 
 class ExpressTaskError(ValueError):
