@@ -108,18 +108,24 @@ def resolve(key: str, spec: str) -> Any:
             defined = _defined_here(module)
             close = difflib.get_close_matches(attribute, defined, n=1)
             hint = f' (did you mean {close[0]!r}?)' if close else ''
+            shown = ', '.join(defined[:SHOWN_NAMES]) + (
+                f', ... ({len(defined)} in all)' if len(defined) > SHOWN_NAMES else '')
             raise ConfigError(f'{key} {spec!r}: module {module_name!r} '
                               f'({_module_file(module)}) has no attribute {attribute!r}{hint}; '
-                              f'its classes and functions: {", ".join(defined) or "none"}')
+                              f'its classes and functions: {shown or "none"}')
         value = getattr(value, part)
     return value
 
 
-def _defined_here(module: Any, shown: int = 20) -> list[str]:
+#: How many of a module's names a "has no attribute" error lists (the hint searches all).
+SHOWN_NAMES = 20
+
+
+def _defined_here(module: Any) -> list[str]:
     """The public classes and functions ``module`` defines itself (not the ones it imports)."""
     return sorted(name for name, obj in vars(module).items()
                   if not name.startswith('_') and (inspect.isclass(obj) or inspect.isfunction(obj))
-                  and getattr(obj, '__module__', None) == module.__name__)[:shown]
+                  and getattr(obj, '__module__', None) == module.__name__)
 
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
