@@ -606,8 +606,7 @@ class FleetConfig:
         east_m, north_m = self.autopilot.home_enu_m(0)
         half_e, half_n = e.area_east_m / 2, e.area_north_m / 2
         corners = ((east_m - half_e, north_m - half_n), (east_m + half_e, north_m + half_n))
-        if not all(fence.east_min_m <= x <= fence.east_max_m
-                   and fence.north_min_m <= y <= fence.north_max_m for x, y in corners):
+        if not all(fence.contains_en(x, y) for x, y in corners):
             raise ValueError(f'express.area_east_m x area_north_m ({e.area_east_m} x '
                              f'{e.area_north_m} m) centred on the station ({east_m}, '
                              f'{north_m}) leaves the geofence {fence.describe()}')

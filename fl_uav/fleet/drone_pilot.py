@@ -174,8 +174,7 @@ class DronePilot:
         the difference)."""
         home_east_m, home_north_m, home_up_m = self.vehicle.home_enu_m
         fence = self.geofence
-        if not (fence.east_min_m <= home_east_m <= fence.east_max_m
-                and fence.north_min_m <= home_north_m <= fence.north_max_m):
+        if not fence.contains_en(home_east_m, home_north_m):
             raise VehicleError(
                 f'not arming: the autopilot home ({home_east_m:.1f}, {home_north_m:.1f}) m ENU '
                 f'is outside the geofence ({fence.describe()}); the take-off and the return to '

@@ -86,6 +86,12 @@ class Geofence:
         """(east_min, north_min, east_max, north_max), as the planners take it."""
         return self.east_min_m, self.north_min_m, self.east_max_m, self.north_max_m
 
+    def contains_en(self, east_m: float, north_m: float, tolerance_m: float = 0.0) -> bool:
+        """Whether the point (ENU m) is inside the horizontal box, widened by ``tolerance_m``
+        (False for NaN)."""
+        return (self.east_min_m - tolerance_m <= east_m <= self.east_max_m + tolerance_m
+                and self.north_min_m - tolerance_m <= north_m <= self.north_max_m + tolerance_m)
+
     def describe(self) -> str:
         """The fence in words, for log lines."""
         return (f'east [{self.east_min_m:.1f}, {self.east_max_m:.1f}] m, north '
@@ -141,8 +147,7 @@ def waypoint_violation(index: int, waypoint: PlanWaypoint,
     where = f'({east_m:.1f}, {north_m:.1f}, {up_m:.1f}) m'
     if not all(math.isfinite(v) for v in (east_m, north_m, up_m)):
         return WaypointViolation(index, 'not_finite', f'{where} is not finite')
-    if not (fence.east_min_m - _TOLERANCE_M <= east_m <= fence.east_max_m + _TOLERANCE_M
-            and fence.north_min_m - _TOLERANCE_M <= north_m <= fence.north_max_m + _TOLERANCE_M):
+    if not fence.contains_en(east_m, north_m, _TOLERANCE_M):
         return WaypointViolation(index, 'outside_fence', f'{where} is outside the box')
     if up_m < fence.min_up_m - _TOLERANCE_M:
         return WaypointViolation(index, 'below_band', f'{where} is below {fence.min_up_m} m')

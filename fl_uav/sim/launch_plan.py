@@ -131,8 +131,7 @@ def check_sim_homes(config: FleetConfig) -> None:
     fence = config.geofence_enu()
     for drone in range(config.num_drones):
         east_m, north_m = autopilot.home_enu_m(drone)
-        if not (fence.east_min_m <= east_m <= fence.east_max_m
-                and fence.north_min_m <= north_m <= fence.north_max_m):
+        if not fence.contains_en(east_m, north_m):
             raise ConfigError(
                 f'drone {drone}: its simulated home (east {east_m:.1f} m, north {north_m:.1f} '
                 f'm) is outside its geofence ({fence.describe()}); it would refuse to arm and '
