@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 
 from fl_uav.vehicle.interface import (
@@ -48,6 +49,7 @@ class FakeVehicle:
         self.calls: list[tuple] = []
         self.connected = False
         self.link_losses = 0
+        self.telemetry_rejected: Counter[str] = Counter()   # none: its telemetry is its own
         self.armed = False
         self.in_air = False
         self.battery_remaining = 1.0

@@ -65,7 +65,8 @@ class Vehicle(Protocol):
     the autopilot's home in the ENU frame (not declared here: ``isinstance`` on a runtime
     protocol reads every member, and the home is unknown before ``connect``). Every vehicle
     also has ``link_up`` (heartbeats heard now), ``link_losses`` (times the autopilot link
-    was lost since ``connect``), ``armed``
+    was lost since ``connect``), ``telemetry_rejected`` (position and home telemetry refused
+    as no place on Earth, a Counter by stream), ``armed``
     and ``in_air`` (last reported; None when unknown). A lost link fails the operation in
     progress; ``connect`` on a connected vehicle waits until it is ready again.
     """

@@ -76,16 +76,18 @@ def test_a_connected_drone_between_rounds_is_ok_with_its_numbers():
     assert values['armed'] == 'false' and values['last_error'] == 'none'
 
 
-def test_rejected_frames_and_camera_messages_are_counted_by_reason():
-    # Arrange: what the drone node counts for bad station frames and bad camera messages
+def test_rejected_frames_camera_messages_and_telemetry_are_counted_by_reason():
+    # Arrange: what the drone counts for bad station frames, camera messages and telemetry
     pilot = _pilot()
     pilot.agent.rejected_reasons.update({'crc': 2, 'nonfinite': 1})
     pilot.agent.camera_frames_rejected.update({'size': 3, 'encoding': 1})
+    pilot.vehicle.telemetry_rejected.update({'position': 2})
     # Act
     values = _values(drone_status(0, pilot, pilot.agent, _gate(1), None, CONFIG))
     # Assert
     assert values['global_frames_rejected'] == 'crc=2, nonfinite=1'
     assert values['camera_frames_rejected'] == 'encoding=1, size=3'
+    assert values['telemetry_rejected'] == 'position=2'
 
 
 def test_no_link_yet_warns_and_a_lost_link_is_an_error():
