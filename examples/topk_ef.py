@@ -15,6 +15,7 @@ import numpy as np
 
 from fl_uav.compression.codec_v2 import decode_v2, encode_raw
 from fl_uav.compression.compressor import Compressor
+from fl_uav.compression.lgc import top_k_indices
 from fl_uav.compression.quantization import flatten, unflatten
 
 
@@ -34,12 +35,11 @@ class TopKErrorFeedback(Compressor):
     def compress(self, delta, rng, *, round_index, sender, fingerprint, mask=None,
                  metadata=None, metrics=None):
         vector, layout = flatten(delta)
-        if mask is not None:   # a pruned drone: entries outside the mask are not sent
-            vector = vector * flatten(mask)[0].astype(np.float32)
         u = vector + (self.residual if self.residual.size == vector.size else 0.0)
-        k = max(1, int(np.ceil(self.fraction * u.size)))
+        if mask is not None:   # a pruned drone: entries outside the mask are neither sent
+            u = u * flatten(mask)[0].astype(np.float32)      # nor owed
         keep = np.zeros(u.size, bool)
-        keep[np.argpartition(np.abs(u), u.size - k)[u.size - k:]] = True
+        keep[top_k_indices(u, max(1, int(np.ceil(self.fraction * u.size))))] = True
         self._owed, self.residual = u, np.where(keep, 0.0, u).astype(np.float32)
         frame = encode_raw(u[keep].astype(np.float32), round_index=round_index, sender=sender,
                            fingerprint=fingerprint, mask=keep, metadata=metadata)

@@ -277,6 +277,21 @@ def test_the_top_k_example_sends_a_tenth_of_the_entries_and_keeps_the_rest_owed(
     assert set(compressor.state_dict()) == {'residual'}
 
 
+def test_the_top_k_example_neither_sends_nor_owes_entries_a_pruned_drone_masks_out():
+    # Arrange: a residual owed everywhere, then a round whose mask keeps the first half
+    from topk_ef import TopKErrorFeedback
+    compressor = TopKErrorFeedback(fraction=0.5)
+    compressor.load_state_dict({'residual': np.full(8, 10.0, np.float32)})
+    delta = {'w': np.arange(1.0, 9.0, dtype=np.float32)}
+    mask = {'w': np.arange(8) < 4}
+    # Act
+    _, sent = compressor.compress(delta, np.random.default_rng(0), round_index=1, sender=0,
+                                  fingerprint=bytes(8), mask=mask)
+    # Assert: the 4 kept entries go (11..14), nothing outside the mask is sent or owed
+    np.testing.assert_array_equal(sent['w'], [11, 12, 13, 14, 0, 0, 0, 0])
+    np.testing.assert_array_equal(compressor.residual, np.zeros(8))
+
+
 @pytest.mark.parametrize(('name', 'fault'), [
     ('ConfigureRaises', r"ConfigureRaises.configure_round raised KeyError: 'mu' "
                         r"\(at .*_plugins.py:\d+\)"),
