@@ -25,6 +25,7 @@ import hashlib
 import importlib.metadata
 import json
 import math
+import operator
 import os
 import re
 import subprocess
@@ -316,6 +317,14 @@ class ExperimentEngine:
         return np.concatenate([x, made.images]), np.concatenate([y, made.labels]), charged
 
     # --- one round -----------------------------------------------------------------------
+    def _plugin_fault(self, where: str, key: str, fault: str) -> ExperimentError:
+        """The run stops on a strategy's or compressor's fault: where, which key's spec, what;
+        the rounds (or FedEx updates) before are kept."""
+        spec = operator.attrgetter(key)(self.config)
+        return ExperimentError(f'{where}: {key} {spec!r}: {fault}; '
+                               f'the {where.split()[0]}s before are in {self.out_dir} '
+                               f'(--resume goes on from its last checkpoint)')
+
     def run_round(self) -> dict[str, Any]:
         """Train, time, aggregate and evaluate one round; returns its rounds.csv row.
 
@@ -339,10 +348,7 @@ class ExperimentEngine:
         try:
             knobs = checked_configure_round(self.strategy, r, active)
         except AggregationError as exc:
-            raise ExperimentError(f'round {r}: aggregation.strategy '
-                                  f'{self.config.aggregation.strategy!r}: {exc}; the rounds '
-                                  f'before are in {self.out_dir} (--resume goes on from its '
-                                  f'last checkpoint)') from exc
+            raise self._plugin_fault(f'round {r}', 'aggregation.strategy', str(exc)) from exc
         mu = max((float(k.get(PROXIMAL_MU_KNOB, 0.0)) for k in knobs.values()), default=0.0)
         # Strategies that select drones (FedDPQ's draws) leave the others idle this round.
         active = [k for k in active if knobs.get(k, {}).get(DRAWS_KNOB, 1) > 0]
@@ -425,10 +431,7 @@ class ExperimentEngine:
         try:
             aggregated = checked_aggregate(self.strategy, r, self.weights, updates)
         except AggregationError as exc:
-            raise ExperimentError(f'round {r}: aggregation.strategy '
-                                  f'{self.config.aggregation.strategy!r}: {exc}; the rounds '
-                                  f'before are in {self.out_dir} (--resume goes on from its '
-                                  f'last checkpoint)') from exc
+            raise self._plugin_fault(f'round {r}', 'aggregation.strategy', str(exc)) from exc
         self.weights = aggregated.weights
         set_weights(self.model, self.weights)
         accuracy, test_loss = evaluate(self.model, self.data.test_x, self.data.test_y)
@@ -458,10 +461,7 @@ class ExperimentEngine:
             raise ExperimentError(f'update {r}: non-finite training loss ({exc}); partial '
                                   f'results are in {self.out_dir}') from exc
         except AggregationError as exc:   # as _round's: the rule broke the contract
-            raise ExperimentError(f'update {r}: aggregation.strategy '
-                                  f'{self.config.aggregation.strategy!r}: {exc}; the updates '
-                                  f'before are in {self.out_dir} (--resume goes on from its '
-                                  f'last checkpoint)') from exc
+            raise self._plugin_fault(f'update {r}', 'aggregation.strategy', str(exc)) from exc
         self.weights = fields.pop('weights')
         set_weights(self.model, self.weights)
         accuracy, test_loss = evaluate(self.model, self.data.test_x, self.data.test_y)
@@ -626,12 +626,10 @@ class ExperimentEngine:
         except Exception as exc:
             if not plugin:   # a built-in's bug: its traceback
                 raise
-            raise ExperimentError(f'round {r}, drone {drone}: compression.method '
-                                  f'{self.config.compression.method!r}: '
-                                  f'{type(compressor).__name__}.compress raised '
-                                  f'{type(exc).__name__}: {exc}{raised_at(exc)}; the rounds '
-                                  f'before are in {self.out_dir} (--resume goes on from its '
-                                  f'last checkpoint)') from exc
+            raise self._plugin_fault(
+                f'round {r}, drone {drone}', 'compression.method',
+                f'{type(compressor).__name__}.compress raised {type(exc).__name__}: {exc}'
+                f'{raised_at(exc)}') from exc
         if plugin:   # aggregate what the station would decode from the frame, checked
             delta = self._plugin_frame_delta(drone, r, frame, delta)
         channel_bytes = None
