@@ -87,7 +87,8 @@ class FlightConfig:
     ground raise it to the site's relief. A drone in flight between rounds that hears neither a
     frame nor a heartbeat from the ground station for station_timeout_s returns to launch and
     lands (0: never; fl_uav/fleet/station_watchdog.py); at least twice the longest round and
-    STATION_TIMEOUT_HEARTBEATS x status.heartbeat_period_s.
+    STATION_TIMEOUT_HEARTBEATS x status.heartbeat_period_s (the station's period, which each
+    heartbeat carries: a drone warns when its timeout is shorter).
 
     url_template: MAVLink URL of a drone's autopilot as MAVSDK takes it (``serial://...``,
         ``udpin://...``); ``{port}`` is replaced by port_base + drone id.
@@ -229,7 +230,10 @@ class StatusConfig:
         heartbeat on /fl/station_heartbeat (fl_uav/fleet/station_heartbeat.py), which the
         drones' station watchdog counts as the station heard; flight.station_timeout_s must
         be at least 5 of these periods (STATION_TIMEOUT_HEARTBEATS: heartbeats are best
-        effort, a few lost on Wi-Fi must not return the fleet).
+        effort, a few lost on Wi-Fi must not return the fleet). Checked within one config
+        (fleet.yaml); in the field the station reads ground_station.yaml and the drones
+        drone.yaml (which does not set it): each beat carries the station's period, and a
+        drone whose own timeout is shorter warns on /diagnostics and in its log.
     """
 
     period_s: float = 1.0

@@ -12,9 +12,12 @@ Levels (diagnostic_msgs' OK / WARN / ERROR):
   ``flight.station_timeout_s`` (the drone returns to launch: fl_uav/fleet/station_watchdog.py);
   the station's heartbeats say its worker has been aggregating or planning for
   ``flight.station_timeout_s`` or longer (stuck? the drone does not act on it: the station is
-  alive and may still send the round); no autopilot link yet; battery at or below
-  ``status.battery_warn_fraction``; the round in progress or last flown has a flight error
-  (its reason is the message); the run is over but the vehicle is still in the air.
+  alive and may still send the round); the station's heartbeat period (its
+  ``status.heartbeat_period_s``, each beat says it) x STATION_TIMEOUT_HEARTBEATS exceeds this
+  drone's ``flight.station_timeout_s`` (a few lost beats would return it); no autopilot link
+  yet; battery at or below ``status.battery_warn_fraction``; the round in progress or last
+  flown has a flight error (its reason is the message); the run is over but the vehicle is
+  still in the air.
 - OK otherwise. The message says the worst condition first, then the phase.
 """
 
@@ -29,6 +32,7 @@ from fl_uav.fleet.drone_agent import DroneAgent
 from fl_uav.fleet.drone_pilot import DronePilot, Phase
 from fl_uav.fleet.round_gate import RoundGate
 from fl_uav.fleet.station_heartbeat import WORKER_PHASES, Heartbeat
+from fl_uav.fleet.station_watchdog import heartbeat_period_problem
 from fl_uav.vehicle.interface import BatteryStatus
 
 OK, WARN, ERROR = 0, 1, 2       # diagnostic_msgs/DiagnosticStatus levels
@@ -92,6 +96,9 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
           and 0 < timeout_s <= station_phase_age_s):
         problems.append((WARN, f'ground station {station_beat.phase} for '
                                f'{station_phase_age_s:.0f} s (stuck?)'))
+    period_problem = heartbeat_period_problem(timeout_s, station_beat)
+    if period_problem:
+        problems.append((WARN, period_problem))
     if state.phase == Phase.FINISHED and pilot.in_flight:
         problems.append((WARN, 'run over, vehicle still in the air'))
     problems.sort(key=lambda p: -p[0])

@@ -379,10 +379,15 @@ class GroundStation:
         """Validate one update frame; bad input is counted by reason and never raises."""
         verdict = self._check_update(data)
         if not verdict.accepted:
-            self.rejected_total[verdict.reason] += 1
-            if self._round is not None:
-                self._round.rejected[verdict.reason] += 1
+            self.count_rejected(verdict.reason)
         return verdict
+
+    def count_rejected(self, reason: str, frames: int = 1) -> None:
+        """Count ``frames`` update frames rejected for ``reason`` (in the run's counters and,
+        while a round is open, the round's), e.g. those the node's full inbox refused."""
+        self.rejected_total[reason] += frames
+        if self._round is not None:
+            self._round.rejected[reason] += frames
 
     def _decode_update(self, data: bytes) -> _ReceivedUpdate:
         """Decode a v1 UPDATE (with SCAFFOLD: Δc_k as prefixed tensors) or a v2 QSGD / range /

@@ -21,6 +21,7 @@ before heartbeats existed. ROS-free: the node converts (fl_uav/ros/conversions.p
 
 from __future__ import annotations
 
+import enum
 import math
 import threading
 from collections.abc import Mapping
@@ -30,8 +31,8 @@ from dataclasses import dataclass
 HEARTBEAT_NAME = 'fl_uav: ground_station heartbeat'
 
 
-class StationPhase:
-    """Where the station is (a heartbeat's ``phase``)."""
+class StationPhase(enum.StrEnum):
+    """Where the station is (a heartbeat's ``phase``; its members are the only phases)."""
 
     WAITING = 'waiting'            # before round 1 (drones to subscribe) or between rounds
     ROUND_OPEN = 'round_open'      # a round is open: collecting updates until its deadline
@@ -40,8 +41,6 @@ class StationPhase:
     FINISHED = 'finished'          # the run is over (finish sent)
 
 
-PHASES = (StationPhase.WAITING, StationPhase.ROUND_OPEN, StationPhase.AGGREGATING,
-          StationPhase.PLANNING, StationPhase.FINISHED)
 #: Phases the station's worker thread is in: one that lasts for long is a stuck worker.
 WORKER_PHASES = (StationPhase.AGGREGATING, StationPhase.PLANNING)
 
@@ -85,8 +84,9 @@ class Heartbeat:
                        float(values['period_s']))
         except ValueError as exc:
             raise ValueError(f'heartbeat with a malformed value: {exc}') from None
-        if beat.phase not in PHASES:
-            raise ValueError(f'heartbeat phase {beat.phase!r} is not one of {PHASES}')
+        phases = tuple(p.value for p in StationPhase)
+        if beat.phase not in phases:
+            raise ValueError(f'heartbeat phase {beat.phase!r} is not one of {phases}')
         if not (0 <= beat.round_index <= beat.num_rounds and math.isfinite(beat.phase_age_s)
                 and beat.phase_age_s >= 0.0 and math.isfinite(beat.period_s)
                 and beat.period_s > 0.0):
@@ -112,11 +112,6 @@ class PhaseClock:
             round_index = self._round if round_index is None else round_index
             if (phase, round_index) != (self._phase, self._round):
                 self._phase, self._since_s, self._round = phase, now_s, round_index
-
-    @property
-    def phase(self) -> str:
-        """The phase now."""
-        return self._phase
 
     def beat(self, now_s: float) -> Heartbeat:
         """The heartbeat to send now."""

@@ -16,9 +16,17 @@ flight and between rounds (not flying a mission, not returning, not finished) re
 launch and lands; the next round it takes, from the same or a restarted station, arms and takes
 off again. One return per silence: once commanded (landed or failed: the link is down, the
 autopilot refused, an operator took over), it is not commanded again until the station is
-heard again, so it never fights a pilot on the RC. ROS-free: the drone node feeds
-:meth:`StationWatchdog.heard` (valid frames) and :meth:`StationWatchdog.heartbeat` (valid
-heartbeats) and asks :meth:`StationWatchdog.should_return` on its status timer.
+heard again, so it never fights a pilot on the RC.
+
+The rule ``flight.station_timeout_s`` >= STATION_TIMEOUT_HEARTBEATS x
+``status.heartbeat_period_s`` is checked on each node's own config, but in the field the
+station reads ground_station.yaml and the drones drone.yaml: each beat carries the station's
+period (``period_s``), and the drone checks it against its own timeout
+(:func:`heartbeat_period_problem`): it warns on /diagnostics and logs it once per period.
+
+ROS-free: the drone node feeds :meth:`StationWatchdog.heard` (valid frames) and
+:meth:`StationWatchdog.heartbeat` (valid heartbeats) and asks
+:meth:`StationWatchdog.should_return` on its status timer.
 """
 
 from __future__ import annotations
@@ -26,8 +34,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from fl_uav.fleet.config import STATION_TIMEOUT_HEARTBEATS
 from fl_uav.fleet.drone_pilot import Phase
 from fl_uav.fleet.station_heartbeat import Heartbeat
+
+
+def heartbeat_period_problem(timeout_s: float, beat: Heartbeat | None) -> str | None:
+    """What is wrong with the station's heartbeat period for a drone whose
+    ``flight.station_timeout_s`` is ``timeout_s`` (None: nothing, no beat yet, or the watchdog
+    off): fewer than STATION_TIMEOUT_HEARTBEATS beats fit in the timeout, so a few beats lost
+    on the radio link would return the drone."""
+    if beat is None or not 0 < timeout_s < STATION_TIMEOUT_HEARTBEATS * beat.period_s:
+        return None
+    return (f"station's status.heartbeat_period_s {beat.period_s:g} s x "
+            f"{STATION_TIMEOUT_HEARTBEATS} exceeds this drone's flight.station_timeout_s "
+            f'{timeout_s:g} s: a few lost heartbeats return it (raise the timeout or lower the '
+            f"station's period)")
 
 
 @dataclass
@@ -39,16 +61,24 @@ class StationWatchdog:
     fired: bool = False       # a return was commanded in this silence
     last_beat: Heartbeat | None = None     # the station's last heartbeat (None: never one)
     last_beat_s: float = math.nan          # when it arrived
+    period_told_s: float = math.nan        # the last station period found too long (logged)
 
     def heard(self, now_s: float) -> None:
         """A frame from the station arrived (a valid one: signed and verified with keys)."""
         self.last_heard_s = max(self.last_heard_s, now_s)
         self.fired = False
 
-    def heartbeat(self, now_s: float, beat: Heartbeat) -> None:
-        """A heartbeat from the station arrived: the station is heard."""
+    def heartbeat(self, now_s: float, beat: Heartbeat) -> str | None:
+        """A heartbeat from the station arrived: the station is heard. Returns the problem
+        with its period (:func:`heartbeat_period_problem`) the first time a period has it,
+        to be logged once; None otherwise."""
         self.heard(now_s)
         self.last_beat, self.last_beat_s = beat, now_s
+        problem = heartbeat_period_problem(self.timeout_s, beat)
+        if problem is None or beat.period_s == self.period_told_s:
+            return None
+        self.period_told_s = beat.period_s
+        return problem
 
     def station_phase_age_s(self, now_s: float) -> float:
         """Seconds the station has been in its last heartbeat's phase, as of now (NaN: no

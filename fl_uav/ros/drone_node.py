@@ -201,7 +201,9 @@ class DroneNode(Node):
             self.get_logger().warning(f'station heartbeat refused: {exc}',
                                       throttle_duration_sec=HEARTBEAT_LOG_THROTTLE_S)
             return
-        self.watchdog.heartbeat(self._now(), beat)
+        period_problem = self.watchdog.heartbeat(self._now(), beat)
+        if period_problem:
+            self.get_logger().warning(period_problem)
 
     def _on_battery(self, battery: BatteryStatus) -> None:
         self._battery = battery

@@ -3,7 +3,9 @@
 Every ``status.heartbeat_period_s`` it publishes its heartbeat (run, round, phase and seconds
 in it: fl_uav/fleet/station_heartbeat.py) on /fl/station_heartbeat from a timer on the
 executor thread; closing a round and the resource planner run on the worker thread, so the
-beats go on while it aggregates or plans, and stop when the process hangs.
+beats go on while it aggregates or plans, and stop when the process hangs. No executor callback
+waits for the lock the worker holds while it aggregates: an update arriving meanwhile goes to
+a bounded inbox (fl_uav/fleet/update_inbox.py) that the worker takes in right after the close.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from fl_uav.fleet.ground_station import GroundStation, RoundRecord
 from fl_uav.fleet.run_log import RunLog
 from fl_uav.fleet.station_heartbeat import PhaseClock, StationPhase
 from fl_uav.fleet.station_status import station_status
+from fl_uav.fleet.update_inbox import INBOX_FULL, UpdateInbox, inbox_capacity_frames
 from fl_uav.fleet.world_setup import world_map
 from fl_uav.ros import names
 from fl_uav.ros.conversions import (
@@ -53,6 +56,7 @@ class GroundStationNode(Node):
         self.station = GroundStation(cfg, to_model_input(images, cfg.learning.input_px), labels)
         self.log = RunLog(self.own.output_dir or None)
         self._lock = threading.Lock()
+        self._inbox = UpdateInbox(inbox_capacity_frames(cfg.num_drones))
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix='aggregate')
         self._closing = False
         self._started_s = self._now()
@@ -92,14 +96,34 @@ class GroundStationNode(Node):
         return self.get_clock().now().nanoseconds * 1e-9
 
     def _on_update(self, msg: UInt8MultiArray) -> None:
-        with self._lock:
-            verdict = self.station.receive_update(msg_to_bytes(msg))
-        if verdict.accepted:
-            self.get_logger().info(f'update from drone {verdict.sender} accepted')
-        else:
+        """Into the inbox, then taken in now unless the worker holds the lock (aggregating):
+        the executor, and so the heartbeat, never waits for it."""
+        if not self._inbox.put(msg_to_bytes(msg)):
             self.get_logger().warning(
-                f'rejected update frame (sender {verdict.sender}): {verdict.reason}'
-                + (f' ({verdict.detail})' if verdict.detail else ''))
+                f'rejected update frame: {INBOX_FULL} ({self._inbox.capacity_frames} frames '
+                f'wait while the round closes)')
+        self._take_updates_if_free()
+
+    def _take_updates_if_free(self) -> None:
+        if self._lock.acquire(blocking=False):
+            try:
+                self._take_updates()
+            finally:
+                self._lock.release()
+
+    def _take_updates(self) -> None:
+        """The inbox's frames to the station, in arrival order (call with ``self._lock``)."""
+        frames, refused = self._inbox.take_all()
+        if refused:
+            self.station.count_rejected(INBOX_FULL, refused)
+        for frame in frames:
+            verdict = self.station.receive_update(frame)
+            if verdict.accepted:
+                self.get_logger().info(f'update from drone {verdict.sender} accepted')
+            else:
+                self.get_logger().warning(
+                    f'rejected update frame (sender {verdict.sender}): {verdict.reason}'
+                    + (f' ({verdict.detail})' if verdict.detail else ''))
 
     def _beat(self) -> None:
         """The heartbeat: never waits for the station's lock (the worker may hold it)."""
@@ -109,8 +133,10 @@ class GroundStationNode(Node):
     def _tick(self) -> None:
         now = self._now()
         if self._closing:   # the worker closes the round under the lock: do not wait for it
+            self._take_updates_if_free()     # (it plans off the lock: updates go in)
             return
         with self._lock:
+            self._take_updates()
             if self._closing:
                 return
             if self.station.finished:
@@ -196,6 +222,8 @@ class GroundStationNode(Node):
                 except Exception as exc:  # noqa: BLE001 - the station must keep serving
                     self.get_logger().error(f'closing the round failed: {exc!r}')
                     return
+                finally:
+                    self._take_updates()    # those that came while it aggregated: late
             self._report_round(record)
             # The resource planner (seconds per drone for lgc_ddpg) off the lock: updates and
             # ticks are served meanwhile; the next round opens once it is built. None is

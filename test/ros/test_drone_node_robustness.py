@@ -4,12 +4,7 @@ flight, rounds from a restarted or forged station, and bad node parameters."""
 from __future__ import annotations
 
 import logging
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import numpy as np
 import pytest
@@ -22,12 +17,12 @@ from std_msgs.msg import UInt8MultiArray
 import fl_uav.ros.drone_node as drone_node_module
 from fl_uav.compression.codec import GROUND_STATION_ID, FrameKind, decode_frame, encode_frame
 from fl_uav.configschema import ConfigError
-from fl_uav.fleet.station_heartbeat import StationPhase
+from fl_uav.fleet.station_heartbeat import PhaseClock, StationPhase
 from fl_uav.learning.models import build_model
 from fl_uav.learning.weights import architecture_fingerprint, get_weights
 from fl_uav.ros import names
 from fl_uav.ros.autopilot_sim_node import AutopilotSimNode
-from fl_uav.ros.conversions import rgb_to_image
+from fl_uav.ros.conversions import heartbeat_to_msg, rgb_to_image
 from fl_uav.ros.drone_node import DroneNode
 from fl_uav.ros.ground_station_node import GroundStationNode
 from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig
@@ -38,7 +33,6 @@ from test.ros.rosutil import drone_under_test, frame_msg, node_with_probe, spin_
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
 HOME = (585.0, 600.0)
 RUN_ROUNDS = 10
-STATION_STOP_TIMEOUT_S = 10.0
 
 
 def _fingerprint_and_weights() -> tuple[bytes, dict]:
@@ -239,75 +233,86 @@ def test_a_bad_node_parameter_stops_the_node_with_an_error_naming_it(tmp_path, p
         rclpy.try_shutdown()
 
 
-@contextmanager
-def _station_process(tmp_path, overrides: dict) -> Iterator[subprocess.Popen]:
-    """The real ground station node in its own process, for two drones (only drone 0 runs:
-    the station waits for drone 1, sending heartbeats and no frame); SIGCONT-ed, stopped and
-    reaped on exit."""
-    params = write_params_file(overrides, tmp_path / 'station.yaml')
-    with open(tmp_path / 'station.log', 'w') as log:
-        station = subprocess.Popen(
-            [sys.executable, '-m', 'fl_uav.ros.ground_station_node', '--ros-args',
-             '--params-file', str(params)], stdout=log, stderr=subprocess.STDOUT)
-        try:
-            yield station
-        finally:
-            station.send_signal(signal.SIGCONT)
-            station.terminate()
-            try:
-                station.wait(STATION_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                station.kill()
-                station.wait(STATION_STOP_TIMEOUT_S)
+class _StandInStation:
+    """A ground station stand-in in the test process: a node named ``ground_station`` that
+    subscribes to the updates (on the ROS graph as the real one is) and publishes a
+    heartbeat every ``period_s`` until :meth:`hang`, after which it stays on the graph silent,
+    as a hung station process does (the drone looks at beats and frames, not the graph)."""
+
+    def __init__(self, executor, period_s: float) -> None:
+        self.node = rclpy.create_node(names.GROUND_STATION_NODE_NAME)
+        self.node.create_subscription(UInt8MultiArray, names.UPDATES_TOPIC, lambda m: None,
+                                      names.UPDATES_QOS)
+        beats = self.node.create_publisher(DiagnosticArray, names.STATION_HEARTBEAT_TOPIC,
+                                           names.STATION_HEARTBEAT_QOS)
+        clock = PhaseClock('a1b2', RUN_ROUNDS, period_s, self._now())
+        self._timer = self.node.create_timer(
+            period_s, lambda: beats.publish(heartbeat_to_msg(clock.beat(self._now()),
+                                                             self._now())))
+        self._executor = executor
+        executor.add_node(self.node)
+
+    def _now(self) -> float:
+        return self.node.get_clock().now().nanoseconds * 1e-9
+
+    def hang(self) -> None:
+        """No beat any more; the node stays on the graph."""
+        self._timer.cancel()
+
+    def close(self) -> None:
+        self._executor.remove_node(self.node)
+        self.node.destroy_node()
 
 
 def test_a_drone_returns_when_the_station_hangs_on_the_graph_and_takes_off_again(tmp_path,
                                                                                  port_base):
-    # Arrange: rounds of 3 s, the station watchdog at 6 s; a real station process that
-    # beats every 0.5 s and sends no frame (it waits for drone 1); round 1 flown
+    # Arrange: rounds of 3 s, the station watchdog at 6 s; a stand-in station that beats
+    # every 0.5 s and sends no frame (the test sends the round frames); round 1 flown
+    timeout_s = 6.0
     overrides = {'flight.takeoff_altitude_m': 20.0, 'rounds.deadline_s': 3.0,
-                 'rounds.first_round_extra_s': 0.0, 'flight.station_timeout_s': 6.0,
-                 'status.period_s': 0.5, 'status.heartbeat_period_s': 0.5}
-    station_overrides = {**tiny_fleet_overrides(2, port_base), **overrides,
-                         'rounds.start_timeout_s': 3600.0}
-    with _station_process(tmp_path, station_overrides) as station, \
-            drone_under_test(tmp_path, port_base, HOME, overrides, {}) as (sim, node, probe,
+                 'rounds.first_round_extra_s': 0.0, 'flight.station_timeout_s': timeout_s,
+                 'status.period_s': 0.5}
+    with drone_under_test(tmp_path, port_base, HOME, overrides, {}) as (sim, node, probe,
                                                                          executor):
-        uploads, model_pub = _uploads_and_model_pub(probe)
-        near = [[HOME[0] + 30.0, HOME[1], 20.0]]
-        assert spin_until(executor, lambda: node.watchdog.last_beat is not None, 60.0), \
-            (tmp_path / 'station.log').read_text()
-        model_pub.publish(frame_msg(_round_frame(1, near)))
-        assert spin_until(executor, lambda: bool(uploads), 60.0), 'round 1 not uploaded'
-        # Act (0): no frame for longer than the timeout, but heartbeats (a station waiting or
-        # planning for long): no return
-        returned_early = spin_until(executor, lambda: sim.events_of(0, 'rtl'), 8.0)
-        # Act (a): the station process hangs (SIGSTOP): it stays on the ROS graph
-        station.send_signal(signal.SIGSTOP)
-        hung_at = time.monotonic()
-        commanded = spin_until(executor, lambda: sim.events_of(0, 'rtl'), 12.0)
-        commanded_after_s = time.monotonic() - hung_at
-        on_graph = any(info.node_name == names.GROUND_STATION_NODE_NAME for info in
-                       node.get_subscriptions_info_by_topic(names.UPDATES_TOPIC))
-        returned = spin_until(executor, lambda: sim.events_of(0, 'landed')
-                              and not sim.snapshots()[0].armed, 60.0)
-        # Assert (0), (a): heard by its heartbeats only; the return commanded within the
-        # timeout and a margin, while the hung station was still on the graph (Fast DDS drops
-        # a stopped participant after its 20 s lease); back home, landed and disarmed
-        assert not returned_early, 'returned while the station sent heartbeats'
-        assert node.watchdog.last_beat.phase == StationPhase.WAITING
-        assert commanded, f'no return {commanded_after_s:.0f} s after the station hung'
-        assert on_graph, 'the hung station had left the graph: the test proves nothing'
-        assert returned, [e['event'] for e in sim.events_of(0)]
-        snapshot = sim.snapshots()[0]
-        assert np.hypot(snapshot.position_enu_m[0] - HOME[0],
-                        snapshot.position_enu_m[1] - HOME[1]) < 3.0
-        # Act (b): the station is back with round 2
-        takeoffs = len(sim.events_of(0, 'takeoff'))
-        model_pub.publish(frame_msg(_round_frame(2, near)))
-        flown = spin_until(executor, lambda: len(uploads) >= 2, 60.0)
-        # Assert (b): armed and took off again for round 2
-        assert flown and len(sim.events_of(0, 'takeoff')) == takeoffs + 1
+        station = _StandInStation(executor, period_s=0.5)
+        try:
+            uploads, model_pub = _uploads_and_model_pub(probe)
+            near = [[HOME[0] + 30.0, HOME[1], 20.0]]
+            assert spin_until(executor, lambda: node.watchdog.last_beat is not None, 20.0)
+            model_pub.publish(frame_msg(_round_frame(1, near)))
+            assert spin_until(executor, lambda: bool(uploads), 60.0), 'round 1 not uploaded'
+            # Act (0): no frame for longer than the timeout, but heartbeats (a station waiting
+            # or planning for long): no return
+            returned_early = spin_until(executor, lambda: sim.events_of(0, 'rtl'), 8.0)
+            # Act (a): the station hangs: no beat, but it stays on the ROS graph
+            station.hang()
+            hung_at = time.monotonic()
+            commanded = spin_until(executor, lambda: sim.events_of(0, 'rtl'), 12.0)
+            commanded_after_s = time.monotonic() - hung_at
+            on_graph = any(info.node_name == names.GROUND_STATION_NODE_NAME for info in
+                           node.get_subscriptions_info_by_topic(names.UPDATES_TOPIC))
+            returned = spin_until(executor, lambda: sim.events_of(0, 'landed')
+                                  and not sim.snapshots()[0].armed, 60.0)
+            # Assert (0), (a): heard by its heartbeats only; the return commanded within the
+            # timeout and a margin, while the silent station was still on the graph; back
+            # home, landed and disarmed
+            assert not returned_early, 'returned while the station sent heartbeats'
+            assert node.watchdog.last_beat.phase == StationPhase.WAITING
+            assert commanded, f'no return {commanded_after_s:.0f} s after the station hung'
+            assert commanded_after_s >= timeout_s - 1.0, commanded_after_s   # not before it
+            assert on_graph, 'the silent station had left the graph: the test proves nothing'
+            assert returned, [e['event'] for e in sim.events_of(0)]
+            snapshot = sim.snapshots()[0]
+            assert np.hypot(snapshot.position_enu_m[0] - HOME[0],
+                            snapshot.position_enu_m[1] - HOME[1]) < 3.0
+            # Act (b): the station is back with round 2
+            takeoffs = len(sim.events_of(0, 'takeoff'))
+            model_pub.publish(frame_msg(_round_frame(2, near)))
+            flown = spin_until(executor, lambda: len(uploads) >= 2, 60.0)
+            # Assert (b): armed and took off again for round 2
+            assert flown and len(sim.events_of(0, 'takeoff')) == takeoffs + 1
+        finally:
+            station.close()
 
 
 def test_a_round_arriving_while_the_previous_still_flies_ends_that_flight(tmp_path, port_base):

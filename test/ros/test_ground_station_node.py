@@ -36,6 +36,8 @@ from test.ros.rosutil import ROSOUT_QOS, node_with_probe, spin_until
 
 pytestmark = pytest.mark.ros
 PLANNER_BLOCK_TIMEOUT_S = 30.0   # a planner the test forgot to release ends anyway
+AGGREGATION_BLOCK_TIMEOUT_S = 10.0   # likewise a blocked close (without the inbox it blocks
+                                     # the executor, and the test, this long)
 
 
 def _station(tmp_path, deadline_s: float, start_timeout_s: float, *parameters: str,
@@ -175,6 +177,45 @@ def test_the_heartbeat_goes_on_while_the_worker_plans(tmp_path):
         assert {(b.run_id, b.round_index, b.num_rounds) for b in planning_beats()} == {
             (node.station.run_id, 1, 2)}
         assert reopened and finished, [b.describe() for b in beats]
+
+
+def test_an_update_arriving_while_the_worker_aggregates_does_not_stop_the_beats(tmp_path):
+    # Arrange: one 1 s round, no drone, a beat every 0.2 s; closing the round (the worker
+    # holds the station's lock) blocks until released, as a long aggregation would
+    with _station(tmp_path, 1.0, 0.2, 'status.heartbeat_period_s:=0.2') as (node, probe,
+                                                                            executor):
+        beats: list[Heartbeat] = []
+        probe.create_subscription(DiagnosticArray, names.STATION_HEARTBEAT_TOPIC,
+                                  lambda m: beats.append(msg_to_heartbeat(m)),
+                                  names.STATION_HEARTBEAT_QOS)
+        updates = probe.create_publisher(UInt8MultiArray, names.UPDATES_TOPIC,
+                                         names.UPDATES_QOS)
+        aggregating, release = threading.Event(), threading.Event()
+        close_round = node.station.close_round
+
+        def blocked_close_round(now_s: float):
+            aggregating.set()
+            release.wait(AGGREGATION_BLOCK_TIMEOUT_S)
+            return close_round(now_s)
+
+        node.station.close_round = blocked_close_round
+        assert spin_until(executor, lambda: updates.get_subscription_count() > 0, 10.0)
+        assert spin_until(executor, aggregating.is_set, 20.0), 'the round never closed'
+        # Act: an update arrives while the worker aggregates
+        sent_at = len(beats)
+        msg = UInt8MultiArray()
+        msg.data = b'an update frame that came during the aggregation'
+        updates.publish(msg)
+        beating = spin_until(executor, lambda: len(
+            [b for b in beats[sent_at:] if b.phase == StationPhase.AGGREGATING]) >= 5, 5.0)
+        release.set()
+        taken = spin_until(executor, lambda: sum(node.station.rejected_total.values()) == 1,
+                           10.0)
+        # Assert: the beats went on through the blocked close; the update was not lost (it
+        # is checked and counted once the close ends: garbage, so rejected)
+        assert beating, [b.describe() for b in beats[sent_at:]]
+        assert taken, dict(node.station.rejected_total)
+        assert len(node._inbox) == 0
 
 
 def test_a_round_is_logged_closed_before_the_next_one_opens(tmp_path):

@@ -189,3 +189,22 @@ def test_no_heartbeat_yet_is_shown_as_such():
                           station_silent_s=1.0)
     assert _values(report)['station_phase'] == 'no heartbeat'
     assert _values(report)['station_phase_age_s'] == 'unknown'
+
+
+@pytest.mark.parametrize('period_s, level', [(61.0, WARN), (60.0, OK)])
+def test_a_station_heartbeat_period_too_long_for_this_drones_timeout_warns(period_s, level):
+    # Arrange: the drone's timeout is 300 s (drone.yaml); the station beats every period_s
+    # (its own ground_station.yaml), which each beat says
+    pilot = _pilot()
+    beat = Heartbeat('a1b2', 2, 10, 'waiting', 3.0, period_s)
+    # Act
+    report = drone_status(3, pilot, pilot.agent, _gate(2), BatteryStatus(0.8, 15.9), CONFIG,
+                          station_silent_s=1.0, station_beat=beat, station_phase_age_s=4.0)
+    # Assert: 5 x 61 s > 300 s warns, naming both keys; 5 x 60 s = 300 s is fine
+    assert report.level == level
+    if level == WARN:
+        assert report.message.startswith(
+            "station's status.heartbeat_period_s 61 s x 5 exceeds this drone's "
+            'flight.station_timeout_s 300 s'), report.message
+    else:
+        assert report.message == 'round 2 waiting'

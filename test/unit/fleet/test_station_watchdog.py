@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from fl_uav.configschema import ConfigError, build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.station_heartbeat import Heartbeat, StationPhase
-from fl_uav.fleet.station_watchdog import StationWatchdog
+from fl_uav.fleet.station_watchdog import StationWatchdog, heartbeat_period_problem
 
 PLANNING = Heartbeat('a1b2', 3, 10, StationPhase.PLANNING, 40.0, 1.0)
 
@@ -89,7 +91,7 @@ def test_a_station_without_heartbeats_is_heard_by_its_frames_only():
     watchdog.heard(100.0)
     watchdog.heard(120.0)
     # Act / Assert: it plans for longer than the timeout: the drone returns (fail safe)
-    assert watchdog.last_beat is None and watchdog.station_phase_age_s(130.0) != 0.0
+    assert watchdog.last_beat is None and math.isnan(watchdog.station_phase_age_s(130.0))
     assert not watchdog.should_return(149.0, in_flight=True, phase='waiting')
     assert watchdog.should_return(150.0, in_flight=True, phase='waiting')
 
@@ -103,3 +105,30 @@ def test_a_timeout_under_five_heartbeat_periods_is_refused_by_name():
         build_config(FleetConfig, {'status.heartbeat_period_s': 0.0})
     assert build_config(FleetConfig, {'flight.station_timeout_s': 300.0,
                                       'status.heartbeat_period_s': 60.0})
+
+
+def test_a_station_period_too_long_for_the_drones_timeout_is_told_once_per_period():
+    # Arrange: this drone's timeout is 30 s (its drone.yaml); the station reads its own
+    # ground_station.yaml and beats every 10 s: 5 x 10 s > 30 s
+    watchdog = StationWatchdog(timeout_s=30.0, last_heard_s=0.0)
+    slow = Heartbeat('a1b2', 3, 10, StationPhase.WAITING, 1.0, 10.0)
+    # Act
+    told = [watchdog.heartbeat(t, slow) for t in (10.0, 20.0, 30.0)]
+    fine = watchdog.heartbeat(40.0, Heartbeat('a1b2', 3, 10, StationPhase.WAITING, 1.0, 6.0))
+    # Assert: said once (naming both keys), not on every beat; a fitting period is fine
+    assert told[1:] == [None, None] and fine is None
+    assert told[0] == heartbeat_period_problem(30.0, slow)
+    assert 'status.heartbeat_period_s 10 s x 5' in told[0]
+    assert 'flight.station_timeout_s 30 s' in told[0]
+
+
+@pytest.mark.parametrize('timeout_s, period_s, problem', [
+    (30.0, 6.0, False),      # 5 beats fit exactly
+    (30.0, 6.1, True),
+    (0.0, 60.0, False),      # the watchdog is off: no return, nothing to tell
+])
+def test_the_heartbeat_period_is_checked_against_the_drones_own_timeout(timeout_s, period_s,
+                                                                        problem):
+    beat = Heartbeat('a1b2', 3, 10, StationPhase.WAITING, 1.0, period_s)
+    assert (heartbeat_period_problem(timeout_s, beat) is not None) == problem
+    assert heartbeat_period_problem(timeout_s, None) is None
