@@ -102,7 +102,8 @@ STEP_SPEED_ROUNDS = 3
 #: The step cap plans with this many times the slowest measured step time: the time a step
 #: takes still swings from one round to the next beyond the window (measured in ``fl-uav sim
 #: --drones 4 --set learning.local_epochs=12`` on 2 shared cores: a round's steps took up to
-#: 1.37 x the slowest of the drone's previous 3 rounds; docs/benchmarks.md).
+#: 1.4-1.7 x the slowest of the drone's previous 3 rounds; docs/benchmarks.md). The plan keeps
+#: most rounds short; the stop instant (:meth:`DroneAgent.stop_at_s`) holds the deadline.
 STEP_TIME_SAFETY = 1.5
 
 #: UpdateReport.dropped when a newer round arrived before the round's update was encoded.
@@ -452,6 +453,9 @@ class DroneAgent:
             if steps_cap is not None:
                 train_config = dataclasses.replace(train_config, max_steps=min(
                     train_config.max_steps or steps_cap, steps_cap))
+            stop_at_s = self.stop_at_s(task)
+            if stop_at_s is not None:
+                train_config = dataclasses.replace(train_config, stop_at_s=stop_at_s)
             self._superseded = superseded
             train_start = time.perf_counter()
             try:
@@ -542,6 +546,17 @@ class DroneAgent:
         time_left_s = task.deadline_s - (now - task.opened_ms) / 1000.0
         return steps_that_fit(time_left_s, self.seconds_per_step * STEP_TIME_SAFETY,
                               self.overhead_s)
+
+    def stop_at_s(self, task: RoundTask) -> float | None:
+        """The ``time.monotonic()`` instant after which no local step starts, so the update
+        leaves before the round's deadline whatever the steps cost this round: the deadline
+        less the last encoding time and UPLOAD_MARGIN_S (TrainConfig.stop_at_s; the first
+        step always runs). None when the round does not say when it opened."""
+        if task.opened_ms is None:
+            return None
+        time_left_s = task.deadline_s - (now_ms() - task.opened_ms) / 1000.0
+        usable_s = time_left_s - max(0.0, self.overhead_s) - UPLOAD_MARGIN_S
+        return max(time.monotonic() + usable_s, 1e-9)    # > 0: 0 would mean never
 
     def _dropped(self, task: RoundTask, start_s: float, when: str) -> UpdateReport:
         """A newer round arrived: this round's work stops here and nothing is sent."""

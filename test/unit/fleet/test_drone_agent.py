@@ -158,3 +158,16 @@ def test_the_cap_uses_the_slowest_step_time_of_the_last_rounds(measured_s, used_
         agent.record_step_time(value_s)
     # Assert
     assert STEP_SPEED_ROUNDS == 3 and agent.seconds_per_step == used_s
+
+
+def test_the_steps_stop_in_time_for_the_deadline_whatever_they_cost():
+    # Arrange: 100000 steps configured, no step time measured yet (no cap); the round opened
+    # now and ends 0.5 s after the upload margin
+    agent, _, task = _first_task({'learning.local_epochs': 100000})
+    task = RoundTask(task.round_index, task.weights, task.plan, task.knobs,
+                     deadline_s=UPLOAD_MARGIN_S + 0.5, run_id=task.run_id, opened_ms=now_ms())
+    # Act
+    report = agent.train_round(task)
+    # Assert: stopped long before the 100000 steps (minutes of work), and the update is sent
+    assert 1 <= report.steps < 100000 and report.steps_cap is None
+    assert len(report.frames) == 1
