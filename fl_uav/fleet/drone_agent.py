@@ -12,9 +12,11 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections import Counter, deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import cv2
@@ -40,6 +42,7 @@ from fl_uav.compression.codec import (
 )
 from fl_uav.compression.codec_v2 import split_frames
 from fl_uav.compression.paper_compressors import LgcCompressor, PlannedCompressors
+from fl_uav.compression.signing import now_ms
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.keys import load_frame_auth
 from fl_uav.fleet.messages import (
@@ -84,6 +87,53 @@ from fl_uav.world.landcover import CLASS_NAMES
 
 _log = logging.getLogger(__name__)
 
+#: Seconds kept between the end of a round's encoding and the station's deadline when local
+#: steps are fitted to the time left (:func:`steps_that_fit`): the publish and the DDS transfer
+#: of the update (~0.6 MB: tens of ms idle, a few seconds with many concurrent uploads and Fast
+#: DDS's default heartbeat, /work/shared/docs/platform.md) and the clock skew between drone and
+#: station.
+UPLOAD_MARGIN_S = 2.0
+
+#: Rounds whose measured step speed the step cap uses: the slowest of them (several drones
+#: training at once on a shared computer, or other load, make a step several times slower from
+#: one round to the next).
+STEP_SPEED_ROUNDS = 3
+
+#: The step cap plans with this many times the slowest measured step time: the time a step
+#: takes still swings from one round to the next beyond the window (measured in ``fl-uav sim
+#: --drones 4 --set learning.local_epochs=12`` on 2 shared cores: a round's steps took up to
+#: 1.4-1.7 x the slowest of the drone's previous 3 rounds; docs/benchmarks.md). The plan keeps
+#: most rounds short; the stop instant (:meth:`DroneAgent.stop_at_s`) holds the deadline.
+STEP_TIME_SAFETY = 1.5
+
+#: UpdateReport.dropped when a newer round arrived before the round's update was encoded.
+DROPPED_SUPERSEDED = 'superseded'
+
+
+class RoundSuperseded(Exception):  # noqa: N818 - a signal, not an error
+    """Raised inside local training (a forward pre-hook of the drone's model) once a newer
+    round has arrived: the round's training stops at its next step."""
+
+
+def steps_that_fit(time_left_s: float, seconds_per_step: float, overhead_s: float) -> int:
+    """Local steps that end before the round's deadline: ⌊(T_left − T_fixed − margin) / t_step⌋,
+    at least 1.
+
+    Parameters
+    ----------
+    time_left_s : float
+        Seconds from the start of the round's local work to the station's deadline (s).
+    seconds_per_step : float
+        The drone's own measured time per local step (s), > 0.
+    overhead_s : float
+        The work after the steps (encoding), as measured in the previous round (s);
+        UPLOAD_MARGIN_S is kept for the publish.
+    """
+    if not seconds_per_step > 0:
+        raise ValueError(f'seconds_per_step must be > 0, got {seconds_per_step}')
+    usable_s = time_left_s - max(0.0, overhead_s) - UPLOAD_MARGIN_S
+    return max(1, math.floor(usable_s / seconds_per_step))
+
 
 class UploadEncodingError(RuntimeError):
     """A compressor plug-in raised while encoding this round's update: nothing is sent (the
@@ -95,7 +145,11 @@ class UpdateReport:
     """What one round of local work spent and produced: the frames to publish, in order (one,
     or one per LGC layer that its channel carries this round), the resource knobs of the
     round the drone rejected (knob -> (malformed | unsupported, detail)) and why this round's
-    flight failed ('' if it did not; the update carries it as ``flight_error``)."""
+    flight failed ('' if it did not; the update carries it as ``flight_error``).
+    ``dropped``: why the round's work was dropped and nothing is sent ('' = not dropped;
+    DROPPED_SUPERSEDED: a newer round arrived, so the station has closed this one and would
+    refuse its update as ``wrong_round``). ``steps_cap``: the local steps the round's time left
+    allowed (:func:`steps_that_fit`; None = not capped)."""
 
     round_index: int
     frames: tuple[bytes, ...]
@@ -105,6 +159,8 @@ class UpdateReport:
     train_seconds: float
     knobs_rejected: dict[str, tuple[str, str]] = field(default_factory=dict)
     flight_error: str = ''
+    dropped: str = ''
+    steps_cap: int | None = None
 
     @property
     def frame(self) -> bytes:
@@ -136,6 +192,17 @@ class DroneAgent:
         self._model = build_model(config.learning.model, len(CLASS_NAMES), px,
                                   seed=config.learning.init_seed)
         self._shapes = weight_shapes(get_weights(self._model))
+        # Set while a round trains: says whether a newer round has arrived (then the hook
+        # raises RoundSuperseded at the next step). A plain function, so the copies the
+        # trainers make (copy.deepcopy) share it.
+        self._superseded: Callable[[], bool] | None = None
+
+        def stop_if_superseded(_module: torch.nn.Module, _inputs: tuple) -> None:
+            superseded = self._superseded
+            if superseded is not None and superseded():
+                raise RoundSuperseded('a newer round arrived')
+
+        self._model.register_forward_pre_hook(stop_if_superseded)
         self._fingerprint = architecture_fingerprint(get_weights(self._model))
         self._compressor = config.compression.build()     # one per drone (lgc keeps state)
         self._model_dim = sum(int(np.prod(shape)) for shape in self._shapes.values())
@@ -157,6 +224,13 @@ class DroneAgent:
         self.waypoints_reached = 0      # in the current run (begin_flight starts it over)
         self._flight_epoch = 0          # the run (RoundTask.run_epoch) the figures belong to
         self.rounds_trained = 0
+        # Rounds whose work was dropped because a newer round arrived (nothing sent).
+        self.rounds_dropped = 0
+        # The drone's own step times (its last trained rounds) and encoding time (its last):
+        # local steps are fitted to the round's time left (steps_that_fit).
+        self._step_speeds_s: deque[float] = deque(maxlen=STEP_SPEED_ROUNDS)
+        self.overhead_s = 0.0
+        self.rounds_capped = 0          # rounds whose local steps were cut to meet the deadline
         self.rejected_frames = 0
         self.rejected_reasons: Counter = Counter()   # station frames rejected, by reason
         self.last_rejection = ''                     # the last one's reason and detail
@@ -322,14 +396,25 @@ class DroneAgent:
         self.rejected_reasons[reason] += 1
         self.last_rejection = f'{reason}: {detail}' if detail else reason
 
-    def train_round(self, task: RoundTask) -> UpdateReport:
+    def train_round(self, task: RoundTask,
+                    superseded: Callable[[], bool] | None = None) -> UpdateReport:
         """Run the configured client algorithm from the global weights on the buffer (the
         engine's code, fl_uav.learning.client_algorithms) and encode the update frame.
 
         The round's resource knobs are checked first (:meth:`check_knobs`); the applied ones
         set the steps (``local_steps``), the pruning ratio (``prune_fraction``), the buffer's
         FedDPQ top-up (``topup_factor``, eqs. (1)-(3)) and the upload's compressor
-        (``range_bits``, ``lgc_channel_entries``); a rejected one leaves the config's value."""
+        (``range_bits``, ``lgc_channel_entries``); a rejected one leaves the config's value.
+
+        Catching up. ``superseded`` says whether a newer round has arrived (the station closed
+        this one and would refuse its update): checked before training, at every local step
+        and before encoding; once true the round's work is dropped (``dropped`` set, no frame,
+        nothing to acknowledge; a finished training's client state is rolled back as for a
+        lost upload) so the newer round trains at once. The previous upload is still settled
+        with this round's acknowledgement. When the round says when it opened, the steps of
+        the sgd and scaffold clients are capped to those that end before the deadline at the
+        drone's own measured speed (:func:`steps_that_fit`; a planner's ``local_steps`` knob
+        and the other clients' own step counts are kept)."""
         start = time.perf_counter()
         if task.run_epoch < self._run_epoch:   # a round of a run left: no state touched
             _log.info('drone %d: round %d belongs to a run left; not trained, nothing sent',
@@ -338,13 +423,16 @@ class DroneAgent:
                                 time.perf_counter() - start)
         self.start_run(task.run_epoch)
         self.settle_previous_upload(task)
+        if superseded is not None and superseded():
+            return self._dropped(task, start, 'before training')
+        steps_cap = None
         check = self.check_knobs(task)
         knobs = {**{k: v for k, v in task.knobs.items() if k not in check.rejected},
                  **check.applied}
         torch.set_num_threads(self.config.learning.torch_threads)
         with self._lock:
             images, labels = self._buffer.arrays()
-        steps, loss, num_samples, trained = 0, float('nan'), 0, False
+        steps, loss, num_samples, trained, train_s = 0, float('nan'), 0, False, 0.0
         delta = {name: np.zeros_like(w) for name, w in task.weights.items()}
         mask, metrics, delta_c, generated = None, {}, None, None
         selected = knobs.get(DRAWS_KNOB, 1) > 0     # FedDPQ: drawn this round? (checked)
@@ -360,10 +448,29 @@ class DroneAgent:
             inputs = to_model_input(images, self.config.learning.input_px)
             lr = self.config.learning.lr * self.config.learning.lr_decay ** (task.round_index - 1)
             mu = float(knobs.get(PROXIMAL_MU_KNOB, 0.0))
-            result = self._client.train(
-                self._model, task.weights, inputs, labels,
-                dataclasses.replace(self._train_config, lr=lr, proximal_mu=mu),
-                seed=hash((self.drone_id, task.round_index)) & 0xFFFFFFFF, knobs=knobs)
+            train_config = dataclasses.replace(self._train_config, lr=lr, proximal_mu=mu)
+            steps_cap = self.steps_cap(task)     # the time left when the steps start
+            if steps_cap is not None:
+                train_config = dataclasses.replace(train_config, max_steps=min(
+                    train_config.max_steps or steps_cap, steps_cap))
+            stop_at_s = self.stop_at_s(task)
+            if stop_at_s is not None:
+                train_config = dataclasses.replace(train_config, stop_at_s=stop_at_s)
+            self._superseded = superseded
+            train_start = time.perf_counter()
+            try:
+                result = self._client.train(
+                    self._model, task.weights, inputs, labels, train_config,
+                    seed=hash((self.drone_id, task.round_index)) & 0xFFFFFFFF, knobs=knobs)
+            except RoundSuperseded:
+                return self._dropped(task, start, 'during training')
+            finally:
+                self._superseded = None
+            train_end = time.perf_counter()
+            train_s = train_end - train_start
+            if superseded is not None and superseded():
+                self._client.upload_lost()    # trained, but nothing will leave this round
+                return self._dropped(task, start, 'after training')
             delta, mask, metrics = result.delta, result.mask, dict(result.metrics)
             delta_c = metrics.pop(DELTA_C_KEY, None)
             steps, loss, num_samples = result.steps, result.mean_loss, result.num_samples
@@ -406,9 +513,59 @@ class DroneAgent:
                 f'{method!r}: {type(self._compressor).__name__}.compress raised '
                 f'{type(exc).__name__}: {exc}{raised_at(exc)}; nothing sent this round') from exc
         self._pending_upload = (task.round_index, trained)
-        return UpdateReport(task.round_index, frames, num_samples, steps, loss,
-                            time.perf_counter() - start, dict(check.rejected),
-                            task.flight_error)
+        total_s = time.perf_counter() - start
+        if trained and steps > 0:
+            self.record_step_time(train_s / steps)
+            self.overhead_s = time.perf_counter() - train_end
+            _log.info('drone %d: round %d: %d local steps in %.1f s (%.3f s a step; cap %s), '
+                      'encoded in %.1f s', self.drone_id, task.round_index, steps, train_s,
+                      train_s / steps, steps_cap, self.overhead_s)
+        if trained and steps == steps_cap:
+            self.rounds_capped += 1
+        return UpdateReport(task.round_index, frames, num_samples, steps, loss, total_s,
+                            dict(check.rejected), task.flight_error, steps_cap=steps_cap)
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        """The drone's local step time the step cap uses: the slowest measured over its last
+        STEP_SPEED_ROUNDS trained rounds (None: none trained yet)."""
+        return max(self._step_speeds_s) if self._step_speeds_s else None
+
+    def record_step_time(self, seconds_per_step: float) -> None:
+        """One trained round's measured time per local step (train_round calls it)."""
+        self._step_speeds_s.append(seconds_per_step)
+
+    def steps_cap(self, task: RoundTask, now_wall_ms: int | None = None) -> int | None:
+        """The local steps that end before the round's deadline (:func:`steps_that_fit`) at
+        the drone's measured step speed (:attr:`seconds_per_step` x STEP_TIME_SAFETY); None
+        when the round does
+        not say when it opened, or no round has been trained yet."""
+        if task.opened_ms is None or self.seconds_per_step is None:
+            return None
+        now = now_ms() if now_wall_ms is None else now_wall_ms
+        time_left_s = task.deadline_s - (now - task.opened_ms) / 1000.0
+        return steps_that_fit(time_left_s, self.seconds_per_step * STEP_TIME_SAFETY,
+                              self.overhead_s)
+
+    def stop_at_s(self, task: RoundTask) -> float | None:
+        """The ``time.monotonic()`` instant after which no local step starts, so the update
+        leaves before the round's deadline whatever the steps cost this round: the deadline
+        less the last encoding time and UPLOAD_MARGIN_S (TrainConfig.stop_at_s; the first
+        step always runs). None when the round does not say when it opened."""
+        if task.opened_ms is None:
+            return None
+        time_left_s = task.deadline_s - (now_ms() - task.opened_ms) / 1000.0
+        usable_s = time_left_s - max(0.0, self.overhead_s) - UPLOAD_MARGIN_S
+        return max(time.monotonic() + usable_s, 1e-9)    # > 0: 0 would mean never
+
+    def _dropped(self, task: RoundTask, start_s: float, when: str) -> UpdateReport:
+        """A newer round arrived: this round's work stops here and nothing is sent."""
+        self.rounds_dropped += 1
+        _log.info('drone %d: round %d dropped %s: a newer round arrived (the station has '
+                  'closed this one); nothing sent', self.drone_id, task.round_index, when)
+        return UpdateReport(task.round_index, (), 0, 0, float('nan'),
+                            time.perf_counter() - start_s, flight_error=task.flight_error,
+                            dropped=DROPPED_SUPERSEDED)
 
     def begin_flight(self, run_epoch: int) -> None:
         """A flight of run ``run_epoch`` starts (the pilot calls it first): with a new run

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import time
 from collections import Counter
@@ -90,6 +91,8 @@ class DronePilot:
         self._link_up: asyncio.Event | None = None   # set on every established connection
         self._link_losses_checked = 0   # vehicle.link_losses at the last readiness check
         self._run_epoch = 0             # the run (RoundTask.run_epoch) of the last round flown
+        # (run_epoch, round_index) of the newest round begun: older rounds are superseded
+        self._newest_round = (0, 0)
         self._closed = False
 
     def _guard(self) -> asyncio.Lock:
@@ -144,7 +147,9 @@ class DronePilot:
                 self.state.airborne = True
 
     def _begin_round(self, task: RoundTask) -> None:
-        """A round's flight starts: no error yet; a new run's figures and errors start over."""
+        """A round's flight starts: no error yet; a new run's figures and errors start over;
+        older rounds are superseded from now on."""
+        self._newest_round = max(self._newest_round, (task.run_epoch, task.round_index))
         self.state.round_error = ''
         if task.run_epoch != self._run_epoch:
             self._run_epoch = task.run_epoch
@@ -228,20 +233,34 @@ class DronePilot:
         return await loop.run_in_executor(self._train_executor, self.planner.round_task, task,
                                           start_enu_m)
 
+    def superseded(self, task: RoundTask) -> bool:
+        """A newer round (or a new run) has begun since ``task``: the station opens a round
+        only after closing the previous one, so ``task``'s update would be refused
+        (``wrong_round``). Safe to call from the training thread."""
+        return self._newest_round > (task.run_epoch, task.round_index)
+
     async def run_round(self, task: RoundTask) -> UpdateReport:
         """Choose the round's mission (onboard planner), fly it (bounded by the round's
         deadline), then train; a failed or cut-short flight is recorded and the drone still
-        reports what it learned."""
+        reports what it learned.
+
+        A drone that fell behind catches up: once a newer round has begun (the node starts it
+        while this one trains or waits for the training thread), this round's training is
+        dropped (:meth:`DroneAgent.train_round` with :meth:`superseded`: before it starts, at
+        its next local step, or before encoding) and nothing is uploaded, so the training
+        thread is free for the newer round at once instead of finishing work the station will
+        refuse."""
         self._begin_round(task)
         with self._phase(Phase.FLYING):
             task = await self.own_mission(task)
             error = await self._fly_round(task)
         if error:      # reported with the update (FLIGHT_ERROR_KEY)
             task = dataclasses.replace(task, flight_error=short_flight_error(error))
+        train = functools.partial(self.agent.train_round, task,
+                                  superseded=functools.partial(self.superseded, task))
         with self._phase(Phase.TRAINING):
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self._train_executor, self.agent.train_round,
-                                              task)
+            return await loop.run_in_executor(self._train_executor, train)
 
     async def _fly_round(self, task: RoundTask) -> str:
         """Fly the round; returns why the flight failed ('' if it did not)."""

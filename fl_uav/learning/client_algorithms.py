@@ -57,7 +57,12 @@ from fl_uav.learning.pruning import (
     two_ceoafl_compute_cost,
     two_ceoafl_local_update,
 )
-from fl_uav.learning.training import NonFiniteLossError, TrainConfig, proximal_anchor
+from fl_uav.learning.training import (
+    NonFiniteLossError,
+    TrainConfig,
+    proximal_anchor,
+    time_is_up,
+)
 from fl_uav.learning.vectorized import (
     LocalUpdate,
     client_batches,
@@ -371,8 +376,10 @@ class ScaffoldClient(ClientAlgorithm):
         anchors = dict(zip(named, anchor)) if anchor is not None else {}
         loss_fn = nn.CrossEntropyLoss()
         model.train()
-        loss_sum = 0.0
+        loss_sum, steps = 0.0, 0
         for step, batch in enumerate(batches):
+            if time_is_up(config, step):
+                break
             idx = torch.from_numpy(batch)
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(x_all[idx]), y_all[idx])
@@ -388,7 +395,7 @@ class ScaffoldClient(ClientAlgorithm):
                             p.grad.add_(p - anchors[name], alpha=config.proximal_mu)
             optimizer.step()
             loss_sum += value
-        steps = len(batches)
+            steps += 1
         local_weights = get_weights(model)
         delta = _delta(local_weights, global_weights)
         scale = 1.0 / (steps * config.lr)

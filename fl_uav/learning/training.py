@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -44,6 +45,10 @@ class TrainConfig:
     max_steps: cap on SGD steps per round (0 = no cap).
     optimizer: 'sgd' (with momentum) or 'adam' (state reset every round).
     proximal_mu: FedProx's μ: the local objective gains μ/2·‖w − w_received‖² (0 = off).
+    stop_at_s: a ``time.monotonic()`` instant after which no further local step starts (0 =
+    never; the first step always runs): the fleet's drone sets it so its update leaves before
+    the round's deadline. Honoured by train_local, the sequential trainer and the scaffold
+    client (the steps taken are counted); the engine's stacked trainer ignores it.
     """
 
     local_epochs: int = 2
@@ -54,6 +59,7 @@ class TrainConfig:
     max_steps: int = 0
     optimizer: str = 'sgd'
     proximal_mu: float = 0.0
+    stop_at_s: float = 0.0
 
     def __post_init__(self) -> None:
         require_choice('optimizer', self.optimizer, OPTIMIZERS)
@@ -71,6 +77,14 @@ class TrainConfig:
             raise ValueError(f'max_steps must be >= 0, got {self.max_steps}')
         if self.proximal_mu < 0:
             raise ValueError(f'proximal_mu must be >= 0, got {self.proximal_mu}')
+        if not self.stop_at_s >= 0:
+            raise ValueError(f'stop_at_s must be >= 0, got {self.stop_at_s}')
+
+
+def time_is_up(config: TrainConfig, steps_done: int) -> bool:
+    """No further local step may start: ``config.stop_at_s`` has passed and at least one
+    step was taken."""
+    return config.stop_at_s > 0 and steps_done > 0 and time.monotonic() >= config.stop_at_s
 
 
 def proximal_anchor(model: nn.Module, config: TrainConfig) -> list[torch.Tensor] | None:
@@ -121,6 +135,8 @@ def train_local(model: nn.Module, inputs: np.ndarray, labels: np.ndarray, config
     for _ in range(config.local_epochs):
         order = rng.permutation(len(x_all))
         for start in range(0, len(order), config.batch_size):
+            if time_is_up(config, steps):
+                return TrainResult(steps, seen, loss_sum / steps)
             idx = torch.from_numpy(order[start:start + config.batch_size])
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(x_all[idx]), y_all[idx])

@@ -60,6 +60,7 @@ from fl_uav.learning.training import (
     TrainResult,
     add_proximal_gradient,
     proximal_anchor,
+    time_is_up,
 )
 from fl_uav.learning.weights import Weights, get_weights, set_weights
 
@@ -153,8 +154,10 @@ def _train_on_batches(model: nn.Module, x_all: torch.Tensor, y_all: torch.Tensor
     loss_fn = nn.CrossEntropyLoss()
     anchor = proximal_anchor(model, config)
     model.train()
-    seen, loss_sum = 0, 0.0
+    seen, loss_sum, steps = 0, 0.0, 0
     for step, batch in enumerate(batches):
+        if time_is_up(config, step):
+            break
         idx = torch.from_numpy(batch)
         optimizer.zero_grad(set_to_none=True)
         loss = loss_fn(model(x_all[idx]), y_all[idx])
@@ -166,7 +169,8 @@ def _train_on_batches(model: nn.Module, x_all: torch.Tensor, y_all: torch.Tensor
         optimizer.step()
         seen += len(batch)
         loss_sum += value
-    return TrainResult(len(batches), seen, loss_sum / len(batches))
+        steps += 1
+    return TrainResult(steps, seen, loss_sum / steps)
 
 
 def train_clients_sequential(model: nn.Module, global_weights: Weights,

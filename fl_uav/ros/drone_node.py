@@ -17,10 +17,12 @@ is ignored; an unseen run id that started after the run in progress starts a new
 station was restarted), logged, and the drone's learning state (SCAFFOLD's c_k, LGC's
 residual, the upload awaiting its ack) starts over at its next training; a run id the drone
 has left, or one that started earlier, is ignored (a replayed recording), as is a finish of
-another run. A round still in flight when a new run starts is not cancelled: if it trains
-before the new run's round its upload carries the old run id and the station refuses it
-(``wrong_run``), if after, it is not trained. An express tour in flight is cancelled (the
-carrier is the new tour's). A round outside
+another run. A round that arrives while the previous one still flies ends that flight; one
+that arrives while the previous one trains (or waits for the training thread) makes the pilot
+drop that training at its next step: the station has closed that round, so nothing is sent
+for it and the new round trains at once (the drone catches up; DronePilot.run_round). The same
+holds for a round of a new run. An express tour in flight is cancelled (the carrier is the new
+tour's). A round outside
 1..num_rounds (the run length the frame announces, capped by the drone's own
 rounds.num_rounds) is rejected as implausible, counted by reason and logged, and never moves
 the gate (a forged round 4000000000 neither runs nor locks the drone out). Signed frames
@@ -316,6 +318,12 @@ class DroneNode(Node):
             self.get_logger().error(f'round failed: {future.exception()!r}')
             return
         report: UpdateReport = future.result()
+        if report.dropped:          # a newer round arrived: the station has closed this one
+            self.get_logger().warning(f'round {report.round_index}: not uploaded, its work '
+                                      f'was dropped ({report.dropped}: a newer round arrived, '
+                                      f'the station closed this one); catching up; dropped '
+                                      f'so far {self.agent.rounds_dropped}')
+            return
         if report.flight_error:     # this round's, even if a newer round has begun since
             self.get_logger().warning(f'flight: round {report.round_index}: '
                                       f'{report.flight_error} '
@@ -332,7 +340,9 @@ class DroneNode(Node):
             f'round {report.round_index} ({self.onboard.describe_round(report.round_index)}): '
             f'uploaded {report.bytes_sent} bytes in '
             f'{len(report.frames)} frame(s), '
-            f'{report.num_samples} samples, {report.steps} steps, loss {report.train_loss:.3f}')
+            f'{report.num_samples} samples, {report.steps} steps, loss {report.train_loss:.3f}'
+            + (f' (steps capped at {report.steps_cap} to meet the deadline)'
+               if report.steps_cap is not None and report.steps == report.steps_cap else ''))
 
     def _on_tour_done(self, future: Future) -> None:
         if future.cancelled():

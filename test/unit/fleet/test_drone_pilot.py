@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -33,7 +35,7 @@ class _Agent:
     def begin_flight(self, run_epoch: int) -> None:
         self.flights.append(run_epoch)
 
-    def train_round(self, task: RoundTask) -> str:
+    def train_round(self, task: RoundTask, superseded=None) -> str:
         self.trained.append(task.round_index)
         self.tasks.append(task)
         return f'report {task.round_index}'
@@ -369,3 +371,59 @@ def test_a_round_got_late_flies_only_for_what_is_left_of_it(age_s, budget_s):
                      opened_ms=opened_ms)
     # Act / Assert
     assert pilot.flight_budget_s(task) == pytest.approx(budget_s, abs=0.5)
+
+
+class _LateAgent(_Agent):
+    """Round 1 trains until a newer round supersedes it (as a slow drone's training that the
+    next round overtakes); later rounds train at once. Notes whether each was superseded."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.round_1_training = threading.Event()
+        self.superseded_seen: dict[int, bool] = {}
+
+    def train_round(self, task: RoundTask, superseded=None) -> str:
+        if task.round_index == 1:
+            self.round_1_training.set()
+            deadline = time.monotonic() + 10.0
+            while not superseded() and time.monotonic() < deadline:
+                time.sleep(0.001)
+        self.superseded_seen[task.round_index] = superseded()
+        return 'dropped' if superseded() else f'report {task.round_index}'
+
+
+def test_a_newer_round_supersedes_the_training_of_the_round_before():
+    # Arrange: round 1 is still training when round 2 arrives (one training thread)
+    agent = _LateAgent()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = DronePilot(agent, FakeVehicle(home_enu_m=(200.0, 200.0, 0.0)),
+                           FlightConfig(speed_m_s=20.0), pool, geofence=FENCE)
+
+        async def two_rounds():
+            first = asyncio.ensure_future(pilot.run_round(
+                RoundTask(1, {}, (), deadline_s=60.0)))
+            assert await asyncio.to_thread(agent.round_1_training.wait, 10.0)
+            # Act
+            second = await pilot.run_round(RoundTask(2, {}, INSIDE, deadline_s=60.0))
+            return await asyncio.wait_for(first, 10.0), second
+
+        first, second = asyncio.run(two_rounds())
+    # Assert: round 1's training was told to stop, round 2 trained and reported
+    assert agent.superseded_seen == {1: True, 2: False}
+    assert (first, second) == ('dropped', 'report 2')
+
+
+@pytest.mark.parametrize('newest, task, superseded', [
+    ((0, 3), (0, 3), False),      # the round itself
+    ((0, 4), (0, 3), True),       # the next round
+    ((1, 1), (0, 9), True),       # a new run's first round
+    ((0, 3), (0, 4), False),      # a round not begun yet
+])
+def test_a_round_is_superseded_once_a_newer_one_began(newest, task, superseded):
+    # Arrange
+    pilot = DronePilot(_Agent(), FakeVehicle(), FlightConfig(),
+                       ThreadPoolExecutor(max_workers=1), geofence=FENCE)
+    epoch, index = newest
+    asyncio.run(pilot.run_round(RoundTask(index, {}, (), deadline_s=60.0, run_epoch=epoch)))
+    # Act / Assert
+    assert pilot.superseded(RoundTask(task[1], {}, (), run_epoch=task[0])) is superseded

@@ -125,7 +125,7 @@ def test_the_last_rounds_flight_error_warns_until_the_next_round_flies():
     battery = BatteryStatus(0.9, 16.0)
     # Act
     now = drone_status(0, pilot, pilot.agent, _gate(3), battery, CONFIG)
-    pilot.agent.train_round = lambda task: None
+    pilot.agent.train_round = lambda task, superseded=None: None
     asyncio.run(pilot.run_round(RoundTask(round_index=3, weights={}, plan=(),
                                           deadline_s=60.0)))   # a later run's round 3
     later = drone_status(0, pilot, pilot.agent, _gate(3), battery, CONFIG)
@@ -139,7 +139,8 @@ def test_the_phase_follows_the_round_and_the_finish():
     # Arrange: an agent that notes the phase while it trains; a watcher on the pilot's loop
     pilot = _pilot()
     seen: list[str] = []
-    pilot.agent.train_round = lambda task: seen.append(f'train:{pilot.state.phase}')
+    pilot.agent.train_round = (lambda task, superseded=None:
+                               seen.append(f'train:{pilot.state.phase}'))
     task = RoundTask(round_index=1, weights={}, plan=(PlanWaypoint(100.0, 100.0, 30.0),),
                      deadline_s=600.0)
 

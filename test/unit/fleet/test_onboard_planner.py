@@ -254,7 +254,7 @@ class _Agent:
     def begin_flight(self, run_epoch: int) -> None:
         pass
 
-    def train_round(self, task: RoundTask) -> int:
+    def train_round(self, task: RoundTask, superseded=None) -> int:
         self.tasks.append(task)
         return task.round_index
 

@@ -200,3 +200,19 @@ def test_feddpq_several_steps_keep_the_trained_model_pruned():
     assert all(np.all(trained[n][m] == 0.0) for n, m in pruned.items())
     assert sum(np.count_nonzero(result.delta[n][m]) for n, m in pruned.items()) > 0
     assert result.steps == 3 and result.compute_dense_steps == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize('client', [SgdClient(), ScaffoldClient()])
+def test_a_passed_stop_instant_leaves_one_counted_step(client):
+    # Arrange: 40 samples in batches of 8, 3 epochs = 15 steps; the stop instant long past
+    config = dataclasses.replace(CONFIG, local_epochs=3, stop_at_s=1e-9)
+    # Act
+    received, stopped = _train(client, config=config)
+    _, full = _train(type(client)(), config=dataclasses.replace(config, stop_at_s=0.0))
+    # Assert: one step taken and counted (SCAFFOLD's K in Δc_k too)
+    assert (stopped.steps, full.steps) == (1, 15)
+    if isinstance(client, ScaffoldClient):
+        for name in received:
+            np.testing.assert_allclose(stopped.metrics[DELTA_C_KEY][name],
+                                       -stopped.delta[name] / (1 * config.lr), rtol=1e-5,
+                                       atol=1e-7)

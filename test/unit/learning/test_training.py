@@ -106,3 +106,19 @@ def test_one_torch_thread_runs_on_one_thread_and_restores_the_count_even_on_erro
         raise KeyError('boom')
     # Assert
     assert inside == [1] and torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize('stop_at_s, steps', [(1e-9, 1), (0.0, 3 * 2)])
+def test_no_step_starts_after_the_stop_instant_but_the_first(stop_at_s, steps):
+    # Arrange: 64 samples, batch 32, 3 epochs: 6 steps; an instant long past stops after one
+    model = build_model('tiny_cnn', 2, seed=0)
+    x, y = _separable(64, seed=3)
+    # Act
+    result = train_local(model, x, y, TrainConfig(local_epochs=3, stop_at_s=stop_at_s), seed=0)
+    # Assert
+    assert result.steps == steps and result.samples_seen == 32 * steps
+
+
+def test_the_stop_instant_must_be_a_time():
+    with pytest.raises(ValueError, match='stop_at_s'):
+        TrainConfig(stop_at_s=float('nan'))

@@ -1,0 +1,173 @@
+"""DroneAgent catching up: a round a newer one superseded is dropped (before, during or after
+its training; nothing sent, nothing to acknowledge), and local steps fit the round's time left
+at the drone's own measured step speed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from fl_uav.compression.signing import now_ms
+from fl_uav.fleet.drone_agent import (
+    DROPPED_SUPERSEDED,
+    STEP_SPEED_ROUNDS,
+    STEP_TIME_SAFETY,
+    UPLOAD_MARGIN_S,
+    DroneAgent,
+    steps_that_fit,
+)
+from fl_uav.fleet.ground_station import GroundStation
+from fl_uav.fleet.messages import RoundTask
+from test.unit.fleet._fleet_pair import agent_and_station
+
+# tiny_cnn, ten buffered samples, batch 32: one local step per epoch
+_BASE = {'num_drones': 1, 'learning.model': 'tiny_cnn', 'learning.min_samples_to_train': 4,
+         'learning.optimizer': 'sgd', 'rounds.num_rounds': 3, 'rounds.deadline_s': 60.0,
+         'rounds.first_round_extra_s': 0.0}
+
+
+class _TrueFromCall:
+    """A ``superseded`` callable that turns true at its n-th call (1-based) and counts calls."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.calls = 0
+
+    def __call__(self) -> bool:
+        self.calls += 1
+        return self.calls >= self.n
+
+
+def _first_task(overrides: dict) -> tuple[DroneAgent, GroundStation, RoundTask]:
+    agent, station = agent_and_station({**_BASE, **overrides})
+    return agent, station, agent.accept_global_frame(station.open_round(0.0).frame)
+
+
+def test_a_round_superseded_before_training_is_dropped_and_nothing_is_sent():
+    # Arrange
+    agent, _, task = _first_task({})
+    # Act
+    report = agent.train_round(task, superseded=lambda: True)
+    # Assert
+    assert report.dropped == DROPPED_SUPERSEDED and report.frames == () and report.steps == 0
+    assert agent.rounds_dropped == 1 and agent.rounds_trained == 0
+    assert agent._pending_upload is None     # nothing awaits the station's acknowledgement
+
+
+def test_a_round_superseded_during_training_stops_at_the_next_step():
+    # Arrange: 500 local steps configured; the newer round arrives at the 3rd check (the
+    # check before training, then one per local step)
+    agent, _, task = _first_task({'learning.local_epochs': 500})
+    superseded = _TrueFromCall(3)
+    # Act
+    report = agent.train_round(task, superseded=superseded)
+    # Assert: stopped at the second step, not after 500
+    assert report.dropped == DROPPED_SUPERSEDED and report.frames == ()
+    assert superseded.calls == 3
+    assert agent.rounds_trained == 0 and agent._pending_upload is None
+
+
+def test_the_next_round_trains_after_a_dropped_one():
+    # Arrange: round 1 dropped during training, round 2 then trains undisturbed
+    agent, station, task = _first_task({'learning.local_epochs': 3})
+    agent.train_round(task, superseded=_TrueFromCall(2))
+    station.close_round(task.deadline_s)
+    second = agent.accept_global_frame(station.open_round(task.deadline_s).frame)
+    # Act
+    report = agent.train_round(second, superseded=lambda: False)
+    # Assert: the station takes it
+    assert not report.dropped and report.steps == 3
+    assert [station.receive_update(f).reason for f in report.frames] == ['accepted']
+
+
+def test_a_scaffold_round_superseded_after_training_keeps_c_k_as_it_was():
+    # Arrange: 2 steps, so the 4th check is the one after training
+    agent, _, task = _first_task({'learning.client_algorithm': 'scaffold',
+                                  'aggregation.strategy': 'scaffold',
+                                  'learning.local_epochs': 2})
+    control_before = agent._client.control
+    superseded = _TrueFromCall(4)
+    # Act
+    report = agent.train_round(task, superseded=superseded)
+    # Assert: trained (4 checks) but dropped, and c_k untouched, as if never trained
+    assert superseded.calls == 4 and report.dropped == DROPPED_SUPERSEDED
+    assert agent._client.control is control_before and agent._pending_upload is None
+
+
+@pytest.mark.parametrize('time_left_s, per_step_s, overhead_s, steps', [
+    (32.0, 10.0, 0.0, 3),                 # (32 − 2) / 10
+    (32.0, 10.0, 10.0, 2),                # (32 − 10 − 2) / 10
+    (1.0, 10.0, 0.0, 1),                  # too late for even one: one step
+    (-5.0, 0.5, 0.0, 1),
+    (UPLOAD_MARGIN_S + 100 * 0.25, 0.25, 0.0, 100),
+])
+def test_steps_that_fit_the_time_left(time_left_s, per_step_s, overhead_s, steps):
+    assert steps_that_fit(time_left_s, per_step_s, overhead_s) == steps
+
+
+@pytest.mark.parametrize('per_step_s', [0.0, -1.0, float('nan')])
+def test_steps_that_fit_needs_a_step_speed(per_step_s):
+    with pytest.raises(ValueError, match='seconds_per_step'):
+        steps_that_fit(10.0, per_step_s, 0.0)
+
+
+def test_local_steps_are_capped_to_the_time_left_at_the_measured_speed():
+    # Arrange: 20 steps configured, a measured 10 s per step (planned with the safety factor);
+    # the round opened now with the upload margin and 3.4 planned steps to its deadline
+    agent, _, task = _first_task({'learning.local_epochs': 20})
+    agent.record_step_time(10.0)
+    agent.overhead_s = 0.0
+    deadline_s = UPLOAD_MARGIN_S + 3.4 * 10.0 * STEP_TIME_SAFETY
+    task = RoundTask(task.round_index, task.weights, task.plan, task.knobs,
+                     deadline_s=deadline_s, run_id=task.run_id, opened_ms=now_ms())
+    # Act
+    report = agent.train_round(task)
+    # Assert
+    assert report.steps == 3 and report.steps_cap == 3 and agent.rounds_capped == 1
+
+
+def test_without_the_opening_time_or_a_measured_speed_steps_are_not_capped():
+    # Arrange: round 1 of an agent that has not trained yet (no speed), then a round that
+    # does not say when it opened
+    agent, _, task = _first_task({'learning.local_epochs': 20})
+    opened = RoundTask(task.round_index, task.weights, task.plan, task.knobs,
+                       deadline_s=34.0, run_id=task.run_id, opened_ms=now_ms())
+    # Act
+    first = agent.train_round(opened)
+    measured = agent.seconds_per_step
+    agent.record_step_time(10.0)
+    second = agent.train_round(RoundTask(2, task.weights, task.plan, {}, deadline_s=34.0,
+                                         run_id=task.run_id))
+    # Assert: both trained all 20 steps; the first one measured the step speed
+    assert (first.steps, first.steps_cap) == (20, None)
+    assert (second.steps, second.steps_cap) == (20, None)
+    assert measured is not None and np.isfinite(measured) and measured > 0
+
+
+@pytest.mark.parametrize('measured_s, used_s', [
+    ([0.3, 0.1, 0.1, 0.1], 0.1),      # the slow round has left the window of 3
+    ([0.1, 0.3, 0.1], 0.3),           # the slowest of the last 3
+    ([0.2], 0.2),
+    ([], None),
+])
+def test_the_cap_uses_the_slowest_step_time_of_the_last_rounds(measured_s, used_s):
+    # Arrange
+    agent, _ = agent_and_station(_BASE)
+    # Act
+    for value_s in measured_s:
+        agent.record_step_time(value_s)
+    # Assert
+    assert STEP_SPEED_ROUNDS == 3 and agent.seconds_per_step == used_s
+
+
+def test_the_steps_stop_in_time_for_the_deadline_whatever_they_cost():
+    # Arrange: 100000 steps configured, no step time measured yet (no cap); the round opened
+    # now and ends 0.5 s after the upload margin
+    agent, _, task = _first_task({'learning.local_epochs': 100000})
+    task = RoundTask(task.round_index, task.weights, task.plan, task.knobs,
+                     deadline_s=UPLOAD_MARGIN_S + 0.5, run_id=task.run_id, opened_ms=now_ms())
+    # Act
+    report = agent.train_round(task)
+    # Assert: stopped long before the 100000 steps (minutes of work), and the update is sent
+    assert 1 <= report.steps < 100000 and report.steps_cap is None
+    assert len(report.frames) == 1
