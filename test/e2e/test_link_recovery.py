@@ -42,7 +42,7 @@ class _Agent:
     def begin_flight(self, run_epoch: int) -> None:
         pass
 
-    def train_round(self, task: RoundTask) -> int:
+    def train_round(self, task: RoundTask, superseded=None) -> int:
         return task.round_index
 
 
