@@ -133,5 +133,7 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
         ('camera_frames_rejected', _counts(agent.camera_frames_rejected)),
         ('telemetry_rejected', _counts(vehicle.telemetry_rejected)),
         ('uploads_rolled_back', str(agent.uploads_rolled_back)),
+        ('rounds_dropped', str(agent.rounds_dropped)),
+        ('rounds_capped', str(agent.rounds_capped)),
     )
     return StatusReport(status_name(drone_id), f'uav{drone_id}', level, message, values)
