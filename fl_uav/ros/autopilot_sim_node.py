@@ -37,7 +37,7 @@ class AutopilotSimNode(Node):
         self._handle = self.sim.run_in_thread()
         self._pubs = [self.create_publisher(PoseStamped,
                                             names.drone_topic(d, names.GROUND_TRUTH_POSE_TOPIC),
-                                            names.TELEMETRY_QOS)
+                                            names.TELEMETRY_PUB_QOS)
                       for d in range(cfg.num_drones)]
         self.create_timer(1.0 / self.own.ground_truth_rate_hz, self._publish_truth)
         last_port = cfg.flight.port_base + cfg.num_drones - 1

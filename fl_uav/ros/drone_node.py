@@ -148,9 +148,9 @@ class DroneNode(Node):
         self._tour: Future | None = None
         self.done = threading.Event()
         self._pose_pub = self.create_publisher(PoseStamped, names.POSE_TOPIC,
-                                               names.TELEMETRY_QOS)
+                                               names.TELEMETRY_PUB_QOS)
         self._battery_pub = self.create_publisher(BatteryState, names.BATTERY_TOPIC,
-                                                  names.TELEMETRY_QOS)
+                                                  names.TELEMETRY_PUB_QOS)
         self._update_pub = self.create_publisher(UInt8MultiArray, names.UPDATES_TOPIC,
                                                  names.UPDATES_QOS)
         self._battery: BatteryStatus | None = None

@@ -81,5 +81,15 @@ MARKERS_QOS = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
 PLAN_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                       durability=DurabilityPolicy.TRANSIENT_LOCAL)
+# Telemetry and camera frames as REP 2003 says for sensor data: the fleet's subscriptions are
+# best effort (TELEMETRY_QOS, IMAGE_QOS: a late pose is worth nothing), the publishers reliable
+# (TELEMETRY_PUB_QOS, IMAGE_PUB_QOS). A reliable publisher serves a best-effort subscription
+# best effort, and it also matches a viewer's reliable one (rviz's display default, rqt_plot,
+# `ros2 topic echo`), which a best-effort publisher never does (no message, an incompatible-QoS
+# warning). Keep last, volatile: a publish never waits for a slow reader.
 TELEMETRY_QOS = qos_profile_sensor_data
+TELEMETRY_PUB_QOS = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE,
+                               durability=DurabilityPolicy.VOLATILE)
 IMAGE_QOS = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
+IMAGE_PUB_QOS = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE,
+                           durability=DurabilityPolicy.VOLATILE)

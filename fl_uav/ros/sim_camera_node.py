@@ -42,7 +42,7 @@ class SimCameraNode(Node):
         self.poses_rejected: Counter = Counter()
         for d in range(cfg.num_drones):
             self._pubs[d] = self.create_publisher(
-                Image, names.drone_topic(d, names.IMAGE_TOPIC), names.IMAGE_QOS)
+                Image, names.drone_topic(d, names.IMAGE_TOPIC), names.IMAGE_PUB_QOS)
             self.create_subscription(
                 PoseStamped, names.drone_topic(d, names.GROUND_TRUTH_POSE_TOPIC),
                 lambda msg, d=d: self._on_truth(d, msg), names.TELEMETRY_QOS)

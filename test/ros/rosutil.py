@@ -12,7 +12,7 @@ from typing import Any
 import rclpy
 from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.qos import DurabilityPolicy, LivelinessPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import UInt8MultiArray
 
 from fl_uav.ros.drone_node import DroneNode
@@ -23,6 +23,13 @@ from test.conftest import BIND_PORT_OFFSET, tiny_fleet_overrides
 # /rosout as rcl publishes it (reliable, transient local): a late subscriber gets the backlog.
 ROSOUT_QOS = QoSProfile(depth=1000, reliability=ReliabilityPolicy.RELIABLE,
                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+# What a viewer subscribes with unless told otherwise: rviz2's display default (reliable,
+# volatile, keep last 5), as rqt_plot does; liveliness spelled out so that the QoS check is
+# definite.
+VIEWER_QOS = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE,
+                        durability=DurabilityPolicy.VOLATILE,
+                        liveliness=LivelinessPolicy.AUTOMATIC)
 
 
 def spin_until(executor: Executor, condition: Callable[[], bool], timeout_s: float) -> bool:

@@ -31,7 +31,13 @@ from fl_uav.learning.weights import architecture_fingerprint, get_weights
 from fl_uav.ros import names
 from fl_uav.ros.conversions import rgb_to_image
 from fl_uav.world.landcover import CLASS_NAMES
-from test.ros.rosutil import ROSOUT_QOS, drone_under_test, frame_msg, spin_until
+from test.ros.rosutil import (
+    ROSOUT_QOS,
+    VIEWER_QOS,
+    drone_under_test,
+    frame_msg,
+    spin_until,
+)
 
 pytestmark = [pytest.mark.ros, pytest.mark.timeout(180)]
 HOME = (585.0, 600.0)
@@ -68,8 +74,9 @@ def test_drone_flies_samples_trains_uploads_and_lands(drone):
     uploads, poses = [], []
     probe.create_subscription(UInt8MultiArray, names.UPDATES_TOPIC,
                               lambda m: uploads.append(bytes(m.data)), names.UPDATES_QOS)
+    # as rviz's Pose display subscribes by default (reliable): the pose must reach it
     probe.create_subscription(PoseStamped, names.drone_topic(0, names.POSE_TOPIC), poses.append,
-                              names.TELEMETRY_QOS)
+                              VIEWER_QOS)
     model_pub = probe.create_publisher(UInt8MultiArray, names.GLOBAL_MODEL_TOPIC,
                                        names.GLOBAL_MODEL_QOS)
     camera = probe.create_publisher(Image, names.drone_topic(0, names.IMAGE_TOPIC),
