@@ -139,11 +139,22 @@ def image_to_rgb(msg: Image) -> np.ndarray:
 
 
 def battery_to_msg(remaining_fraction: float, voltage_v: float, stamp_s: float) -> BatteryState:
-    """Battery telemetry to sensor_msgs/BatteryState."""
+    """Battery telemetry to sensor_msgs/BatteryState, filled as the message defines it (and as
+    rqt and Foxglove read it): ``percentage`` in 0..1 (a fraction outside is clipped, an unknown
+    one is NaN), ``voltage`` in volts, and NaN in every field the autopilot does not report
+    (temperature, current, charge, capacity, design capacity): a default 0 would plot as a
+    measured 0 °C and 0 A. Status, health and technology are UNKNOWN (MAVLink telemetry does
+    not say whether the pack charges)."""
     msg = BatteryState()
     msg.header.stamp = s_to_stamp(stamp_s)
-    msg.percentage = float(remaining_fraction)
-    msg.voltage = float(voltage_v)
+    fraction = float(remaining_fraction)
+    msg.percentage = min(max(fraction, 0.0), 1.0) if math.isfinite(fraction) else math.nan
+    msg.voltage = float(voltage_v) if math.isfinite(voltage_v) else math.nan
+    msg.temperature = msg.current = msg.charge = math.nan
+    msg.capacity = msg.design_capacity = math.nan
+    msg.power_supply_status = BatteryState.POWER_SUPPLY_STATUS_UNKNOWN
+    msg.power_supply_health = BatteryState.POWER_SUPPLY_HEALTH_UNKNOWN
+    msg.power_supply_technology = BatteryState.POWER_SUPPLY_TECHNOLOGY_UNKNOWN
     msg.present = True
     return msg
 

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
+from sensor_msgs.msg import BatteryState
 
 from fl_uav.fleet.drone_status import StatusReport
 from fl_uav.fleet.station_heartbeat import Heartbeat, StationPhase
 from fl_uav.ros.conversions import (
     ImageFormatError,
+    battery_to_msg,
     heartbeat_to_msg,
     image_to_rgb,
     msg_to_heartbeat,
@@ -100,3 +103,24 @@ def test_a_heartbeat_survives_its_message():
 def test_another_message_on_the_topic_is_refused_naming_why(msg, message):
     with pytest.raises(ValueError, match=message):
         msg_to_heartbeat(msg)
+
+
+def test_battery_state_has_nan_for_what_the_autopilot_does_not_measure():
+    # Arrange: MAVLink gives the remaining fraction and the pack voltage, nothing else
+    # Act
+    msg = battery_to_msg(0.83, 15.99, STAMP_S)
+    # Assert
+    assert msg.percentage == pytest.approx(0.83) and msg.voltage == pytest.approx(15.99)
+    for unmeasured in ('temperature', 'current', 'charge', 'capacity', 'design_capacity'):
+        assert math.isnan(getattr(msg, unmeasured)), unmeasured
+    assert msg.power_supply_status == BatteryState.POWER_SUPPLY_STATUS_UNKNOWN
+    assert msg.present and (msg.header.stamp.sec, msg.header.stamp.nanosec) == (12, 500_000_000)
+
+
+@pytest.mark.parametrize('fraction, percentage', [
+    (1.2, 1.0), (-0.01, 0.0), (math.nan, math.nan), (math.inf, math.nan)])
+def test_battery_percentage_stays_in_0_to_1_or_is_nan(fraction, percentage):
+    # Arrange + Act
+    msg = battery_to_msg(fraction, 16.0, STAMP_S)
+    # Assert
+    assert msg.percentage == pytest.approx(percentage, nan_ok=True)
