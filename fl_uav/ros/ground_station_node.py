@@ -16,11 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Path
 from rclpy.node import Node
-from std_msgs.msg import UInt8MultiArray
+from std_msgs.msg import Float64, UInt8MultiArray
 from visualization_msgs.msg import MarkerArray
 
 from fl_uav.fleet.config import FleetConfig, GroundStationNodeParams
 from fl_uav.fleet.ground_station import GroundStation, RoundRecord
+from fl_uav.fleet.round_metrics import ROUND_METRIC_KEYS, metrics_text, round_metrics
 from fl_uav.fleet.run_log import RunLog
 from fl_uav.fleet.station_heartbeat import PhaseClock, StationPhase
 from fl_uav.fleet.station_status import station_status
@@ -72,6 +73,9 @@ class GroundStationNode(Node):
                                                 names.GLOBAL_MODEL_QOS)
         self._metrics_pub = self.create_publisher(DiagnosticArray, names.METRICS_TOPIC,
                                                   names.METRICS_QOS)
+        self._metric_pubs = {key: self.create_publisher(Float64, names.metric_topic(key),
+                                                        names.METRICS_QOS)
+                             for key in ROUND_METRIC_KEYS}
         self._markers_pub = self.create_publisher(MarkerArray, names.MARKERS_TOPIC,
                                                   names.MARKERS_QOS)
         self._regions = world_map(cfg.world).regions
@@ -253,13 +257,11 @@ class GroundStationNode(Node):
         if record.knobs_rejected:
             self.get_logger().warning(f'round {record.round_index}: drones rejected resource '
                                       f'knobs {record.knobs_rejected}')
-        self._metrics_pub.publish(metrics_to_msg('fl_uav/round', {
-            'round': record.round_index, 'accuracy': round(record.accuracy, 4),
-            'loss': round(record.loss, 4), 'participants': len(record.participants),
-            'bytes_up': sum(record.bytes_up.values()),
-            'bytes_down_per_drone': record.bytes_down_per_drone,
-            'rejected': sum(record.rejected.values()), 'late': len(record.late_or_missing)},
-            self._now()))
+        values = round_metrics(record)
+        self._metrics_pub.publish(metrics_to_msg('fl_uav/round', metrics_text(values),
+                                                 self._now()))
+        for key, value in values.items():
+            self._metric_pubs[key].publish(Float64(data=value))
         self.get_logger().info(f'round {record.round_index} closed: accuracy '
                                f'{record.accuracy:.3f}, participants {record.participants}, '
                                f'late or missing {record.late_or_missing}'

@@ -51,6 +51,11 @@ def ground_client_topic(client_id: int, relative: str) -> str:
     return f'{ground_client_namespace(client_id)}/{relative}'
 
 
+def metric_topic(key: str) -> str:
+    """The std_msgs/Float64 topic of one round metric (fl_uav/fleet/round_metrics.py)."""
+    return f'{METRICS_TOPIC}/{key}'
+
+
 def drone_topic(drone_id: int, relative: str) -> str:
     """Absolute name of a drone's topic, for nodes outside its namespace."""
     return f'{drone_namespace(drone_id)}/{relative}'
@@ -66,8 +71,9 @@ UPDATES_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_ALL,
 # retransmitted delivery must not overwrite each other).
 EXPRESS_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_ALL,
                          reliability=ReliabilityPolicy.RELIABLE)
-# Per-round metrics: latched, so a viewer started late gets the last 50 rounds (a volatile
-# subscriber, e.g. a plain `ros2 topic echo`, still matches; it gets only new rounds).
+# Per-round metrics (the text on /fl/metrics and each number on /fl/metrics/<key>): latched,
+# so a viewer started late gets the last 50 rounds (a volatile subscriber, e.g. a plain
+# `ros2 topic echo` or rqt_plot, still matches; it gets only new rounds).
 METRICS_QOS = QoSProfile(depth=50, reliability=ReliabilityPolicy.RELIABLE,
                          durability=DurabilityPolicy.TRANSIENT_LOCAL)
 # /diagnostics as diagnostic_updater publishes it: reliable, volatile (it repeats each period).
