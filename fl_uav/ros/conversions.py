@@ -8,17 +8,15 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-from geometry_msgs.msg import Point, PoseStamped
+from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Path
 from sensor_msgs.msg import BatteryState, Image
 from std_msgs.msg import UInt8MultiArray
-from visualization_msgs.msg import Marker, MarkerArray
 
 from fl_uav.fleet.drone_status import StatusReport
 from fl_uav.fleet.messages import PoseSample
 from fl_uav.fleet.station_heartbeat import HEARTBEAT_NAME, Heartbeat
 from fl_uav.planning.coverage import PlanWaypoint
-from fl_uav.planning.display import CLASS_COLOURS_RGB
 
 
 class ImageFormatError(ValueError):
@@ -200,40 +198,3 @@ def status_to_msg(report: StatusReport, stamp_s: float) -> DiagnosticArray:
     msg.status = [status]
     return msg
 
-
-# Display colours of the land-cover classes (RGB, 0..1), in CLASS_NAMES order.
-CLASS_COLOURS = CLASS_COLOURS_RGB
-PLAN_MARKER_NS = 'plans'
-REGION_MARKER_NS = 'class_regions'
-
-
-def plans_and_regions_to_markers(plans: Mapping[int, Sequence[PlanWaypoint]],
-                                 regions: Sequence, frame_id: str,
-                                 stamp_s: float) -> MarkerArray:
-    """The round's planned paths (line strips) and the world's class regions (flat ellipses)."""
-    array = MarkerArray()
-    stamp = s_to_stamp(stamp_s)
-    for drone, plan in plans.items():
-        marker = Marker(ns=PLAN_MARKER_NS, id=int(drone), type=Marker.LINE_STRIP,
-                        action=Marker.ADD)
-        marker.header.frame_id, marker.header.stamp = frame_id, stamp
-        marker.scale.x = 2.0
-        marker.color.r, marker.color.g, marker.color.b, marker.color.a = 1.0, 0.2, 0.8, 1.0
-        marker.pose.orientation.w = 1.0
-        marker.points = [Point(x=float(w.east_m), y=float(w.north_m), z=float(w.up_m))
-                         for w in plan]
-        array.markers.append(marker)
-    for index, region in enumerate(regions):
-        marker = Marker(ns=REGION_MARKER_NS, id=index, type=Marker.CYLINDER, action=Marker.ADD)
-        marker.header.frame_id, marker.header.stamp = frame_id, stamp
-        marker.pose.position.x, marker.pose.position.y = map(float, region.center_enu_m)
-        qx, qy, qz, qw = yaw_to_quaternion(float(region.angle_rad))
-        marker.pose.orientation.x, marker.pose.orientation.y = qx, qy
-        marker.pose.orientation.z, marker.pose.orientation.w = qz, qw
-        marker.scale.x = 2.0 * float(region.extent_m[0])
-        marker.scale.y = 2.0 * float(region.extent_m[1])
-        marker.scale.z = 0.5
-        r, g, b = CLASS_COLOURS[int(region.class_id) % len(CLASS_COLOURS)]
-        marker.color.r, marker.color.g, marker.color.b, marker.color.a = r, g, b, 0.4
-        array.markers.append(marker)
-    return array

@@ -34,9 +34,9 @@ from fl_uav.ros.conversions import (
     metrics_to_msg,
     msg_to_bytes,
     plan_to_path,
-    plans_and_regions_to_markers,
 )
 from fl_uav.ros.diagnostics import publish_status, status_publisher
+from fl_uav.ros.markers import station_markers
 from fl_uav.ros.params import declare_config
 from fl_uav.ros.spin import run_node
 from fl_uav.world.dataset import heldout_set, to_model_input
@@ -209,8 +209,9 @@ class GroundStationNode(Node):
             self._plan_pubs[drone].publish(plan_to_path(plan, names.MAP_FRAME, now))
         self._model_pub.publish(bytes_to_msg(opening.frame))
         self._write_knobs()
-        self._markers_pub.publish(plans_and_regions_to_markers(opening.plans, self._regions,
-                                                               names.MAP_FRAME, now))
+        self._markers_pub.publish(station_markers(
+            opening.plans, self._regions, names.MAP_FRAME, now, self.station.express,
+            self.config.express.altitude_m))
         self.get_logger().info(f'round {opening.round_index} open '
                                f'({len(opening.frame)} bytes, deadline in '
                                f'{opening.deadline_s - now:.0f} s)')

@@ -1,5 +1,6 @@
 """rviz markers (visualization_msgs/MarkerArray) for plans: 2CEOAFL trajectories, class regions,
-FedEx tours and client assignments.
+FedEx tours and client assignments, and the ground station's picture of the round
+(:func:`station_markers`, on /fl/markers).
 
 Message construction only: the geometry (ellipse axes of a region's Λ, closed tours) and the
 colours come from :mod:`fl_uav.planning.display`, ROS-free. Positions are ENU metres in
@@ -14,15 +15,18 @@ from geometry_msgs.msg import Point
 from std_msgs.msg import ColorRGBA
 from visualization_msgs.msg import Marker, MarkerArray
 
+from fl_uav.fleet.express_routes import ExpressRoutes
 from fl_uav.planning.coverage import PlanWaypoint
 from fl_uav.planning.display import class_colour, region_axes_m, tour_polyline_enu, uav_colour
 from fl_uav.planning.routing import RoutePlan
 from fl_uav.planning.trajectory_regions import GaussianRegion
 from fl_uav.ros.conversions import s_to_stamp, yaw_to_quaternion
+from fl_uav.world.landcover import ClassRegion
 
 PATH_NS = 'planned_paths'
 WAYPOINT_NS = 'planned_waypoints'
 REGION_NS = 'class_regions'
+WORLD_REGION_NS = 'world_regions'
 TOUR_NS = 'tours'
 CLIENT_NS = 'client_assignment'
 STATION_NS = 'station'
@@ -32,6 +36,7 @@ REGION_THICKNESS_M = 0.5
 REGION_ALPHA = 0.4
 CLIENT_DIAMETER_M = 25.0
 STATION_SIDE_M = 40.0
+MIN_SCALE_M = 1e-3    # rviz refuses a marker with a zero scale ("Scale contains 0")
 
 
 def _marker(ns: str, marker_id: int, marker_type: int, frame_id: str, stamp_s: float,
@@ -88,8 +93,8 @@ def class_region_markers(regions: Sequence[GaussianRegion], frame_id: str, stamp
         qx, qy, qz, qw = yaw_to_quaternion(angle_rad)
         marker.pose.orientation.x, marker.pose.orientation.y = qx, qy
         marker.pose.orientation.z, marker.pose.orientation.w = qz, qw
-        marker.scale.x = max(2.0 * semi_major_m, 1e-3)
-        marker.scale.y = max(2.0 * semi_minor_m, 1e-3)
+        marker.scale.x = max(2.0 * semi_major_m, MIN_SCALE_M)
+        marker.scale.y = max(2.0 * semi_minor_m, MIN_SCALE_M)
         marker.scale.z = REGION_THICKNESS_M
         array.markers.append(marker)
     return array
@@ -117,4 +122,47 @@ def tour_markers(plan: RoutePlan, depot_enu_m: Sequence[float],
     station.pose.position = _point(depot_enu_m[0], depot_enu_m[1], 0.0)
     station.scale.x = station.scale.y = station.scale.z = STATION_SIDE_M
     array.markers.append(station)
+    return array
+
+
+def world_region_markers(regions: Sequence[ClassRegion], frame_id: str,
+                         stamp_s: float) -> MarkerArray:
+    """The simulated world's land-cover regions (fl_uav.world.landcover): one flat CYLINDER per
+    region, its semi-axes ``extent_m`` turned by ``angle_rad``, in its class's colour (the
+    colours of the drones' fitted regions); marker id = index in ``regions``."""
+    array = MarkerArray()
+    for index, region in enumerate(regions):
+        marker = _marker(WORLD_REGION_NS, index, Marker.CYLINDER, frame_id, stamp_s,
+                         class_colour(region.class_id), REGION_ALPHA)
+        marker.pose.position = _point(*region.center_enu_m, 0.0)
+        qx, qy, qz, qw = yaw_to_quaternion(float(region.angle_rad))
+        marker.pose.orientation.x, marker.pose.orientation.y = qx, qy
+        marker.pose.orientation.z, marker.pose.orientation.w = qz, qw
+        marker.scale.x = max(2.0 * float(region.extent_m[0]), MIN_SCALE_M)
+        marker.scale.y = max(2.0 * float(region.extent_m[1]), MIN_SCALE_M)
+        marker.scale.z = REGION_THICKNESS_M
+        array.markers.append(marker)
+    return array
+
+
+def station_markers(plans: Mapping[int, Sequence[PlanWaypoint]],
+                    world_regions: Sequence[ClassRegion], frame_id: str, stamp_s: float,
+                    routes: ExpressRoutes | None = None,
+                    altitude_m: float = 0.0) -> MarkerArray:
+    """The ground station's picture of a round (/fl/markers), complete in itself: a DELETEALL
+    first (markers of an earlier round or an earlier run, e.g. a drone no longer planned, do
+    not stay behind), the world's regions, then each drone's plan this round in its colour
+    (:func:`planned_path_markers`, the colours of /uav<i>/trajectory/markers); in express
+    mode (``routes``) every UAV's FedEx tour at ``altitude_m``, the clients it serves and the
+    station (:func:`tour_markers`) instead, so a UAV still out on its tour (FedEx-Async) stays
+    drawn while only the departing ones get a plan."""
+    array = MarkerArray()
+    array.markers.append(clear_markers(frame_id, stamp_s))
+    array.markers += world_region_markers(world_regions, frame_id, stamp_s).markers
+    if routes is None:
+        array.markers += planned_path_markers(plans, frame_id, stamp_s).markers
+    else:
+        array.markers += tour_markers(routes.plan, routes.layout.station_enu_m,
+                                      routes.layout.clients_enu_m, frame_id, stamp_s,
+                                      altitude_m).markers
     return array

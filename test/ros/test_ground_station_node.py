@@ -12,8 +12,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from diagnostic_msgs.msg import DiagnosticArray
 from rcl_interfaces.msg import Log
 from rclpy.qos import DurabilityPolicy
-from std_msgs.msg import UInt8MultiArray
-from visualization_msgs.msg import MarkerArray
+from std_msgs.msg import Float64, UInt8MultiArray
+from visualization_msgs.msg import Marker, MarkerArray
 
 from fl_uav.compression.codec import (
     GROUND_STATION_ID,
@@ -30,6 +30,7 @@ from fl_uav.fleet.station_heartbeat import Heartbeat, StationPhase
 from fl_uav.ros import names
 from fl_uav.ros.conversions import msg_to_heartbeat
 from fl_uav.ros.ground_station_node import GroundStationNode
+from fl_uav.ros.markers import PATH_NS, WORLD_REGION_NS
 from fl_uav.sim.launch_plan import write_params_file
 from test.conftest import tiny_fleet_overrides
 from test.ros.rosutil import ROSOUT_QOS, node_with_probe, spin_until
@@ -115,8 +116,10 @@ def test_round_survives_bad_frames_and_closes_at_deadline(station, tmp_path):
         rejected), rejected
     assert finished
     assert markers, 'no rviz markers'
+    # the picture of the round replaces the last one whole, each drone in its own colour
+    assert markers[0].markers[0].action == Marker.DELETEALL
     namespaces = [m.ns for m in markers[0].markers]
-    assert namespaces.count('plans') == 2 and namespaces.count('class_regions') > 0
+    assert namespaces.count(PATH_NS) == 2 and namespaces.count(WORLD_REGION_NS) > 0
     rows = read_progress(tmp_path)
     assert rows[0]['participants'] == [0] and rows[0]['late_or_missing'] == [1]
     assert rows[0]['flight_errors'] == {}
@@ -135,6 +138,12 @@ def test_round_survives_bad_frames_and_closes_at_deadline(station, tmp_path):
                               names.METRICS_QOS)
     assert spin_until(executor, lambda: late, 10.0), 'a late viewer got no metrics'
     assert {kv.key: kv.value for kv in late[0].status[0].values}['round'] == '1'
+    # ... and each number alone, as a plot subscribes (rqt_plot, Foxglove's Plot)
+    accuracy: list = []
+    probe.create_subscription(Float64, names.metric_topic('accuracy'), accuracy.append,
+                              names.METRICS_QOS)
+    assert spin_until(executor, lambda: accuracy, 10.0), 'no /fl/metrics/accuracy'
+    assert accuracy[0].data == pytest.approx(node.station.records[0].accuracy)
     # the station's own status on /diagnostics: no drone node here, so an error, then where
     statuses: list = []
     probe.create_subscription(DiagnosticArray, names.DIAGNOSTICS_TOPIC,

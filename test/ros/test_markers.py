@@ -7,11 +7,16 @@ import math
 import pytest
 from visualization_msgs.msg import Marker
 
+from fl_uav.configschema import build_config
+from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.express_routes import plan_express_routes
 from fl_uav.planning.coverage import PlanWaypoint
 from fl_uav.planning.display import CLASS_COLOURS_RGB, UAV_COLOURS_RGB
 from fl_uav.planning.routing import RoutingProblem, plan_from_tours
 from fl_uav.planning.trajectory_regions import GaussianRegion
 from fl_uav.ros import markers, names
+from fl_uav.world.landcover import ClassRegion
+from test.unit.fleet.test_express_fleet import EXPRESS
 
 FRAME = names.MAP_FRAME
 STAMP_S = 12.5
@@ -105,3 +110,44 @@ def test_a_clear_marker_deletes_everything_before_a_new_round():
     marker = markers.clear_markers(FRAME, STAMP_S)
     # Assert
     assert marker.action == Marker.DELETEALL and marker.header.frame_id == 'map'
+
+
+def _world_region(class_id: int, east_m: float, extent_m: tuple[float, float]):
+    return ClassRegion(class_id, (east_m, 50.0), extent_m, math.radians(90.0))
+
+
+def test_the_station_picture_starts_with_a_delete_all_and_colours_each_drone_as_its_own():
+    # Arrange: two rounds; drone 1 is no longer planned in the second
+    regions = [_world_region(2, 100.0, (40.0, 10.0)), _world_region(0, 300.0, (0.0, 5.0))]
+    first = {0: [PlanWaypoint(0.0, 0.0, 30.0)], 1: [PlanWaypoint(50.0, 0.0, 30.0)]}
+    second = {0: [PlanWaypoint(10.0, 0.0, 30.0)]}
+    # Act
+    arrays = [markers.station_markers(plans, regions, FRAME, STAMP_S)
+              for plans in (first, second)]
+    # Assert: each array drops what the one before drew, then draws the round anew
+    for array in arrays:
+        assert array.markers[0].action == Marker.DELETEALL
+        assert all(m.action == Marker.ADD for m in array.markers[1:])
+        assert all(m.header.frame_id == 'map' for m in array.markers)
+        keys = [(m.ns, m.id) for m in array.markers[1:]]
+        assert len(keys) == len(set(keys))               # ns/id unique within the picture
+    assert [m.id for m in _by_ns(arrays[1], markers.PATH_NS)] == [0]
+    lines = _by_ns(arrays[0], markers.PATH_NS)
+    assert [_rgb(m) for m in lines] == [pytest.approx(UAV_COLOURS_RGB[d]) for d in (0, 1)]
+    world = _by_ns(arrays[0], markers.WORLD_REGION_NS)
+    assert _rgb(world[0]) == pytest.approx(CLASS_COLOURS_RGB[2]) and world[0].color.a > 0
+    assert (world[0].scale.x, world[0].scale.y) == (80.0, 20.0)
+    assert world[1].scale.x > 0.0                         # a zero extent is no zero scale
+
+
+def test_the_station_picture_in_express_mode_shows_every_tour_not_only_the_departing():
+    # Arrange: FedEx-Async, only UAV 1 departs this round
+    routes = plan_express_routes(build_config(FleetConfig, EXPRESS))
+    departing = {1: routes.tour_plan(1, 40.0)}
+    # Act
+    array = markers.station_markers(departing, [], FRAME, STAMP_S, routes, altitude_m=40.0)
+    # Assert
+    assert array.markers[0].action == Marker.DELETEALL
+    assert [m.id for m in _by_ns(array, markers.TOUR_NS)] == [0, 1]
+    assert len(_by_ns(array, markers.STATION_NS)) == 1
+    assert _by_ns(array, markers.PATH_NS) == []
