@@ -71,6 +71,7 @@ from fl_uav.learning.buffer import OnboardBuffer
 from fl_uav.learning.client_algorithms import SERVER_CONTROL_KNOB, ScaffoldClient
 from fl_uav.learning.models import build_model
 from fl_uav.learning.topup import TOPUP_SEED_TAG, top_up
+from fl_uav.learning.training import STOP_DEADLINE, STOP_SUPERSEDED, StopCondition
 from fl_uav.learning.weights import (
     architecture_fingerprint,
     get_weights,
@@ -107,12 +108,7 @@ STEP_SPEED_ROUNDS = 3
 STEP_TIME_SAFETY = 1.5
 
 #: UpdateReport.dropped when a newer round arrived before the round's update was encoded.
-DROPPED_SUPERSEDED = 'superseded'
-
-
-class RoundSuperseded(Exception):  # noqa: N818 - a signal, not an error
-    """Raised inside local training (a forward pre-hook of the drone's model) once a newer
-    round has arrived: the round's training stops at its next step."""
+DROPPED_SUPERSEDED = STOP_SUPERSEDED
 
 
 def steps_that_fit(time_left_s: float, seconds_per_step: float, overhead_s: float) -> int:
@@ -149,7 +145,8 @@ class UpdateReport:
     ``dropped``: why the round's work was dropped and nothing is sent ('' = not dropped;
     DROPPED_SUPERSEDED: a newer round arrived, so the station has closed this one and would
     refuse its update as ``wrong_round``). ``steps_cap``: the local steps the round's time left
-    allowed (:func:`steps_that_fit`; None = not capped)."""
+    allowed (:func:`steps_that_fit`; None = not capped). ``stopped``: STOP_DEADLINE when the
+    training stopped at the deadline's stop instant (the steps taken are sent), else ''."""
 
     round_index: int
     frames: tuple[bytes, ...]
@@ -161,6 +158,7 @@ class UpdateReport:
     flight_error: str = ''
     dropped: str = ''
     steps_cap: int | None = None
+    stopped: str = ''
 
     @property
     def frame(self) -> bytes:
@@ -192,17 +190,6 @@ class DroneAgent:
         self._model = build_model(config.learning.model, len(CLASS_NAMES), px,
                                   seed=config.learning.init_seed)
         self._shapes = weight_shapes(get_weights(self._model))
-        # Set while a round trains: says whether a newer round has arrived (then the hook
-        # raises RoundSuperseded at the next step). A plain function, so the copies the
-        # trainers make (copy.deepcopy) share it.
-        self._superseded: Callable[[], bool] | None = None
-
-        def stop_if_superseded(_module: torch.nn.Module, _inputs: tuple) -> None:
-            superseded = self._superseded
-            if superseded is not None and superseded():
-                raise RoundSuperseded('a newer round arrived')
-
-        self._model.register_forward_pre_hook(stop_if_superseded)
         self._fingerprint = architecture_fingerprint(get_weights(self._model))
         self._compressor = config.compression.build()     # one per drone (lgc keeps state)
         self._model_dim = sum(int(np.prod(shape)) for shape in self._shapes.values())
@@ -231,6 +218,8 @@ class DroneAgent:
         self._step_speeds_s: deque[float] = deque(maxlen=STEP_SPEED_ROUNDS)
         self.overhead_s = 0.0
         self.rounds_capped = 0          # rounds whose local steps were cut to meet the deadline
+        # Rounds whose training the deadline's stop instant ended (what was trained was sent).
+        self.rounds_stopped_at_deadline = 0
         self.rejected_frames = 0
         self.rejected_reasons: Counter = Counter()   # station frames rejected, by reason
         self.last_rejection = ''                     # the last one's reason and detail
@@ -407,14 +396,17 @@ class DroneAgent:
         (``range_bits``, ``lgc_channel_entries``); a rejected one leaves the config's value.
 
         Catching up. ``superseded`` says whether a newer round has arrived (the station closed
-        this one and would refuse its update): checked before training, at every local step
-        and before encoding; once true the round's work is dropped (``dropped`` set, no frame,
-        nothing to acknowledge; a finished training's client state is rolled back as for a
-        lost upload) so the newer round trains at once. The previous upload is still settled
+        this one and would refuse its update): checked before training, before every local
+        step and before encoding; once true the round's work is dropped (``dropped`` set, no
+        frame, nothing to acknowledge; a started training's client state is rolled back as for
+        a lost upload) so the newer round trains at once. The previous upload is still settled
         with this round's acknowledgement. When the round says when it opened, the steps of
         the sgd and scaffold clients are capped to those that end before the deadline at the
         drone's own measured speed (:func:`steps_that_fit`; a planner's ``local_steps`` knob
-        and the other clients' own step counts are kept)."""
+        and the other clients' own step counts are kept), and no local step of any client
+        starts after the stop instant (:meth:`stop_at_s`; the first step always runs): the
+        steps taken are sent (``stopped``). Both stops are one
+        :class:`~fl_uav.learning.training.StopCondition`, asked before each local step."""
         start = time.perf_counter()
         if task.run_epoch < self._run_epoch:   # a round of a run left: no state touched
             _log.info('drone %d: round %d belongs to a run left; not trained, nothing sent',
@@ -433,6 +425,7 @@ class DroneAgent:
         with self._lock:
             images, labels = self._buffer.arrays()
         steps, loss, num_samples, trained, train_s = 0, float('nan'), 0, False, 0.0
+        stopped = ''
         delta = {name: np.zeros_like(w) for name, w in task.weights.items()}
         mask, metrics, delta_c, generated = None, {}, None, None
         selected = knobs.get(DRAWS_KNOB, 1) > 0     # FedDPQ: drawn this round? (checked)
@@ -453,24 +446,21 @@ class DroneAgent:
             if steps_cap is not None:
                 train_config = dataclasses.replace(train_config, max_steps=min(
                     train_config.max_steps or steps_cap, steps_cap))
-            stop_at_s = self.stop_at_s(task)
-            if stop_at_s is not None:
-                train_config = dataclasses.replace(train_config, stop_at_s=stop_at_s)
-            self._superseded = superseded
+            stop = StopCondition(self.stop_at_s(task), superseded)
             train_start = time.perf_counter()
-            try:
-                result = self._client.train(
-                    self._model, task.weights, inputs, labels, train_config,
-                    seed=hash((self.drone_id, task.round_index)) & 0xFFFFFFFF, knobs=knobs)
-            except RoundSuperseded:
-                return self._dropped(task, start, 'during training')
-            finally:
-                self._superseded = None
+            result = self._client.train(
+                self._model, task.weights, inputs, labels, train_config,
+                seed=hash((self.drone_id, task.round_index)) & 0xFFFFFFFF, knobs=knobs,
+                should_stop=stop)
             train_end = time.perf_counter()
             train_s = train_end - train_start
+            if stop.reason == STOP_SUPERSEDED:
+                self._client.upload_lost()    # stopped: nothing will leave this round
+                return self._dropped(task, start, 'during training')
             if superseded is not None and superseded():
                 self._client.upload_lost()    # trained, but nothing will leave this round
                 return self._dropped(task, start, 'after training')
+            stopped = stop.reason
             delta, mask, metrics = result.delta, result.mask, dict(result.metrics)
             delta_c = metrics.pop(DELTA_C_KEY, None)
             steps, loss, num_samples = result.steps, result.mean_loss, result.num_samples
@@ -522,8 +512,11 @@ class DroneAgent:
                       train_s / steps, steps_cap, self.overhead_s)
         if trained and steps == steps_cap:
             self.rounds_capped += 1
+        if stopped == STOP_DEADLINE:
+            self.rounds_stopped_at_deadline += 1
         return UpdateReport(task.round_index, frames, num_samples, steps, loss, total_s,
-                            dict(check.rejected), task.flight_error, steps_cap=steps_cap)
+                            dict(check.rejected), task.flight_error, steps_cap=steps_cap,
+                            stopped=stopped)
 
     @property
     def seconds_per_step(self) -> float | None:
@@ -550,13 +543,13 @@ class DroneAgent:
     def stop_at_s(self, task: RoundTask) -> float | None:
         """The ``time.monotonic()`` instant after which no local step starts, so the update
         leaves before the round's deadline whatever the steps cost this round: the deadline
-        less the last encoding time and UPLOAD_MARGIN_S (TrainConfig.stop_at_s; the first
+        less the last encoding time and UPLOAD_MARGIN_S (StopCondition.stop_at_s; the first
         step always runs). None when the round does not say when it opened."""
         if task.opened_ms is None:
             return None
         time_left_s = task.deadline_s - (now_ms() - task.opened_ms) / 1000.0
         usable_s = time_left_s - max(0.0, self.overhead_s) - UPLOAD_MARGIN_S
-        return max(time.monotonic() + usable_s, 1e-9)    # > 0: 0 would mean never
+        return time.monotonic() + usable_s
 
     def _dropped(self, task: RoundTask, start_s: float, when: str) -> UpdateReport:
         """A newer round arrived: this round's work stops here and nothing is sent."""

@@ -135,5 +135,6 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
         ('uploads_rolled_back', str(agent.uploads_rolled_back)),
         ('rounds_dropped', str(agent.rounds_dropped)),
         ('rounds_capped', str(agent.rounds_capped)),
+        ('rounds_stopped_at_deadline', str(agent.rounds_stopped_at_deadline)),
     )
     return StatusReport(status_name(drone_id), f'uav{drone_id}', level, message, values)

@@ -27,6 +27,14 @@ scaffold      SCAFFOLD (Karimireddy et al. 2020) option II: local steps correcte
 Keep one instance per drone: state (SCAFFOLD's c_k) lives in the instance and is
 checkpointable with :meth:`ClientAlgorithm.state_dict` (flat ``{key: np.ndarray}``).
 Every random choice derives from ``seed``, so (seed, round, drone) fixes the result.
+
+Stopping early. Every client asks ``should_stop``
+(:class:`~fl_uav.learning.training.StopCondition`: a newer round arrived, or the round's
+deadline is near; the fleet's drone passes one, the engine none) before each local step, and
+reports the steps it actually took as ``steps``: the rules that normalise by local work
+(fednova's τ_k, osafl's κ_u, afacd) divide by those, so an update cut short stays correct.
+After a stop for a newer round the caller drops the result and calls
+:meth:`ClientAlgorithm.upload_lost` (SCAFFOLD's c_k as it was).
 """
 
 from __future__ import annotations
@@ -59,9 +67,9 @@ from fl_uav.learning.pruning import (
 )
 from fl_uav.learning.training import (
     NonFiniteLossError,
+    ShouldStop,
     TrainConfig,
     proximal_anchor,
-    time_is_up,
 )
 from fl_uav.learning.vectorized import (
     LocalUpdate,
@@ -120,8 +128,12 @@ class ClientAlgorithm(ABC):
     @abstractmethod
     def train(self, model: nn.Module, global_weights: Weights, inputs: np.ndarray,
               labels: np.ndarray, config: TrainConfig, seed: int,
-              knobs: Mapping[str, Any]) -> ClientResult:
-        """Run this round's local procedure from ``global_weights`` (``model`` is overwritten)."""
+              knobs: Mapping[str, Any], should_stop: ShouldStop | None = None) -> ClientResult:
+        """Run this round's local procedure from ``global_weights`` (``model`` is overwritten).
+
+        ``should_stop`` is asked before every local step (with the steps taken so far); once
+        it says stop, no further step starts and the result covers the steps taken (possibly
+        none: a zero Δ). None = train the algorithm's full step count."""
 
     def vectorized_steps(self, seed: int) -> int | None:
         """For a ``vectorizable`` client: the exact step count of this (seed, round, drone)
@@ -162,6 +174,11 @@ def local_steps_result(update: LocalUpdate, start: Weights, num_samples: int,
                         num_samples=num_samples, compute_dense_steps=steps * keep, mask=mask)
 
 
+def _mean(losses: list[float]) -> float:
+    """The mean mini-batch loss of the steps taken (NaN when none was)."""
+    return float(np.mean(losses)) if losses else float('nan')
+
+
 def _check_data(inputs: np.ndarray, labels: np.ndarray) -> None:
     if len(inputs) == 0 or len(inputs) != len(labels):
         raise ValueError(f'a client needs a non-empty matched data set, got {len(inputs)} '
@@ -189,7 +206,9 @@ class SgdClient(ClientAlgorithm):
     eq. (9) with filter granularity) and the delta is expanded back to the dense shape, with
     the mask of the coordinates the small model covers (:func:`structured_mask`), so the upload
     sends only those (2CEOAFL eq. (11)'s masked upload); compute is steps · keep dense steps
-    (FedDPQ eq. (36) with ρ = 1 − keep).
+    (FedDPQ eq. (36) with ρ = 1 − keep). A planner's ``local_steps`` knob (LGC's H, eq. (13))
+    sets exactly that many steps; a stop (``should_stop``) may cut them, and ``steps`` reports
+    the steps actually taken, not H.
     """
 
     name = 'sgd'
@@ -200,7 +219,8 @@ class SgdClient(ClientAlgorithm):
             raise ValueError(f'structured_keep must be in (0, 1], got {structured_keep}')
         self.structured_keep = float(structured_keep)
 
-    def train(self, model, global_weights, inputs, labels, config, seed, knobs):
+    def train(self, model, global_weights, inputs, labels, config, seed, knobs,
+              should_stop=None):
         _check_data(inputs, labels)
         mu = float(knobs.get(PROXIMAL_MU_KNOB, config.proximal_mu))
         config = dataclasses.replace(config, proximal_mu=mu)
@@ -210,7 +230,8 @@ class SgdClient(ClientAlgorithm):
         if self.structured_keep < 1.0:
             model, start, index_map = pruned_training_model(model, global_weights,
                                                             self.structured_keep)
-        [update] = train_clients_sequential(model, start, [(inputs, labels)], config, [seed])
+        [update] = train_clients_sequential(model, start, [(inputs, labels)], config, [seed],
+                                            should_stop=should_stop)
         return local_steps_result(update, start, len(labels), self.structured_keep, index_map,
                                   {n: np.shape(w) for n, w in global_weights.items()})
 
@@ -227,6 +248,9 @@ class TwoCeoaflClient(ClientAlgorithm):
     ρ + κ(1 − δ) dense steps (§1.8, :func:`~fl_uav.learning.pruning.two_ceoafl_compute_cost`).
     The metrics carry δ (``prune_fraction``) and η̃ = ``config.lr`` (``local_lr``, this round's
     decayed rate), so the fleet's station and the engine divide by the rate the drone used.
+    A stop (``should_stop``) cuts either phase (each keeps its first step under a deadline);
+    ``steps`` and the compute are then those of the ρ' + κ' steps taken, and Δ = −η̃ d with d
+    over the κ' masked steps, which eq. (13) needs as it is (it divides by η̃, not by κ).
     """
 
     name = '2ceoafl'
@@ -240,18 +264,19 @@ class TwoCeoaflClient(ClientAlgorithm):
         self.rho_steps, self.kappa_steps = int(rho_steps), int(kappa_steps)
         self.prune_fraction, self.prune_fraction_max = prune_fraction, prune_fraction_max
 
-    def train(self, model, global_weights, inputs, labels, config, seed, knobs):
+    def train(self, model, global_weights, inputs, labels, config, seed, knobs,
+              should_stop=None):
         _check_data(inputs, labels)
         delta_fraction = _draw_fraction(self.prune_fraction, self.prune_fraction_max, seed)
         losses: list[float] = []
-        d, mask, steps = two_ceoafl_local_update(
+        d, mask, (rho_taken, kappa_taken) = two_ceoafl_local_update(
             model, global_weights, (inputs, labels), self.rho_steps, self.kappa_steps,
-            delta_fraction, config, seed, losses=losses)
+            delta_fraction, config, seed, losses=losses, should_stop=should_stop)
         delta = {name: (-config.lr * value).astype(np.float32) for name, value in d.items()}
         return ClientResult(
-            delta=delta, steps=steps, mean_loss=float(np.mean(losses)), num_samples=len(labels),
-            compute_dense_steps=two_ceoafl_compute_cost(self.rho_steps, self.kappa_steps,
-                                                        delta_fraction),
+            delta=delta, steps=rho_taken + kappa_taken, mean_loss=_mean(losses),
+            num_samples=len(labels),
+            compute_dense_steps=two_ceoafl_compute_cost(rho_taken, kappa_taken, delta_fraction),
             metrics={PRUNE_FRACTION_KEY: delta_fraction, LOCAL_LR_KEY: config.lr}, mask=mask)
 
 
@@ -266,6 +291,8 @@ class FedDpqClient(ClientAlgorithm):
     feddpq strategy to the dense model (eq. (18)). Compute: steps · (1 − ρ_u) dense steps
     (eq. (36)). Plain SGD, so ``config.momentum`` must be 0. The gradients at the pruned point
     are not masked, so the upload stays dense (eq. (13) counts all V entries): no ``mask``.
+    A stop (``should_stop``) cuts the steps: Δ, ``steps`` and the compute are those of the
+    steps taken (the paper's one step is always taken under a deadline).
     """
 
     name = 'feddpq'
@@ -278,7 +305,8 @@ class FedDpqClient(ClientAlgorithm):
         self.local_steps = int(local_steps)
         self.prune_fraction, self.prune_fraction_max = prune_fraction, prune_fraction_max
 
-    def train(self, model, global_weights, inputs, labels, config, seed, knobs):
+    def train(self, model, global_weights, inputs, labels, config, seed, knobs,
+              should_stop=None):
         _check_data(inputs, labels)
         if config.momentum or config.weight_decay or config.optimizer != 'sgd':
             raise ValueError('feddpq runs plain SGD (FedDPQ eq. (5)): optimizer must be sgd '
@@ -289,10 +317,12 @@ class FedDpqClient(ClientAlgorithm):
             raise ValueError(f'knob {PRUNE_FRACTION_KNOB} must be in [0, 1), got {ratio}')
         delta, mask, losses = feddpq_local_update(model, global_weights, (inputs, labels), ratio,
                                                   self.local_steps, config.lr,
-                                                  config.batch_size, seed)
-        return ClientResult(delta=delta, steps=self.local_steps,
-                            mean_loss=float(np.mean(losses)), num_samples=len(labels),
-                            compute_dense_steps=self.local_steps * (1.0 - ratio),
+                                                  config.batch_size, seed,
+                                                  should_stop=should_stop)
+        steps = len(losses)     # one loss per step taken
+        return ClientResult(delta=delta, steps=steps, mean_loss=_mean(losses),
+                            num_samples=len(labels),
+                            compute_dense_steps=steps * (1.0 - ratio),
                             metrics={PRUNE_FRACTION_KEY: ratio, PRUNE_MASK_DENSITY_KEY:
                                      mask_density(mask)})
 
@@ -303,7 +333,9 @@ class OsaflClient(ClientAlgorithm):
     κ_u^t is drawn uniformly from {min_steps, …, max_steps} per drone and round (the paper:
     U{1..15}, §1.3) and the drone takes exactly κ_u^t local steps of ``train_local`` (fresh
     seeded permutations, passes repeated as needed). It reports ``steps`` = κ_u^t, from which
-    the osafl strategy forms d_u = −Δ/(η κ_u) (eq. (7)); fednova and afacd read it too.
+    the osafl strategy forms d_u = −Δ/(η κ_u) (eq. (7)); fednova and afacd read it too. A stop
+    (``should_stop``) cuts the steps; ``steps`` is then the κ' actually taken, so d_u stays the
+    mean step of the update sent.
     Mini-batches are those of the sgd client with the same seed (common random numbers).
     The engine's vectorised trainer computes the same (``VectorizedTrainer.train(steps=...)``).
     """
@@ -324,13 +356,14 @@ class OsaflClient(ClientAlgorithm):
         """κ_u^t: the vectorised trainer takes exactly these steps (Algorithm 1 line 4)."""
         return self.draw_steps(seed)
 
-    def train(self, model, global_weights, inputs, labels, config, seed, knobs):
+    def train(self, model, global_weights, inputs, labels, config, seed, knobs,
+              should_stop=None):
         _check_data(inputs, labels)
         config = dataclasses.replace(
             exact_steps_config(config, len(labels), self.draw_steps(seed)),
             proximal_mu=float(knobs.get(PROXIMAL_MU_KNOB, config.proximal_mu)))
         [update] = train_clients_sequential(model, global_weights, [(inputs, labels)], config,
-                                            [seed])
+                                            [seed], should_stop=should_stop)
         return local_steps_result(update, global_weights, len(labels))
 
 
@@ -344,6 +377,8 @@ class ScaffoldClient(ClientAlgorithm):
     c comes from the ``scaffold_server_control`` knob (zeros without it); c_k starts at 0 and is
     this instance's state. With c = c_k = 0 the update equals the sgd client's exactly.
     Entries of the weights that are not parameters (buffers) get zero control variates.
+    A stop (``should_stop``) cuts the steps and K is the steps taken; with none taken (a newer
+    round before the first step) c_k is left as it was.
     """
 
     name = 'scaffold'
@@ -352,7 +387,8 @@ class ScaffoldClient(ClientAlgorithm):
         self.control: Weights | None = None
         self._previous: Weights | None = None
 
-    def train(self, model, global_weights, inputs, labels, config, seed, knobs):
+    def train(self, model, global_weights, inputs, labels, config, seed, knobs,
+              should_stop=None):
         _check_data(inputs, labels)
         zeros = {n: np.zeros(np.shape(w), np.float32) for n, w in global_weights.items()}
         server = knobs.get(SERVER_CONTROL_KNOB) or zeros
@@ -378,7 +414,7 @@ class ScaffoldClient(ClientAlgorithm):
         model.train()
         loss_sum, steps = 0.0, 0
         for step, batch in enumerate(batches):
-            if time_is_up(config, step):
+            if should_stop is not None and should_stop(step):
                 break
             idx = torch.from_numpy(batch)
             optimizer.zero_grad(set_to_none=True)
@@ -398,6 +434,12 @@ class ScaffoldClient(ClientAlgorithm):
             steps += 1
         local_weights = get_weights(model)
         delta = _delta(local_weights, global_weights)
+        if steps == 0:   # stopped before the first step: no K to divide by, c_k unchanged
+            self._previous = self.control
+            return ClientResult(delta=delta, steps=0, mean_loss=float('nan'),
+                                num_samples=len(labels), compute_dense_steps=0.0,
+                                metrics={DELTA_C_KEY: {n: np.zeros_like(v)
+                                                       for n, v in zeros.items()}})
         scale = 1.0 / (steps * config.lr)
         new_control, delta_c = {}, {}
         for name in global_weights:

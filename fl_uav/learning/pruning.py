@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from fl_uav.configschema import require_choice
-from fl_uav.learning.training import NonFiniteLossError, TrainConfig
+from fl_uav.learning.training import NonFiniteLossError, ShouldStop, TrainConfig
 from fl_uav.learning.weights import Weights, get_weights, set_weights
 
 Mask = dict[str, np.ndarray]
@@ -196,7 +196,9 @@ def two_ceoafl_local_update(model: nn.Module, global_weights: Weights,
                             data: tuple[np.ndarray, np.ndarray], rho_steps: int,
                             kappa_steps: int, delta: float, train_config: TrainConfig,
                             seed: int, include: Include = None,
-                            losses: list[float] | None = None) -> tuple[Weights, Mask, int]:
+                            losses: list[float] | None = None,
+                            should_stop: ShouldStop | None = None
+                            ) -> tuple[Weights, Mask, tuple[int, int]]:
     """One ACV's local round of 2CEOAFL (Pervej et al.; digest 000 §2.2 (b)-(c), eqs. (8), (10)).
 
     1. Load the received dense weights w^t (w_u^{t,0}).
@@ -218,10 +220,17 @@ def two_ceoafl_local_update(model: nn.Module, global_weights: Weights,
     still holds. Use momentum=0 and weight_decay=0 for the paper's exact eq. (10).
     Only the 'sgd' optimizer is supported.
 
-    Returns (d, m, steps): d is dense-shaped with zeros where m is False (buffers, if any, get
-    zero updates); steps = ρ + κ SGD steps taken. The model is left holding w̄^κ.
-    With ρ = 0 and δ = 0 this is plain local SGD from w^t (κ steps of train_local).
-    If ``losses`` is a list, the mini-batch loss of every step (ρ + κ values) is appended.
+    Returns (d, m, (ρ', κ')): d is dense-shaped with zeros where m is False (buffers, if any,
+    get zero updates); ρ' dense and κ' masked SGD steps were taken (ρ and κ unless stopped).
+    The model is left holding w̄^κ'. With ρ = 0 and δ = 0 this is plain local SGD from w^t
+    (κ steps of train_local). If ``losses`` is a list, the mini-batch loss of every step
+    (ρ' + κ' values) is appended.
+
+    ``should_stop`` (:class:`~fl_uav.learning.training.StopCondition`) is asked before each
+    step with the steps of the current phase so far, so a deadline stop still leaves at least
+    one dense step (the mask is from trained weights) and one masked step (d ≠ 0); once it
+    trips in the ρ phase, the mask is taken from the weights reached. d stays Σ_τ g_τ ⊙ m over
+    the κ' steps taken, which is what eq. (13)'s Π = d needs: the server scales by η, not by κ.
     """
     if isinstance(rho_steps, bool) or not isinstance(rho_steps, Integral) or rho_steps < 0:
         raise ValueError(f'rho_steps must be an int >= 0, got {rho_steps!r}')
@@ -240,9 +249,12 @@ def two_ceoafl_local_update(model: nn.Module, global_weights: Weights,
     model.train()
 
     def sgd(steps: int, masks: dict[str, torch.Tensor] | None, first_step: int,
-            accumulate: dict[str, torch.Tensor] | None) -> None:
+            accumulate: dict[str, torch.Tensor] | None) -> int:
+        """Up to ``steps`` SGD steps (fewer if ``should_stop`` trips); the steps taken."""
         buffers: dict[str, torch.Tensor] = {}
         for k in range(steps):
+            if should_stop is not None and should_stop(k):
+                return k
             x, y = stream.next()
             value = _loss_and_grad(model, loss_fn, x, y, first_step + k)
             if losses is not None:
@@ -265,10 +277,11 @@ def two_ceoafl_local_update(model: nn.Module, global_weights: Weights,
                     p.add_(g, alpha=-lr)
                     if accumulate is not None:
                         accumulate[name].add_(g)
+        return steps
 
     # (1)-(2): dense steps from the received weights.
     set_weights(model, global_weights)
-    sgd(rho_steps, None, 0, None)
+    rho_taken = sgd(rho_steps, None, 0, None)
     # (3): mask from the magnitudes of w^{t,ρ}.
     mask = global_magnitude_mask(get_weights(model), delta, include)
     # (4): rewind to the received weights, masked.
@@ -276,12 +289,12 @@ def two_ceoafl_local_update(model: nn.Module, global_weights: Weights,
     # (5): κ masked steps, accumulating d.
     masks = {name: torch.from_numpy(mask[name]).to(p.dtype) for name, p in named.items()}
     accumulated = {name: torch.zeros_like(p) for name, p in named.items()}
-    sgd(kappa_steps, masks, rho_steps, accumulated)
+    kappa_taken = sgd(kappa_steps, masks, rho_taken, accumulated)
     update = {name: np.zeros(np.shape(array), np.float32) for name, array in
               global_weights.items()}
     for name, acc in accumulated.items():
         update[name] = (acc * masks[name]).numpy().astype(np.float32)
-    return update, mask, rho_steps + kappa_steps
+    return update, mask, (rho_taken, kappa_taken)
 
 
 def two_ceoafl_compute_cost(rho_steps: int, kappa_steps: int, delta: float) -> float:
@@ -342,7 +355,8 @@ def feddpq_local_gradient(model: nn.Module, global_weights: Weights,
 def feddpq_local_update(model: nn.Module, global_weights: Weights,
                         data: tuple[np.ndarray, np.ndarray], ratio: float, steps: int,
                         lr: float, batch_size: int, seed: int, scope: str = 'global',
-                        include: Include = None) -> tuple[Weights, Mask, list[float]]:
+                        include: Include = None, should_stop: ShouldStop | None = None
+                        ) -> tuple[Weights, Mask, list[float]]:
     """FedDPQ's local update over ``steps`` SGD steps at pruned points (digest 001 §1.4, §8.1).
 
     The paper takes one step per round: Δ_u = −η g_u^t with g_u^t = ∇F_u(w̃_u^t, ξ_u^t) at the
@@ -353,6 +367,8 @@ def feddpq_local_update(model: nn.Module, global_weights: Weights,
     (FedDPQ eq. (36)'s (1 − ρ) compute), and Δ = −η Σ_τ g(w̃^τ) keeps the unmasked gradients
     as eq. (18) does. Plain SGD (no momentum, no weight decay: eq. (5)). Mini-batches are drawn
     as ``two_ceoafl_local_update`` draws them. Returns (Δ dense-shaped, mask, step losses).
+    ``should_stop`` (:class:`~fl_uav.learning.training.StopCondition`) is asked before each
+    step; Δ = −η Σ_τ g(w̃^τ) is then over the steps taken, one loss each (none: Δ = 0).
     """
     if isinstance(steps, bool) or not isinstance(steps, Integral) or steps < 1:
         raise ValueError(f'steps must be an int >= 1, got {steps!r}')
@@ -371,6 +387,8 @@ def feddpq_local_update(model: nn.Module, global_weights: Weights,
     accumulated = {name: torch.zeros_like(p) for name, p in named.items()}
     losses = []
     for step in range(int(steps)):
+        if should_stop is not None and should_stop(step):
+            break
         x, y = stream.next()
         losses.append(_loss_and_grad(model, loss_fn, x, y, step))
         with torch.no_grad():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,10 +45,8 @@ class TrainConfig:
     max_steps: cap on SGD steps per round (0 = no cap).
     optimizer: 'sgd' (with momentum) or 'adam' (state reset every round).
     proximal_mu: FedProx's μ: the local objective gains μ/2·‖w − w_received‖² (0 = off).
-    stop_at_s: a ``time.monotonic()`` instant after which no further local step starts (0 =
-    never; the first step always runs): the fleet's drone sets it so its update leaves before
-    the round's deadline. Honoured by train_local, the sequential trainer and the scaffold
-    client (the steps taken are counted); the engine's stacked trainer ignores it.
+    When training stops early (a newer round, the deadline) is not a hyper-parameter: see
+    :class:`StopCondition`.
     """
 
     local_epochs: int = 2
@@ -59,7 +57,6 @@ class TrainConfig:
     max_steps: int = 0
     optimizer: str = 'sgd'
     proximal_mu: float = 0.0
-    stop_at_s: float = 0.0
 
     def __post_init__(self) -> None:
         require_choice('optimizer', self.optimizer, OPTIMIZERS)
@@ -77,14 +74,64 @@ class TrainConfig:
             raise ValueError(f'max_steps must be >= 0, got {self.max_steps}')
         if self.proximal_mu < 0:
             raise ValueError(f'proximal_mu must be >= 0, got {self.proximal_mu}')
-        if not self.stop_at_s >= 0:
-            raise ValueError(f'stop_at_s must be >= 0, got {self.stop_at_s}')
 
 
-def time_is_up(config: TrainConfig, steps_done: int) -> bool:
-    """No further local step may start: ``config.stop_at_s`` has passed and at least one
-    step was taken."""
-    return config.stop_at_s > 0 and steps_done > 0 and time.monotonic() >= config.stop_at_s
+#: :attr:`StopCondition.reason`: a newer round arrived (the station has closed this one and
+#: would refuse its update): the round's work is dropped, nothing is sent.
+STOP_SUPERSEDED = 'superseded'
+#: :attr:`StopCondition.reason`: the stop instant before the round's deadline passed: what
+#: was trained so far is the update, and it is sent.
+STOP_DEADLINE = 'deadline'
+
+#: What every local trainer asks before each local step: ``should_stop(steps_done)`` is True
+#: when no further step may start (``steps_done``: the steps taken so far). None = never.
+ShouldStop = Callable[[int], bool]
+
+
+class StopCondition:
+    """The one way a round's local training stops early (the fleet's drone; the engine's
+    rounds have no deadline and pass none), a :data:`ShouldStop` that keeps its reason.
+
+    Called before each local step with the steps taken so far; True means no further step
+    starts, and :attr:`reason` says why:
+
+    - STOP_SUPERSEDED: ``superseded()`` is true (a newer round arrived). Stops at once, even
+      before the first step; the caller drops the work (and rolls back client state).
+    - STOP_DEADLINE: ``clock()`` has reached ``stop_at_s`` (an instant of ``clock``, for the
+      drone ``time.monotonic()``; None = no deadline) and at least one step was taken, so
+      there is an update to send. The caller sends what was trained.
+
+    A superseded round outranks a deadline that tripped earlier (its reason replaces it).
+
+    Parameters
+    ----------
+    stop_at_s : float or None
+        The instant (s, on ``clock``) after which no further local step starts.
+    superseded : callable or None
+        Says whether a newer round has arrived; asked before every step.
+    clock : callable
+        The time source (s), ``time.monotonic`` by default; tests pass a fake clock.
+    """
+
+    def __init__(self, stop_at_s: float | None = None,
+                 superseded: Callable[[], bool] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if stop_at_s is not None and not math.isfinite(stop_at_s):
+            raise ValueError(f'stop_at_s must be a finite instant or None, got {stop_at_s}')
+        self.stop_at_s = stop_at_s
+        self._superseded = superseded
+        self._clock = clock
+        self.reason = ''
+
+    def __call__(self, steps_done: int) -> bool:
+        if self._superseded is not None and self._superseded():
+            self.reason = STOP_SUPERSEDED
+            return True
+        if (self.stop_at_s is not None and steps_done > 0
+                and self._clock() >= self.stop_at_s):
+            self.reason = self.reason or STOP_DEADLINE
+            return True
+        return False
 
 
 def proximal_anchor(model: nn.Module, config: TrainConfig) -> list[torch.Tensor] | None:
@@ -115,8 +162,11 @@ class TrainResult:
 
 
 def train_local(model: nn.Module, inputs: np.ndarray, labels: np.ndarray, config: TrainConfig,
-                seed: int) -> TrainResult:
-    """Run mini-batch SGD on (inputs float32 N×C×H×W, labels int64 N) in place."""
+                seed: int, should_stop: ShouldStop | None = None) -> TrainResult:
+    """Run mini-batch SGD on (inputs float32 N×C×H×W, labels int64 N) in place.
+
+    ``should_stop`` (:class:`StopCondition`) is asked before each step; the result counts the
+    steps actually taken (mean loss NaN if none)."""
     if len(inputs) == 0:
         return TrainResult(steps=0, samples_seen=0, mean_loss=float('nan'))
     x_all = torch.from_numpy(np.ascontiguousarray(inputs, dtype=np.float32))
@@ -135,8 +185,8 @@ def train_local(model: nn.Module, inputs: np.ndarray, labels: np.ndarray, config
     for _ in range(config.local_epochs):
         order = rng.permutation(len(x_all))
         for start in range(0, len(order), config.batch_size):
-            if time_is_up(config, steps):
-                return TrainResult(steps, seen, loss_sum / steps)
+            if should_stop is not None and should_stop(steps):
+                return TrainResult(steps, seen, loss_sum / steps if steps else float('nan'))
             idx = torch.from_numpy(order[start:start + config.batch_size])
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(x_all[idx]), y_all[idx])

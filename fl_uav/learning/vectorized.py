@@ -56,11 +56,11 @@ from torch.nn import functional
 from fl_uav.configschema import require_choice
 from fl_uav.learning.training import (
     NonFiniteLossError,
+    ShouldStop,
     TrainConfig,
     TrainResult,
     add_proximal_gradient,
     proximal_anchor,
-    time_is_up,
 )
 from fl_uav.learning.weights import Weights, get_weights, set_weights
 
@@ -141,8 +141,10 @@ def _check_inputs(client_data: Sequence[ClientData], seeds: Sequence[int]) -> No
 
 # --------------------------------------------------------------------- reference ----
 def _train_on_batches(model: nn.Module, x_all: torch.Tensor, y_all: torch.Tensor,
-                      batches: list[np.ndarray], config: TrainConfig) -> TrainResult:
-    """The plain loop of ``train_local``, over batches given in advance."""
+                      batches: list[np.ndarray], config: TrainConfig,
+                      should_stop: ShouldStop | None = None) -> TrainResult:
+    """The plain loop of ``train_local``, over batches given in advance; ``should_stop`` is
+    asked before each step and the result counts the steps taken (mean loss NaN if none)."""
     if not batches:
         return TrainResult(steps=0, samples_seen=0, mean_loss=float('nan'))
     if config.optimizer == 'adam':
@@ -156,7 +158,7 @@ def _train_on_batches(model: nn.Module, x_all: torch.Tensor, y_all: torch.Tensor
     model.train()
     seen, loss_sum, steps = 0, 0.0, 0
     for step, batch in enumerate(batches):
-        if time_is_up(config, step):
+        if should_stop is not None and should_stop(step):
             break
         idx = torch.from_numpy(batch)
         optimizer.zero_grad(set_to_none=True)
@@ -170,16 +172,19 @@ def _train_on_batches(model: nn.Module, x_all: torch.Tensor, y_all: torch.Tensor
         seen += len(batch)
         loss_sum += value
         steps += 1
-    return TrainResult(steps, seen, loss_sum / steps)
+    return TrainResult(steps, seen, loss_sum / steps if steps else float('nan'))
 
 
 def train_clients_sequential(model: nn.Module, global_weights: Weights,
                              client_data: Sequence[ClientData], config: TrainConfig,
                              seeds: Sequence[int],
-                             shuffle: ShuffleFn = numpy_epoch_orders) -> list[LocalUpdate]:
+                             shuffle: ShuffleFn = numpy_epoch_orders,
+                             should_stop: ShouldStop | None = None) -> list[LocalUpdate]:
     """Reference: train each client in turn from ``global_weights`` with a plain loop.
 
-    ``model`` is used as a template only (it is copied, never changed).
+    ``model`` is used as a template only (it is copied, never changed). ``should_stop``
+    (:class:`~fl_uav.learning.training.StopCondition`) is asked before each client's every
+    step, with that client's steps so far; each result counts the steps actually taken.
     """
     _check_inputs(client_data, seeds)
     worker = copy.deepcopy(model)
@@ -188,7 +193,7 @@ def train_clients_sequential(model: nn.Module, global_weights: Weights,
         set_weights(worker, global_weights)
         x_all, y_all = _as_tensors(data)
         batches = client_batches(len(x_all), config, seed, shuffle)
-        result = _train_on_batches(worker, x_all, y_all, batches, config)
+        result = _train_on_batches(worker, x_all, y_all, batches, config, should_stop)
         updates.append(LocalUpdate(get_weights(worker), result))
     return updates
 

@@ -342,7 +342,9 @@ class DroneNode(Node):
             f'{len(report.frames)} frame(s), '
             f'{report.num_samples} samples, {report.steps} steps, loss {report.train_loss:.3f}'
             + (f' (steps capped at {report.steps_cap} to meet the deadline)'
-               if report.steps_cap is not None and report.steps == report.steps_cap else ''))
+               if report.steps_cap is not None and report.steps == report.steps_cap else '')
+            + (' (stopped at the deadline: the steps taken were sent)' if report.stopped
+               else ''))
 
     def _on_tour_done(self, future: Future) -> None:
         if future.cancelled():

@@ -1,6 +1,6 @@
 """DroneAgent catching up: a round a newer one superseded is dropped (before, during or after
 its training; nothing sent, nothing to acknowledge), and local steps fit the round's time left
-at the drone's own measured step speed."""
+at the drone's own measured step speed; every client algorithm stops at the deadline."""
 
 from __future__ import annotations
 
@@ -18,12 +18,33 @@ from fl_uav.fleet.drone_agent import (
 )
 from fl_uav.fleet.ground_station import GroundStation
 from fl_uav.fleet.messages import RoundTask
+from fl_uav.learning.training import STOP_DEADLINE
 from test.unit.fleet._fleet_pair import agent_and_station
 
 # tiny_cnn, ten buffered samples, batch 32: one local step per epoch
 _BASE = {'num_drones': 1, 'learning.model': 'tiny_cnn', 'learning.min_samples_to_train': 4,
          'learning.optimizer': 'sgd', 'rounds.num_rounds': 3, 'rounds.deadline_s': 60.0,
          'rounds.first_round_extra_s': 0.0}
+
+# Every client algorithm, with about `steps` local steps configured (overrides of _BASE).
+_STEPS = 100000
+
+
+def _client_overrides(client: str, steps: int = _STEPS) -> dict:
+    return {
+        'sgd': {'learning.local_epochs': steps},
+        '2ceoafl': {'learning.client_algorithm': '2ceoafl', 'aggregation.strategy': '2ceoafl',
+                    'learning.rho_steps': 1, 'learning.kappa_steps': steps - 1},
+        'feddpq': {'learning.client_algorithm': 'feddpq', 'aggregation.strategy': 'feddpq',
+                   'learning.momentum': 0.0, 'learning.kappa_steps': steps},
+        'osafl': {'learning.client_algorithm': 'osafl', 'aggregation.strategy': 'osafl',
+                  'learning.min_local_steps': steps, 'learning.max_local_steps': steps},
+        'scaffold': {'learning.client_algorithm': 'scaffold', 'aggregation.strategy': 'scaffold',
+                     'learning.local_epochs': steps},
+    }[client]
+
+
+CLIENTS = ('sgd', '2ceoafl', 'feddpq', 'osafl', 'scaffold')
 
 
 class _TrueFromCall:
@@ -52,6 +73,22 @@ def test_a_round_superseded_before_training_is_dropped_and_nothing_is_sent():
     assert report.dropped == DROPPED_SUPERSEDED and report.frames == () and report.steps == 0
     assert agent.rounds_dropped == 1 and agent.rounds_trained == 0
     assert agent._pending_upload is None     # nothing awaits the station's acknowledgement
+
+
+@pytest.mark.parametrize('client', CLIENTS)
+def test_every_client_superseded_during_training_stops_at_the_next_step(client):
+    # Arrange: 500 local steps configured; the newer round arrives at the 3rd check (the
+    # check before training, then one per local step)
+    agent, _, task = _first_task(_client_overrides(client, 500))
+    state_before = agent._client.state_dict()
+    superseded = _TrueFromCall(3)
+    # Act
+    report = agent.train_round(task, superseded=superseded)
+    # Assert: stopped at the second step, nothing sent, the client's state as it was
+    assert report.dropped == DROPPED_SUPERSEDED and report.frames == ()
+    assert superseded.calls == 3
+    assert agent.rounds_trained == 0 and agent._pending_upload is None
+    assert agent._client.state_dict().keys() == state_before.keys()
 
 
 def test_a_round_superseded_during_training_stops_at_the_next_step():
@@ -160,14 +197,28 @@ def test_the_cap_uses_the_slowest_step_time_of_the_last_rounds(measured_s, used_
     assert STEP_SPEED_ROUNDS == 3 and agent.seconds_per_step == used_s
 
 
-def test_the_steps_stop_in_time_for_the_deadline_whatever_they_cost():
+@pytest.mark.parametrize('client', CLIENTS)
+def test_every_client_stops_in_time_for_the_deadline_whatever_its_steps_cost(client):
     # Arrange: 100000 steps configured, no step time measured yet (no cap); the round opened
     # now and ends 0.5 s after the upload margin
-    agent, _, task = _first_task({'learning.local_epochs': 100000})
+    agent, station, task = _first_task(_client_overrides(client))
     task = RoundTask(task.round_index, task.weights, task.plan, task.knobs,
                      deadline_s=UPLOAD_MARGIN_S + 0.5, run_id=task.run_id, opened_ms=now_ms())
     # Act
     report = agent.train_round(task)
-    # Assert: stopped long before the 100000 steps (minutes of work), and the update is sent
-    assert report.steps >= 1 and report.steps < 100000 and report.steps_cap is None
-    assert len(report.frames) == 1
+    # Assert: stopped long before the 100000 steps (minutes of work), the steps taken are
+    # sent and reported, and the station takes the update
+    assert report.steps >= 1 and report.steps < _STEPS and report.steps_cap is None
+    assert report.stopped == STOP_DEADLINE and agent.rounds_stopped_at_deadline == 1
+    assert [station.receive_update(f).reason for f in report.frames] == ['accepted']
+
+
+def test_a_round_that_ends_before_its_deadline_was_not_stopped():
+    # Arrange: 3 steps and a round that ends in a minute
+    agent, _, task = _first_task({'learning.local_epochs': 3})
+    task = RoundTask(task.round_index, task.weights, task.plan, task.knobs,
+                     deadline_s=60.0, run_id=task.run_id, opened_ms=now_ms())
+    # Act
+    report = agent.train_round(task)
+    # Assert
+    assert (report.steps, report.stopped, agent.rounds_stopped_at_deadline) == (3, '', 0)

@@ -32,6 +32,7 @@ class _Agent:
     uploads_rolled_back = 0
     rounds_dropped = 1
     rounds_capped = 3
+    rounds_stopped_at_deadline = 4
 
     def __init__(self) -> None:
         self.rejected_reasons: Counter[str] = Counter()
@@ -76,7 +77,8 @@ def test_a_connected_drone_between_rounds_is_ok_with_its_numbers():
     assert values['autopilot_link'] == 'up' and values['battery_percent'] == '80'
     assert values['run_id'] == 'a1b2' and values['buffered_samples'] == '42'
     assert values['armed'] == 'false' and values['last_error'] == 'none'
-    assert (values['rounds_dropped'], values['rounds_capped']) == ('1', '3')
+    assert (values['rounds_dropped'], values['rounds_capped'],
+            values['rounds_stopped_at_deadline']) == ('1', '3', '4')
 
 
 def test_rejected_frames_camera_messages_and_telemetry_are_counted_by_reason():

@@ -7,10 +7,13 @@ import dataclasses
 import numpy as np
 import pytest
 
+from fl_uav.aggregation import ClientUpdate
+from fl_uav.aggregation.fednova import FedNova
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.aggregation.scaffold import DELTA_C_KEY
 from fl_uav.learning.client_algorithms import (
     CLIENT_ALGORITHMS,
+    LOCAL_STEPS_KNOB,
     PRUNE_FRACTION_KEY,
     SERVER_CONTROL_KNOB,
     FedDpqClient,
@@ -22,7 +25,7 @@ from fl_uav.learning.client_algorithms import (
 )
 from fl_uav.learning.models import build_model
 from fl_uav.learning.pruning import feddpq_local_gradient, feddpq_prune, is_prunable
-from fl_uav.learning.training import TrainConfig
+from fl_uav.learning.training import StopCondition, TrainConfig
 from fl_uav.learning.weights import get_weights
 
 CONFIG = TrainConfig(local_epochs=1, batch_size=8, lr=0.1, momentum=0.0)
@@ -38,11 +41,12 @@ def _data(n: int = 40, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
             rng.integers(0, 10, n).astype(np.int64))
 
 
-def _train(client, seed: int = 3, knobs=None, config=CONFIG, data=None):
+def _train(client, seed: int = 3, knobs=None, config=CONFIG, data=None, should_stop=None):
     model = _model()
     received = get_weights(model)
     x, y = data if data is not None else _data()
-    return received, client.train(model, received, x, y, config, seed, knobs or {})
+    return received, client.train(model, received, x, y, config, seed, knobs or {},
+                                  should_stop=should_stop)
 
 
 def test_build_names_the_key_and_the_choices():
@@ -202,17 +206,127 @@ def test_feddpq_several_steps_keep_the_trained_model_pruned():
     assert result.steps == 3 and result.compute_dense_steps == pytest.approx(1.5)
 
 
-@pytest.mark.parametrize('client', [SgdClient(), ScaffoldClient()])
-def test_a_passed_stop_instant_leaves_one_counted_step(client):
-    # Arrange: 40 samples in batches of 8, 3 epochs = 15 steps; the stop instant long past
-    config = dataclasses.replace(CONFIG, local_epochs=3, stop_at_s=1e-9)
+# ------------------------------------------------------------------ stopping early ----
+# 40 samples in batches of 8, 3 epochs: 15 steps for the clients that run epochs.
+STOP_CONFIG = dataclasses.replace(CONFIG, local_epochs=3)
+# Every client that runs local steps: (client, knobs, its full step count, and the same
+# client configured for exactly n steps: (client, knobs, config)).
+STOPPABLE = {
+    'sgd': (SgdClient, {}, 15, lambda n: (SgdClient(), {LOCAL_STEPS_KNOB: n}, STOP_CONFIG)),
+    'fedprox': (SgdClient, {PROXIMAL_MU_KNOB: 0.5}, 15,
+                lambda n: (SgdClient(), {PROXIMAL_MU_KNOB: 0.5, LOCAL_STEPS_KNOB: n},
+                           STOP_CONFIG)),
+    'sgd_lgc_h': (SgdClient, {LOCAL_STEPS_KNOB: 12}, 12,
+                  lambda n: (SgdClient(), {LOCAL_STEPS_KNOB: n}, STOP_CONFIG)),
+    'sgd_structured': (lambda: SgdClient(structured_keep=0.5), {}, 15,
+                       lambda n: (SgdClient(structured_keep=0.5), {LOCAL_STEPS_KNOB: n},
+                                  STOP_CONFIG)),
+    '2ceoafl': (lambda: TwoCeoaflClient(rho_steps=2, kappa_steps=10), {}, 12,
+                lambda n: (TwoCeoaflClient(rho_steps=2, kappa_steps=n - 2), {}, STOP_CONFIG)),
+    'feddpq': (lambda: FedDpqClient(local_steps=12), {}, 12,
+               lambda n: (FedDpqClient(local_steps=n), {}, STOP_CONFIG)),
+    'osafl': (lambda: OsaflClient(min_steps=12, max_steps=12), {}, 12,
+              lambda n: (OsaflClient(min_steps=n, max_steps=n), {}, STOP_CONFIG)),
+    'scaffold': (ScaffoldClient, {}, 15,
+                 lambda n: (ScaffoldClient(), {}, dataclasses.replace(STOP_CONFIG,
+                                                                      max_steps=n))),
+}
+
+
+class _StopAfter:
+    """A ``should_stop`` that lets ``n`` steps start, then says stop; records what it was
+    asked (the steps done it was given)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.started = 0
+        self.asked: list[int] = []
+
+    def __call__(self, steps_done: int) -> bool:
+        self.asked.append(steps_done)
+        if self.started >= self.n:
+            return True
+        self.started += 1
+        return False
+
+
+@pytest.mark.parametrize('name', sorted(STOPPABLE))
+def test_every_client_takes_no_step_once_should_stop_says_so(name):
+    # Arrange
+    make, knobs, full_steps, _ = STOPPABLE[name]
+    stop = _StopAfter(4)
     # Act
-    received, stopped = _train(client, config=config)
-    _, full = _train(type(client)(), config=dataclasses.replace(config, stop_at_s=0.0))
-    # Assert: one step taken and counted (SCAFFOLD's K in Δc_k too)
-    assert (stopped.steps, full.steps) == (1, 15)
-    if isinstance(client, ScaffoldClient):
-        for name in received:
-            np.testing.assert_allclose(stopped.metrics[DELTA_C_KEY][name],
-                                       -stopped.delta[name] / (1 * config.lr), rtol=1e-5,
-                                       atol=1e-7)
+    _, stopped = _train(make(), knobs=knobs, config=STOP_CONFIG, should_stop=stop)
+    _, full = _train(make(), knobs=knobs, config=STOP_CONFIG)
+    # Assert: 4 steps taken and reported; the 5th was refused; compute counts the steps taken
+    assert (stopped.steps, full.steps) == (4, full_steps)
+    assert stop.started == 4 and len(stop.asked) == 5
+    assert 0 < stopped.compute_dense_steps < full.compute_dense_steps
+    assert np.isfinite(stopped.mean_loss)
+
+
+@pytest.mark.parametrize('name', sorted(STOPPABLE))
+def test_an_update_cut_short_is_the_update_of_the_steps_taken(name):
+    # Arrange
+    make, knobs, _, exactly = STOPPABLE[name]
+    short, short_knobs, short_config = exactly(5)
+    # Act
+    _, stopped = _train(make(), knobs=knobs, config=STOP_CONFIG, should_stop=_StopAfter(5))
+    _, reference = _train(short, knobs=short_knobs, config=short_config)
+    # Assert: what a client configured for 5 steps sends, step count and all
+    assert stopped.steps == reference.steps == 5
+    assert stopped.compute_dense_steps == pytest.approx(reference.compute_dense_steps)
+    for key, value in reference.delta.items():
+        np.testing.assert_allclose(stopped.delta[key], value, rtol=1e-6, atol=1e-7)
+    for key, value in reference.metrics.get(DELTA_C_KEY, {}).items():   # SCAFFOLD: K = 5
+        np.testing.assert_allclose(stopped.metrics[DELTA_C_KEY][key], value, rtol=1e-5,
+                                   atol=1e-7)
+
+
+def test_fednova_normalises_a_stopped_osafl_update_by_the_steps_it_took():
+    # Arrange: two drones draw κ = 12; one is stopped after 3 steps
+    received, full = _train(OsaflClient(12, 12), config=STOP_CONFIG, seed=3)
+    _, stopped = _train(OsaflClient(12, 12), config=STOP_CONFIG, seed=4,
+                        should_stop=_StopAfter(3))
+    updates = [ClientUpdate(k, 1, r.delta, r.num_samples, {'steps': r.steps})
+               for k, r in enumerate((full, stopped))]
+    # Act
+    result = FedNova().aggregate(1, received, updates)
+    # Assert: FedNova with τ = (12, 3), p = (1/2, 1/2): w + τ_eff Σ p_k Δ_k / τ_k
+    tau_eff = 0.5 * 12 + 0.5 * 3
+    for name, w in received.items():
+        expected = w + tau_eff * (0.5 * full.delta[name] / 12 + 0.5 * stopped.delta[name] / 3)
+        np.testing.assert_allclose(result.weights[name], expected, rtol=1e-5, atol=1e-6)
+    assert result.metrics['tau_eff'] == pytest.approx(tau_eff)
+
+
+@pytest.mark.parametrize('name', sorted(STOPPABLE))
+def test_a_round_superseded_before_the_first_step_trains_nothing(name):
+    # Arrange: a newer round arrived before the first step
+    make, knobs, _, _ = STOPPABLE[name]
+    client = make()
+    stop = StopCondition(superseded=lambda: True)
+    # Act
+    _, result = _train(client, knobs=knobs, config=STOP_CONFIG, should_stop=stop)
+    client.upload_lost()      # what the drone does with a superseded round's work
+    # Assert: no step, a zero update, the client's state as before (SCAFFOLD: c_k unset)
+    assert (result.steps, result.compute_dense_steps, stop.reason) == (0, 0.0, 'superseded')
+    assert np.isnan(result.mean_loss)
+    assert all(not np.any(value) for value in result.delta.values())
+    assert client.state_dict() == {}
+
+
+def test_a_scaffold_round_superseded_mid_training_keeps_c_k_after_upload_lost():
+    # Arrange: a first round sets c_k; the second is stopped after 2 steps by a newer round
+    client = ScaffoldClient()
+    _train(client, config=STOP_CONFIG)
+    control = {k: v.copy() for k, v in client.state_dict().items()}
+    newer = _StopAfter(2)
+    stop = StopCondition(superseded=lambda: newer(0))
+    # Act
+    _, result = _train(client, config=STOP_CONFIG, seed=4, should_stop=stop)
+    client.upload_lost()
+    # Assert
+    assert result.steps == 2 and stop.reason == 'superseded'
+    for key, value in control.items():
+        np.testing.assert_array_equal(client.state_dict()[key], value)

@@ -23,7 +23,7 @@ from fl_uav.learning.pruning import (
     two_ceoafl_compute_cost,
     two_ceoafl_local_update,
 )
-from fl_uav.learning.training import TrainConfig, train_local
+from fl_uav.learning.training import StopCondition, TrainConfig, train_local
 from fl_uav.learning.weights import get_weights, set_weights, subtract, weight_shapes
 
 MODELS = [('small_cnn', 3, 32), ('tiny_cnn', 3, 32), ('digits_cnn', 1, 8), ('lenet5', 1, 28)]
@@ -141,7 +141,7 @@ def test_two_ceoafl_update_is_zero_outside_the_mask_and_pruned_weights_stay_zero
         model, received, _data(64), rho_steps=2, kappa_steps=5, delta=0.6,
         train_config=config, seed=3)
     # Assert
-    assert steps == 7
+    assert steps == (2, 5)
     after = get_weights(model)
     for name in received:
         assert not update[name][~mask[name]].any()
@@ -199,11 +199,23 @@ def test_two_ceoafl_with_rho_zero_and_delta_zero_is_plain_local_sgd():
         _tiny(4), received, data, rho_steps=0, kappa_steps=6, delta=0.0, train_config=config,
         seed=11)
     # Assert
-    assert steps == 6
+    assert steps == (0, 6)
     assert all(m.all() for m in mask.values())
     delta_w = subtract(received, get_weights(plain))
     for name in received:
         np.testing.assert_allclose(update[name], delta_w[name] / 0.05, rtol=1e-4, atol=1e-4)
+
+
+def test_two_ceoafl_past_its_deadline_keeps_one_dense_and_one_masked_step():
+    # Arrange: a stop instant long past (the drone's deadline)
+    stop = StopCondition(stop_at_s=0.0, clock=lambda: 1.0)
+    # Act
+    update, mask, steps = two_ceoafl_local_update(
+        _tiny(3), get_weights(_tiny(3)), _data(64), rho_steps=3, kappa_steps=5, delta=0.5,
+        train_config=TrainConfig(batch_size=16), seed=1, should_stop=stop)
+    # Assert: the mask is from one trained step, and d holds one masked step (not zero)
+    assert steps == (1, 1) and stop.reason == 'deadline'
+    assert sum(np.abs(update[n][mask[n]]).sum() for n in update) > 0
 
 
 def test_two_ceoafl_is_deterministic_for_a_seed():

@@ -3,7 +3,15 @@ import pytest
 import torch
 
 from fl_uav.learning.models import build_model
-from fl_uav.learning.training import NonFiniteLossError, TrainConfig, evaluate, train_local
+from fl_uav.learning.training import (
+    STOP_DEADLINE,
+    STOP_SUPERSEDED,
+    NonFiniteLossError,
+    StopCondition,
+    TrainConfig,
+    evaluate,
+    train_local,
+)
 from fl_uav.learning.weights import architecture_fingerprint, get_weights, set_weights, subtract
 
 
@@ -108,17 +116,85 @@ def test_one_torch_thread_runs_on_one_thread_and_restores_the_count_even_on_erro
     assert inside == [1] and torch.get_num_threads() == before
 
 
-@pytest.mark.parametrize('stop_at_s, steps', [(1e-9, 1), (0.0, 3 * 2)])
-def test_no_step_starts_after_the_stop_instant_but_the_first(stop_at_s, steps):
-    # Arrange: 64 samples, batch 32, 3 epochs: 6 steps; an instant long past stops after one
-    model = build_model('tiny_cnn', 2, seed=0)
-    x, y = _separable(64, seed=3)
+class _FakeClock:
+    """A clock (s) the test moves by hand."""
+
+    def __init__(self, now_s: float = 0.0) -> None:
+        self.now_s = now_s
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+@pytest.mark.parametrize('now_s, steps_done, stops', [
+    (9.9, 3, False),     # before the stop instant
+    (10.0, 3, True),     # at it
+    (50.0, 0, False),    # long past, but the first step always runs
+    (50.0, 1, True),
+])
+def test_the_deadline_stops_at_its_instant_but_never_before_the_first_step(now_s, steps_done,
+                                                                          stops):
+    # Arrange
+    stop = StopCondition(stop_at_s=10.0, clock=_FakeClock(now_s))
     # Act
-    result = train_local(model, x, y, TrainConfig(local_epochs=3, stop_at_s=stop_at_s), seed=0)
+    stopped = stop(steps_done)
     # Assert
-    assert result.steps == steps and result.samples_seen == 32 * steps
+    assert stopped is stops and stop.reason == (STOP_DEADLINE if stops else '')
+
+
+def test_a_superseded_round_stops_at_once_and_outranks_the_deadline():
+    # Arrange: the deadline trips first, then a newer round arrives
+    newer = [False]
+    stop = StopCondition(stop_at_s=10.0, superseded=lambda: newer[0], clock=_FakeClock(11.0))
+    first = stop(1)
+    newer[0] = True
+    # Act
+    second = stop(0)
+    # Assert
+    assert first and second and stop.reason == STOP_SUPERSEDED
+
+
+def test_without_a_deadline_or_a_superseded_callable_nothing_stops():
+    assert not StopCondition()(10 ** 9) and StopCondition().reason == ''
 
 
 def test_the_stop_instant_must_be_a_time():
     with pytest.raises(ValueError, match='stop_at_s'):
-        TrainConfig(stop_at_s=float('nan'))
+        StopCondition(stop_at_s=float('nan'))
+
+
+@pytest.mark.parametrize('n', [1, 4])
+def test_train_local_takes_no_step_once_should_stop_says_so(n):
+    # Arrange: 64 samples, batch 32, 3 epochs: 6 steps; the stop trips after n
+    model = build_model('tiny_cnn', 2, seed=0)
+    x, y = _separable(64, seed=3)
+    asked: list[int] = []
+
+    def should_stop(steps_done: int) -> bool:
+        asked.append(steps_done)
+        return steps_done >= n
+
+    # Act
+    result = train_local(model, x, y, TrainConfig(local_epochs=3), seed=0,
+                         should_stop=should_stop)
+    # Assert: asked before every step with the steps so far; the steps taken are counted
+    assert asked == list(range(n + 1))
+    assert result.steps == n and result.samples_seen == 32 * n
+
+
+def test_train_local_past_its_deadline_takes_one_step_and_superseded_takes_none():
+    # Arrange
+    x, y = _separable(64, seed=3)
+    late, stale = build_model('tiny_cnn', 2, seed=0), build_model('tiny_cnn', 2, seed=0)
+    received = get_weights(stale)
+    config = TrainConfig(local_epochs=3)
+    # Act
+    one = train_local(late, x, y, config, seed=0,
+                      should_stop=StopCondition(stop_at_s=0.0, clock=_FakeClock(1.0)))
+    none = train_local(stale, x, y, config, seed=0,
+                       should_stop=StopCondition(superseded=lambda: True))
+    # Assert
+    assert one.steps == 1 and (none.steps, none.samples_seen) == (0, 0)
+    assert np.isnan(none.mean_loss)
+    for name, value in get_weights(stale).items():
+        np.testing.assert_array_equal(value, received[name])
