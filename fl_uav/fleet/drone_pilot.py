@@ -17,6 +17,12 @@ checks readiness again (link, health, a fresh home) and, if the autopilot is on 
 its mission is uploaded.
 :meth:`DronePilot.shutdown` ends the pilot: a vehicle still in the air is sent home (RTL,
 waited for at most a given time), then the link is closed.
+
+A vehicle in the air in a mode the pilot did not leave it in (:data:`PILOT_MODES`) is held by
+a failsafe (PX4's battery, geofence or data-link action) or by an operator (RC,
+QGroundControl): the pilot then commands nothing, neither a round's mission nor a return to
+launch, so it never overrides the autopilot's return or landing or takes the vehicle from the
+pilot on the sticks. Switching the vehicle back to Hold hands it back for the next round.
 """
 
 from __future__ import annotations
@@ -47,6 +53,11 @@ from fl_uav.planning.geofence import Geofence, GeofenceViolationError, require_i
 from fl_uav.vehicle.interface import BatteryStatus, Vehicle, VehicleError, WaypointEnu
 
 _log = logging.getLogger(__name__)
+
+#: The flight modes the pilot leaves a vehicle in (MAVSDK FlightMode names): PX4's Hold after
+#: a take-off, Takeoff and Mission. In any other mode in the air a failsafe or an operator has
+#: the vehicle (RETURN_TO_LAUNCH, LAND, POSCTL, ALTCTL, MANUAL, ...).
+PILOT_MODES = frozenset({'HOLD', 'TAKEOFF', 'MISSION'})
 
 
 class Phase:
@@ -127,6 +138,12 @@ class DronePilot:
         take-off) is taken as airborne: no second arm or take-off command in the air."""
         await self.ensure_connected()
         async with self._guard():
+            mode = self.taken_over_by()
+            if mode:
+                raise VehicleError(
+                    f'not flying: the autopilot flies the vehicle in {mode} (a failsafe, or an '
+                    f'operator on the RC or QGroundControl) and the drone node does not take it '
+                    f'back; switch it to Hold to hand it back, or let it land')
             if self.state.airborne and self.vehicle.in_air is False:
                 _log.warning('the vehicle is on the ground (autopilot rebooted, or landed by a '
                              'failsafe): checking home, arming and taking off again')
@@ -145,6 +162,14 @@ class DronePilot:
                 self.state.armed = True
                 await self.vehicle.takeoff(self.flight.takeoff_altitude_m)
                 self.state.airborne = True
+
+    def taken_over_by(self) -> str:
+        """The autopilot's flight mode if a failsafe or an operator holds the vehicle in the air
+        (a mode not in :data:`PILOT_MODES`), else ''."""
+        mode = self.vehicle.flight_mode
+        if self.vehicle.in_air is True and mode and mode not in PILOT_MODES:
+            return mode
+        return ''
 
     def _begin_round(self, task: RoundTask) -> None:
         """A round's flight starts: no error yet; a new run's figures and errors start over;
@@ -355,6 +380,11 @@ class DronePilot:
         self.state.phase = Phase.FINISHED
         if not self.in_flight:
             return
+        mode = self.taken_over_by()
+        if mode:
+            _log.warning('run finished with the vehicle in %s (a failsafe, or an operator): not '
+                         'commanding a return to launch', mode)
+            return
         if self.flight.land_on_finish:
             self.state.phase = Phase.RETURNING
             try:
@@ -373,6 +403,11 @@ class DronePilot:
         autopilot keeps its mode), never raised. True if it landed."""
         async with self._guard():
             if not self.in_flight or self.state.phase != Phase.WAITING:
+                return False
+            mode = self.taken_over_by()
+            if mode:
+                _log.warning('%s, but the vehicle flies in %s (a failsafe, or an operator): not '
+                             'commanding a return to launch', reason, mode)
                 return False
             _log.warning('%s: returning to launch and landing; the next round takes off '
                          'again', reason)
@@ -408,7 +443,11 @@ class DronePilot:
         is closed and the telemetry ends. Never raises a VehicleError (logged instead)."""
         self._closed = True
         try:
-            if self.in_flight:
+            if self.in_flight and (mode := self.taken_over_by()):
+                _log.warning('shutting down in flight in %s (a failsafe, or an operator): not '
+                             'commanding a return to launch; the autopilot keeps the vehicle',
+                             mode)
+            elif self.in_flight:
                 _log.warning('shutting down in flight: returning to launch (waiting up to '
                              '%.0f s)', rtl_timeout_s)
                 await asyncio.wait_for(self.vehicle.return_to_launch(), rtl_timeout_s)

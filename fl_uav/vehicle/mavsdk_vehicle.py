@@ -262,6 +262,11 @@ class MavsdkVehicle:
         return self._t.in_air if self._t is not None else None
 
     @property
+    def flight_mode(self) -> str:
+        """The autopilot's flight mode last reported (MAVSDK FlightMode name; '' unknown)."""
+        return self._t.flight_mode if self._t is not None else ''
+
+    @property
     def home_enu_m(self) -> tuple[float, float, float]:
         """The autopilot's home position in the ENU frame."""
         home = self._require().home_geodetic
