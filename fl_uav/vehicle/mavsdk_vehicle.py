@@ -351,7 +351,11 @@ class MavsdkVehicle:
                     t.health_ok = True
                     t.notify()
                 if t.home_geodetic is None:
-                    self._on_home(await self._telemetry.home())
+                    home = await self._telemetry.home()
+                    # All NaN: MAVSDK has no home yet (PX4 sets it at its first GPS fix or
+                    # arming): not yet known, not telemetry to refuse.
+                    if not _unset(home):
+                        self._on_home(home)
                     if t.home_geodetic is not None:
                         t.notify()
             await asyncio.sleep(period_s)
@@ -789,6 +793,12 @@ class MavsdkVehicle:
         if not self._closed:
             # A failed connect leaves the vehicle ready for another connect().
             self._t = None
+
+
+def _unset(position) -> bool:
+    """MAVSDK's Position before anything was received: every field NaN."""
+    return all(math.isnan(value) for value in (
+        position.latitude_deg, position.longitude_deg, position.absolute_altitude_m))
 
 
 def _on_earth(lat_deg: float, lon_deg: float) -> bool:

@@ -439,3 +439,30 @@ def test_a_nan_altitude_still_reaches_the_pose_the_agent_refuses_to_label():
                                          relative_altitude_m=math.nan))
     # Assert
     assert math.isnan(vehicle._t.pose.up_m) and not vehicle.telemetry_rejected
+
+
+def test_no_home_yet_at_connect_is_waited_for_not_refused(caplog):
+    # Arrange: MAVSDK's home getter answers all-NaN until PX4 has a home (its first GPS fix),
+    # here for the first 12 polls, as at every connect before the HOME_POSITION arrives
+    vehicle = MavsdkVehicle('udpin://127.0.0.1:1', GeoOrigin(47.0, 8.0, 400.0))
+    vehicle._t = _Telemetry()
+    unset = SimpleNamespace(latitude_deg=math.nan, longitude_deg=math.nan,
+                            absolute_altitude_m=math.nan, relative_altitude_m=math.nan)
+    home = SimpleNamespace(latitude_deg=47.0, longitude_deg=8.0, absolute_altitude_m=400.0,
+                           relative_altitude_m=0.0)
+    answers = [unset] * 12 + [home]
+
+    async def _home():
+        return answers.pop(0) if len(answers) > 1 else answers[0]
+
+    async def _health_all_ok():
+        return True
+
+    vehicle._telemetry = SimpleNamespace(home=_home, health_all_ok=_health_all_ok)
+    # Act
+    with caplog.at_level(logging.WARNING, logger='fl_uav.vehicle.mavsdk_vehicle'):
+        asyncio.run(asyncio.wait_for(vehicle._seed_from_getters(period_s=0.0), 5.0))
+    # Assert: the home is taken once known; nothing was refused, counted or logged
+    assert vehicle._t.home_geodetic == (47.0, 8.0, 400.0)
+    assert not vehicle.telemetry_rejected
+    assert not _messages(caplog, logging.WARNING)
