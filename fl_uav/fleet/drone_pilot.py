@@ -201,7 +201,9 @@ class DronePilot:
         geofence's box (the take-off and the return to launch would fly outside it), or
         further above or below the ENU origin than flight.max_home_offset_up_m (the origin
         altitude in the config does not match the site, and every altitude would be off by
-        the difference)."""
+        the difference), or if PX4's return altitude (RTL_RETURN_ALT above home) is above the
+        geofence's band (every return to launch, ours or a PX4 failsafe's, would climb out
+        of it)."""
         home_east_m, home_north_m, home_up_m = self.vehicle.home_enu_m
         fence = self.geofence
         if not fence.contains_en(home_east_m, home_north_m):
@@ -217,6 +219,15 @@ class DronePilot:
                 f'({self.flight.max_home_offset_up_m} m); every altitude and the geofence band '
                 f'would be off by as much. Set the origin to the site, or raise the limit on '
                 f'sloped ground')
+        return_alt_m = self.vehicle.rtl_return_alt_m
+        # To the decimetre, as the message says: a float32 home altitude is off by micrometres.
+        if return_alt_m is not None and not round(home_up_m + return_alt_m, 1) <= fence.max_up_m:
+            raise VehicleError(
+                f'not arming: the autopilot returns to launch at RTL_RETURN_ALT {return_alt_m:g} '
+                f'm above its home, {home_up_m + return_alt_m:.1f} m above the origin, over the '
+                f'geofence top geofence.max_up_m ({fence.max_up_m:g} m); every return to launch '
+                f'(end of run, silent station, Ctrl-C, a PX4 failsafe) would leave the fence. '
+                f'Set RTL_RETURN_ALT to at most {fence.max_up_m - home_up_m:.1f} m')
 
     def checked_mission(self, task: RoundTask) -> list[WaypointEnu]:
         """The round's plan as a mission, if every waypoint is inside the geofence; else

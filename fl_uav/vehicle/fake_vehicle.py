@@ -38,7 +38,7 @@ class FakeVehicle:
     def __init__(self, home_enu_m: tuple[float, float, float] = (0.0, 0.0, 0.0), *,
                  climb_speed_m_s: float = 3.0, descent_speed_m_s: float = 1.5,
                  step_s: float = 0.1, time_factor: float = 0.0,
-                 flight_drain_per_s: float = 1e-4,
+                 flight_drain_per_s: float = 1e-4, rtl_return_alt_m: float | None = 60.0,
                  fail_on: dict[str, Exception] | None = None) -> None:
         self.home_enu_m = home_enu_m
         self.position_enu_m = list(home_enu_m)
@@ -48,6 +48,7 @@ class FakeVehicle:
         self.step_s = step_s
         self.time_factor = time_factor
         self.flight_drain_per_s = flight_drain_per_s
+        self.rtl_return_alt_m = rtl_return_alt_m     # PX4's RTL_RETURN_ALT (default 60 m)
         self.fail_on = dict(fail_on or {})
         self.calls: list[tuple] = []
         self.connected = False

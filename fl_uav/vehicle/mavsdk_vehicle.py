@@ -233,6 +233,8 @@ class MavsdkVehicle:
         self._closed = False
         # Position and home telemetry refused (not a place on Earth), by stream.
         self.telemetry_rejected: Counter[str] = Counter()
+        # PX4's RTL_RETURN_ALT (m above home), read at connect; None: not read.
+        self.rtl_return_alt_m: float | None = None
 
     # ----------------------------------------------------------------- connection
 
@@ -328,7 +330,21 @@ class MavsdkVehicle:
         except BaseException:
             await self._teardown()
             raise
-        _log.info('%s: connected, home %s', self.url, self._t.home_geodetic)
+        await self._read_return_altitude()
+        _log.info('%s: connected, home %s, RTL_RETURN_ALT %s m', self.url,
+                  self._t.home_geodetic, self.rtl_return_alt_m)
+
+    async def _read_return_altitude(self) -> None:
+        """Read PX4's RTL_RETURN_ALT (every return to launch climbs to it above home) into
+        ``rtl_return_alt_m``; a failed read is logged and leaves it None."""
+        try:
+            value_m = float(await asyncio.wait_for(
+                self._action.get_return_to_launch_altitude(), self.command_timeout_s))
+        except (TimeoutError, MavsdkError) as exc:
+            _log.warning('%s: could not read RTL_RETURN_ALT (%s): the return altitude is not '
+                         'checked against the geofence', self.url, exc or type(exc).__name__)
+            return
+        self.rtl_return_alt_m = value_m if math.isfinite(value_m) else None
 
     @staticmethod
     def _ready(t: _Telemetry) -> bool:

@@ -495,3 +495,22 @@ def test_no_return_to_launch_is_commanded_over_a_failsafe_or_an_operator(ending,
     assert vehicle.flight_mode == mode and vehicle.in_air
     assert any(f'in {mode}' in r.getMessage() and 'not commanding a return to launch'
                in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize('home_up_m, return_alt_m, armed', [(0.0, 121.0, False),
+                                                            (5.0, 116.0, False),
+                                                            (5.0, 115.0, True),
+                                                            (0.0, None, True)])
+def test_a_return_altitude_above_the_fence_is_not_armed(home_up_m, return_alt_m, armed):
+    # Arrange: PX4's RTL_RETURN_ALT (above home) against the fence top (120 m above the
+    # origin); None: the parameter could not be read
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, home_up_m), rtl_return_alt_m=return_alt_m)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _pilot(vehicle, pool)
+        # Act
+        asyncio.run(pilot.run_round(RoundTask(1, {}, INSIDE, deadline_s=600.0)))
+    # Assert: refused before arming, naming the parameter and the most it may be
+    assert ('arm' in _operations(vehicle)) is armed
+    if not armed:
+        assert 'RTL_RETURN_ALT' in pilot.state.round_error
+        assert f'at most {120.0 - home_up_m:.1f} m' in pilot.state.round_error

@@ -71,6 +71,7 @@ def test_full_flight_connect_to_landing(sim_factory):
     waypoints = [WaypointEnu(40.0, 30.0, 10.0), WaypointEnu(40.0, -10.0, 15.0),
                  WaypointEnu(-10.0, -20.0, 12.0)]
     progress: list[MissionProgress] = []
+    return_alt_m = None
 
     async def scenario():
         vehicle = MavsdkVehicle(_url(sim, 0), sim.config.origin)
@@ -78,6 +79,8 @@ def test_full_flight_connect_to_landing(sim_factory):
         try:
             await vehicle.connect(timeout_s=15.0)
             home = vehicle.home_enu_m
+            nonlocal return_alt_m
+            return_alt_m = vehicle.rtl_return_alt_m
             await vehicle.arm()
             await vehicle.takeoff(10.0)
             at_altitude = truth.position_enu_m
@@ -97,6 +100,7 @@ def test_full_flight_connect_to_landing(sim_factory):
     home, at_altitude, after_goto, pose, battery, reached, after_mission = asyncio.run(scenario())
     # Assert
     assert home == pytest.approx((0.0, 0.0, 0.0), abs=0.01)
+    assert return_alt_m == pytest.approx(15.0)       # the simulator's RTL_RETURN_ALT
     assert at_altitude[2] == pytest.approx(10.0, abs=0.5)
     assert math.dist(after_goto, (20.0, 30.0, 12.0)) < 1.0
     assert math.dist((pose.east_m, pose.north_m, pose.up_m), (20.0, 30.0, 12.0)) < 1.0
