@@ -15,9 +15,10 @@ a home position received since the loss (a rebooted autopilot may have a new hom
 What the autopilot says reaches the log: every STATUSTEXT (PX4's "Arming denied: ...",
 "Failsafe activated", battery warnings) is logged with the vehicle URL at the level of its
 MAVLink severity (:data:`STATUS_TEXT_LEVELS`), and every flight-mode change at INFO. A command
-the autopilot refuses raises a VehicleError that quotes the autopilot's most recent status
-text of WARNING or worse, if one arrived within :data:`STATUS_TEXT_RECENT_S` before the refusal
-(PX4 sends the reason just before the COMMAND_ACK).
+the autopilot refuses raises a VehicleError that quotes the autopilot's status texts of WARNING
+or worse that arrived within :data:`STATUS_TEXT_RECENT_S` before the refusal, oldest first (PX4
+sends the reason just before the COMMAND_ACK: for a refused arm the failed check's "Preflight
+Fail: ..." and then a generic "Arming denied: Resolve system health failures first").
 
 All coroutines must run on one event loop (e.g. a :class:`~fl_uav.vehicle.runner.VehicleRunner`).
 MAVSDK's asyncio wrapper sends every blocking call through the loop's default executor; the
@@ -64,8 +65,8 @@ _TIMEOUT_CLIMB_M_S = 1.0
 _TIMEOUT_DESCENT_M_S = 0.5
 _TIMEOUT_MARGIN_S = 30.0
 
-#: A refused command quotes the autopilot's last status text (WARNING or worse) if it arrived
-#: at most this long before the refusal; older ones are about something else.
+#: A refused command quotes the autopilot's status texts (WARNING or worse) that arrived at most
+#: this long before the refusal; older ones are about something else.
 STATUS_TEXT_RECENT_S = 3.0
 #: How long a refusal waits for the status text explaining it when none is there yet (MAVSDK
 #: hands the COMMAND_ACK and the STATUSTEXT before it to Python on different threads).
@@ -158,16 +159,18 @@ class StatusText:
     text: str
 
 
-def recent_status_text(texts: Sequence[StatusText], now_s: float,
-                       within_s: float = STATUS_TEXT_RECENT_S) -> StatusText | None:
-    """The newest status text of WARNING or worse that arrived at most ``within_s`` before
-    ``now_s`` (None: there is none)."""
+def recent_status_texts(texts: Sequence[StatusText], now_s: float,
+                        within_s: float = STATUS_TEXT_RECENT_S) -> list[StatusText]:
+    """The status texts of WARNING or worse that arrived at most ``within_s`` before ``now_s``,
+    oldest first, a repeated text once (its newest); empty if there is none."""
+    recent: list[StatusText] = []
     for status in reversed(texts):
         if now_s - status.received_s > within_s:
-            return None
-        if StatusTextType[status.severity] >= StatusTextType.WARNING:
-            return status
-    return None
+            break
+        if (StatusTextType[status.severity] >= StatusTextType.WARNING
+                and all(status.text != kept.text for kept in recent)):
+            recent.append(status)
+    return recent[::-1]
 
 
 class _Telemetry:
@@ -579,22 +582,23 @@ class MavsdkVehicle:
                 raise VehicleError(f'{self.url}: {what}: autopilot link lost') from exc
             result = getattr(exc, 'result', None)
             reason = result.name if result is not None else str(exc)
-            said = await self._reason_from_autopilot(t)
+            said = '; '.join(f'"{status.text}"' for status in
+                             await self._reason_from_autopilot(t))
             raise VehicleError(f'{self.url}: {what} refused by the autopilot: {reason}'
-                               + (f' (autopilot: "{said.text}")' if said else '')) from exc
+                               + (f' (autopilot: {said})' if said else '')) from exc
         except TimeoutError as exc:
             raise VehicleError(f'{self.url}: {what}: no answer within '
                                f'{timeout_s:.1f} s') from exc
 
-    async def _reason_from_autopilot(self, t: _Telemetry) -> StatusText | None:
-        """The status text that explains a refusal just received: a recent one (WARNING or
+    async def _reason_from_autopilot(self, t: _Telemetry) -> list[StatusText]:
+        """The status texts that explain a refusal just received: the recent ones (WARNING or
         worse), waited for at most STATUS_TEXT_GRACE_S if none has arrived yet."""
         refused_s = time.monotonic()
         deadline_s = refused_s + STATUS_TEXT_GRACE_S
-        while (said := recent_status_text(t.status_texts, time.monotonic())) is None:
+        while not (said := recent_status_texts(t.status_texts, time.monotonic())):
             remaining_s = deadline_s - time.monotonic()
             if remaining_s <= 0.0 or self._closed:
-                return None
+                return []
             changed = asyncio.ensure_future(t.changed.wait())
             try:
                 await asyncio.wait((changed,), timeout=remaining_s)

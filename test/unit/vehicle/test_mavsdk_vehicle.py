@@ -18,7 +18,7 @@ from fl_uav.vehicle.mavsdk_vehicle import (
     StatusText,
     _Telemetry,
     log_mavsdk_line,
-    recent_status_text,
+    recent_status_texts,
 )
 from fl_uav.world.geo import GeoOrigin
 
@@ -234,28 +234,37 @@ def test_autopilot_status_texts_and_mode_changes_are_logged_and_explain_a_refusa
     # Act
     with caplog.at_level(logging.INFO, logger='fl_uav.vehicle.mavsdk_vehicle'):
         refusal = asyncio.run(scenario())
-    # Assert: the refusal names the autopilot's reason, not only COMMAND_DENIED
-    assert refusal == (f'{url}: arm refused by the autopilot: COMMAND_DENIED '
-                       '(autopilot: "Arming denied: low battery")'), refusal
+    # Assert: the refusal names the failed check PX4 reports before its generic denial, not
+    # only COMMAND_DENIED or "Resolve system health failures first"
+    assert refusal == (f'{url}: arm refused by the autopilot: COMMAND_DENIED (autopilot: '
+                       '"Preflight Fail: low battery"; '
+                       '"Arming denied: Resolve system health failures first")'), refusal
     # ... and every status text is in the log with the URL, PX4's CRITICAL as ERROR
     errors = _messages(caplog, logging.ERROR)
-    for text in ('Arming denied: low battery', 'Critical battery', 'Failsafe activated'):
+    for text in ('Arming denied: Resolve system health failures first', 'Critical battery',
+                 'Failsafe activated'):
         assert f'{url}: autopilot says: {text} (CRITICAL)' in errors, errors
+    assert f'{url}: autopilot says: Preflight Fail: low battery (EMERGENCY)' in _messages(
+        caplog, logging.CRITICAL)
     infos = _messages(caplog, logging.INFO)
     assert f'{url}: flight mode HOLD -> TAKEOFF' in infos, infos
     assert f'{url}: flight mode HOLD -> RETURN_TO_LAUNCH' in infos, infos
 
 
-def test_a_refusal_quotes_only_a_recent_warning_or_worse():
-    # Arrange: status texts of one vehicle (received_s on the monotonic clock)
-    old = StatusText(10.0, 'CRITICAL', 'Arming denied: no GPS fix')
-    reason = StatusText(20.0, 'CRITICAL', 'Arming denied: low battery')
+def test_a_refusal_quotes_only_recent_warnings_or_worse_oldest_first():
+    # Arrange: status texts of one vehicle (received_s on the monotonic clock): PX4 refuses an
+    # arm with the failed check's text, then its generic denial
+    old = StatusText(10.0, 'CRITICAL', 'Preflight Fail: GPS fix too low')
+    check = StatusText(19.9, 'EMERGENCY', 'Preflight Fail: low battery')
+    denial = StatusText(20.0, 'CRITICAL', 'Arming denied: Resolve system health failures first')
     chatter = StatusText(20.5, 'INFO', 'Takeoff detected')
-    # Act / Assert: the newest warning within STATUS_TEXT_RECENT_S, past INFO chatter
-    assert recent_status_text([old, reason, chatter], 21.0) == reason
-    assert recent_status_text([old, reason], 20.0 + STATUS_TEXT_RECENT_S + 0.1) is None
-    assert recent_status_text([chatter], 21.0) is None
-    assert recent_status_text([], 21.0) is None
+    again = StatusText(20.6, 'CRITICAL', 'Arming denied: Resolve system health failures first')
+    # Act / Assert: every warning within STATUS_TEXT_RECENT_S, oldest first, past INFO chatter
+    assert recent_status_texts([old, check, denial, chatter], 21.0) == [check, denial]
+    assert recent_status_texts([old, check, denial, again], 21.0) == [check, again]
+    assert recent_status_texts([old, denial], 20.0 + STATUS_TEXT_RECENT_S + 0.1) == []
+    assert recent_status_texts([chatter], 21.0) == []
+    assert recent_status_texts([], 21.0) == []
 
 
 def test_a_repeated_mavsdk_line_is_logged_once_per_interval_with_the_count(caplog):
