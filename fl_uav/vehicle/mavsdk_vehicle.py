@@ -334,8 +334,10 @@ class MavsdkVehicle:
             await self._teardown()
             raise
         await self._read_return_altitude()
-        _log.info('%s: connected, home %s, RTL_RETURN_ALT %s m', self.url,
-                  self._t.home_geodetic, self.rtl_return_alt_m)
+        lat_deg, lon_deg, alt_amsl_m = self._t.home_geodetic
+        _log.info('%s: connected, home %.7f, %.7f, %.1f m AMSL (%+.1f m from the origin '
+                  'altitude), RTL_RETURN_ALT %s m', self.url, lat_deg, lon_deg, alt_amsl_m,
+                  alt_amsl_m - self.origin.alt_amsl_m, self.rtl_return_alt_m)
 
     async def _read_return_altitude(self) -> None:
         """Read PX4's RTL_RETURN_ALT (every return to launch climbs to it above home) into
