@@ -19,7 +19,8 @@ Levels (diagnostic_msgs' OK / WARN / ERROR):
   flown has a flight error (its reason is the message); the vehicle is in the air in a mode
   the pilot did not put it in (a PX4 failsafe or an operator has it:
   :meth:`DronePilot.taken_over_by`; the drone node commands nothing until it is back in
-  Hold); the run is over but the vehicle is still in the air.
+  Hold), or was and is now on the ground (not armed again until the node restarts); the run
+  is over but the vehicle is still in the air.
 - OK otherwise. The message says the worst condition first, then the phase.
 """
 
@@ -94,6 +95,9 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
     if taken_over:
         problems.append((WARN, f'autopilot flies the vehicle in {taken_over} (a failsafe or '
                                f'an operator): the drone node commands nothing'))
+    elif state.taken_over and vehicle.in_air is False:
+        problems.append((WARN, f'taken over ({state.taken_over}) and on the ground: restart '
+                               f'the drone node to fly it again'))
     timeout_s = pilot.flight.station_timeout_s
     if 0 < timeout_s <= station_silent_s and state.phase != Phase.FINISHED:
         problems.append((WARN, f'nothing from the ground station for '

@@ -514,3 +514,57 @@ def test_a_return_altitude_above_the_fence_is_not_armed(home_up_m, return_alt_m,
     if not armed:
         assert 'RTL_RETURN_ALT' in pilot.state.round_error
         assert f'at most {120.0 - home_up_m:.1f} m' in pilot.state.round_error
+
+
+def test_a_vehicle_taken_over_and_landed_is_not_armed_again_by_the_node(caplog):
+    # Arrange: in round 2 the operator lands the vehicle from the RC (an abort), or PX4's
+    # battery failsafe lands it; the drone node sees it in LAND before the touchdown
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _flown_round_one(vehicle, pool)
+        vehicle.flight_mode = 'LAND'
+        asyncio.run(pilot.run_round(RoundTask(2, {}, INSIDE, deadline_s=600.0)))
+        vehicle.in_air = vehicle.armed = False          # landed and disarmed
+        # Act: round 3 arrives
+        asyncio.run(pilot.run_round(RoundTask(3, {}, INSIDE, deadline_s=600.0)))
+    # Assert: the propellers do not start by themselves; the flight error says what to do
+    assert _operations(vehicle).count('arm') == 1
+    assert 'took the vehicle over (mode LAND)' in pilot.state.round_error
+    assert 'restart the drone node' in pilot.state.round_error
+
+
+def test_an_autopilot_found_on_the_ground_without_a_takeover_is_armed_again():
+    # Arrange: the autopilot rebooted (or its link dropped) while the vehicle flew in round 1's
+    # mission mode; nothing took it over
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _flown_round_one(vehicle, pool)
+        vehicle.in_air = vehicle.armed = False
+        vehicle.position_enu_m = [200.0, 200.0, 0.0]
+        # Act
+        asyncio.run(pilot.run_round(RoundTask(2, {}, INSIDE, deadline_s=600.0)))
+    # Assert
+    assert _operations(vehicle).count('arm') == 2 and pilot.state.round_error == ''
+
+
+def test_the_pilots_own_return_is_no_takeover_and_the_next_round_flies():
+    # Arrange: the station went silent: the pilot returns the vehicle to launch itself
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    seen_during_return = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _flown_round_one(vehicle, pool)
+        fake_return = vehicle.return_to_launch
+
+        async def return_and_look():
+            vehicle.flight_mode = 'RETURN_TO_LAUNCH'     # in the air, on its way home
+            seen_during_return.append(pilot.taken_over_by())
+            await fake_return()
+
+        vehicle.return_to_launch = return_and_look
+        # Act
+        landed = asyncio.run(pilot.return_home('station silent'))
+        asyncio.run(pilot.run_round(RoundTask(2, {}, INSIDE, deadline_s=600.0)))
+    # Assert: its own RETURN_TO_LAUNCH is not a takeover; the next round arms and flies
+    assert landed and seen_during_return == ['']
+    assert pilot.state.taken_over == '' and pilot.state.round_error == ''
+    assert _operations(vehicle).count('arm') == 2

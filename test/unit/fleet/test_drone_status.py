@@ -229,3 +229,18 @@ def test_a_vehicle_a_failsafe_or_an_operator_flies_is_a_warning_with_its_mode():
     assert report.level == WARN
     assert report.message.startswith('autopilot flies the vehicle in RETURN_TO_LAUNCH')
     assert _values(report)['flight_mode'] == 'RETURN_TO_LAUNCH'
+
+
+def test_a_vehicle_taken_over_and_landed_says_to_restart_the_node():
+    # Arrange: the operator landed it from the RC (seen in LAND in the air, then on the ground)
+    pilot = _pilot()
+    asyncio.run(pilot.fly_plan(RoundTask(1, {}, (PlanWaypoint(100.0, 100.0, 30.0),),
+                                         deadline_s=600.0)))
+    pilot.vehicle.flight_mode = 'LAND'
+    drone_status(0, pilot, pilot.agent, _gate(1), BatteryStatus(0.8, 15.9), CONFIG)
+    pilot.vehicle.in_air = pilot.vehicle.armed = False
+    # Act
+    report = drone_status(0, pilot, pilot.agent, _gate(1), BatteryStatus(0.8, 15.9), CONFIG)
+    # Assert
+    assert report.level == WARN
+    assert report.message.startswith('taken over (LAND) and on the ground: restart the drone')
