@@ -13,10 +13,18 @@ connection is established, by itself or by a round's :meth:`DronePilot.ensure_ai
 drone whose autopilot comes up late still gets poses (and keeps its camera frames). A link lost
 once connected fails the flight step in progress (the vehicle raises); the next round's flight
 checks readiness again (link, health, a fresh home) and, if the autopilot is on the ground
-(rebooted, or landed by a failsafe), checks the home altitude, arms and takes off again before
-its mission is uploaded.
+(rebooted, or landed unseen, e.g. during a link loss), checks the home altitude, arms and
+takes off again before its mission is uploaded.
 :meth:`DronePilot.shutdown` ends the pilot: a vehicle still in the air is sent home (RTL,
 waited for at most a given time), then the link is closed.
+
+A vehicle in the air in a mode the pilot did not leave it in (:data:`PILOT_MODES`) is held by
+a failsafe (PX4's battery, geofence or data-link action) or by an operator (RC,
+QGroundControl): the pilot then commands nothing, neither a round's mission nor a return to
+launch, so it never overrides the autopilot's return or landing or takes the vehicle from the
+pilot on the sticks. Switching the vehicle back to Hold in the air hands it back for the next
+round; a vehicle taken over and then landed is not armed again by this node (restart the drone
+node to fly it again), so its propellers never start by themselves after an abort.
 """
 
 from __future__ import annotations
@@ -48,6 +56,13 @@ from fl_uav.vehicle.interface import BatteryStatus, Vehicle, VehicleError, Waypo
 
 _log = logging.getLogger(__name__)
 
+#: The flight modes the pilot leaves a vehicle in (MAVSDK FlightMode names): PX4's Hold after
+#: a take-off, Takeoff and Mission. In any other mode in the air a failsafe or an operator has
+#: the vehicle (RETURN_TO_LAUNCH, LAND, POSCTL, ALTCTL, MANUAL, ...).
+PILOT_MODES = frozenset({'HOLD', 'TAKEOFF', 'MISSION'})
+#: The mode of a return to launch (the pilot's own after it commanded one).
+RETURN_MODE = 'RETURN_TO_LAUNCH'
+
 
 class Phase:
     """What the pilot is doing (FlightState.phase; shown on the drone's status)."""
@@ -71,6 +86,9 @@ class FlightState:
     last_error: str = ''     # the last flight error of the node's life, 'round N: why'
     round_error: str = ''    # the round in progress or last flown: its error ('' = none)
     phase: str = Phase.WAITING
+    # The mode a failsafe or an operator took the vehicle over in, seen in the air ('' none);
+    # cleared when the vehicle is handed back (Hold, in the air), kept once it landed.
+    taken_over: str = ''
 
 
 class DronePilot:
@@ -93,6 +111,7 @@ class DronePilot:
         self._run_epoch = 0             # the run (RoundTask.run_epoch) of the last round flown
         # (run_epoch, round_index) of the newest round begun: older rounds are superseded
         self._newest_round = (0, 0)
+        self._own_return = False        # RETURN_TO_LAUNCH is the pilot's own command
         self._closed = False
 
     def _guard(self) -> asyncio.Lock:
@@ -127,9 +146,24 @@ class DronePilot:
         take-off) is taken as airborne: no second arm or take-off command in the air."""
         await self.ensure_connected()
         async with self._guard():
+            mode = self.taken_over_by()
+            if mode:
+                raise VehicleError(
+                    f'not flying: the autopilot flies the vehicle in {mode} (a failsafe, or an '
+                    f'operator on the RC or QGroundControl) and the drone node does not take it '
+                    f'back; switch it to Hold to hand it back, or let it land')
+            if self.state.taken_over and self.vehicle.in_air is False:
+                raise VehicleError(
+                    f'not arming: a failsafe or an operator took the vehicle over (mode '
+                    f'{self.state.taken_over}) and it is on the ground; the drone node does not '
+                    f'start it again by itself: restart the drone node to fly it')
+            if self.state.taken_over and self.vehicle.in_air is True:
+                _log.warning('the vehicle is handed back (mode %s, was %s): flying on from '
+                             'where it is', self.vehicle.flight_mode, self.state.taken_over)
+                self.state.taken_over = ''
             if self.state.airborne and self.vehicle.in_air is False:
-                _log.warning('the vehicle is on the ground (autopilot rebooted, or landed by a '
-                             'failsafe): checking home, arming and taking off again')
+                _log.warning('the vehicle is on the ground (autopilot rebooted, or landed while '
+                             'unseen): checking home, arming and taking off again')
                 self.state.airborne = self.state.armed = False
             if (not self.state.airborne and self.vehicle.armed is True
                     and self.vehicle.in_air is True):
@@ -141,10 +175,27 @@ class DronePilot:
                 self.state.armed = self.state.airborne = True
             if not self.state.airborne:
                 self._check_home()
+                self._own_return = False
                 await self.vehicle.arm()
                 self.state.armed = True
                 await self.vehicle.takeoff(self.flight.takeoff_altitude_m)
                 self.state.airborne = True
+
+    def taken_over_by(self) -> str:
+        """The autopilot's flight mode if a failsafe or an operator holds the vehicle in the air
+        (a mode not in :data:`PILOT_MODES`, other than the pilot's own return to launch), else
+        ''. A takeover seen is remembered in ``state.taken_over``."""
+        mode = self.vehicle.flight_mode
+        if (self.vehicle.in_air is True and mode and mode not in PILOT_MODES
+                and not (self._own_return and mode == RETURN_MODE)):
+            self.state.taken_over = mode
+            return mode
+        return ''
+
+    async def _return_to_launch(self) -> None:
+        """Command the vehicle home (its RETURN_TO_LAUNCH is then the pilot's own mode)."""
+        self._own_return = True
+        await self.vehicle.return_to_launch()
 
     def _begin_round(self, task: RoundTask) -> None:
         """A round's flight starts: no error yet; a new run's figures and errors start over;
@@ -176,7 +227,9 @@ class DronePilot:
         geofence's box (the take-off and the return to launch would fly outside it), or
         further above or below the ENU origin than flight.max_home_offset_up_m (the origin
         altitude in the config does not match the site, and every altitude would be off by
-        the difference)."""
+        the difference), or if PX4's return altitude (RTL_RETURN_ALT above home) is above the
+        geofence's band (every return to launch, ours or a PX4 failsafe's, would climb out
+        of it)."""
         home_east_m, home_north_m, home_up_m = self.vehicle.home_enu_m
         fence = self.geofence
         if not fence.contains_en(home_east_m, home_north_m):
@@ -192,6 +245,15 @@ class DronePilot:
                 f'({self.flight.max_home_offset_up_m} m); every altitude and the geofence band '
                 f'would be off by as much. Set the origin to the site, or raise the limit on '
                 f'sloped ground')
+        return_alt_m = self.vehicle.rtl_return_alt_m
+        # To the decimetre, as the message says: a float32 home altitude is off by micrometres.
+        if return_alt_m is not None and not round(home_up_m + return_alt_m, 1) <= fence.max_up_m:
+            raise VehicleError(
+                f'not arming: the autopilot returns to launch at RTL_RETURN_ALT {return_alt_m:g} '
+                f'm above its home, {home_up_m + return_alt_m:.1f} m above the origin, over the '
+                f'geofence top geofence.max_up_m ({fence.max_up_m:g} m); every return to launch '
+                f'(end of run, silent station, Ctrl-C, a PX4 failsafe) would leave the fence. '
+                f'Set RTL_RETURN_ALT to at most {fence.max_up_m - home_up_m:.1f} m')
 
     def checked_mission(self, task: RoundTask) -> list[WaypointEnu]:
         """The round's plan as a mission, if every waypoint is inside the geofence; else
@@ -274,6 +336,7 @@ class DronePilot:
                        task.round_index, exc)
             return f'plan rejected: {exc.reason}'
         except VehicleError as exc:
+            self.taken_over_by()            # a failsafe or an operator interrupted it?
             reason = str(exc)
             self._failed(task, reason)
             # The autopilot may have landed (failsafe); arm and take off again next round.
@@ -322,6 +385,7 @@ class DronePilot:
             self._failed(task, f'plan rejected: {exc}')
             _log.error('round %d: tour rejected, flying nothing: %s', task.round_index, exc)
         except (VehicleError, TimeoutError) as exc:
+            self.taken_over_by()            # a failsafe or an operator interrupted it?
             reason = str(exc) or f'flight budget of {self.flight_budget_s(task):.0f} s exceeded'
             tour.error = reason
             self._failed(task, reason)
@@ -355,10 +419,15 @@ class DronePilot:
         self.state.phase = Phase.FINISHED
         if not self.in_flight:
             return
+        mode = self.taken_over_by()
+        if mode:
+            _log.warning('run finished with the vehicle in %s (a failsafe, or an operator): not '
+                         'commanding a return to launch', mode)
+            return
         if self.flight.land_on_finish:
             self.state.phase = Phase.RETURNING
             try:
-                await self.vehicle.return_to_launch()
+                await self._return_to_launch()
             finally:
                 self.state.phase = Phase.FINISHED
             self.state.armed = False           # RTL returns once landed and disarmed
@@ -374,11 +443,16 @@ class DronePilot:
         async with self._guard():
             if not self.in_flight or self.state.phase != Phase.WAITING:
                 return False
+            mode = self.taken_over_by()
+            if mode:
+                _log.warning('%s, but the vehicle flies in %s (a failsafe, or an operator): not '
+                             'commanding a return to launch', reason, mode)
+                return False
             _log.warning('%s: returning to launch and landing; the next round takes off '
                          'again', reason)
             with self._phase(Phase.RETURNING):
                 try:
-                    await self.vehicle.return_to_launch()
+                    await self._return_to_launch()
                 except VehicleError as exc:
                     _log.error('return to launch failed: %s', exc)
                     return False
@@ -408,10 +482,14 @@ class DronePilot:
         is closed and the telemetry ends. Never raises a VehicleError (logged instead)."""
         self._closed = True
         try:
-            if self.in_flight:
+            if self.in_flight and (mode := self.taken_over_by()):
+                _log.warning('shutting down in flight in %s (a failsafe, or an operator): not '
+                             'commanding a return to launch; the autopilot keeps the vehicle',
+                             mode)
+            elif self.in_flight:
                 _log.warning('shutting down in flight: returning to launch (waiting up to '
                              '%.0f s)', rtl_timeout_s)
-                await asyncio.wait_for(self.vehicle.return_to_launch(), rtl_timeout_s)
+                await asyncio.wait_for(self._return_to_launch(), rtl_timeout_s)
                 self.state.armed = self.state.airborne = False
                 self.state.landed_after_flight = True
                 _log.warning('landed at home')

@@ -16,8 +16,11 @@ Levels (diagnostic_msgs' OK / WARN / ERROR):
   ``status.heartbeat_period_s``, each beat says it) x STATION_TIMEOUT_HEARTBEATS exceeds this
   drone's ``flight.station_timeout_s`` (a few lost beats would return it); no autopilot link
   yet; battery at or below ``status.battery_warn_fraction``; the round in progress or last
-  flown has a flight error (its reason is the message); the run is over but the vehicle is
-  still in the air.
+  flown has a flight error (its reason is the message); the vehicle is in the air in a mode
+  the pilot did not put it in (a PX4 failsafe or an operator has it:
+  :meth:`DronePilot.taken_over_by`; the drone node commands nothing until it is back in
+  Hold), or was and is now on the ground (not armed again until the node restarts); the run
+  is over but the vehicle is still in the air.
 - OK otherwise. The message says the worst condition first, then the phase.
 """
 
@@ -88,6 +91,13 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
         problems.append((WARN, f'battery {fraction:.0%}'))
     if state.round_error:
         problems.append((WARN, state.round_error))
+    taken_over = pilot.taken_over_by()
+    if taken_over:
+        problems.append((WARN, f'autopilot flies the vehicle in {taken_over} (a failsafe or '
+                               f'an operator): the drone node commands nothing'))
+    elif state.taken_over and vehicle.in_air is False:
+        problems.append((WARN, f'taken over ({state.taken_over}) and on the ground: restart '
+                               f'the drone node to fly it again'))
     timeout_s = pilot.flight.station_timeout_s
     if 0 < timeout_s <= station_silent_s and state.phase != Phase.FINISHED:
         problems.append((WARN, f'nothing from the ground station for '
@@ -115,6 +125,7 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
         ('link_losses', str(vehicle.link_losses)),
         ('armed', _tristate(vehicle.armed)),
         ('in_air', _tristate(vehicle.in_air)),
+        ('flight_mode', vehicle.flight_mode or 'unknown'),
         ('battery_percent', 'unknown' if math.isnan(fraction) else f'{100 * fraction:.0f}'),
         ('battery_voltage_v', 'unknown' if battery is None else f'{battery.voltage_v:.2f}'),
         ('buffered_samples', str(agent.buffered_samples)),

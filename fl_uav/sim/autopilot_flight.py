@@ -241,18 +241,21 @@ class FlightController:
     # ----------------------------------------------------------------- commands
 
     def arm(self, force: bool = False) -> CommandResult:
-        """Arm on the ground; denied with a low battery or without GPS unless forced."""
+        """Arm on the ground; denied with a low battery or without GPS unless forced.
+
+        As PX4 (v1.14+ commander): the failed health check's own text ("Preflight Fail: ...")
+        first, then the generic "Arming denied: Resolve system health failures first" (with
+        the tab PX4 puts on texts that double an event), and TEMPORARILY_REJECTED.
+        """
         if self.armed:
             return CommandResult.ACCEPTED
         if not force:
             if self.battery.remaining < self.params['BAT_LOW_THR']:
-                self._status(mavlink.MAV_SEVERITY_CRITICAL, 'Arming denied: low battery')
-                self.record_event('arm_denied', reason='low_battery')
-                return CommandResult.DENIED
+                self._status(mavlink.MAV_SEVERITY_EMERGENCY, 'Preflight Fail: low battery\t')
+                return self._arming_denied('low_battery')
             if not self.gps_ok:
-                self._status(mavlink.MAV_SEVERITY_CRITICAL, 'Arming denied: no GPS fix')
-                self.record_event('arm_denied', reason='no_gps')
-                return CommandResult.DENIED
+                self._status(mavlink.MAV_SEVERITY_CRITICAL, 'Preflight Fail: GPS fix too low')
+                return self._arming_denied('no_gps')
         self.armed = True
         self._armed_since_s = self._clock()
         self._flew_since_arming = False
@@ -264,6 +267,12 @@ class FlightController:
         self.record_event('armed', forced=force)
         self.listener.on_state_changed()
         return CommandResult.ACCEPTED
+
+    def _arming_denied(self, reason: str) -> CommandResult:
+        self._status(mavlink.MAV_SEVERITY_CRITICAL,
+                     'Arming denied: Resolve system health failures first\t')
+        self.record_event('arm_denied', reason=reason)
+        return CommandResult.TEMPORARILY_REJECTED
 
     def disarm(self, force: bool = False, reason: str = 'command') -> CommandResult:
         """Disarm on the ground; in the air only when forced (the vehicle drops)."""

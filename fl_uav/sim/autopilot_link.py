@@ -75,6 +75,8 @@ SENSORS = (mavlink.MAV_SYS_STATUS_SENSOR_3D_GYRO | mavlink.MAV_SYS_STATUS_SENSOR
            | mavlink.MAV_SYS_STATUS_PREARM_CHECK)
 # Re-request a mission item after this long without it (wall seconds), at most this often.
 MISSION_ITEM_TIMEOUT_S = 0.5
+# STATUSTEXT.text holds 50 characters; longer texts go in chunks (STATUSTEXT.id, chunk_seq).
+STATUSTEXT_CHUNK_BYTES = 50
 MISSION_MAX_RETRIES = 6
 INT32_MAX = 2**31 - 1
 # SET_MESSAGE_INTERVAL: the slowest rate honoured (s).
@@ -196,6 +198,7 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
         if settings.signing_key is not None:
             self._setup_signing(settings.signing_key, settings.accept_unsigned)
         self._uploads: dict[int, _Upload] = {}
+        self._statustext_id = 0       # the last id of a chunked STATUSTEXT
         self._last_upload_ack: dict[int, tuple[int, int]] = {}
         self._geo_items: dict[int, list[MissionItem]] = {
             mavlink.MAV_MISSION_TYPE_FENCE: [], mavlink.MAV_MISSION_TYPE_RALLY: []}
@@ -375,7 +378,20 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
         self.mav.mission_item_reached_send(seq)
 
     def on_status_text(self, severity: int, text: str) -> None:
-        self.mav.statustext_send(severity, text.encode('ascii', 'replace')[:50])
+        """STATUSTEXT as PX4 sends it: a text of up to 50 characters in one message (id 0); a
+        longer one in 50-character chunks sharing a non-zero id, the last one shorter than 50
+        (an empty one if the text fills its chunks exactly), as MAVLink 2 chunking has it."""
+        data = text.encode('ascii', 'replace')
+        if len(data) <= STATUSTEXT_CHUNK_BYTES:
+            self.mav.statustext_send(severity, data)
+            return
+        self._statustext_id = self._statustext_id % 0xFFFF + 1
+        chunks = [data[i:i + STATUSTEXT_CHUNK_BYTES]
+                  for i in range(0, len(data), STATUSTEXT_CHUNK_BYTES)]
+        if len(chunks[-1]) == STATUSTEXT_CHUNK_BYTES:
+            chunks.append(b'')
+        for seq, chunk in enumerate(chunks):
+            self.mav.statustext_send(severity, chunk, self._statustext_id, seq)
 
     def on_home_changed(self) -> None:
         self._send_home_position()

@@ -30,12 +30,15 @@ class FakeVehicle:
     ``fail_on`` maps an operation name (``'connect'``, ``'arm'``, ``'takeoff'``, ``'goto_enu'``,
     ``'fly_waypoints'``, ``'land'``, ``'return_to_launch'``) to the exception it raises.
     ``time_factor`` > 0 makes each simulated step sleep ``step_s / time_factor`` wall seconds.
+    ``flight_mode`` follows the commands as PX4's would (HOLD after connect, a take-off or a
+    go-to, MISSION, LAND, RETURN_TO_LAUNCH); a test sets it to stand for a failsafe or an
+    operator on the RC.
     """
 
     def __init__(self, home_enu_m: tuple[float, float, float] = (0.0, 0.0, 0.0), *,
                  climb_speed_m_s: float = 3.0, descent_speed_m_s: float = 1.5,
                  step_s: float = 0.1, time_factor: float = 0.0,
-                 flight_drain_per_s: float = 1e-4,
+                 flight_drain_per_s: float = 1e-4, rtl_return_alt_m: float | None = 60.0,
                  fail_on: dict[str, Exception] | None = None) -> None:
         self.home_enu_m = home_enu_m
         self.position_enu_m = list(home_enu_m)
@@ -45,6 +48,7 @@ class FakeVehicle:
         self.step_s = step_s
         self.time_factor = time_factor
         self.flight_drain_per_s = flight_drain_per_s
+        self.rtl_return_alt_m = rtl_return_alt_m     # PX4's RTL_RETURN_ALT (default 60 m)
         self.fail_on = dict(fail_on or {})
         self.calls: list[tuple] = []
         self.connected = False
@@ -52,6 +56,7 @@ class FakeVehicle:
         self.telemetry_rejected: Counter[str] = Counter()   # none: its telemetry is its own
         self.armed = False
         self.in_air = False
+        self.flight_mode = ''
         self.battery_remaining = 1.0
         self.t_sim_s = 0.0
         self._closed = False
@@ -121,6 +126,7 @@ class FakeVehicle:
         """Connect (immediately)."""
         self._enter('connect', timeout_s)
         self.connected = True
+        self.flight_mode = self.flight_mode or 'HOLD'
         self._publish()
 
     async def arm(self) -> None:
@@ -141,13 +147,16 @@ class FakeVehicle:
         if not self.armed:
             raise VehicleError('fake: take-off refused: disarmed')
         self.in_air = True
+        self.flight_mode = 'TAKEOFF'
         east_m, north_m, _ = self.position_enu_m
         await self._move_to((east_m, north_m, altitude_m), 1.0)
+        self.flight_mode = 'HOLD'
 
     async def goto_enu(self, waypoint: WaypointEnu, speed_m_s: float) -> None:
         """Fly straight to ``waypoint``."""
         self._enter('goto_enu', waypoint, speed_m_s)
         self._require_air()
+        self.flight_mode = 'HOLD'
         await self._move_to((waypoint.east_m, waypoint.north_m, waypoint.up_m), speed_m_s)
 
     async def fly_waypoints(self, waypoints: Sequence[WaypointEnu], speed_m_s: float,
@@ -157,6 +166,7 @@ class FakeVehicle:
         if not waypoints:
             return 0
         self._require_air()
+        self.flight_mode = 'MISSION'
         total = len(waypoints)
         for index, waypoint in enumerate(waypoints):
             if on_progress is not None:
@@ -169,6 +179,7 @@ class FakeVehicle:
     async def land(self) -> None:
         """Descend to the ground here and disarm."""
         self._enter('land')
+        self.flight_mode = 'LAND'
         east_m, north_m, _ = self.position_enu_m
         await self._move_to((east_m, north_m, self.home_enu_m[2]), 1.0)
         self.in_air = False
@@ -177,6 +188,7 @@ class FakeVehicle:
     async def return_to_launch(self) -> None:
         """Fly home at 5 m/s and land."""
         self._enter('return_to_launch')
+        self.flight_mode = 'RETURN_TO_LAUNCH'
         east_m, north_m, up_m = self.position_enu_m
         await self._move_to((self.home_enu_m[0], self.home_enu_m[1], up_m), 5.0)
         await self._move_to(self.home_enu_m, 1.0)

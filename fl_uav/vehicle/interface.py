@@ -67,8 +67,11 @@ class Vehicle(Protocol):
     also has ``link_up`` (heartbeats heard now), ``link_losses`` (times the autopilot link
     was lost since ``connect``), ``telemetry_rejected`` (position and home telemetry refused
     as no place on Earth, a Counter by stream), ``armed``
-    and ``in_air`` (last reported; None when unknown). A lost link fails the operation in
-    progress; ``connect`` on a connected vehicle waits until it is ready again.
+    and ``in_air`` (last reported; None when unknown) and ``flight_mode`` (the autopilot's
+    mode by MAVSDK's FlightMode name, e.g. ``HOLD``, ``MISSION``, ``RETURN_TO_LAUNCH``,
+    ``POSCTL``; '' when unknown) and ``rtl_return_alt_m`` (the height above home every return
+    to launch climbs to, PX4's RTL_RETURN_ALT; None when unknown). A lost link fails the
+    operation in progress; ``connect`` on a connected vehicle waits until it is ready again.
     """
 
     async def connect(self, timeout_s: float) -> None:

@@ -15,9 +15,10 @@ a home position received since the loss (a rebooted autopilot may have a new hom
 What the autopilot says reaches the log: every STATUSTEXT (PX4's "Arming denied: ...",
 "Failsafe activated", battery warnings) is logged with the vehicle URL at the level of its
 MAVLink severity (:data:`STATUS_TEXT_LEVELS`), and every flight-mode change at INFO. A command
-the autopilot refuses raises a VehicleError that quotes the autopilot's most recent status
-text of WARNING or worse, if one arrived within :data:`STATUS_TEXT_RECENT_S` before the refusal
-(PX4 sends the reason just before the COMMAND_ACK).
+the autopilot refuses raises a VehicleError that quotes the autopilot's status texts of WARNING
+or worse that arrived within :data:`STATUS_TEXT_RECENT_S` before the refusal, oldest first (PX4
+sends the reason just before the COMMAND_ACK: for a refused arm the failed check's "Preflight
+Fail: ..." and then a generic "Arming denied: Resolve system health failures first").
 
 All coroutines must run on one event loop (e.g. a :class:`~fl_uav.vehicle.runner.VehicleRunner`).
 MAVSDK's asyncio wrapper sends every blocking call through the loop's default executor; the
@@ -64,8 +65,8 @@ _TIMEOUT_CLIMB_M_S = 1.0
 _TIMEOUT_DESCENT_M_S = 0.5
 _TIMEOUT_MARGIN_S = 30.0
 
-#: A refused command quotes the autopilot's last status text (WARNING or worse) if it arrived
-#: at most this long before the refusal; older ones are about something else.
+#: A refused command quotes the autopilot's status texts (WARNING or worse) that arrived at most
+#: this long before the refusal; older ones are about something else.
 STATUS_TEXT_RECENT_S = 3.0
 #: How long a refusal waits for the status text explaining it when none is there yet (MAVSDK
 #: hands the COMMAND_ACK and the STATUSTEXT before it to Python on different threads).
@@ -158,16 +159,18 @@ class StatusText:
     text: str
 
 
-def recent_status_text(texts: Sequence[StatusText], now_s: float,
-                       within_s: float = STATUS_TEXT_RECENT_S) -> StatusText | None:
-    """The newest status text of WARNING or worse that arrived at most ``within_s`` before
-    ``now_s`` (None: there is none)."""
+def recent_status_texts(texts: Sequence[StatusText], now_s: float,
+                        within_s: float = STATUS_TEXT_RECENT_S) -> list[StatusText]:
+    """The status texts of WARNING or worse that arrived at most ``within_s`` before ``now_s``,
+    oldest first, a repeated text once (its newest); empty if there is none."""
+    recent: list[StatusText] = []
     for status in reversed(texts):
         if now_s - status.received_s > within_s:
-            return None
-        if StatusTextType[status.severity] >= StatusTextType.WARNING:
-            return status
-    return None
+            break
+        if (StatusTextType[status.severity] >= StatusTextType.WARNING
+                and all(status.text != kept.text for kept in recent)):
+            recent.append(status)
+    return recent[::-1]
 
 
 class _Telemetry:
@@ -233,6 +236,8 @@ class MavsdkVehicle:
         self._closed = False
         # Position and home telemetry refused (not a place on Earth), by stream.
         self.telemetry_rejected: Counter[str] = Counter()
+        # PX4's RTL_RETURN_ALT (m above home), read at connect; None: not read.
+        self.rtl_return_alt_m: float | None = None
 
     # ----------------------------------------------------------------- connection
 
@@ -260,6 +265,11 @@ class MavsdkVehicle:
     def in_air(self) -> bool | None:
         """Whether the autopilot last reported the vehicle in the air (None: not known)."""
         return self._t.in_air if self._t is not None else None
+
+    @property
+    def flight_mode(self) -> str:
+        """The autopilot's flight mode last reported (MAVSDK FlightMode name; '' unknown)."""
+        return self._t.flight_mode if self._t is not None else ''
 
     @property
     def home_enu_m(self) -> tuple[float, float, float]:
@@ -323,7 +333,23 @@ class MavsdkVehicle:
         except BaseException:
             await self._teardown()
             raise
-        _log.info('%s: connected, home %s', self.url, self._t.home_geodetic)
+        await self._read_return_altitude()
+        lat_deg, lon_deg, alt_amsl_m = self._t.home_geodetic
+        _log.info('%s: connected, home %.7f, %.7f, %.1f m AMSL (%+.1f m from the origin '
+                  'altitude), RTL_RETURN_ALT %s m', self.url, lat_deg, lon_deg, alt_amsl_m,
+                  alt_amsl_m - self.origin.alt_amsl_m, self.rtl_return_alt_m)
+
+    async def _read_return_altitude(self) -> None:
+        """Read PX4's RTL_RETURN_ALT (every return to launch climbs to it above home) into
+        ``rtl_return_alt_m``; a failed read is logged and leaves it None."""
+        try:
+            value_m = float(await asyncio.wait_for(
+                self._action.get_return_to_launch_altitude(), self.command_timeout_s))
+        except (TimeoutError, MavsdkError) as exc:
+            _log.warning('%s: could not read RTL_RETURN_ALT (%s): the return altitude is not '
+                         'checked against the geofence', self.url, exc or type(exc).__name__)
+            return
+        self.rtl_return_alt_m = value_m if math.isfinite(value_m) else None
 
     @staticmethod
     def _ready(t: _Telemetry) -> bool:
@@ -346,7 +372,11 @@ class MavsdkVehicle:
                     t.health_ok = True
                     t.notify()
                 if t.home_geodetic is None:
-                    self._on_home(await self._telemetry.home())
+                    home = await self._telemetry.home()
+                    # All NaN: MAVSDK has no home yet (PX4 sets it at its first GPS fix or
+                    # arming): not yet known, not telemetry to refuse.
+                    if not _unset(home):
+                        self._on_home(home)
                     if t.home_geodetic is not None:
                         t.notify()
             await asyncio.sleep(period_s)
@@ -554,22 +584,23 @@ class MavsdkVehicle:
                 raise VehicleError(f'{self.url}: {what}: autopilot link lost') from exc
             result = getattr(exc, 'result', None)
             reason = result.name if result is not None else str(exc)
-            said = await self._reason_from_autopilot(t)
+            said = '; '.join(f'"{status.text}"' for status in
+                             await self._reason_from_autopilot(t))
             raise VehicleError(f'{self.url}: {what} refused by the autopilot: {reason}'
-                               + (f' (autopilot: "{said.text}")' if said else '')) from exc
+                               + (f' (autopilot: {said})' if said else '')) from exc
         except TimeoutError as exc:
             raise VehicleError(f'{self.url}: {what}: no answer within '
                                f'{timeout_s:.1f} s') from exc
 
-    async def _reason_from_autopilot(self, t: _Telemetry) -> StatusText | None:
-        """The status text that explains a refusal just received: a recent one (WARNING or
+    async def _reason_from_autopilot(self, t: _Telemetry) -> list[StatusText]:
+        """The status texts that explain a refusal just received: the recent ones (WARNING or
         worse), waited for at most STATUS_TEXT_GRACE_S if none has arrived yet."""
         refused_s = time.monotonic()
         deadline_s = refused_s + STATUS_TEXT_GRACE_S
-        while (said := recent_status_text(t.status_texts, time.monotonic())) is None:
+        while not (said := recent_status_texts(t.status_texts, time.monotonic())):
             remaining_s = deadline_s - time.monotonic()
             if remaining_s <= 0.0 or self._closed:
-                return None
+                return []
             changed = asyncio.ensure_future(t.changed.wait())
             try:
                 await asyncio.wait((changed,), timeout=remaining_s)
@@ -784,6 +815,12 @@ class MavsdkVehicle:
         if not self._closed:
             # A failed connect leaves the vehicle ready for another connect().
             self._t = None
+
+
+def _unset(position) -> bool:
+    """MAVSDK's Position before anything was received: every field NaN."""
+    return all(math.isnan(value) for value in (
+        position.latitude_deg, position.longitude_deg, position.absolute_altitude_m))
 
 
 def _on_earth(lat_deg: float, lon_deg: float) -> bool:

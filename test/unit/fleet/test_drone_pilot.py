@@ -427,3 +427,144 @@ def test_a_round_is_superseded_once_a_newer_one_began(newest, task, superseded):
     asyncio.run(pilot.run_round(RoundTask(index, {}, (), deadline_s=60.0, run_epoch=epoch)))
     # Act / Assert
     assert pilot.superseded(RoundTask(task[1], {}, (), run_epoch=task[0])) is superseded
+
+
+def _flown_round_one(vehicle: FakeVehicle, pool: ThreadPoolExecutor) -> DronePilot:
+    """A pilot whose round 1 flew its mission (the vehicle holds in the air, in MISSION)."""
+    pilot = _pilot(vehicle, pool)
+    asyncio.run(pilot.run_round(RoundTask(1, {}, INSIDE, deadline_s=600.0)))
+    assert vehicle.in_air and vehicle.flight_mode == 'MISSION'
+    return pilot
+
+
+@pytest.mark.parametrize('mode', ['RETURN_TO_LAUNCH', 'LAND', 'POSCTL'])
+def test_a_round_does_not_take_back_a_vehicle_a_failsafe_or_an_operator_flies(mode, caplog):
+    # Arrange: after round 1, PX4's battery failsafe returns (or lands) the vehicle, or the
+    # operator takes it over on the RC
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _flown_round_one(vehicle, pool)
+        vehicle.flight_mode = mode
+        calls_before = len(vehicle.calls)
+        # Act: round 2 arrives
+        with caplog.at_level(logging.WARNING, logger='fl_uav.fleet.drone_pilot'):
+            asyncio.run(pilot.run_round(RoundTask(2, {}, INSIDE, deadline_s=600.0)))
+    # Assert: no mission upload, no mode change: the autopilot keeps the vehicle; the round's
+    # flight error says why
+    assert 'fly_waypoints' not in _operations(vehicle)[calls_before:]
+    assert vehicle.flight_mode == mode
+    assert f'in {mode}' in pilot.state.round_error
+    assert 'does not take it back' in pilot.state.round_error
+    assert any(f'in {mode}' in r.getMessage() for r in caplog.records)
+
+
+def test_a_vehicle_handed_back_in_hold_flies_the_next_round():
+    # Arrange: the operator flew it in POSCTL during round 2, then switched it to Hold
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _flown_round_one(vehicle, pool)
+        vehicle.flight_mode = 'POSCTL'
+        asyncio.run(pilot.run_round(RoundTask(2, {}, INSIDE, deadline_s=600.0)))
+        vehicle.flight_mode = 'HOLD'
+        # Act
+        asyncio.run(pilot.run_round(RoundTask(3, {}, INSIDE, deadline_s=600.0)))
+    # Assert: round 3 flies its mission from where the vehicle is, without arm or take-off
+    assert _operations(vehicle).count('fly_waypoints') == 2
+    assert _operations(vehicle).count('takeoff') == 1
+    assert pilot.state.round_error == ''
+
+
+@pytest.mark.parametrize('mode', ['LAND', 'RETURN_TO_LAUNCH', 'POSCTL'])
+@pytest.mark.parametrize('ending', ['shutdown', 'finish', 'return_home'])
+def test_no_return_to_launch_is_commanded_over_a_failsafe_or_an_operator(ending, mode, caplog):
+    # Arrange: PX4 lands the vehicle on an emergency battery (or returns it, or the operator
+    # flies it) when the node is stopped, the run ends or the station goes silent
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _flown_round_one(vehicle, pool)
+        vehicle.flight_mode = mode
+        act = {'shutdown': lambda: pilot.shutdown(rtl_timeout_s=60.0),
+               'finish': pilot.finish,
+               'return_home': lambda: pilot.return_home('station silent')}[ending]
+        # Act
+        with caplog.at_level(logging.WARNING, logger='fl_uav.fleet.drone_pilot'):
+            asyncio.run(act())
+    # Assert: an emergency landing is not turned into a return to launch, the RC pilot keeps
+    # the vehicle; the log says why
+    assert 'return_to_launch' not in _operations(vehicle)
+    assert vehicle.flight_mode == mode and vehicle.in_air
+    assert any(f'in {mode}' in r.getMessage() and 'not commanding a return to launch'
+               in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize('home_up_m, return_alt_m, armed', [(0.0, 121.0, False),
+                                                            (5.0, 116.0, False),
+                                                            (5.0, 115.0, True),
+                                                            (0.0, None, True)])
+def test_a_return_altitude_above_the_fence_is_not_armed(home_up_m, return_alt_m, armed):
+    # Arrange: PX4's RTL_RETURN_ALT (above home) against the fence top (120 m above the
+    # origin); None: the parameter could not be read
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, home_up_m), rtl_return_alt_m=return_alt_m)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _pilot(vehicle, pool)
+        # Act
+        asyncio.run(pilot.run_round(RoundTask(1, {}, INSIDE, deadline_s=600.0)))
+    # Assert: refused before arming, naming the parameter and the most it may be
+    assert ('arm' in _operations(vehicle)) is armed
+    if not armed:
+        assert 'RTL_RETURN_ALT' in pilot.state.round_error
+        assert f'at most {120.0 - home_up_m:.1f} m' in pilot.state.round_error
+
+
+def test_a_vehicle_taken_over_and_landed_is_not_armed_again_by_the_node(caplog):
+    # Arrange: in round 2 the operator lands the vehicle from the RC (an abort), or PX4's
+    # battery failsafe lands it; the drone node sees it in LAND before the touchdown
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _flown_round_one(vehicle, pool)
+        vehicle.flight_mode = 'LAND'
+        asyncio.run(pilot.run_round(RoundTask(2, {}, INSIDE, deadline_s=600.0)))
+        vehicle.in_air = vehicle.armed = False          # landed and disarmed
+        # Act: round 3 arrives
+        asyncio.run(pilot.run_round(RoundTask(3, {}, INSIDE, deadline_s=600.0)))
+    # Assert: the propellers do not start by themselves; the flight error says what to do
+    assert _operations(vehicle).count('arm') == 1
+    assert 'took the vehicle over (mode LAND)' in pilot.state.round_error
+    assert 'restart the drone node' in pilot.state.round_error
+
+
+def test_an_autopilot_found_on_the_ground_without_a_takeover_is_armed_again():
+    # Arrange: the autopilot rebooted (or its link dropped) while the vehicle flew in round 1's
+    # mission mode; nothing took it over
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _flown_round_one(vehicle, pool)
+        vehicle.in_air = vehicle.armed = False
+        vehicle.position_enu_m = [200.0, 200.0, 0.0]
+        # Act
+        asyncio.run(pilot.run_round(RoundTask(2, {}, INSIDE, deadline_s=600.0)))
+    # Assert
+    assert _operations(vehicle).count('arm') == 2 and pilot.state.round_error == ''
+
+
+def test_the_pilots_own_return_is_no_takeover_and_the_next_round_flies():
+    # Arrange: the station went silent: the pilot returns the vehicle to launch itself
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    seen_during_return = []
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _flown_round_one(vehicle, pool)
+        fake_return = vehicle.return_to_launch
+
+        async def return_and_look():
+            vehicle.flight_mode = 'RETURN_TO_LAUNCH'     # in the air, on its way home
+            seen_during_return.append(pilot.taken_over_by())
+            await fake_return()
+
+        vehicle.return_to_launch = return_and_look
+        # Act
+        landed = asyncio.run(pilot.return_home('station silent'))
+        asyncio.run(pilot.run_round(RoundTask(2, {}, INSIDE, deadline_s=600.0)))
+    # Assert: its own RETURN_TO_LAUNCH is not a takeover; the next round arms and flies
+    assert landed and seen_during_return == ['']
+    assert pilot.state.taken_over == '' and pilot.state.round_error == ''
+    assert _operations(vehicle).count('arm') == 2

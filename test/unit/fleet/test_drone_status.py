@@ -214,3 +214,35 @@ def test_a_station_heartbeat_period_too_long_for_this_drones_timeout_warns(perio
             'flight.station_timeout_s 300 s'), report.message
     else:
         assert report.message == 'round 2 waiting'
+
+
+def test_a_vehicle_a_failsafe_or_an_operator_flies_is_a_warning_with_its_mode():
+    # Arrange: after round 1 PX4's battery failsafe returns the vehicle (between rounds: no
+    # round error yet)
+    pilot = _pilot()
+    asyncio.run(pilot.fly_plan(RoundTask(1, {}, (PlanWaypoint(100.0, 100.0, 30.0),),
+                                         deadline_s=600.0)))
+    flying = drone_status(0, pilot, pilot.agent, _gate(1), BatteryStatus(0.8, 15.9), CONFIG)
+    pilot.vehicle.flight_mode = 'RETURN_TO_LAUNCH'
+    # Act
+    report = drone_status(0, pilot, pilot.agent, _gate(1), BatteryStatus(0.8, 15.9), CONFIG)
+    # Assert: seen at once on /diagnostics, not only when the next round is refused
+    assert (flying.level, _values(flying)['flight_mode']) == (OK, 'MISSION')
+    assert report.level == WARN
+    assert report.message.startswith('autopilot flies the vehicle in RETURN_TO_LAUNCH')
+    assert _values(report)['flight_mode'] == 'RETURN_TO_LAUNCH'
+
+
+def test_a_vehicle_taken_over_and_landed_says_to_restart_the_node():
+    # Arrange: the operator landed it from the RC (seen in LAND in the air, then on the ground)
+    pilot = _pilot()
+    asyncio.run(pilot.fly_plan(RoundTask(1, {}, (PlanWaypoint(100.0, 100.0, 30.0),),
+                                         deadline_s=600.0)))
+    pilot.vehicle.flight_mode = 'LAND'
+    drone_status(0, pilot, pilot.agent, _gate(1), BatteryStatus(0.8, 15.9), CONFIG)
+    pilot.vehicle.in_air = pilot.vehicle.armed = False
+    # Act
+    report = drone_status(0, pilot, pilot.agent, _gate(1), BatteryStatus(0.8, 15.9), CONFIG)
+    # Assert
+    assert report.level == WARN
+    assert report.message.startswith('taken over (LAND) and on the ground: restart the drone')

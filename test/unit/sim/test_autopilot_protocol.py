@@ -134,10 +134,17 @@ def test_low_battery_denies_arming_with_a_status_text(start_sim, client_factory)
     client = client_factory()
     # Execute
     ack = client.command_long(mavlink.MAV_CMD_COMPONENT_ARM_DISARM, 1)
-    texts = [m.text for m in client.received if m.get_type() == 'STATUSTEXT']
-    # Assert: the reason comes as STATUSTEXT just before the ACK, as PX4 does.
-    assert ack.result == mavlink.MAV_RESULT_DENIED
-    assert any('battery' in text.lower() for text in texts)
+    texts = [(m.text, m.id, m.chunk_seq) for m in client.received
+             if m.get_type() == 'STATUSTEXT']
+    # Assert: as PX4's commander: the failed check, then the generic denial (tab-marked, as a
+    # text doubling an event; 52 characters: two chunks of one id), before a
+    # TEMPORARILY_REJECTED ACK
+    assert ack.result == mavlink.MAV_RESULT_TEMPORARILY_REJECTED
+    (check, _, _), (first, chunk_id, seq0), (rest, rest_id, seq1) = texts[-3:]
+    assert check == 'Preflight Fail: low battery\t'
+    assert (first + rest, seq0, seq1) == (
+        'Arming denied: Resolve system health failures first\t', 0, 1)
+    assert chunk_id == rest_id != 0
 
 
 def test_arm_is_reported_in_the_next_heartbeat(start_sim, client_factory):
@@ -439,7 +446,7 @@ def test_gps_loss_clears_health_bits_and_denies_arming(start_sim, client_factory
     # Assert
     assert not status.onboard_control_sensors_health & mavlink.MAV_SYS_STATUS_SENSOR_GPS
     assert not status.onboard_control_sensors_health & mavlink.MAV_SYS_STATUS_PREARM_CHECK
-    assert ack.result == mavlink.MAV_RESULT_DENIED
+    assert ack.result == mavlink.MAV_RESULT_TEMPORARILY_REJECTED
 
 
 def test_random_commands_and_items_never_raise_inside_the_sim(start_sim, client_factory, caplog,

@@ -18,7 +18,7 @@ from fl_uav.vehicle.mavsdk_vehicle import (
     StatusText,
     _Telemetry,
     log_mavsdk_line,
-    recent_status_text,
+    recent_status_texts,
 )
 from fl_uav.world.geo import GeoOrigin
 
@@ -71,6 +71,7 @@ def test_full_flight_connect_to_landing(sim_factory):
     waypoints = [WaypointEnu(40.0, 30.0, 10.0), WaypointEnu(40.0, -10.0, 15.0),
                  WaypointEnu(-10.0, -20.0, 12.0)]
     progress: list[MissionProgress] = []
+    return_alt_m = None
 
     async def scenario():
         vehicle = MavsdkVehicle(_url(sim, 0), sim.config.origin)
@@ -78,6 +79,8 @@ def test_full_flight_connect_to_landing(sim_factory):
         try:
             await vehicle.connect(timeout_s=15.0)
             home = vehicle.home_enu_m
+            nonlocal return_alt_m
+            return_alt_m = vehicle.rtl_return_alt_m
             await vehicle.arm()
             await vehicle.takeoff(10.0)
             at_altitude = truth.position_enu_m
@@ -97,6 +100,7 @@ def test_full_flight_connect_to_landing(sim_factory):
     home, at_altitude, after_goto, pose, battery, reached, after_mission = asyncio.run(scenario())
     # Assert
     assert home == pytest.approx((0.0, 0.0, 0.0), abs=0.01)
+    assert return_alt_m == pytest.approx(15.0)       # the simulator's RTL_RETURN_ALT
     assert at_altitude[2] == pytest.approx(10.0, abs=0.5)
     assert math.dist(after_goto, (20.0, 30.0, 12.0)) < 1.0
     assert math.dist((pose.east_m, pose.north_m, pose.up_m), (20.0, 30.0, 12.0)) < 1.0
@@ -230,28 +234,37 @@ def test_autopilot_status_texts_and_mode_changes_are_logged_and_explain_a_refusa
     # Act
     with caplog.at_level(logging.INFO, logger='fl_uav.vehicle.mavsdk_vehicle'):
         refusal = asyncio.run(scenario())
-    # Assert: the refusal names the autopilot's reason, not only COMMAND_DENIED
-    assert refusal == (f'{url}: arm refused by the autopilot: COMMAND_DENIED '
-                       '(autopilot: "Arming denied: low battery")'), refusal
+    # Assert: the refusal names the failed check PX4 reports before its generic denial, not
+    # only COMMAND_DENIED or "Resolve system health failures first"
+    assert refusal == (f'{url}: arm refused by the autopilot: COMMAND_DENIED (autopilot: '
+                       '"Preflight Fail: low battery"; '
+                       '"Arming denied: Resolve system health failures first")'), refusal
     # ... and every status text is in the log with the URL, PX4's CRITICAL as ERROR
     errors = _messages(caplog, logging.ERROR)
-    for text in ('Arming denied: low battery', 'Critical battery', 'Failsafe activated'):
+    for text in ('Arming denied: Resolve system health failures first', 'Critical battery',
+                 'Failsafe activated'):
         assert f'{url}: autopilot says: {text} (CRITICAL)' in errors, errors
+    assert f'{url}: autopilot says: Preflight Fail: low battery (EMERGENCY)' in _messages(
+        caplog, logging.CRITICAL)
     infos = _messages(caplog, logging.INFO)
     assert f'{url}: flight mode HOLD -> TAKEOFF' in infos, infos
     assert f'{url}: flight mode HOLD -> RETURN_TO_LAUNCH' in infos, infos
 
 
-def test_a_refusal_quotes_only_a_recent_warning_or_worse():
-    # Arrange: status texts of one vehicle (received_s on the monotonic clock)
-    old = StatusText(10.0, 'CRITICAL', 'Arming denied: no GPS fix')
-    reason = StatusText(20.0, 'CRITICAL', 'Arming denied: low battery')
+def test_a_refusal_quotes_only_recent_warnings_or_worse_oldest_first():
+    # Arrange: status texts of one vehicle (received_s on the monotonic clock): PX4 refuses an
+    # arm with the failed check's text, then its generic denial
+    old = StatusText(10.0, 'CRITICAL', 'Preflight Fail: GPS fix too low')
+    check = StatusText(19.9, 'EMERGENCY', 'Preflight Fail: low battery')
+    denial = StatusText(20.0, 'CRITICAL', 'Arming denied: Resolve system health failures first')
     chatter = StatusText(20.5, 'INFO', 'Takeoff detected')
-    # Act / Assert: the newest warning within STATUS_TEXT_RECENT_S, past INFO chatter
-    assert recent_status_text([old, reason, chatter], 21.0) == reason
-    assert recent_status_text([old, reason], 20.0 + STATUS_TEXT_RECENT_S + 0.1) is None
-    assert recent_status_text([chatter], 21.0) is None
-    assert recent_status_text([], 21.0) is None
+    again = StatusText(20.6, 'CRITICAL', 'Arming denied: Resolve system health failures first')
+    # Act / Assert: every warning within STATUS_TEXT_RECENT_S, oldest first, past INFO chatter
+    assert recent_status_texts([old, check, denial, chatter], 21.0) == [check, denial]
+    assert recent_status_texts([old, check, denial, again], 21.0) == [check, again]
+    assert recent_status_texts([old, denial], 20.0 + STATUS_TEXT_RECENT_S + 0.1) == []
+    assert recent_status_texts([chatter], 21.0) == []
+    assert recent_status_texts([], 21.0) == []
 
 
 def test_a_repeated_mavsdk_line_is_logged_once_per_interval_with_the_count(caplog):
@@ -439,3 +452,30 @@ def test_a_nan_altitude_still_reaches_the_pose_the_agent_refuses_to_label():
                                          relative_altitude_m=math.nan))
     # Assert
     assert math.isnan(vehicle._t.pose.up_m) and not vehicle.telemetry_rejected
+
+
+def test_no_home_yet_at_connect_is_waited_for_not_refused(caplog):
+    # Arrange: MAVSDK's home getter answers all-NaN until PX4 has a home (its first GPS fix),
+    # here for the first 12 polls, as at every connect before the HOME_POSITION arrives
+    vehicle = MavsdkVehicle('udpin://127.0.0.1:1', GeoOrigin(47.0, 8.0, 400.0))
+    vehicle._t = _Telemetry()
+    unset = SimpleNamespace(latitude_deg=math.nan, longitude_deg=math.nan,
+                            absolute_altitude_m=math.nan, relative_altitude_m=math.nan)
+    home = SimpleNamespace(latitude_deg=47.0, longitude_deg=8.0, absolute_altitude_m=400.0,
+                           relative_altitude_m=0.0)
+    answers = [unset] * 12 + [home]
+
+    async def _home():
+        return answers.pop(0) if len(answers) > 1 else answers[0]
+
+    async def _health_all_ok():
+        return True
+
+    vehicle._telemetry = SimpleNamespace(home=_home, health_all_ok=_health_all_ok)
+    # Act
+    with caplog.at_level(logging.WARNING, logger='fl_uav.vehicle.mavsdk_vehicle'):
+        asyncio.run(asyncio.wait_for(vehicle._seed_from_getters(period_s=0.0), 5.0))
+    # Assert: the home is taken once known; nothing was refused, counted or logged
+    assert vehicle._t.home_geodetic == (47.0, 8.0, 400.0)
+    assert not vehicle.telemetry_rejected
+    assert not _messages(caplog, logging.WARNING)
