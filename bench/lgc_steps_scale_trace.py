@@ -31,8 +31,9 @@ import numpy as np
 import fl_uav.learning.vectorized as vectorized
 from fl_uav.configschema import build_config, read_params_file
 from fl_uav.planning.lgc_control import LINEAR_STEPS_FACTOR, LgcDecision, fit_steps_scale
-from fl_uav.sim.experiment import ExperimentEngine, Stream, stream_seed
+from fl_uav.sim.experiment import ExperimentEngine
 from fl_uav.sim.experiment_config import ExperimentConfig
+from fl_uav.streams import Stream, stream_seed
 
 REPO = Path(__file__).resolve().parents[1]
 

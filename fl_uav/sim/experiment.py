@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import csv
 import dataclasses
-import enum
 import functools
 import hashlib
 import importlib.metadata
@@ -103,6 +102,7 @@ from fl_uav.sim.resource_planning import (
     build_round_resources,
     write_knobs,
 )
+from fl_uav.streams import Stream, stream_rng, stream_seed
 
 ROUNDS_FILE = 'rounds.csv'
 SUMMARY_FILE = 'summary.json'
@@ -116,46 +116,6 @@ ROUND_COLUMNS = ('round', 'accuracy', 'loss', 'participants', 'late', 'lost', 'u
                  'energy_max_j', 'energy_total_j', 'train_loss_mean', 'wall_s')
 _INT_COLUMNS = ('round', 'participants', 'late', 'lost')
 _BYTE_COLUMNS = ('uplink_bytes', 'downlink_bytes')    # ints, written as ints again on resume
-
-
-class Stream(enum.IntEnum):
-    """The purposes of the engine's random streams: :func:`stream_seed` keys each stream by
-    (seed, round, purpose, index), so two purposes or two drones never share one. The
-    aggregation strategy gets the run's seed itself (its documented contract), so no other
-    stream is seeded with it directly (FedDPQ's draws were the split's and partition's)."""
-
-    SPLIT = 1             # the stratified train/test split (round 0)
-    TEST_SUBSET = 2       # which test samples data.max_test_samples keeps (round 0)
-    PARTITION = 3         # each drone's share of the training set (round 0)
-    WORLD_DATA = 4        # data.dataset world: the frames' poses and nuisances (round 0)
-    DISTANCES = 5         # the drones' distances to the station (round 0)
-    ARRIVALS = 6          # a round's online data arrivals
-    LINK = 7              # a round's fading draws (upload rates)
-    PACKET_ERRORS = 8     # a round's packet-error draws (FedDPQ eqs. (16)-(17))
-    GLOBAL_RANDOM = 9     # np.random's and random's global seed in a round (plug-ins)
-    BATCHES = 10          # drone ``index``'s training seed in a round (batch order, its draws)
-    COMPRESSOR = 11       # drone ``index``'s compressor draws in a round
-
-
-def stream_seed(seed: int, round_index: int, purpose: Stream, index: int = 0) -> int:
-    """The 64-bit seed of one random stream: run ``seed``, round, purpose, drone ``index``.
-
-    One SeedSequence entropy word per key (``[seed, round, purpose, index]``), so distinct
-    keys are distinct streams for any number of drones or rounds (not sums of small tags,
-    where drone k + 10's batches were drone k's compressor draws); 64 bits so that seeds
-    of different keys coincide with probability ~n²/2⁶⁵ (32 bits: likely from ~10⁵ seeds).
-    """
-    if min(seed, round_index, int(purpose), index) < 0:
-        raise ValueError(f'stream_seed needs non-negative keys, got seed {seed}, round '
-                         f'{round_index}, purpose {purpose!r}, index {index}')
-    entropy = [int(seed), int(round_index), int(purpose), int(index)]
-    return int(np.random.SeedSequence(entropy).generate_state(1, np.uint64)[0])
-
-
-def stream_rng(seed: int, round_index: int, purpose: Stream, index: int = 0
-               ) -> np.random.Generator:
-    """A generator on the stream :func:`stream_seed` keys."""
-    return np.random.default_rng(stream_seed(seed, round_index, purpose, index))
 
 
 class ExperimentError(RuntimeError):

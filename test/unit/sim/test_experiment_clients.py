@@ -210,12 +210,8 @@ def test_a_diverging_osafl_drone_is_named_after_a_replay_with_its_own_step_count
     import numpy as np
 
     from fl_uav.learning.vectorized import client_batches
-    from fl_uav.sim.experiment import (
-        ExperimentError,
-        Stream,
-        load_experiment_data,
-        stream_seed,
-    )
+    from fl_uav.sim.experiment import ExperimentError, load_experiment_data
+    from fl_uav.streams import Stream, stream_seed
 
     # Arrange: the config's one step (max_steps 1) is finite, OSAFL's κ = 4 steps reach NaNs
     config = _config(**{'learning.client_algorithm': 'osafl', 'aggregation.strategy': 'osafl',
@@ -255,7 +251,7 @@ def test_engine_osafl_round_matches_the_papers_equations_from_the_client_deltas(
 
     from fl_uav.learning.client_algorithms import OsaflClient
     from fl_uav.learning.vectorized import exact_steps_config, train_clients_sequential
-    from fl_uav.sim.experiment import Stream, stream_seed
+    from fl_uav.streams import Stream, stream_seed
 
     # Arrange: online FIFO buffers, κ ~ U{1..6}, a decaying local rate
     engine = ExperimentEngine(_config(**{

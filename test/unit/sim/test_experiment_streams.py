@@ -48,17 +48,6 @@ def test_every_drones_batch_and_compressor_streams_of_a_round_are_distinct(tmp_p
     assert len(set(streams.values())) == 200
 
 
-@pytest.mark.parametrize('keys', [(-1, 0, 1, 0), (0, -1, 1, 0), (0, 0, 1, -1)])
-def test_a_negative_stream_key_is_refused_by_name(keys):
-    from fl_uav.sim.experiment import Stream, stream_seed
-
-    # Arrange
-    seed, round_index, purpose, index = keys
-    # Act + Assert
-    with pytest.raises(ValueError, match=r'stream_seed needs non-negative keys, got seed'):
-        stream_seed(seed, round_index, Stream(purpose), index)
-
-
 def test_the_split_test_subset_partition_and_strategy_draw_from_four_streams(monkeypatch):
     from fl_uav.sim.experiment import load_experiment_data, partition_data
 
