@@ -39,6 +39,11 @@ class Stream(enum.IntEnum):
     LGC_DDPG = 16         # a drone's DDPG training (round 0) or fine-tuning (its round)
     DDPG_AGENT = 17       # in one DDPG run: the agent's init, exploration and minibatches
     DDPG_ENV = 18         # in one DDPG run: its surrogate's draws (fading)
+    # 2CEOAFL trajectories (fl_uav.fleet.onboard_planner, fl_uav.planning.plan_request)
+    REGION_SAMPLES = 19   # fl-uav plan: the positions class regions are fitted to
+    REGION_FIT = 20       # the class regions' k-means++ initialisation (2CEOAFL eq. (1))
+    CLASS_PRIORITIES = 21  # ψ's mixing matrix M_u (2CEOAFL eq. (2))
+    TRAJECTORY = 22       # a trajectory's own draws (fl-uav plan's random baseline)
 
 
 def stream_seed(seed: int, round_index: int, purpose: Stream, index: int = 0) -> int:
