@@ -1,10 +1,12 @@
 """The project's random streams: one table of purposes, one seed function (no ROS, no torch).
 
 A stream is keyed by (run seed, round, purpose, index): ``SeedSequence([seed, round, purpose,
-index])``, one entropy word per key, so two purposes, drones or runs never share a stream
-whatever the fleet size. Seeds made by adding small integers (``10 + drone`` beside
-``20 + drone``, ``seed * 1000 + drone``) share streams as soon as one key outgrows its slot:
-drone k + 10's batches were drone k's compressor draws in the engine with 10 or more drones.
+index])``. With the round and index below 2³² (one entropy word each) and the seed below 2⁶⁴
+(one word, two from 2³² on, which makes the sequence longer, not another key's), distinct keys
+are distinct entropy, so two purposes, drones or runs never share a stream whatever the fleet
+size. Seeds made by adding small integers (``10 + drone`` beside ``20 + drone``, ``seed * 1000
++ drone``) share streams as soon as one key outgrows its slot: drone k + 10's batches were
+drone k's compressor draws in the engine with 10 or more drones.
 The run seed is ``seed`` in the engine and ``world.seed`` in the fleet.
 """
 
@@ -51,12 +53,13 @@ def stream_seed(seed: int, round_index: int, purpose: Stream, index: int = 0) ->
 
     64 bits so that seeds of different keys coincide with probability ~n²/2⁶⁵ (32-bit seeds
     are likely to: half the time from ~77,000 seeds, e.g. 1000 drones × 40 rounds × 2).
-    ValueError names a negative key (SeedSequence takes none).
+    ValueError names a key out of range (negative, or wider than the words above).
     """
     keys = [int(seed), int(round_index), int(purpose), int(index)]
-    if min(keys) < 0:
-        raise ValueError(f'stream_seed needs non-negative keys, got seed {seed}, round '
-                         f'{round_index}, purpose {purpose!r}, index {index}')
+    if min(keys) < 0 or keys[0] >= 2**64 or max(keys[1:]) >= 2**32:
+        raise ValueError(f'stream_seed needs a seed in [0, 2**64) and a round and index in '
+                         f'[0, 2**32), got seed {seed}, round {round_index}, purpose '
+                         f'{purpose!r}, index {index}')
     return int(np.random.SeedSequence(keys).generate_state(1, np.uint64)[0])
 
 

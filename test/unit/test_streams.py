@@ -23,10 +23,12 @@ def test_a_runs_drone_is_not_the_next_runs_drone_shifted():
     assert stream_seed(1, 1, Stream.BATCHES, 0) != stream_seed(0, 1, Stream.BATCHES, 1)
 
 
-@pytest.mark.parametrize('keys', [(-1, 0, 1, 0), (0, -1, 1, 0), (0, 0, 1, -1)])
-def test_a_negative_stream_key_is_refused_by_name(keys):
+@pytest.mark.parametrize('keys', [(-1, 0, 1, 0), (0, -1, 1, 0), (0, 0, 1, -1), (2**64, 0, 1, 0),
+                                  (0, 2**32, 1, 0), (0, 0, 1, 2**32)])
+def test_a_stream_key_out_of_range_is_refused_by_name(keys):
     # Arrange
     seed, round_index, purpose, index = keys
     # Act + Assert
-    with pytest.raises(ValueError, match=r'stream_seed needs non-negative keys, got seed'):
+    with pytest.raises(ValueError, match=r'stream_seed needs a seed in \[0, 2\*\*64\) and a '
+                                         r'round and index in \[0, 2\*\*32\), got seed'):
         stream_seed(seed, round_index, Stream(purpose), index)
