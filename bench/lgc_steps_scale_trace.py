@@ -31,8 +31,9 @@ import numpy as np
 import fl_uav.learning.vectorized as vectorized
 from fl_uav.configschema import build_config, read_params_file
 from fl_uav.planning.lgc_control import LINEAR_STEPS_FACTOR, LgcDecision, fit_steps_scale
-from fl_uav.sim.experiment import ExperimentEngine, _round_seed
+from fl_uav.sim.experiment import ExperimentEngine
 from fl_uav.sim.experiment_config import ExperimentConfig
+from fl_uav.streams import Stream, stream_seed
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -70,7 +71,7 @@ def main() -> None:
         knobs = engine.resources.knobs(r, list(range(config.num_drones)))
         steps = [knobs[k]['local_steps'] for k in range(config.num_drones)]
         data = [(engine.data.train_x[p], engine.data.train_y[p]) for p in engine.parts]
-        seeds = [_round_seed(config.seed, r, 10 + k) for k in range(config.num_drones)]
+        seeds = [stream_seed(config.seed, r, Stream.BATCHES, k) for k in range(config.num_drones)]
         lr = config.learning.lr * config.learning.lr_decay ** (r - 1)
         engine._trainer.config = dataclasses.replace(engine.train_config, lr=lr)
         step_losses.clear()

@@ -81,6 +81,7 @@ from fl_uav.planning.coverage import PlanWaypoint
 from fl_uav.planning.feddpq_opt import BITS_KNOB, TOPUP_KNOB
 from fl_uav.planning.lgc_control import ENTRIES_KNOB
 from fl_uav.plugins import is_plugin_spec, raised_at
+from fl_uav.streams import Stream, stream_rng, stream_seed
 from fl_uav.values import is_finite_number
 from fl_uav.world.dataset import to_model_input
 from fl_uav.world.labeler import MapLabeler
@@ -450,7 +451,8 @@ class DroneAgent:
             train_start = time.perf_counter()
             result = self._client.train(
                 self._model, task.weights, inputs, labels, train_config,
-                seed=hash((self.drone_id, task.round_index)) & 0xFFFFFFFF, knobs=knobs,
+                seed=stream_seed(self.config.world.seed, task.round_index,
+                                 Stream.FLEET_BATCHES, self.drone_id), knobs=knobs,
                 should_stop=stop)
             train_end = time.perf_counter()
             train_s = train_end - train_start
@@ -662,7 +664,8 @@ class DroneAgent:
             if delta_c is None:
                 delta_c = {name: np.zeros_like(w) for name, w in delta.items()}
             delta = {**delta, **with_prefix(delta_c, DELTA_C_TENSOR_PREFIX)}
-        rng = np.random.default_rng((self.config.world.seed, self.drone_id, task.round_index))
+        rng = stream_rng(self.config.world.seed, task.round_index, Stream.FLEET_COMPRESSOR,
+                         self.drone_id)
         compressor = self._planned.select(self._compressor, applied.get(BITS_KNOB),
                                           applied.get(ENTRIES_KNOB))
         sent, _ = compressor.compress(delta, rng, round_index=task.round_index,

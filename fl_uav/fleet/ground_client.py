@@ -61,6 +61,7 @@ from fl_uav.learning.weights import (
     set_weights,
     weight_shapes,
 )
+from fl_uav.streams import Stream, stream_seed
 from fl_uav.world.camera import AerialRenderer
 from fl_uav.world.dataset import (
     HELDOUT_ALTITUDE_RANGE_M,
@@ -241,7 +242,8 @@ class GroundClient:
         steps, self._pending_steps = self._pending_steps, 0
         torch.set_num_threads(self.config.learning.torch_threads)
         set_weights(self._model, self._base)
-        seed = hash((self.client_id, self._base_round)) & 0xFFFFFFFF
+        seed = stream_seed(self.config.world.seed, self._base_round, Stream.CLIENT_BATCHES,
+                           self.client_id)
         config = dataclasses.replace(self._train_config, max_steps=steps,
                                      local_epochs=max(1, math.ceil(
                                          steps * self._train_config.batch_size

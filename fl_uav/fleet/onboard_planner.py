@@ -91,6 +91,7 @@ from fl_uav.planning.trajectory import (
     plan_trajectory_detailed,
     total_path_m,
 )
+from fl_uav.streams import Stream, stream_seed
 from fl_uav.world.camera import footprint_m
 from fl_uav.world.labeler import MapLabeler
 from fl_uav.world.landcover import CLASS_NAMES
@@ -281,10 +282,6 @@ def map_geotags(labeler: MapLabeler, fence: Geofence, altitude_m: float) -> Geot
                           fence, footprint_m(altitude_m, labeler.fov_deg))
 
 
-def _seed_of(*parts: int) -> int:
-    return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
-
-
 class OnboardPlanner:
     """Chooses each round's mission: the station's sweep, or the drone's own 2CEOAFL plan."""
 
@@ -316,6 +313,11 @@ class OnboardPlanner:
         self._propulsion = ConstantPower(config.trajectory.cruise_power_w,
                                          config.trajectory.hover_power_w)
 
+    def _seed(self, purpose: Stream) -> int:
+        """This drone's seed for one purpose (its regions' fit, its M_u, its trajectory):
+        one stream each of (world.seed, purpose, drone), not one seed for all three."""
+        return stream_seed(self.config.world.seed, 0, purpose, self.drone_id)
+
     @property
     def onboard(self) -> bool:
         """Whether this drone plans its own trajectory (trajectory.planner 2ceoafl)."""
@@ -346,7 +348,7 @@ class OnboardPlanner:
         keep = counts[labels] >= traj.min_samples_per_class
         regions = fit_class_regions(positions[keep], labels[keep], self.num_classes,
                                     components_per_class=traj.components_per_class,
-                                    seed=_seed_of(self.config.world.seed, self.drone_id))
+                                    seed=self._seed(Stream.REGION_FIT))
         return pure_regions(regions, positions, labels, traj.zeta)
 
     def priorities(self, first_round: int) -> np.ndarray:
@@ -354,7 +356,7 @@ class OnboardPlanner:
         the whole run's ψ (T = rounds.num_rounds), M_u seeded per drone."""
         num_rounds = self.config.rounds.num_rounds
         psi = class_priorities(num_rounds, self.num_classes,
-                               seed=_seed_of(self.config.world.seed, self.drone_id))
+                               seed=self._seed(Stream.CLASS_PRIORITIES))
         return psi[first_round - 1:]
 
     def held_mass(self, rounds_flown: int) -> np.ndarray:
@@ -430,7 +432,7 @@ class OnboardPlanner:
         constraints = self.constraints(len(psi))
         start = (float(start_enu_m[0]), float(start_enu_m[1]))
         result = plan_trajectory_detailed(regions, psi, start, constraints,
-                                          seed=_seed_of(self.config.world.seed, self.drone_id),
+                                          seed=self._seed(Stream.TRAJECTORY),
                                           held_mass=held)
         return OnboardTrajectory(first_round, tuple(result.waypoints), tuple(result.classes),
                                  result.objective, tuple(regions), start, constraints.step_m,

@@ -75,6 +75,7 @@ from fl_uav.netmodel.payload import (
     lgc_comm_energy_j,
 )
 from fl_uav.netmodel.radio import RadioLink
+from fl_uav.streams import Stream, stream_seed
 
 # Knob names in the per-drone dict (the keys the client side reads, see fl_uav.planning).
 LOCAL_STEPS_KNOB = 'local_steps'
@@ -736,14 +737,17 @@ class TrainingLog:
 
 def train_ddpg(config: LgcEnvConfig, ddpg: DdpgConfig | None = None, seed: int = 0,
                episode_rounds: int = 50) -> tuple[DdpgAgent, TrainingLog]:
-    """Train one drone's agent online against :class:`LgcEnv` (one torch thread, seeded)."""
+    """Train one drone's agent online against :class:`LgcEnv` (one torch thread, seeded):
+    the agent (init, exploration, minibatches) and the surrogate (fading) on two streams of
+    ``seed``, so the agent's random actions are not the channel's draws."""
     ddpg = ddpg or DdpgConfig()
     if episode_rounds < 1:
         raise ValueError(f'episode_rounds must be >= 1, got {episode_rounds}')
     with one_torch_thread():
-        agent = DdpgAgent(config.state_dim, config.action_dim, ddpg, seed=seed)
-        log = _run_ddpg(agent, LgcEnv(config, seed=seed), ddpg.train_steps, ddpg.warmup_steps,
-                        episode_rounds)
+        agent = DdpgAgent(config.state_dim, config.action_dim, ddpg,
+                          seed=stream_seed(seed, 0, Stream.DDPG_AGENT))
+        log = _run_ddpg(agent, LgcEnv(config, seed=stream_seed(seed, 0, Stream.DDPG_ENV)),
+                        ddpg.train_steps, ddpg.warmup_steps, episode_rounds)
     return agent, log
 
 
@@ -753,17 +757,18 @@ def finetune_ddpg(agent: DdpgAgent, config: LgcEnvConfig, train_steps: int, seed
     surrogate ``config``: the replay buffer is emptied first (its rewards were computed with
     the old progress model), then ``warmup_steps`` uniform random actions (default: one
     minibatch) and OU noise decaying to zero, as in :func:`train_ddpg`. Seeded by ``seed``
-    (the environment's fading draws and the agent's sampling), so a replay gives the same
-    agent."""
+    (the environment's fading draws and the agent's sampling, on two streams of it), so a
+    replay gives the same agent."""
     if train_steps < 1 or episode_rounds < 1:
         raise ValueError(f'train_steps and episode_rounds must be >= 1, got {train_steps}, '
                          f'{episode_rounds}')
     warmup = agent.config.batch_size if warmup_steps is None else int(warmup_steps)
     agent.buffer.size = agent.buffer._next = 0
-    agent.rng = np.random.default_rng(seed)
+    agent.rng = np.random.default_rng(stream_seed(seed, 0, Stream.DDPG_AGENT))
     agent.noise.rng = agent.rng
+    env = LgcEnv(config, seed=stream_seed(seed, 0, Stream.DDPG_ENV))
     with one_torch_thread():
-        return _run_ddpg(agent, LgcEnv(config, seed=seed), train_steps, warmup, episode_rounds)
+        return _run_ddpg(agent, env, train_steps, warmup, episode_rounds)
 
 
 def _run_ddpg(agent: DdpgAgent, env: LgcEnv, train_steps: int, warmup_steps: int,

@@ -51,6 +51,7 @@ from fl_uav.planning.trajectory import (
     total_path_m,
     two_ceoafl_objective,
 )
+from fl_uav.streams import Stream, stream_rng, stream_seed
 from fl_uav.world.landcover import LandCoverMap, WorldConfig, generate_world
 
 PLAN_KINDS = ('trajectory', 'routes')
@@ -217,11 +218,11 @@ def _regions(request: TrajectoryRequest, world: LandCoverMap,
              seed: int) -> list[GaussianRegion]:
     if request.regions == 'map':
         return regions_from_landcover(world.regions)
-    rng = np.random.default_rng(seed)
+    rng = stream_rng(seed, 0, Stream.REGION_SAMPLES)
     positions = rng.uniform(0.0, world.size_m, (request.fit_samples, 2))
     labels = np.array([world.class_at(e, n) for e, n in positions])
     return fit_class_regions(positions, labels, world.num_classes,
-                             request.components_per_class, seed)
+                             request.components_per_class, stream_seed(seed, 0, Stream.REGION_FIT))
 
 
 def _method_figures(waypoints: list[PlanWaypoint], regions: list[GaussianRegion],
@@ -241,7 +242,8 @@ def plan_trajectory_request(config: PlanConfig) -> TrajectoryOutcome:
     request = config.trajectory
     world = generate_world(config.world)
     regions = _regions(request, world, config.seed)
-    psi = class_priorities(request.num_rounds, world.num_classes, config.seed)
+    psi = class_priorities(request.num_rounds, world.num_classes,
+                           stream_seed(config.seed, 0, Stream.CLASS_PRIORITIES))
     fence = geofence_box(world.size_m, request.margin_m)
     start = (request.start_east_m, request.start_north_m)
     constraints = TrajectoryConstraints(
@@ -250,12 +252,13 @@ def plan_trajectory_request(config: PlanConfig) -> TrajectoryOutcome:
         round_time_s=request.round_time_s, budget_m=request.budget_m, zeta=request.zeta,
         eps_tol=request.eps_tol, max_iterations=request.max_iterations,
         time_limit_s=request.time_limit_s)
-    plan = plan_trajectory_detailed(regions, psi, start, constraints, seed=config.seed)
+    trajectory_seed = stream_seed(config.seed, 0, Stream.TRAJECTORY)
+    plan = plan_trajectory_detailed(regions, psi, start, constraints, seed=trajectory_seed)
     length_m = total_path_m(start, plan.waypoints)
     baselines = {
         'lawnmower': lawnmower_baseline(fence, start, request.num_rounds, length_m,
                                         request.altitude_m, constraints.step_m),
-        'random': random_baseline(constraints, start, request.num_rounds, config.seed)}
+        'random': random_baseline(constraints, start, request.num_rounds, trajectory_seed)}
     methods = {'2ceoafl': plan.waypoints, **baselines}
     figures = {
         'kind': 'trajectory', 'num_rounds': request.num_rounds,

@@ -12,7 +12,9 @@ per-round policy (local steps H, entries per channel D_n over priced channels).
 
 Results go to DIR/rounds.csv (one row per round, appended as it happens), DIR/summary.json and
 plots; DIR/checkpoint.npz after every ``checkpoint_every`` rounds makes ``--resume`` possible.
-All randomness is derived from (seed, round, drone), so a resumed run equals an uninterrupted one.
+All randomness is derived from (seed, round, purpose, drone) (:class:`Stream`,
+:func:`stream_seed`), so a resumed run equals an uninterrupted one and no two purposes or drones
+share a random stream, whatever the fleet size.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ from fl_uav.sim.resource_planning import (
     build_round_resources,
     write_knobs,
 )
+from fl_uav.streams import Stream, stream_rng, stream_seed
 
 ROUNDS_FILE = 'rounds.csv'
 SUMMARY_FILE = 'summary.json'
@@ -108,8 +111,6 @@ CONFIG_FILE = 'config.json'
 GIT_TIMEOUT_S = 5.0
 """Longest wait for git when a summary records the source commit."""
 EXPRESS_FILE = 'express.json'
-PER_SEED_TAG = 4               # the packet-error draws' stream of (seed, round, tag)
-GLOBAL_RANDOM_TAG = 5          # np.random's and random's global seed in a round (plug-ins)
 ROUND_COLUMNS = ('round', 'accuracy', 'loss', 'participants', 'late', 'lost', 'uplink_bytes',
                  'downlink_bytes', 'sim_round_s', 'sim_time_s', 'energy_mean_j',
                  'energy_max_j', 'energy_total_j', 'train_loss_mean', 'wall_s')
@@ -149,10 +150,11 @@ def load_experiment_data(config: ExperimentConfig) -> TrainTestData:
     else:
         full = (load_digits() if data.dataset == 'digits' else
                 load_image_folder(data.path, image_px=config.learning.input_px))
-        train, test = train_test_split_stratified(full, data.test_fraction, config.seed)
+        train, test = train_test_split_stratified(full, data.test_fraction,
+                                                  stream_seed(config.seed, 0, Stream.SPLIT))
     test_x, test_y = _as_inputs(test), test.labels
     if data.max_test_samples and len(test_y) > data.max_test_samples:
-        keep = np.random.default_rng(config.seed).permutation(len(test_y))
+        keep = stream_rng(config.seed, 0, Stream.TEST_SUBSET).permutation(len(test_y))
         keep = np.sort(keep[:data.max_test_samples])
         test_x, test_y = test_x[keep], test_y[keep]
     return TrainTestData(_as_inputs(train), train.labels, test_x, test_y, train.num_classes)
@@ -167,9 +169,10 @@ def _world_data(config: ExperimentConfig) -> TrainTestData:
 
     fleet = FleetConfig()
     world = world_map(fleet.world)
-    rng = np.random.default_rng(config.seed)
+    rng = stream_rng(config.seed, 0, Stream.WORLD_DATA)
     poses = sample_poses(world, config.data.world_samples, rng)
-    renderer = AerialRenderer(world, fleet.camera, seed=config.seed)
+    renderer = AerialRenderer(world, fleet.camera, seed=config.seed)   # its stream unused:
+    # render_dataset passes ``rng`` (the poses' stream) to every frame
     images, labels = render_dataset(world, renderer, map_labeler(fleet.world, fleet.camera),
                                     poses, rng)
     test_images, test_labels = heldout_set(world, fleet.camera)
@@ -180,7 +183,7 @@ def _world_data(config: ExperimentConfig) -> TrainTestData:
 
 def partition_data(config: ExperimentConfig, data: TrainTestData) -> list[np.ndarray]:
     """Indices of each drone's share of the training set."""
-    k, seed, d = config.num_drones, config.seed, config.data
+    k, seed, d = config.num_drones, stream_seed(config.seed, 0, Stream.PARTITION), config.data
     if d.partition == 'iid':
         return partition.iid(data.train_y, k, seed)
     if d.partition == 'dirichlet':
@@ -201,10 +204,6 @@ def _all_finite(array: np.ndarray) -> bool:
     """No NaN or ±inf in ``array``: its float64 sum is finite exactly then (float32 values
     cannot overflow a float64 sum; NaN and inf propagate), one pass without a mask array."""
     return math.isfinite(float(np.sum(array, dtype=np.float64)))
-
-
-def _round_seed(seed: int, round_index: int, drone: int = 0) -> int:
-    return int(np.random.SeedSequence([seed, round_index, drone]).generate_state(1)[0])
 
 
 class ExperimentEngine:
@@ -231,7 +230,7 @@ class ExperimentEngine:
         self.cpu = CpuDevice(cpu_freq_hz=config.system.cpu_freq_hz,
                              train_cycles_per_sample=config.system.train_cycles_per_sample,
                              gen_cycles_per_sample=config.system.gen_cycles_per_sample)
-        rng = np.random.default_rng(_round_seed(config.seed, 0, 1))
+        rng = stream_rng(config.seed, 0, Stream.DISTANCES)
         self.distance_m = rng.uniform(config.system.distance_min_m,
                                       config.system.distance_max_m, config.num_drones)
         self.weights: Weights = get_weights(self.model)
@@ -278,7 +277,7 @@ class ExperimentEngine:
         d = self.config.data
         if not d.online:
             return self.parts
-        rng = np.random.default_rng(_round_seed(self.config.seed, round_index, 2))
+        rng = stream_rng(self.config.seed, round_index, Stream.ARRIVALS)
         capacity = self.config.buffer.capacity_samples
         for k, part in enumerate(self.parts):
             new = rng.binomial(d.arrivals_e, d.arrivals_p)
@@ -332,8 +331,8 @@ class ExperimentEngine:
         round and put back after it: a plug-in that draws from them (``np.random.normal``)
         instead of its ``rng`` or ``seed`` still gives the same run for the same seed, and a
         resumed run the uninterrupted one's rounds."""
-        with seeded_global_random(_round_seed(self.config.seed, self.round_index + 1,
-                                              GLOBAL_RANDOM_TAG)):
+        with seeded_global_random(stream_seed(self.config.seed, self.round_index + 1,
+                                              Stream.GLOBAL_RANDOM)):
             return self._run_round()
 
     def _run_round(self) -> dict[str, Any]:
@@ -358,7 +357,7 @@ class ExperimentEngine:
         mixed = {k: self._training_data(k, indices[k], knobs.get(k, {}).get(TOPUP_KNOB))
                  for k in active}   # (x, y, generated)
         client_data = [mixed[k][:2] for k in active]
-        seeds = [_round_seed(self.config.seed, r, 10 + k) for k in active]
+        seeds = [stream_seed(self.config.seed, r, Stream.BATCHES, k) for k in active]
         config = dataclasses.replace(self.train_config, lr=lr, proximal_mu=mu)
         results = self._train_clients(r, active, client_data, seeds, config, knobs)
         if self.resources.wants_trace(r):   # lgc_steps_scale auto / online: the measurement
@@ -368,8 +367,8 @@ class ExperimentEngine:
                 if self.resources.online else self._trace_losses(client_data))
         updates, times, energies, losses, uplink, lost = [], [], [], [], 0, 0
         self.last_round_drones: dict[int, dict[str, float]] = {}   # per drone, for inspection
-        rng = np.random.default_rng(_round_seed(self.config.seed, r, 3))
-        per_rng = np.random.default_rng(_round_seed(self.config.seed, r, PER_SEED_TAG))
+        rng = stream_rng(self.config.seed, r, Stream.LINK)
+        per_rng = stream_rng(self.config.seed, r, Stream.PACKET_ERRORS)
         system = self.config.system
         hover_w = self.resources.hover_power_w
         down_bits = 8 * encoded_size(self.weights, {'round': r})
@@ -620,7 +619,7 @@ class ExperimentEngine:
         sent = {n: result.delta[n] for n in self.weights} if plugin else result.delta
         try:
             frame, delta = compressor.compress(
-                sent, np.random.default_rng(_round_seed(self.config.seed, r, 20 + drone)),
+                sent, stream_rng(self.config.seed, r, Stream.COMPRESSOR, drone),
                 round_index=r, sender=drone, fingerprint=self.fingerprint, mask=result.mask,
                 metrics=result.metrics)
         except Exception as exc:

@@ -120,6 +120,7 @@ from fl_uav.sim.experiment_config import (
     ResourcesConfig,
     SystemConfig,
 )
+from fl_uav.streams import Stream, stream_seed
 
 if TYPE_CHECKING:
     from fl_uav.sim.experiment import ExperimentEngine
@@ -338,7 +339,8 @@ class LgcRoundResources(RoundResources):
                 download_s=inputs.download_s, steps_scale=self.steps_scale,
                 entries_scale=r.lgc_entries_scale * dim)
             self.env_configs[k] = env_config
-            envs[k] = LgcEnv(env_config, seed=inputs.seed * 1000 + k)
+            envs[k] = LgcEnv(env_config,
+                             seed=stream_seed(inputs.seed, 0, Stream.LGC_SURROGATE, k))
             mid = decode_action(np.zeros(env_config.action_dim), env_config)
             self.mid_policies[k] = FixedPolicy(mid)
             if r.planner == 'lgc_ddpg' and not (self.auto or self.online):
@@ -395,7 +397,7 @@ class LgcRoundResources(RoundResources):
 
         t0 = time.perf_counter()
         agent, _ = train_ddpg(env_config, DdpgConfig(train_steps=self.ddpg_train_steps),
-                              seed=self.seed * 1000 + drone)
+                              seed=stream_seed(self.seed, 0, Stream.LGC_DDPG, drone))
         self.train_s += time.perf_counter() - t0
         return DdpgPolicy(agent)
 
@@ -439,17 +441,18 @@ class LgcRoundResources(RoundResources):
             env_config = dataclasses.replace(env_config, steps_exponent=fit.exponent)
             self.env_configs[k] = env_config
             rates = self.planner.envs[k].rates
-            self.planner.envs[k] = LgcEnv(env_config, seed=self.seed * 1000 + k)
+            self.planner.envs[k] = LgcEnv(
+                env_config, seed=stream_seed(self.seed, 0, Stream.LGC_SURROGATE, k))
             self.planner.envs[k].rates = rates
             if self.planner_name != 'lgc_ddpg':
                 continue
             if k not in self.agents or self.finetune_steps == 0:
                 self.agents[k], _ = train_ddpg(
                     env_config, DdpgConfig(train_steps=self.ddpg_train_steps),
-                    seed=self.seed * 1000 + k)
+                    seed=stream_seed(self.seed, 0, Stream.LGC_DDPG, k))
             else:
                 finetune_ddpg(self.agents[k], env_config, self.finetune_steps,
-                              seed=(self.seed * 1000 + k) * 1000 + round_index)
+                              seed=stream_seed(self.seed, round_index, Stream.LGC_DDPG, k))
             self.policies[k] = DdpgPolicy(self.agents[k])
         self.train_s += time.perf_counter() - t0
         self.calibrated = True
@@ -486,7 +489,8 @@ class LgcRoundResources(RoundResources):
         for k, env_config in self.env_configs.items():
             env_config = dataclasses.replace(env_config, steps_scale=self.steps_scale)
             self.env_configs[k] = env_config
-            self.planner.envs[k] = LgcEnv(env_config, seed=self.seed * 1000 + k)
+            self.planner.envs[k] = LgcEnv(
+                env_config, seed=stream_seed(self.seed, 0, Stream.LGC_SURROGATE, k))
             if self.planner_name == 'lgc_ddpg':
                 self.planner.policies[k] = self._train_policy(k, env_config)
         self.calibrated = True

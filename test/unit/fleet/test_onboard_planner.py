@@ -478,3 +478,21 @@ def test_the_pilot_flies_the_sweep_mission_through_its_geofence_check():
     flown = [call[1] for call in vehicle.calls if call[0] == 'fly_waypoints']
     assert len(flown) == 2 and not vehicle.rejected
     assert len(flown[1]) == len(agent.tasks[1].plan) > 6
+
+
+def test_a_drones_region_fit_and_its_priorities_have_their_own_seeds(monkeypatch):
+    import fl_uav.fleet.onboard_planner as onboard
+
+    # Arrange: the seeds eq. (1)'s fit and eq. (2)'s M_u are given
+    planner = OnboardPlanner(_config(min_samples_per_class=10), 0, _samples())
+    seeds = {}
+    fit, priorities = onboard.fit_class_regions, onboard.class_priorities
+    monkeypatch.setattr(onboard, 'fit_class_regions', lambda *args, seed, **kwargs: (
+        seeds.setdefault('fit', seed), fit(*args, seed=seed, **kwargs))[1])
+    monkeypatch.setattr(onboard, 'class_priorities', lambda *args, seed: (
+        seeds.setdefault('priorities', seed), priorities(*args, seed=seed))[1])
+    # Act
+    planner.fit_regions()
+    planner.priorities(1)
+    # Assert
+    assert seeds['fit'] != seeds['priorities']

@@ -279,3 +279,29 @@ def test_finetune_continues_the_agent_and_is_seeded():
     assert all(bool((p == q).all()) for p, q in zip(agents[0].actor.parameters(),
                                                      agents[1].actor.parameters()))
     assert logs[0].critic_losses == logs[1].critic_losses
+
+
+def _fresh_state(rng: np.random.Generator) -> int:
+    """The bit generator's position: two generators on one stream have equal states."""
+    return int(rng.bit_generator.state['state']['state'])
+
+
+@pytest.mark.parametrize('run', ['train', 'finetune'])
+def test_the_agents_exploration_and_the_surrogates_fading_are_two_streams(monkeypatch, run):
+    import fl_uav.planning.lgc_control as lgc_control
+
+    # Arrange: the agent and surrogate _run_ddpg is handed, before either draws
+    config = _tiny_config()
+    ddpg = DdpgConfig(hidden=8, train_steps=1, warmup_steps=1, batch_size=4)
+    agent, _ = train_ddpg(config, ddpg, seed=3)
+    seen = []
+    monkeypatch.setattr(lgc_control, '_run_ddpg', lambda agent, env, *rest: seen.append(
+        (_fresh_state(agent.rng), _fresh_state(env.rng))))
+    # Act
+    if run == 'train':
+        train_ddpg(config, ddpg, seed=3)
+    else:
+        finetune_ddpg(agent, config, train_steps=1, seed=3)
+    # Assert
+    [(agent_stream, env_stream)] = seen
+    assert agent_stream != env_stream

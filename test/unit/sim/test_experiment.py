@@ -55,9 +55,15 @@ def test_vectorized_equals_sequential_reference(tmp_path):
     fast = run_experiment(_config(), tmp_path / 'v', echo=lambda _: None)
     slow = run_experiment(_config(**{'engine.vectorized': False}), tmp_path / 's',
                           echo=lambda _: None)
-    assert fast['final_accuracy'] == pytest.approx(slow['final_accuracy'], abs=0.005)
-    assert [float(r['loss']) for r in _rows(tmp_path / 'v')] == pytest.approx(
-        [float(r['loss']) for r in _rows(tmp_path / 's')], rel=1e-3)
+    fast_loss = [float(r['loss']) for r in _rows(tmp_path / 'v')]
+    slow_loss = [float(r['loss']) for r in _rows(tmp_path / 's')]
+    # Round 1: the same batches and the same math, summed in another order (measured <= 1e-5).
+    # Later rounds start from models that already differ in the last bits, and lr 0.1 on two
+    # classes per drone amplifies that: measured up to 1.7e-3 by round 3 and 2 test samples of
+    # 359 (seed 0; seeds 1-5: <= 1.5e-4 and <= 1 sample).
+    assert fast_loss[0] == pytest.approx(slow_loss[0], rel=1e-5)
+    assert fast_loss == pytest.approx(slow_loss, rel=5e-3)
+    assert fast['final_accuracy'] == pytest.approx(slow['final_accuracy'], abs=0.01)
 
 
 def test_resume_continues_exactly_where_it_stopped(tmp_path):

@@ -210,7 +210,8 @@ def test_a_diverging_osafl_drone_is_named_after_a_replay_with_its_own_step_count
     import numpy as np
 
     from fl_uav.learning.vectorized import client_batches
-    from fl_uav.sim.experiment import ExperimentError, _round_seed, load_experiment_data
+    from fl_uav.sim.experiment import ExperimentError, load_experiment_data
+    from fl_uav.streams import Stream, stream_seed
 
     # Arrange: the config's one step (max_steps 1) is finite, OSAFL's κ = 4 steps reach NaNs
     config = _config(**{'learning.client_algorithm': 'osafl', 'aggregation.strategy': 'osafl',
@@ -220,7 +221,8 @@ def test_a_diverging_osafl_drone_is_named_after_a_replay_with_its_own_step_count
     engine = ExperimentEngine(config, tmp_path,
                               data=dataclasses.replace(data, train_x=data.train_x.copy()))
     drone, part = 2, engine.parts[2]
-    first = client_batches(len(part), engine.train_config, _round_seed(config.seed, 1, 10 + drone))
+    first = client_batches(len(part), engine.train_config,
+                           stream_seed(config.seed, 1, Stream.BATCHES, drone))
     assert len(first) == 1
     later = np.setdiff1d(np.arange(len(part)), first[0])
     engine.data.train_x[part[later]] = np.nan
@@ -249,6 +251,7 @@ def test_engine_osafl_round_matches_the_papers_equations_from_the_client_deltas(
 
     from fl_uav.learning.client_algorithms import OsaflClient
     from fl_uav.learning.vectorized import exact_steps_config, train_clients_sequential
+    from fl_uav.streams import Stream, stream_seed
 
     # Arrange: online FIFO buffers, κ ~ U{1..6}, a decaying local rate
     engine = ExperimentEngine(_config(**{
@@ -270,7 +273,7 @@ def test_engine_osafl_round_matches_the_papers_equations_from_the_client_deltas(
     eta = engine.config.learning.lr * 0.5
     for u in updates:
         x, y = engine._training_data(u.sender, engine.buffers[u.sender])[:2]
-        seed = int(np.random.SeedSequence([0, 2, 10 + u.sender]).generate_state(1)[0])
+        seed = stream_seed(0, 2, Stream.BATCHES, u.sender)
         assert u.metrics['steps'] == OsaflClient(1, 6).draw_steps(seed)
         config = exact_steps_config(dataclasses.replace(engine.train_config, lr=eta), len(y),
                                     u.metrics['steps'])

@@ -510,6 +510,28 @@ def test_online_finetune_keeps_the_agents_and_retraining_replaces_them():
     assert all(agents[0][1][k] is not agents[0][0][k] for k in range(5))
 
 
+def test_every_drones_ddpg_training_and_fine_tuning_have_their_own_seeds(monkeypatch):
+    import fl_uav.sim.resource_planning as planning
+
+    # Arrange: train at the first probe, fine-tune at round 3; the seeds each run gets
+    engine = ExperimentEngine(_config(**{**ONLINE, 'resources.lgc_finetune_steps': 20}),
+                              Path('/nonexistent'))
+    seeds = []
+    train, finetune = planning.train_ddpg, planning.finetune_ddpg
+    monkeypatch.setattr(planning, 'train_ddpg', lambda *args, seed, **kwargs: (
+        seeds.append(seed), train(*args, seed=seed, **kwargs))[1])
+    monkeypatch.setattr(planning, 'finetune_ddpg', lambda *args, seed, **kwargs: (
+        seeds.append(seed), finetune(*args, seed=seed, **kwargs))[1])
+    h = np.arange(4)
+    # Act
+    engine.resources.observe_trace(1, (2.3 - 0.01 * h).tolist())
+    engine.resources.observe_trace(3, (2.3 - 0.01 * h ** 0.5).tolist())
+    # Assert: 5 trainings, 5 fine-tunings, no two on one stream (seed * 1000 + k beside
+    # (seed * 1000 + k) * 1000 + round made drone 0's round-3 fine-tuning drone 3's training)
+    assert len(seeds) == 10
+    assert len(set(seeds)) == 10
+
+
 def test_online_probe_curve_ends_at_the_model_the_lgc_server_produced(tmp_path):
     # Setup: two rounds, so round 2's memories are not zero; probes every round
     engine = ExperimentEngine(_config(**{**ONLINE, 'resources.lgc_refit_rounds': 1}), tmp_path)
