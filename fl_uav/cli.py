@@ -57,7 +57,8 @@ def _sim(args: argparse.Namespace) -> int:
     with _terminate_as_interrupt():    # SIGTERM stops the fleet's processes as Ctrl-C does
         summary = run_fleet(FleetRunOptions(
             config_files=args.config or _config_default(), overrides=overrides,
-            out_dir=out, timeout_s=args.timeout, domain_id=args.domain_id))
+            out_dir=out, timeout_s=args.timeout, domain_id=args.domain_id,
+            record=args.record))
     return 0 if summary['status'] == 'finished' else 1
 
 
@@ -287,6 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument('--timeout', type=float, default=1800.0, help='give up after seconds')
     sim.add_argument('--overwrite', action='store_true', help='replace a fleet run that '
                      '--out holds already')
+    sim.add_argument('--record', action='store_true', help='record the run into OUT/bag '
+                     '(fl-uav record: rosbag2 with MCAP storage, for Foxglove and ros2 bag play)')
     sim.set_defaults(func=_sim)
     keygen = sub.add_parser('keygen', help='write Ed25519 key pairs for the ground station, '
                             'each drone and each express ground client (security.keys_dir; '
