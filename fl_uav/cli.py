@@ -57,7 +57,8 @@ def _sim(args: argparse.Namespace) -> int:
     with _terminate_as_interrupt():    # SIGTERM stops the fleet's processes as Ctrl-C does
         summary = run_fleet(FleetRunOptions(
             config_files=args.config or _config_default(), overrides=overrides,
-            out_dir=out, timeout_s=args.timeout, domain_id=args.domain_id))
+            out_dir=out, timeout_s=args.timeout, domain_id=args.domain_id,
+            record=args.record))
     return 0 if summary['status'] == 'finished' else 1
 
 
@@ -218,6 +219,23 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _record(args: argparse.Namespace) -> int:
+    from fl_uav.fleet.recording import BagWriter, RecordingError, TopicSelection, format_summary
+
+    try:     # a bad pattern or --out stops here, before ROS starts and before anything is written
+        selection = TopicSelection(topics=args.topics, exclude=args.exclude,
+                                   record_all=args.all)
+        writer = BagWriter(Path(args.out))
+    except RecordingError as exc:
+        print(f'fl-uav: {exc}', file=sys.stderr)
+        return 1
+    from fl_uav.ros.recorder_node import record
+
+    summary = record(writer, selection, duration_s=args.duration, domain_id=args.domain_id)
+    print(format_summary(summary))
+    return 0
+
+
 def _keys(args: argparse.Namespace) -> int:
     from fl_uav.config_reference import reference
 
@@ -270,6 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument('--timeout', type=float, default=1800.0, help='give up after seconds')
     sim.add_argument('--overwrite', action='store_true', help='replace a fleet run that '
                      '--out holds already')
+    sim.add_argument('--record', action='store_true', help='record the run into OUT/bag '
+                     '(fl-uav record: rosbag2 with MCAP storage, for Foxglove and ros2 bag play)')
     sim.set_defaults(func=_sim)
     keygen = sub.add_parser('keygen', help='write Ed25519 key pairs for the ground station, '
                             'each drone and each express ground client (security.keys_dir; '
@@ -310,6 +330,20 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                       help='override one config key, e.g. --set trajectory.num_rounds=20')
     plan.set_defaults(func=_plan)
+    rec = sub.add_parser('record', help="record the fleet's topics into a rosbag2 directory "
+                         'with MCAP storage (Foxglove; ros2 bag play for rviz)')
+    rec.add_argument('--out', required=True, help='bag directory to create (must not exist)')
+    rec.add_argument('--domain-id', type=_domain_id,
+                     help="ROS_DOMAIN_ID to record (default: the shell's ROS_DOMAIN_ID)")
+    rec.add_argument('--duration', type=float, metavar='S',
+                     help='stop after S seconds (default: at Ctrl-C or SIGTERM)')
+    rec.add_argument('--all', action='store_true', help='every topic, the model frames, '
+                     'express frames and camera images included')
+    rec.add_argument('--topics', metavar='REGEX', help='only topics whose whole name matches '
+                     "REGEX (bulky ones too), e.g. '/uav[0-9]+/pose|/fl/markers'")
+    rec.add_argument('--exclude', metavar='REGEX', help='never topics whose whole name '
+                     'matches REGEX')
+    rec.set_defaults(func=_record)
     keys = sub.add_parser('keys', help='list every config key of a target: default, type or '
                           'choices, and meaning (docs/config_reference.md)')
     keys.add_argument('target', choices=(*TARGET_NAMES, ALL_TARGETS),

@@ -13,7 +13,9 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,17 +28,23 @@ import numpy as np
 from fl_uav.configschema import build_config, to_flat
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.onboard_planner import record_file_name
+from fl_uav.fleet.recording import (
+    READY_LINE,
+    format_summary,
+    read_bag_summary,
+)
 from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
 from fl_uav.planning.trajectory import class_balance
 from fl_uav.plugins import plugin_sources
 from fl_uav.sim.launch_plan import (
+    NodeSpec,
     check_fleet_start,
     fleet_plan,
     merged_parameters,
     run_keys,
     write_params_file,
 )
-from fl_uav.sim.launcher import ProcessGroup, ros_environment
+from fl_uav.sim.launcher import ProcessGroup, RunningNode, ros_environment
 
 AUTOPILOT_LOG_FILE = 'autopilot_log.json'
 CLIENT_LOG_DIR = 'ground_clients'      # ground_client nodes' logs: gc<j>.json
@@ -44,6 +52,8 @@ CLIENT_LOG_DIR = 'ground_clients'      # ground_client nodes' logs: gc<j>.json
 _SERVICE_NODES = ('autopilot_sim_node', 'sim_camera_node', 'ground_client_node')
 SUMMARY_FILE = 'summary.json'
 PLOT_FILE = 'accuracy.png'
+RECORDING_DIR = 'bag'     # --record: the run's rosbag2 directory (MCAP storage)
+RECORDER_READY_TIMEOUT_S = 60.0   # python, rclpy and rosbags imports on a busy machine
 
 
 @dataclass(frozen=True)
@@ -55,6 +65,7 @@ class FleetRunOptions:
     out_dir: Path
     timeout_s: float = 1800.0
     domain_id: int | None = None
+    record: bool = False       # record the fleet's topics into out_dir/RECORDING_DIR
 
 
 def _format_round(row: Mapping[str, Any]) -> str:
@@ -94,12 +105,14 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
         (out / stale).unlink(missing_ok=True)
     for stale in (out / CLIENT_LOG_DIR).glob('gc*.json'):
         stale.unlink()
+    shutil.rmtree(out / RECORDING_DIR, ignore_errors=True)   # an earlier run's recording
     flat.update(run_keys(out, flat, options.overrides))
     config: FleetConfig = build_config(FleetConfig, flat)
     params_file = write_params_file(flat, out / 'params.yaml')
     domain_id = options.domain_id if options.domain_id is not None else random.randint(1, 101)
     env = ros_environment(domain_id, out / 'ros_logs')
     group = ProcessGroup(env, out / 'logs')
+    recorder = ProcessGroup(env, out / 'logs')      # stopped after the fleet's nodes
     specs = fleet_plan(config, out, exit_on_finish=True)
     express = (f' (FedEx express: {config.ground_clients.num_clients} ground clients)'
                if config.mode == 'express' else '')
@@ -110,8 +123,13 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     status = 'running'
     shown = 0
     try:
-        group.start(specs, params_file)
-        while True:
+        not_recording = _start_recorder(recorder, out / RECORDING_DIR) if options.record else None
+        if not_recording:
+            status = 'failed'
+            echo(not_recording)
+        else:
+            group.start(specs, params_file)
+        while status == 'running':
             rows = read_progress(out)
             for row in rows[shown:]:
                 echo(_format_round(row))
@@ -141,11 +159,14 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
             if status == 'interrupted':
                 echo('interrupted: stopping the fleet')
             exit_codes = group.stop()
+            exit_codes.update(recorder.stop())     # after the nodes: it closes the bag
     with _interrupts_ignored():
         wall_s = time.monotonic() - start
         for row in read_progress(out)[shown:]:
             echo(_format_round(row))
         summary = build_summary(out, config, status, wall_s, exit_codes, domain_id)
+        if options.record:
+            summary['recording'] = _recording_summary(out / RECORDING_DIR, echo)
         (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
         plot_accuracy(summary, out / PLOT_FILE)
     final = summary['final_accuracy']
@@ -157,6 +178,39 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     echo(f'{status}: {len(summary["rounds"])} rounds in {wall_s:.0f} s, final accuracy '
          f'{final if final is None else round(final, 3)}; wrote {out / SUMMARY_FILE}')
     return summary
+
+
+def _start_recorder(recorder: ProcessGroup, bag: Path) -> str | None:
+    """Start ``fl-uav record --out bag`` and wait until it listens; None, or why it did not
+    start (its log's tail)."""
+    node = recorder.start_command(NodeSpec('recorder_node', 'recorder'),
+                                  [sys.executable, '-m', 'fl_uav.cli', 'record', '--out',
+                                   str(bag)])
+    deadline = time.monotonic() + RECORDER_READY_TIMEOUT_S
+    while time.monotonic() < deadline and node.process.poll() is None:
+        if READY_LINE in _log_text(node):
+            return None
+        time.sleep(0.2)
+    return (f'--record: the recorder did not start within {RECORDER_READY_TIMEOUT_S:.0f} s '
+            f'(exit code {node.process.poll()}):\n{recorder.tail(node)}')
+
+
+def _log_text(node: RunningNode) -> str:
+    try:
+        return node.log_path.read_text(errors='replace')
+    except OSError:
+        return ''
+
+
+def _recording_summary(bag: Path, echo: Callable[[str], None]) -> dict[str, Any]:
+    """The recording's topics, message counts and size, read back from the bag (echoed)."""
+    try:
+        recording = read_bag_summary(bag)
+    except Exception as exc:  # noqa: BLE001 - rosbags has its own errors; the run is done
+        echo(f'warning: the recording in {bag} does not open: {exc}')
+        return {'path': str(bag), 'error': str(exc)}
+    echo(format_summary(recording))
+    return recording
 
 
 def domain_text(domain_id: int, requested: int | None, shell_domain: str | None) -> str:

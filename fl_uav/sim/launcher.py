@@ -51,16 +51,21 @@ class ProcessGroup:
 
     def start(self, specs: Sequence[NodeSpec], params_file: Path) -> None:
         """Start each spec as ``python -m fl_uav.ros.<executable> --ros-args ...``."""
-        self._log_dir.mkdir(parents=True, exist_ok=True)
         for spec in specs:
-            label = f'{spec.namespace.strip("/")}_{spec.name}'.strip('_')
-            log_path = self._log_dir / f'{label}.log'
-            with open(log_path, 'wb') as log:
-                process = subprocess.Popen(
-                    [sys.executable, '-m', spec.module, *spec.ros_args(params_file)],
-                    env=self._env, stdout=log, stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL, start_new_session=True)
-            self.nodes.append(RunningNode(spec, process, log_path))
+            self.start_command(spec, [sys.executable, '-m', spec.module,
+                                      *spec.ros_args(params_file)])
+
+    def start_command(self, spec: NodeSpec, argv: Sequence[str]) -> RunningNode:
+        """Start ``argv`` as the process of ``spec`` (its label names the log file)."""
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        label = f'{spec.namespace.strip("/")}_{spec.name}'.strip('_')
+        log_path = self._log_dir / f'{label}.log'
+        with open(log_path, 'wb') as log:
+            process = subprocess.Popen(
+                list(argv), env=self._env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True)
+        self.nodes.append(RunningNode(spec, process, log_path))
+        return self.nodes[-1]
 
     def exited(self, executable: str | None = None) -> list[RunningNode]:
         """Nodes (of one executable, or all) whose process has ended."""

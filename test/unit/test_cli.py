@@ -151,3 +151,27 @@ def test_sim_refuses_a_home_outside_the_geofence_before_anything_starts(tmp_path
     assert ('drone 2: its simulated home (east 585.0 m, north 1195.0 m) is outside its '
             'geofence (east [10.0, 1190.0] m, north [10.0, 1190.0] m') in message
     assert not out.exists()
+
+
+@pytest.mark.parametrize(('argv', 'message'), [
+    (['--topics', '/uav[0-9'], "--topics '/uav[0-9' is not a regular expression"),
+    (['--all', '--topics', '/fl/.*'], 'give --all or --topics REGEX, not both'),
+])
+def test_record_refuses_a_bad_selection_before_anything_is_written(tmp_path, capsys, argv,
+                                                                   message):
+    # Act
+    code = main(['record', '--out', str(tmp_path / 'bag'), *argv])
+    # Assert
+    assert code == 1
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / 'bag').exists()
+
+
+def test_record_refuses_an_existing_bag_directory(tmp_path, capsys):
+    # Arrange
+    (tmp_path / 'bag').mkdir()
+    # Act
+    code = main(['record', '--out', str(tmp_path / 'bag')])
+    # Assert
+    assert code == 1
+    assert 'exists already' in capsys.readouterr().err

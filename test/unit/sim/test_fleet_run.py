@@ -9,9 +9,9 @@ import pytest
 
 from fl_uav.configschema import ConfigError, build_config
 from fl_uav.fleet.config import FleetConfig
-from fl_uav.sim.fleet_run import FleetRunOptions, domain_text, run_fleet
+from fl_uav.sim.fleet_run import FleetRunOptions, _start_recorder, domain_text, run_fleet
 from fl_uav.sim.launch_plan import fleet_udp_endpoints, refuse_busy_ports
-from fl_uav.sim.launcher import ProcessGroup
+from fl_uav.sim.launcher import ProcessGroup, ros_environment
 from test.conftest import BIND_PORT_OFFSET, tiny_fleet_overrides
 
 FLEET_YAML = Path(__file__).resolve().parents[3] / 'config' / 'fleet.yaml'
@@ -74,3 +74,14 @@ def test_fl_uav_sim_refuses_a_busy_port_before_it_starts_a_node_or_writes_out(
         with pytest.raises(ConfigError, match='simulated autopilot 0'):
             run_fleet(options, echo=lambda _: None)
     assert not out.exists()
+
+
+def test_a_recorder_that_cannot_start_is_reported_with_its_own_error(tmp_path):
+    # Arrange: a bag whose parent directory does not exist
+    recorder = ProcessGroup(ros_environment(78, tmp_path / 'ros_logs'), tmp_path / 'logs')
+    # Act
+    error = _start_recorder(recorder, tmp_path / 'missing' / 'bag')
+    # Assert
+    assert error is not None and error.startswith('--record: the recorder did not start')
+    assert 'exit code 1' in error and 'no writable directory' in error
+    assert recorder.stop() == {'recorder': 1}
