@@ -310,9 +310,12 @@ class FlightController:
         if self.mode in PREVENTS_ARMING:
             # As PX4: the mode selected last that allows arming (a Return or Land, commanded
             # or a failsafe's, does not outlive the flight).
+            # A finished mission stays finished (armed in Mission, the vehicle holds on the
+            # ground), and its items reached stay on record.
             restored = self._mode_after_disarm
-            self._set_mode(FlightMode.HOLD if restored == FlightMode.MISSION and not self.mission
-                           else restored)
+            if restored == FlightMode.MISSION and not self.mission:
+                restored = FlightMode.HOLD
+            self._set_mode(restored, restart_mission=False)
         self.listener.on_state_changed()
         return CommandResult.ACCEPTED
 
@@ -752,7 +755,7 @@ class FlightController:
 
     # ----------------------------------------------------------------- state changes
 
-    def _set_mode(self, mode: FlightMode) -> None:
+    def _set_mode(self, mode: FlightMode, restart_mission: bool = True) -> None:
         previous = self.mode
         self.mode = mode
         if mode in (FlightMode.HOLD, FlightMode.MISSION, FlightMode.OFFBOARD):
@@ -763,7 +766,7 @@ class FlightController:
             self._target_yaw_rad = None
         elif mode == FlightMode.MISSION:
             self._target_enu_m = position.copy()
-            if self.mission_state == mavlink.MISSION_STATE_COMPLETE:
+            if restart_mission and self.mission_state == mavlink.MISSION_STATE_COMPLETE:
                 self._restart_mission()
         elif mode == FlightMode.RTL:
             self._start_rtl()
