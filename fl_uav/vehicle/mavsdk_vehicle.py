@@ -243,6 +243,8 @@ class MavsdkVehicle:
         self.rtl_return_alt_m: float | None = None
         self.rtl_land_delay_s: float | None = None
         self.disarm_land_s: float | None = None
+        # MIS_TAKEOFF_ALT as found before the first take-off set it; restored by close().
+        self._takeoff_alt_found_m: float | None = None
 
     # ----------------------------------------------------------------- connection
 
@@ -664,6 +666,10 @@ class MavsdkVehicle:
         if not relative_m >= 1.0:
             raise VehicleError(f'{self.url}: take-off altitude {altitude_m:.1f} m is less than '
                                f'1 m above home ({self._home_up_m():.1f} m)')
+        if self._takeoff_alt_found_m is None:
+            self._takeoff_alt_found_m = await self._read_param(
+                'MIS_TAKEOFF_ALT', self._action.get_takeoff_altitude,
+                'it is left at the take-off altitude set now')
         await self._call('set take-off altitude',
                          lambda: self._action.set_takeoff_altitude(relative_m))
         await self._call('take-off', lambda: self._action.takeoff())
@@ -836,11 +842,29 @@ class MavsdkVehicle:
     # ----------------------------------------------------------------- shutdown
 
     async def close(self) -> None:
-        """Stop telemetry, end the pose/battery iterators and destroy the MAVSDK instance."""
+        """Put back the MIS_TAKEOFF_ALT found before the first take-off (PX4 keeps a
+        parameter set, across reboots too: an operator's next take-off from QGroundControl
+        or the RC would climb to ours), then stop telemetry, end the pose/battery iterators and
+        destroy the MAVSDK instance. A failed restore is logged."""
         if self._closed:
             return
+        await self._restore_takeoff_altitude()
         self._closed = True
         await self._teardown()
+
+    async def _restore_takeoff_altitude(self) -> None:
+        found_m = self._takeoff_alt_found_m
+        if found_m is None or self._t is None:
+            return
+        try:
+            await self._call('restore MIS_TAKEOFF_ALT',
+                             lambda: self._action.set_takeoff_altitude(found_m))
+        except VehicleError as exc:
+            _log.warning('%s: MIS_TAKEOFF_ALT stays at the last take-off altitude set: %s '
+                         '(it was %g m)', self.url, exc, found_m)
+            return
+        self._takeoff_alt_found_m = None
+        _log.info('%s: MIS_TAKEOFF_ALT restored to %g m', self.url, found_m)
 
     async def _teardown(self) -> None:
         if self._reseed is not None:

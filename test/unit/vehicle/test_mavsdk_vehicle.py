@@ -72,7 +72,7 @@ def test_full_flight_connect_to_landing(sim_factory):
     waypoints = [WaypointEnu(40.0, 30.0, 10.0), WaypointEnu(40.0, -10.0, 15.0),
                  WaypointEnu(-10.0, -20.0, 12.0)]
     progress: list[MissionProgress] = []
-    return_alt_m = None
+    return_alt_m = takeoff_alt_m = None
 
     async def scenario():
         vehicle = MavsdkVehicle(_url(sim, 0), sim.config.origin)
@@ -95,6 +95,8 @@ def test_full_flight_connect_to_landing(sim_factory):
             await vehicle.return_to_launch()
             return home, at_altitude, after_goto, pose, battery, reached, after_mission
         finally:
+            nonlocal takeoff_alt_m
+            takeoff_alt_m = truth.params['MIS_TAKEOFF_ALT']
             await vehicle.close()
 
     # Execute
@@ -102,6 +104,9 @@ def test_full_flight_connect_to_landing(sim_factory):
     # Assert
     assert home == pytest.approx((0.0, 0.0, 0.0), abs=0.01)
     assert return_alt_m == pytest.approx(15.0)       # the simulator's RTL_RETURN_ALT
+    # MIS_TAKEOFF_ALT set for the take-off, and put back to the simulator's 2.5 m by close()
+    assert takeoff_alt_m == pytest.approx(10.0, abs=1e-3)
+    assert truth.params['MIS_TAKEOFF_ALT'] == pytest.approx(2.5)
     assert at_altitude[2] == pytest.approx(10.0, abs=0.5)
     assert math.dist(after_goto, (20.0, 30.0, 12.0)) < 1.0
     assert math.dist((pose.east_m, pose.north_m, pose.up_m), (20.0, 30.0, 12.0)) < 1.0
