@@ -229,7 +229,8 @@ class DronePilot:
         altitude in the config does not match the site, and every altitude would be off by
         the difference), or if PX4's return altitude (RTL_RETURN_ALT above home) is above the
         geofence's band (every return to launch, ours or a PX4 failsafe's, would climb out
-        of it)."""
+        of it), or if PX4 would not end a return on the ground disarmed (:meth:`_check_landing`).
+        """
         home_east_m, home_north_m, home_up_m = self.vehicle.home_enu_m
         fence = self.geofence
         if not fence.contains_en(home_east_m, home_north_m):
@@ -254,6 +255,29 @@ class DronePilot:
                 f'geofence top geofence.max_up_m ({fence.max_up_m:g} m); every return to launch '
                 f'(end of run, silent station, Ctrl-C, a PX4 failsafe) would leave the fence. '
                 f'Set RTL_RETURN_ALT to at most {fence.max_up_m - home_up_m:.1f} m')
+        self._check_landing()
+
+    def _check_landing(self) -> None:
+        """VehicleError (the drone does not arm) if PX4's RTL_LAND_DELAY is negative (every
+        return to launch hovers over home for ever instead of landing) or its COM_DISARM_LAND
+        is zero or negative (a landed vehicle never disarms by itself): the pilot's return,
+        landing and shutdown wait for a vehicle landed and disarmed, and would time out with
+        it in the air or armed. The value to set comes first (a flight error keeps 200
+        characters). An unknown value (not read) is not refused."""
+        land_delay_s = self.vehicle.rtl_land_delay_s
+        if land_delay_s is not None and land_delay_s < 0.0:
+            raise VehicleError(
+                f'not arming: PX4 RTL_LAND_DELAY is {land_delay_s:g} s, so every return to '
+                f'launch hovers over home and never lands; set RTL_LAND_DELAY to 0 (the PX4 '
+                f'default) or a delay in s. Our returns (end of run, silent station, Ctrl-C) '
+                f'wait for the landing and would time out with the vehicle in the air')
+        disarm_s = self.vehicle.disarm_land_s
+        if disarm_s is not None and disarm_s <= 0.0:
+            raise VehicleError(
+                f'not arming: PX4 COM_DISARM_LAND is {disarm_s:g} s, so a landed vehicle never '
+                f'disarms by itself; set COM_DISARM_LAND to 2 (the PX4 default) or another '
+                f'delay > 0 s. Our return to launch waits for the disarm and would time out '
+                f'with the propellers armed on the ground')
 
     def checked_mission(self, task: RoundTask) -> list[WaypointEnu]:
         """The round's plan as a mission, if every waypoint is inside the geofence; else

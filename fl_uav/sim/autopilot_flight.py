@@ -46,6 +46,12 @@ class FlightMode(enum.Enum):
     OFFBOARD = 'offboard'
 
 
+#: The modes PX4 refuses to arm in (its mode_req_prevent_arming: Return, Land, and modes the
+#: simulator lacks: Descend, Termination, Precision land, Follow me, Orbit). On disarm PX4
+#: goes back to the last mode selected that allows arming (UserModeIntention::onDisarm).
+PREVENTS_ARMING = frozenset({FlightMode.RTL, FlightMode.LAND})
+
+
 class LandedState(enum.IntEnum):
     """MAV_LANDED_STATE values."""
 
@@ -70,6 +76,10 @@ class CommandResult(enum.IntEnum):
 PARAM_SPECS: dict[str, tuple[float, float, float]] = {
     'MIS_TAKEOFF_ALT': (2.5, 0.0, 200.0),
     'RTL_RETURN_ALT': (60.0, 0.0, 500.0),
+    # Return: descend over home to RTL_DESCEND_ALT, wait RTL_LAND_DELAY s there, then land;
+    # a negative delay (PX4: -1) loiters there and never lands.
+    'RTL_DESCEND_ALT': (30.0, 0.0, 500.0),
+    'RTL_LAND_DELAY': (0.0, -1.0, 300.0),
     'MPC_XY_CRUISE': (5.0, 0.1, 50.0),
     'MPC_XY_VEL_MAX': (15.0, 0.1, 50.0),
     'MPC_Z_VEL_MAX_UP': (3.0, 0.1, 20.0),
@@ -78,6 +88,8 @@ PARAM_SPECS: dict[str, tuple[float, float, float]] = {
     'MPC_ACC_HOR': (3.0, 0.5, 20.0),
     'MPC_YAWRAUTO_MAX': (45.0, 1.0, 360.0),
     'NAV_ACC_RAD': (2.0, 0.05, 200.0),
+    # Auto-disarm delays (s) after a landing and after arming without a take-off; zero or
+    # negative disables it (PX4's commander_params).
     'COM_DISARM_LAND': (2.0, -1.0, 20.0),
     'COM_DISARM_PRFLT': (10.0, -1.0, 60.0),
     'COM_OF_LOSS_T': (1.0, 0.0, 60.0),
@@ -181,6 +193,8 @@ class FlightController:
         self._takeoff_up_m = 0.0
         self._rtl_phase = ''
         self._rtl_return_up_m = 0.0
+        self._rtl_land_at_s: float | None = None   # end of the RTL_LAND_DELAY wait
+        self._mode_after_disarm = FlightMode.HOLD
         self._last_item_target_enu_m: np.ndarray | None = None
         self._loiter_until_s: float | None = None
         self._ground_since_s = 0.0
@@ -241,7 +255,8 @@ class FlightController:
     # ----------------------------------------------------------------- commands
 
     def arm(self, force: bool = False) -> CommandResult:
-        """Arm on the ground; denied with a low battery or without GPS unless forced.
+        """Arm on the ground; denied with a low battery, without GPS or in a mode PX4 does not
+        arm in (:data:`PREVENTS_ARMING`: Return, Land) unless forced.
 
         As PX4 (v1.14+ commander): the failed health check's own text ("Preflight Fail: ...")
         first, then the generic "Arming denied: Resolve system health failures first" (with
@@ -250,6 +265,10 @@ class FlightController:
         if self.armed:
             return CommandResult.ACCEPTED
         if not force:
+            if self.mode in PREVENTS_ARMING:
+                self._status(mavlink.MAV_SEVERITY_CRITICAL,
+                             'Preflight Fail: Mode not suitable for arming')
+                return self._arming_denied(f'mode_{self.mode.value}')
             if self.battery.remaining < self.params['BAT_LOW_THR']:
                 self._status(mavlink.MAV_SEVERITY_EMERGENCY, 'Preflight Fail: low battery\t')
                 return self._arming_denied('low_battery')
@@ -288,6 +307,15 @@ class FlightController:
             self.record_event('landed', forced=True)
         self.kinematics.velocity_enu_m_s[:] = 0.0
         self.record_event('disarmed', reason=reason)
+        if self.mode in PREVENTS_ARMING:
+            # As PX4: the mode selected last that allows arming (a Return or Land, commanded
+            # or a failsafe's, does not outlive the flight).
+            # A finished mission stays finished (armed in Mission, the vehicle holds on the
+            # ground), and its items reached stay on record.
+            restored = self._mode_after_disarm
+            if restored == FlightMode.MISSION and not self.mission:
+                restored = FlightMode.HOLD
+            self._set_mode(restored, restart_mission=False)
         self.listener.on_state_changed()
         return CommandResult.ACCEPTED
 
@@ -533,9 +561,26 @@ class FlightController:
         if self._rtl_phase == 'return':
             target = np.array([home[0], home[1], self._rtl_return_up_m])
             if np.linalg.norm(position[:2] - home[:2]) <= 1e-6:
-                self._rtl_phase = 'land'
+                self._rtl_phase = 'descend'
             else:
                 return target, self._limits(), None
+        if self._rtl_phase == 'descend':
+            # Over home: down to RTL_DESCEND_ALT (no climb), wait RTL_LAND_DELAY, then land.
+            loiter_up_m = min(float(position[2]),
+                              home[2] + self.params['RTL_DESCEND_ALT'])
+            target = np.array([home[0], home[1], loiter_up_m])
+            if position[2] > loiter_up_m + 1e-6:
+                return target, self._limits(), None
+            delay_s = self.params['RTL_LAND_DELAY']
+            if delay_s < 0.0:
+                return target, self._limits(), None      # PX4: loiter, never land
+            now = self._clock()
+            if self._rtl_land_at_s is None:
+                self._rtl_land_at_s = now + delay_s
+                self.record_event('rtl_loiter', up_m=round(loiter_up_m, 3), delay_s=delay_s)
+            if now < self._rtl_land_at_s:
+                return target, self._limits(), None
+            self._rtl_phase = 'land'
         target = np.array([home[0], home[1], self.ground_up_m - 1.0])
         if self.landed_state == LandedState.IN_AIR:
             self.landed_state = LandedState.LANDING
@@ -547,6 +592,7 @@ class FlightController:
         self._rtl_return_up_m = max(float(position[2]),
                                     self.home_enu_m[2] + self.params['RTL_RETURN_ALT'])
         self._rtl_phase = 'climb'
+        self._rtl_land_at_s = None
 
     def _offboard_guidance(self) -> tuple[np.ndarray, MotionLimits, float | None]:
         position = self.kinematics.position_enu_m
@@ -709,16 +755,18 @@ class FlightController:
 
     # ----------------------------------------------------------------- state changes
 
-    def _set_mode(self, mode: FlightMode) -> None:
+    def _set_mode(self, mode: FlightMode, restart_mission: bool = True) -> None:
         previous = self.mode
         self.mode = mode
+        if mode in (FlightMode.HOLD, FlightMode.MISSION, FlightMode.OFFBOARD):
+            self._mode_after_disarm = mode
         position = self.kinematics.position_enu_m
         if mode == FlightMode.HOLD:
             self._target_enu_m = position.copy()
             self._target_yaw_rad = None
         elif mode == FlightMode.MISSION:
             self._target_enu_m = position.copy()
-            if self.mission_state == mavlink.MISSION_STATE_COMPLETE:
+            if restart_mission and self.mission_state == mavlink.MISSION_STATE_COMPLETE:
                 self._restart_mission()
         elif mode == FlightMode.RTL:
             self._start_rtl()
@@ -772,11 +820,11 @@ class FlightController:
         now = self._clock()
         if self._flew_since_arming:
             delay_s = self.params['COM_DISARM_LAND']
-            if delay_s >= 0.0 and now - self._ground_since_s >= delay_s:
+            if delay_s > 0.0 and now - self._ground_since_s >= delay_s:
                 self.disarm(reason='auto_landed')
         else:
             delay_s = self.params['COM_DISARM_PRFLT']
-            if delay_s >= 0.0 and now - self._armed_since_s >= delay_s and (
+            if delay_s > 0.0 and now - self._armed_since_s >= delay_s and (
                     not self._takeoff_pending()):
                 self.disarm(reason='auto_preflight')
 

@@ -39,6 +39,7 @@ class FakeVehicle:
                  climb_speed_m_s: float = 3.0, descent_speed_m_s: float = 1.5,
                  step_s: float = 0.1, time_factor: float = 0.0,
                  flight_drain_per_s: float = 1e-4, rtl_return_alt_m: float | None = 60.0,
+                 rtl_land_delay_s: float | None = 0.0, disarm_land_s: float | None = 2.0,
                  fail_on: dict[str, Exception] | None = None) -> None:
         self.home_enu_m = home_enu_m
         self.position_enu_m = list(home_enu_m)
@@ -49,6 +50,8 @@ class FakeVehicle:
         self.time_factor = time_factor
         self.flight_drain_per_s = flight_drain_per_s
         self.rtl_return_alt_m = rtl_return_alt_m     # PX4's RTL_RETURN_ALT (default 60 m)
+        self.rtl_land_delay_s = rtl_land_delay_s     # PX4's RTL_LAND_DELAY (default 0 s)
+        self.disarm_land_s = disarm_land_s           # PX4's COM_DISARM_LAND (default 2 s)
         self.fail_on = dict(fail_on or {})
         self.calls: list[tuple] = []
         self.connected = False
@@ -130,8 +133,9 @@ class FakeVehicle:
         self._publish()
 
     async def arm(self) -> None:
-        """Arm."""
+        """Arm in Hold (as the MAVSDK adapter: another mode is left for Hold first)."""
         self._enter('arm')
+        self.flight_mode = 'HOLD'
         self.armed = True
 
     async def disarm(self) -> None:

@@ -69,8 +69,11 @@ class Vehicle(Protocol):
     as no place on Earth, a Counter by stream), ``armed``
     and ``in_air`` (last reported; None when unknown) and ``flight_mode`` (the autopilot's
     mode by MAVSDK's FlightMode name, e.g. ``HOLD``, ``MISSION``, ``RETURN_TO_LAUNCH``,
-    ``POSCTL``; '' when unknown) and ``rtl_return_alt_m`` (the height above home every return
-    to launch climbs to, PX4's RTL_RETURN_ALT; None when unknown). A lost link fails the
+    ``POSCTL``; '' when unknown) and the PX4 parameters read at connect (None when unknown):
+    ``rtl_return_alt_m`` (the height above home every return to launch climbs to,
+    RTL_RETURN_ALT), ``rtl_land_delay_s`` (how long a return waits over home before it lands,
+    RTL_LAND_DELAY; negative: it never lands) and ``disarm_land_s`` (how long a landed vehicle
+    waits before it disarms, COM_DISARM_LAND; zero or negative: never). A lost link fails the
     operation in progress; ``connect`` on a connected vehicle waits until it is ready again.
     """
 
@@ -79,7 +82,8 @@ class Vehicle(Protocol):
         and has a home position."""
 
     async def arm(self) -> None:
-        """Arm the motors; returns once the autopilot reports armed."""
+        """Arm the motors in Hold (a vehicle in another mode is switched to Hold first);
+        returns once the autopilot reports armed."""
 
     async def takeoff(self, altitude_m: float) -> None:
         """Take off to ``altitude_m`` (up, metres above the origin); returns at altitude."""

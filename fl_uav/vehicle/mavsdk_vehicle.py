@@ -42,6 +42,7 @@ import mavsdk
 from mavsdk.asyncio import ComponentType, Configuration, Mavsdk, MavsdkError
 from mavsdk.asyncio.plugins.action import ActionAsync
 from mavsdk.asyncio.plugins.mission import MissionAsync, MissionItem, MissionPlan
+from mavsdk.asyncio.plugins.param import ParamAsync
 from mavsdk.asyncio.plugins.telemetry import StatusTextType, TelemetryAsync
 
 from fl_uav.vehicle.interface import (
@@ -236,8 +237,14 @@ class MavsdkVehicle:
         self._closed = False
         # Position and home telemetry refused (not a place on Earth), by stream.
         self.telemetry_rejected: Counter[str] = Counter()
-        # PX4's RTL_RETURN_ALT (m above home), read at connect; None: not read.
+        # PX4 parameters read at connect (None: not read): RTL_RETURN_ALT (m above home),
+        # RTL_LAND_DELAY (s over home before an RTL lands; negative: never lands) and
+        # COM_DISARM_LAND (s on the ground before the auto-disarm; <= 0: never disarms).
         self.rtl_return_alt_m: float | None = None
+        self.rtl_land_delay_s: float | None = None
+        self.disarm_land_s: float | None = None
+        # MIS_TAKEOFF_ALT as found before the first take-off set it; restored by close().
+        self._takeoff_alt_found_m: float | None = None
 
     # ----------------------------------------------------------------- connection
 
@@ -333,23 +340,44 @@ class MavsdkVehicle:
         except BaseException:
             await self._teardown()
             raise
-        await self._read_return_altitude()
+        await self._read_px4_params()
         lat_deg, lon_deg, alt_amsl_m = self._t.home_geodetic
         _log.info('%s: connected, home %.7f, %.7f, %.1f m AMSL (%+.1f m from the origin '
-                  'altitude), RTL_RETURN_ALT %s m', self.url, lat_deg, lon_deg, alt_amsl_m,
-                  alt_amsl_m - self.origin.alt_amsl_m, self.rtl_return_alt_m)
+                  'altitude), RTL_RETURN_ALT %s m, RTL_LAND_DELAY %s s, COM_DISARM_LAND %s s',
+                  self.url, lat_deg, lon_deg, alt_amsl_m, alt_amsl_m - self.origin.alt_amsl_m,
+                  self.rtl_return_alt_m, self.rtl_land_delay_s, self.disarm_land_s)
 
-    async def _read_return_altitude(self) -> None:
-        """Read PX4's RTL_RETURN_ALT (every return to launch climbs to it above home) into
-        ``rtl_return_alt_m``; a failed read is logged and leaves it None."""
+    async def _read_px4_params(self) -> None:
+        """Read the PX4 parameters the pilot checks before arming: RTL_RETURN_ALT (every
+        return to launch climbs to it above home), RTL_LAND_DELAY and COM_DISARM_LAND (the
+        return's landing and the disarm the pilot waits for); a failed read is logged and
+        leaves its attribute None."""
+        self.rtl_return_alt_m = await self._read_param(
+            'RTL_RETURN_ALT', self._action.get_return_to_launch_altitude,
+            'the return altitude is not checked against the geofence')
+        params = ParamAsync(self._system)
         try:
-            value_m = float(await asyncio.wait_for(
-                self._action.get_return_to_launch_altitude(), self.command_timeout_s))
+            self.rtl_land_delay_s = await self._read_param(
+                'RTL_LAND_DELAY', lambda: params.get_param_float('RTL_LAND_DELAY'),
+                'a return to launch that never lands is not refused')
+            self.disarm_land_s = await self._read_param(
+                'COM_DISARM_LAND', lambda: params.get_param_float('COM_DISARM_LAND'),
+                'a vehicle that never disarms after landing is not refused')
+        finally:
+            with contextlib.suppress(Exception):
+                params.destroy()
+
+    async def _read_param(self, name: str, make_call: Callable[[], Awaitable[object]],
+                          unchecked: str) -> float | None:
+        """A float parameter's value; None (logged: ``unchecked`` says what goes unchecked)
+        when it cannot be read or is not finite."""
+        try:
+            value = float(await asyncio.wait_for(make_call(), self.command_timeout_s))
         except (TimeoutError, MavsdkError) as exc:
-            _log.warning('%s: could not read RTL_RETURN_ALT (%s): the return altitude is not '
-                         'checked against the geofence', self.url, exc or type(exc).__name__)
-            return
-        self.rtl_return_alt_m = value_m if math.isfinite(value_m) else None
+            _log.warning('%s: could not read %s (%s): %s', self.url, name,
+                         exc or type(exc).__name__, unchecked)
+            return None
+        return value if math.isfinite(value) else None
 
     @staticmethod
     def _ready(t: _Telemetry) -> bool:
@@ -609,7 +637,19 @@ class MavsdkVehicle:
         return said
 
     async def arm(self) -> None:
-        """Arm; returns once HEARTBEAT reports armed."""
+        """Arm in Hold; returns once HEARTBEAT reports armed.
+
+        A vehicle in another mode is switched to Hold first: PX4 refuses to arm in Land or
+        Return (its mode_req_prevent_arming) and, in a manual mode, without an RC; armed in
+        Mission it would fly the mission left on it. MAVSDK's own arm leaves only Mission and
+        Return for Hold (ActionImpl::need_hold_before_arm_px4), not Land."""
+        mode = self._require().flight_mode
+        if mode and mode != 'HOLD':
+            _log.info('%s: switching the autopilot from %s to Hold before arming', self.url,
+                      mode)
+            await self._call('hold before arming', lambda: self._action.hold())
+            await self._wait_for(lambda t: t.flight_mode == 'HOLD', self.command_timeout_s,
+                                 f'{self.url}: hold before arming (waiting for the Hold mode)')
         await self._call('arm', lambda: self._action.arm())
         await self._wait_for(lambda t: t.armed is True, self.command_timeout_s,
                              f'{self.url}: arm (waiting for the armed state)')
@@ -626,6 +666,10 @@ class MavsdkVehicle:
         if not relative_m >= 1.0:
             raise VehicleError(f'{self.url}: take-off altitude {altitude_m:.1f} m is less than '
                                f'1 m above home ({self._home_up_m():.1f} m)')
+        if self._takeoff_alt_found_m is None:
+            self._takeoff_alt_found_m = await self._read_param(
+                'MIS_TAKEOFF_ALT', self._action.get_takeoff_altitude,
+                'it is left at the take-off altitude set now')
         await self._call('set take-off altitude',
                          lambda: self._action.set_takeoff_altitude(relative_m))
         await self._call('take-off', lambda: self._action.takeoff())
@@ -739,7 +783,8 @@ class MavsdkVehicle:
         """Land here; returns once on the ground and disarmed."""
         height_m = max(0.0, self._pose().up_m - self._home_up_m())
         await self._call('land', lambda: self._action.land())
-        timeout_s = timeout_s or self._motion_timeout_s(0.0, 1.0, descent_m=height_m)
+        timeout_s = timeout_s or (self._motion_timeout_s(0.0, 1.0, descent_m=height_m)
+                                  + self._disarm_wait_s())
         await self._wait_for(lambda t: t.armed is False and t.landed_state == 'ON_GROUND',
                              timeout_s, f'{self.url}: landing')
 
@@ -750,11 +795,25 @@ class MavsdkVehicle:
         distance_m = math.hypot(pose.east_m - home_e, pose.north_m - home_n)
         height_m = max(0.0, pose.up_m - home_up)
         await self._call('return to launch', lambda: self._action.return_to_launch())
-        # RTL may first climb to RTL_RETURN_ALT (often 60 m), then descend all of it.
-        timeout_s = timeout_s or self._motion_timeout_s(distance_m, 5.0, climb_m=60.0,
-                                                        descent_m=height_m + 60.0)
+        timeout_s = timeout_s or self.return_timeout_s(distance_m, height_m)
         await self._wait_for(lambda t: t.armed is False and t.landed_state == 'ON_GROUND',
                              timeout_s, f'{self.url}: return to launch')
+
+    def return_timeout_s(self, distance_m: float, height_m: float) -> float:
+        """How long a return to launch from ``distance_m`` away and ``height_m`` above home
+        may take: the climb to RTL_RETURN_ALT (60 m, PX4's default, when unknown), the flight
+        home, the descent, RTL_LAND_DELAY over home and COM_DISARM_LAND on the ground."""
+        return_alt_m = 60.0 if self.rtl_return_alt_m is None else self.rtl_return_alt_m
+        climb_m = max(0.0, return_alt_m - height_m)
+        land_delay_s = max(0.0, self.rtl_land_delay_s or 0.0)
+        return (self._motion_timeout_s(distance_m, 5.0, climb_m=climb_m,
+                                       descent_m=height_m + climb_m)
+                + 2.0 * land_delay_s + self._disarm_wait_s())
+
+    def _disarm_wait_s(self) -> float:
+        """Twice COM_DISARM_LAND (the wait on the ground before PX4 disarms; 2 s, PX4's
+        default, when unknown)."""
+        return 2.0 * (2.0 if self.disarm_land_s is None else max(0.0, self.disarm_land_s))
 
     # ----------------------------------------------------------------- streams for callers
 
@@ -783,11 +842,29 @@ class MavsdkVehicle:
     # ----------------------------------------------------------------- shutdown
 
     async def close(self) -> None:
-        """Stop telemetry, end the pose/battery iterators and destroy the MAVSDK instance."""
+        """Put back the MIS_TAKEOFF_ALT found before the first take-off (PX4 keeps a
+        parameter set, across reboots too: an operator's next take-off from QGroundControl
+        or the RC would climb to ours), then stop telemetry, end the pose/battery iterators and
+        destroy the MAVSDK instance. A failed restore is logged."""
         if self._closed:
             return
+        await self._restore_takeoff_altitude()
         self._closed = True
         await self._teardown()
+
+    async def _restore_takeoff_altitude(self) -> None:
+        found_m = self._takeoff_alt_found_m
+        if found_m is None or self._t is None:
+            return
+        try:
+            await self._call('restore MIS_TAKEOFF_ALT',
+                             lambda: self._action.set_takeoff_altitude(found_m))
+        except VehicleError as exc:
+            _log.warning('%s: MIS_TAKEOFF_ALT stays at the last take-off altitude set: %s '
+                         '(it was %g m)', self.url, exc, found_m)
+            return
+        self._takeoff_alt_found_m = None
+        _log.info('%s: MIS_TAKEOFF_ALT restored to %g m', self.url, found_m)
 
     async def _teardown(self) -> None:
         if self._reseed is not None:

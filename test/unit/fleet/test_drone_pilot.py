@@ -13,7 +13,7 @@ import pytest
 from fl_uav.compression.signing import now_ms
 from fl_uav.fleet.config import FlightConfig
 from fl_uav.fleet.drone_pilot import DronePilot
-from fl_uav.fleet.messages import RoundTask
+from fl_uav.fleet.messages import RoundTask, short_flight_error
 from fl_uav.planning.coverage import PlanWaypoint
 from fl_uav.planning.geofence import Geofence
 from fl_uav.vehicle.fake_vehicle import FakeVehicle
@@ -514,6 +514,28 @@ def test_a_return_altitude_above_the_fence_is_not_armed(home_up_m, return_alt_m,
     if not armed:
         assert 'RTL_RETURN_ALT' in pilot.state.round_error
         assert f'at most {120.0 - home_up_m:.1f} m' in pilot.state.round_error
+
+
+@pytest.mark.parametrize('land_delay_s, disarm_s, refused', [
+    (-1.0, 2.0, 'RTL_LAND_DELAY is -1 s'), (0.0, 0.0, 'COM_DISARM_LAND is 0 s'),
+    (0.0, -1.0, 'COM_DISARM_LAND is -1 s'), (30.0, 0.5, ''), (None, None, '')])
+def test_px4_landing_parameters_that_never_land_or_disarm_are_not_armed(land_delay_s, disarm_s,
+                                                                       refused):
+    # Arrange: PX4's RTL_LAND_DELAY (negative: a return never lands) and COM_DISARM_LAND
+    # (<= 0: a landed vehicle never disarms); None: not read
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0), rtl_land_delay_s=land_delay_s,
+                          disarm_land_s=disarm_s)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _pilot(vehicle, pool)
+        # Act
+        asyncio.run(pilot.run_round(RoundTask(1, {}, INSIDE, deadline_s=600.0)))
+    # Assert: refused before arming, naming the parameter, its value and the value to set,
+    # within the flight error an update carries
+    assert ('arm' in _operations(vehicle)) is not refused
+    if refused:
+        name = refused.split()[0]
+        assert f'not arming: PX4 {refused}' in pilot.state.round_error
+        assert f'set {name} to ' in short_flight_error(pilot.state.round_error)
 
 
 def test_a_vehicle_taken_over_and_landed_is_not_armed_again_by_the_node(caplog):

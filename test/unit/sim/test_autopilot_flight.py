@@ -216,3 +216,81 @@ def test_parameter_store_checks_ranges():
     assert not params.set('NOT_A_PARAM', 1.0)
     with pytest.raises(ValueError, match='RTL_RETURN_ALT'):
         ParamStore({'RTL_RETURN_ALT': math.nan})
+
+
+@pytest.mark.parametrize('mode', [FlightMode.RTL, FlightMode.LAND])
+def test_arming_is_denied_in_return_and_land_as_px4(mode):
+    # Arrange: on the ground, disarmed, Return or Land selected (PX4's mode_req_prevent_arming)
+    sim = _Sim()
+    listener = _Texts()
+    sim.ctl.listener = listener
+    assert sim.ctl.set_mode(mode) == CommandResult.ACCEPTED
+    # Act
+    result = sim.ctl.arm()
+    # Assert: refused with PX4's texts; Hold arms
+    assert result == CommandResult.TEMPORARILY_REJECTED and not sim.ctl.armed
+    assert (mavlink.MAV_SEVERITY_CRITICAL,
+            'Preflight Fail: Mode not suitable for arming') in listener.texts
+    assert sim.ctl.set_mode(FlightMode.HOLD) == CommandResult.ACCEPTED
+    assert sim.ctl.arm() == CommandResult.ACCEPTED
+
+
+@pytest.mark.parametrize('before_rtl, after_disarm', [(FlightMode.HOLD, FlightMode.HOLD),
+                                                      (FlightMode.MISSION, FlightMode.MISSION)])
+def test_a_landed_return_goes_back_to_the_last_armable_mode_on_disarm(before_rtl,
+                                                                      after_disarm):
+    # Arrange: a flight in Hold, or ending in Mission, then a return to launch
+    sim = _Sim(RTL_RETURN_ALT=12.0)
+    sim.fly_up()
+    if before_rtl == FlightMode.MISSION:
+        sim.ctl.set_mission([_item(0, mavlink.MAV_CMD_NAV_WAYPOINT, 20.0, 0.0)])
+        sim.ctl.set_mode(FlightMode.MISSION)
+        assert sim.run(60.0, lambda: sim.ctl.mission_state == mavlink.MISSION_STATE_COMPLETE)
+    sim.ctl.return_to_launch()
+    # Act: landed and auto-disarmed (COM_DISARM_LAND)
+    assert sim.run(200.0, lambda: not sim.ctl.armed)
+    # Assert: PX4 leaves Return on disarm, so the vehicle can be armed again
+    assert sim.ctl.mode == after_disarm
+    assert sim.ctl.arm() == CommandResult.ACCEPTED
+
+
+@pytest.mark.parametrize('delay_s', [0.0, 5.0])
+def test_rtl_waits_rtl_land_delay_at_rtl_descend_alt_then_lands(delay_s):
+    # Arrange: returning from 20 m, RTL_DESCEND_ALT 8 m
+    sim = _Sim(RTL_RETURN_ALT=20.0, RTL_DESCEND_ALT=8.0, RTL_LAND_DELAY=delay_s)
+    sim.fly_up(altitude_m=20.0)
+    sim.ctl.return_to_launch()
+    assert sim.run(60.0, lambda: 'rtl_loiter' in sim.names())
+    loiter_s = sim.t_s
+    # Act
+    assert sim.run(60.0, lambda: sim.ctl.landed_state == LandedState.LANDING)
+    # Assert: it waited the delay at 8 m above home before landing, then landed
+    assert sim.t_s - loiter_s == pytest.approx(delay_s, abs=2 * DT_S)
+    assert dict(sim.events)['rtl_loiter']['up_m'] == pytest.approx(8.0)
+    assert sim.ctl.position_enu_m[2] == pytest.approx(8.0, abs=0.2)
+    assert sim.run(60.0, lambda: not sim.ctl.armed)
+
+
+def test_a_negative_rtl_land_delay_loiters_over_home_and_never_lands():
+    # Arrange: PX4's RTL_LAND_DELAY -1
+    sim = _Sim(RTL_RETURN_ALT=20.0, RTL_DESCEND_ALT=8.0, RTL_LAND_DELAY=-1.0)
+    sim.fly_up(altitude_m=20.0)
+    # Act
+    sim.ctl.return_to_launch()
+    sim.run(300.0)
+    # Assert
+    assert sim.ctl.armed and sim.ctl.airborne and sim.ctl.mode == FlightMode.RTL
+    assert sim.ctl.position_enu_m == pytest.approx((10.0, -5.0, 8.0), abs=0.1)
+
+
+@pytest.mark.parametrize('disarm_land_s', [0.0, -1.0])
+def test_com_disarm_land_zero_or_negative_never_disarms_after_landing(disarm_land_s):
+    # Arrange: PX4 disables the auto-disarm with COM_DISARM_LAND <= 0
+    sim = _Sim(COM_DISARM_LAND=disarm_land_s)
+    sim.fly_up(altitude_m=5.0)
+    sim.ctl.land()
+    assert sim.run(60.0, lambda: not sim.ctl.airborne)
+    # Act
+    sim.run(60.0)
+    # Assert
+    assert sim.ctl.armed and 'disarmed' not in sim.names()

@@ -10,6 +10,7 @@ import mavsdk
 import pytest
 
 from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig, AutopilotSimThread
+from fl_uav.sim.autopilot_flight import FlightMode
 from fl_uav.vehicle.interface import MissionProgress, Vehicle, VehicleError, WaypointEnu
 from fl_uav.vehicle.mavsdk_vehicle import (
     STATUS_TEXT_RECENT_S,
@@ -71,7 +72,7 @@ def test_full_flight_connect_to_landing(sim_factory):
     waypoints = [WaypointEnu(40.0, 30.0, 10.0), WaypointEnu(40.0, -10.0, 15.0),
                  WaypointEnu(-10.0, -20.0, 12.0)]
     progress: list[MissionProgress] = []
-    return_alt_m = None
+    return_alt_m = takeoff_alt_m = None
 
     async def scenario():
         vehicle = MavsdkVehicle(_url(sim, 0), sim.config.origin)
@@ -94,6 +95,8 @@ def test_full_flight_connect_to_landing(sim_factory):
             await vehicle.return_to_launch()
             return home, at_altitude, after_goto, pose, battery, reached, after_mission
         finally:
+            nonlocal takeoff_alt_m
+            takeoff_alt_m = truth.params['MIS_TAKEOFF_ALT']
             await vehicle.close()
 
     # Execute
@@ -101,6 +104,9 @@ def test_full_flight_connect_to_landing(sim_factory):
     # Assert
     assert home == pytest.approx((0.0, 0.0, 0.0), abs=0.01)
     assert return_alt_m == pytest.approx(15.0)       # the simulator's RTL_RETURN_ALT
+    # MIS_TAKEOFF_ALT set for the take-off, and put back to the simulator's 2.5 m by close()
+    assert takeoff_alt_m == pytest.approx(10.0, abs=1e-3)
+    assert truth.params['MIS_TAKEOFF_ALT'] == pytest.approx(2.5)
     assert at_altitude[2] == pytest.approx(10.0, abs=0.5)
     assert math.dist(after_goto, (20.0, 30.0, 12.0)) < 1.0
     assert math.dist((pose.east_m, pose.north_m, pose.up_m), (20.0, 30.0, 12.0)) < 1.0
@@ -194,6 +200,52 @@ def test_refusals_and_interruptions_raise_vehicle_errors(sim_factory):
 
     # Execute / Assert
     asyncio.run(scenario())
+
+
+@pytest.mark.timeout(60)
+def test_connect_reads_the_landing_parameters_and_arm_leaves_land_for_hold(sim_factory):
+    # Arrange: PX4's RTL_LAND_DELAY and COM_DISARM_LAND set on the autopilot, and Land
+    # selected on the ground (PX4 refuses to arm in it; MAVSDK's arm leaves only Mission and
+    # Return for Hold by itself)
+    sim, handle = sim_factory()
+    truth = sim.vehicles[0]
+    handle.call(lambda: (truth.params.set('RTL_LAND_DELAY', 3.5),
+                         truth.params.set('COM_DISARM_LAND', 1.5),
+                         truth.set_mode(FlightMode.LAND)))
+
+    async def scenario():
+        vehicle = MavsdkVehicle(_url(sim, 0), sim.config.origin)
+        try:
+            # Act
+            await vehicle.connect(timeout_s=15.0)
+            read = (vehicle.rtl_return_alt_m, vehicle.rtl_land_delay_s, vehicle.disarm_land_s)
+            await vehicle.arm()
+            return read
+        finally:
+            await vehicle.close()
+
+    read = asyncio.run(scenario())
+    # Assert: the three parameters read over MAVLink; armed, in Hold
+    assert read == pytest.approx((15.0, 3.5, 1.5))
+    assert truth.armed and truth.mode == FlightMode.HOLD
+
+
+@pytest.mark.parametrize('return_alt_m, land_delay_s, disarm_s, expected_s', [
+    (None, None, None, 30.0 + 2.0 * 100.0 / 5.0 + 2.0 * 50.0 + 2.0 * 60.0 / 0.5 + 4.0),
+    (20.0, 0.0, 2.0, 30.0 + 2.0 * 100.0 / 5.0 + 2.0 * 10.0 + 2.0 * 20.0 / 0.5 + 4.0),
+    (20.0, 30.0, 5.0, 30.0 + 2.0 * 100.0 / 5.0 + 2.0 * 10.0 + 2.0 * 20.0 / 0.5 + 60.0 + 10.0),
+    (5.0, -1.0, 0.0, 30.0 + 2.0 * 100.0 / 5.0 + 2.0 * 10.0 / 0.5)])
+def test_the_return_timeout_covers_the_return_altitude_the_land_delay_and_the_disarm(
+        return_alt_m, land_delay_s, disarm_s, expected_s):
+    # Arrange: 100 m from home, 10 m above it; PX4's parameters as read (None: unknown, PX4's
+    # defaults: 60 m, 0 s, 2 s)
+    vehicle = MavsdkVehicle('udpin://127.0.0.1:1', GeoOrigin())
+    vehicle.rtl_return_alt_m, vehicle.rtl_land_delay_s = return_alt_m, land_delay_s
+    vehicle.disarm_land_s = disarm_s
+    # Act
+    timeout_s = vehicle.return_timeout_s(100.0, 10.0)
+    # Assert: twice each part (the climb at 1 m/s, the descent at 0.5 m/s), plus a margin
+    assert timeout_s == pytest.approx(expected_s)
 
 
 def _messages(caplog, level: int) -> list[str]:
