@@ -274,6 +274,9 @@ def test_autopilot_status_texts_and_mode_changes_are_logged_and_explain_a_refusa
             handle.call(lambda: setattr(truth.battery, 'energy_wh', capacity_wh))
             await vehicle.arm()
             await vehicle.takeoff(5.0)
+            # takeoff() returns within its altitude tolerance, before PX4 (and the simulator)
+            # ends the take-off in Hold: the failsafe below must start from Hold
+            await vehicle._wait_for(lambda t: t.flight_mode == 'HOLD', 10.0, 'Hold')
             handle.call(lambda: setattr(truth.battery, 'energy_wh', 0.06 * capacity_wh))
             await vehicle._wait_for(lambda t: t.flight_mode == 'RETURN_TO_LAUNCH', 10.0,
                                     'the battery failsafe')
