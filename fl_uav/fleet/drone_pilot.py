@@ -173,9 +173,11 @@ class DronePilot:
                              '(this node restarted in flight, or a flight step failed in the '
                              'air): flying on from where it is, without arming or taking off')
                 self.state.armed = self.state.airborne = True
+            # The pilot flies on (a mission follows): a return to launch from now on is not
+            # its own, also after an own return that failed or was cut short in the air.
+            self._own_return = False
             if not self.state.airborne:
                 self._check_home()
-                self._own_return = False
                 await self.vehicle.arm()
                 self.state.armed = True
                 await self.vehicle.takeoff(self.flight.takeoff_altitude_m)

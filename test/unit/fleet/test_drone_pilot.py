@@ -590,3 +590,26 @@ def test_the_pilots_own_return_is_no_takeover_and_the_next_round_flies():
     assert landed and seen_during_return == ['']
     assert pilot.state.taken_over == '' and pilot.state.round_error == ''
     assert _operations(vehicle).count('arm') == 2
+
+
+def test_a_failsafe_return_after_a_failed_own_return_is_a_takeover(caplog):
+    # Arrange: the station went silent and the pilot's own return to launch was refused (the
+    # vehicle stayed in the air); round 2 then flew its mission, and now PX4's battery failsafe
+    # returns the vehicle
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _flown_round_one(vehicle, pool)
+        vehicle.fail_on['return_to_launch'] = VehicleError('fake: return to launch refused')
+        assert not asyncio.run(pilot.return_home('station silent'))
+        del vehicle.fail_on['return_to_launch']
+        asyncio.run(pilot.run_round(RoundTask(2, {}, INSIDE, deadline_s=600.0)))
+        assert pilot.state.round_error == '' and vehicle.flight_mode == 'MISSION'
+        vehicle.flight_mode = 'RETURN_TO_LAUNCH'      # the failsafe's, not the pilot's
+        calls_before = len(vehicle.calls)
+        # Act: round 3 arrives
+        asyncio.run(pilot.run_round(RoundTask(3, {}, INSIDE, deadline_s=600.0)))
+    # Assert: the failsafe's return is a takeover: no mission upload over it
+    assert 'fly_waypoints' not in _operations(vehicle)[calls_before:]
+    assert vehicle.flight_mode == 'RETURN_TO_LAUNCH'
+    assert pilot.state.taken_over == 'RETURN_TO_LAUNCH'
+    assert 'does not take it back' in pilot.state.round_error
