@@ -115,9 +115,9 @@ def record(writer: BagWriter, selection: TopicSelection, duration_s: float | Non
            ) -> dict[str, Any]:
     """Record into ``writer`` until Ctrl-C, SIGTERM or ``duration_s``; the bag is closed
     whatever ends it. Returns the recording's summary (fl_uav.fleet.recording.summarize)."""
-    rclpy.init(domain_id=domain_id)  # rclpy's handlers: SIGINT and SIGTERM shut it down
     node = None
     try:
+        rclpy.init(domain_id=domain_id)  # rclpy's handlers: SIGINT and SIGTERM shut it down
         node = RecorderNode(writer, selection)
         echo(f'{READY_LINE} {writer.path} (Ctrl-C stops)')
         deadline = None if duration_s is None else time.monotonic() + duration_s

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import rclpy
 from geometry_msgs.msg import PoseStamped
 from mcap.reader import make_reader
@@ -150,3 +151,19 @@ def _mcap_holds_a_message(bag: Path) -> bool:
             return any(type(r).__name__ == 'Message' for r in StreamReader(stream).records)
         except Exception:  # noqa: BLE001 - a file still being written ends mid-record
             return False
+
+
+def test_a_recorder_whose_ros_does_not_start_still_closes_its_bag(tmp_path, monkeypatch):
+    # Arrange: rclpy.init fails (e.g. a bad domain or a broken RMW) after the bag was opened
+    import fl_uav.ros.recorder_node as recorder_node
+
+    def failing_init(**_kwargs):
+        raise RuntimeError('rmw failed')
+
+    monkeypatch.setattr(recorder_node.rclpy, 'init', failing_init)
+    writer = BagWriter(tmp_path / 'bag')
+    # Act
+    with pytest.raises(RuntimeError, match='rmw failed'):
+        recorder_node.record(writer, TopicSelection(), duration_s=0.0, echo=lambda _: None)
+    # Assert: the bag is closed (its metadata written), not left half open
+    assert (tmp_path / 'bag' / 'metadata.yaml').is_file()
