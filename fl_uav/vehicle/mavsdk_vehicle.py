@@ -245,6 +245,8 @@ class MavsdkVehicle:
         self.disarm_land_s: float | None = None
         # MIS_TAKEOFF_ALT as found before the first take-off set it; restored by close().
         self._takeoff_alt_found_m: float | None = None
+        # Read once only: after a failed read, a later one would find the value we set.
+        self._takeoff_alt_read = False
 
     # ----------------------------------------------------------------- connection
 
@@ -666,7 +668,8 @@ class MavsdkVehicle:
         if not relative_m >= 1.0:
             raise VehicleError(f'{self.url}: take-off altitude {altitude_m:.1f} m is less than '
                                f'1 m above home ({self._home_up_m():.1f} m)')
-        if self._takeoff_alt_found_m is None:
+        if not self._takeoff_alt_read:
+            self._takeoff_alt_read = True
             self._takeoff_alt_found_m = await self._read_param(
                 'MIS_TAKEOFF_ALT', self._action.get_takeoff_altitude,
                 'it is left at the take-off altitude set now')

@@ -4,6 +4,7 @@ import asyncio
 import logging
 import math
 import time
+import types
 from types import SimpleNamespace
 
 import mavsdk
@@ -11,7 +12,13 @@ import pytest
 
 from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig, AutopilotSimThread
 from fl_uav.sim.autopilot_flight import FlightMode
-from fl_uav.vehicle.interface import MissionProgress, Vehicle, VehicleError, WaypointEnu
+from fl_uav.vehicle.interface import (
+    MissionProgress,
+    PoseEnu,
+    Vehicle,
+    VehicleError,
+    WaypointEnu,
+)
 from fl_uav.vehicle.mavsdk_vehicle import (
     STATUS_TEXT_RECENT_S,
     MavsdkVehicle,
@@ -534,3 +541,34 @@ def test_no_home_yet_at_connect_is_waited_for_not_refused(caplog):
     assert vehicle._t.home_geodetic == (47.0, 8.0, 400.0)
     assert not vehicle.telemetry_rejected
     assert not _messages(caplog, logging.WARNING)
+
+
+def test_mis_takeoff_alt_is_read_once_so_a_failed_read_never_records_our_own_value():
+    # Arrange: a vehicle whose MAVSDK calls are stubbed; the first MIS_TAKEOFF_ALT read fails
+    # (None), a later one would read the 10 m the first take-off set
+    vehicle = MavsdkVehicle('udpin://127.0.0.1:1', GeoOrigin())
+    answers = [None, 10.0]
+    reads: list[str] = []
+
+    async def read_param(name, _make_call, _unchecked):
+        reads.append(name)
+        return answers.pop(0)
+
+    async def nothing(*_args, **_kwargs):
+        return None
+
+    vehicle._read_param = read_param
+    vehicle._call = vehicle._wait_for = nothing
+    vehicle._action = types.SimpleNamespace(get_takeoff_altitude=None)
+    vehicle._home_up_m = lambda: 0.0
+    vehicle._pose = lambda: PoseEnu(0.0, 0.0, 10.0, 0.0, 0.0)
+
+    async def two_takeoffs():
+        await vehicle.takeoff(10.0)
+        await vehicle.takeoff(10.0)
+
+    # Act
+    asyncio.run(two_takeoffs())
+    # Assert: read once; close() has nothing to put back rather than our own 10 m as PX4's
+    assert reads == ['MIS_TAKEOFF_ALT']
+    assert vehicle._takeoff_alt_found_m is None
