@@ -280,6 +280,12 @@ class GroundClient:
         with self._lock:
             return self._generation != self._serving
 
+    def is_repeat(self, delivery: Delivery) -> bool:
+        """The delivery is a retry of the visit last answered (:meth:`exchange` gives the
+        same frame again and changes nothing, so it may be answered while training runs)."""
+        last = self._last_reply
+        return last is not None and last[0] == (delivery.uav, delivery.round_index)
+
     def train(self) -> int:
         """FedEx eq. (10): up to ``local_steps`` SGD steps from the base model on the local
         data, stopped by the pickup deadline or a newer delivery (module docstring); returns

@@ -152,3 +152,14 @@ def test_a_bad_pickup_margin_names_the_key(value):
     with pytest.raises(ValueError, match='pickup_margin_s'):
         build_config(FleetConfig, {**EXPRESS, 'ground_clients.pickup_margin_s': value})
 
+
+def test_only_a_retry_of_the_visit_last_answered_is_a_repeat():
+    # Prepare: round 1 answered
+    client = _client(SteppingClock())
+    _visit(client, 1, 0.0)
+    client.on_uav_pose(UAV, *client.position_enu_m[:2], 30.0, 1.0)
+    # Execute
+    retry = client.gate(_delivery(1), 1.0)
+    newer = client.gate(_delivery(2), 1.0)
+    # Assert: the node answers the retry at once; the newer visit waits for the worker
+    assert client.is_repeat(retry[0]) and not client.is_repeat(newer[0])
