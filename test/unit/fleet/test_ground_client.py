@@ -163,3 +163,15 @@ def test_only_a_retry_of_the_visit_last_answered_is_a_repeat():
     newer = client.gate(_delivery(2), 1.0)
     # Assert: the node answers the retry at once; the newer visit waits for the worker
     assert client.is_repeat(retry[0]) and not client.is_repeat(newer[0])
+
+
+def test_the_warm_up_changes_neither_the_model_nor_the_fedex_state():
+    # Prepare
+    client = _client(SteppingClock())
+    before = get_weights(client._model)
+    # Execute
+    client.warm_up()
+    # Assert: the model the client trains is untouched, and there is nothing to train yet
+    after = get_weights(client._model)
+    assert all(np.array_equal(before[n], after[n]) for n in before)
+    assert client.train() == 0 and client.training_stops == {}
