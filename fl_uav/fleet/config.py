@@ -284,6 +284,10 @@ class GroundClientConfig:
         simulator's /uav<k>/ground_truth/pose, the default in the embedded fleet) or
         telemetry (/uav<k>/pose, what the UAV reports, e.g. with PX4 SITL).
     pose_max_age_s: a pose older than this (wall seconds) counts as no pose: refused.
+    pickup_margin_s: a client stops training this long before it expects its UAV back (its
+        last measured revisit interval after the visit that started the training), so the
+        CLU is ready when the UAV hovers (fl_uav/fleet/ground_client.py); at least one step
+        is always taken, and a visit that comes earlier stops the training at once.
     """
 
     num_clients: int = 4
@@ -295,6 +299,7 @@ class GroundClientConfig:
     delivery_attempts: int = 3
     range_pose: str = 'ground_truth'
     pose_max_age_s: float = 1.0
+    pickup_margin_s: float = 2.0
 
     def __post_init__(self) -> None:
         require_choice('range_pose', self.range_pose, RANGE_POSE_SOURCES)
@@ -306,6 +311,9 @@ class GroundClientConfig:
             value = getattr(self, key)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f'{key} must be finite and > 0, got {value}')
+        if not (math.isfinite(self.pickup_margin_s) and self.pickup_margin_s >= 0):
+            raise ValueError(f'pickup_margin_s must be finite and >= 0, got '
+                             f'{self.pickup_margin_s}')
 
 
 TRAJECTORY_PLANNERS = ('coverage', '2ceoafl')

@@ -16,6 +16,26 @@ the CLU are transmitted). At a visit (FedEx Sec. IV-D, digest Sec. 2.2 ``visit``
    one step per slot until the next visit; the station asks for the slots of Delta,
    ceil(Delta / step_time_s), as the engine does, capped by ``ground_clients.max_local_steps``.
 
+Timing (wall clock, not FedEx slots: a slot is the engine's modelled minute, a real device
+steps as fast as it can). The UAV that delivered comes back one revisit period later (Sync:
+the next round, Async: its next tour) and waits at most ``exchange_timeout_s`` for the CLU.
+Training is bounded by a :class:`~fl_uav.learning.training.StopCondition` asked before every
+step, as the drones' training is:
+
+* deadline: no step starts after the expected pickup less ``ground_clients.pickup_margin_s``
+  (the visit instant plus the client's last measured revisit interval, on :attr:`clock`; none
+  before a second visit has been seen). What was trained is the CLU (at least one step).
+* superseded: a newer delivery passed :meth:`gate` (the UAV is back, or another one came)
+  while training runs. FedEx's visit (digest Sec. 2.2 ``visit``, Sec. 1.5) has the client
+  upload its *current* CLU m_i, whatever it has accumulated, then reset to the delivered
+  model: so unlike a drone's superseded round nothing is dropped; training stops before its
+  next step and the steps taken so far are the CLU this visit collects (zero steps: a zero
+  CLU). A repeated delivery (the UAV's retry of the same visit) supersedes nothing.
+
+Before this, a client trained all ``local_steps`` whatever the clock said: a visit arriving
+while it trained waited behind the training; past ``exchange_timeout_s`` the UAV left
+without the CLU, and the answer, sent later to a UAV gone, carried the training away with it.
+
 With ``security.keys_dir`` the client signs its CLUs as client j with ``gc<j>.key`` and
 opens deliveries with the drones' public keys ``drone<i>.pub``
 (:func:`~fl_uav.fleet.keys.load_ground_client_auth`); with ``require_signatures`` an
@@ -28,11 +48,13 @@ map (:func:`client_dataset`): location-correlated, as FedEx's non-IID type 2.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +75,7 @@ from fl_uav.fleet.messages import MAX_COUNT
 from fl_uav.fleet.round_gate import REPEAT, RoundGate
 from fl_uav.fleet.world_setup import world_map
 from fl_uav.learning.models import build_model
-from fl_uav.learning.training import NonFiniteLossError, train_local
+from fl_uav.learning.training import NonFiniteLossError, StopCondition, train_local
 from fl_uav.learning.weights import (
     Weights,
     architecture_fingerprint,
@@ -110,7 +132,7 @@ class GroundClient:
     """One FedEx ground client: local data, base model x_base, local model x_i, range gate."""
 
     def __init__(self, config: FleetConfig, client_id: int, inputs: np.ndarray,
-                 labels: np.ndarray) -> None:
+                 labels: np.ndarray, clock: Callable[[], float] = time.monotonic) -> None:
         layout = express_layout(config)
         if not 0 <= client_id < len(layout.clients_enu_m):
             raise ValueError(f'client_id {client_id} outside 0..{len(layout.clients_enu_m) - 1} '
@@ -139,6 +161,15 @@ class GroundClient:
         self._steps = 0
         self._loss: float | None = None
         self._pending_steps = 0
+        # Timing (see the module docstring): ``clock`` (s) times visits and training stops;
+        # ``_generation`` counts the new deliveries gated, ``_serving`` the one exchanged.
+        self.clock = clock
+        self._generation = 0
+        self._serving = 0
+        self._last_visit_s: float | None = None
+        self.revisit_s: float | None = None          # last measured revisit interval
+        self._stop_at_s: float | None = None         # no step of this training after it
+        self.training_stops: Counter[str] = Counter()   # StopCondition reasons
         self.rejected: Counter[str] = Counter()     # bad frames, by reason
         self.refused: Counter[str] = Counter()      # good frames from a UAV out of range
         self.poses_rejected: Counter[str] = Counter()   # UAV poses not used, by reason
@@ -201,6 +232,9 @@ class GroundClient:
             self.exchanges.append(ExchangeRecord(delivery.uav, delivery.round_index, False,
                                                  reason, distance, 0, now_s))
             return None
+        if verdict.taken:           # a new visit (not a retry): it supersedes the training
+            with self._lock:
+                self._generation += 1
         return delivery, float(distance)
 
     # --- FedEx ---------------------------------------------------------------------------
@@ -229,14 +263,48 @@ class GroundClient:
         self._base_round = delivery.round_index
         self._local, self._steps, self._loss = None, 0, None
         self._pending_steps = delivery.local_steps
+        visit_s = self.clock()
+        if self._last_visit_s is not None:
+            self.revisit_s = visit_s - self._last_visit_s
+        self._last_visit_s = visit_s
+        self._stop_at_s = (None if self.revisit_s is None else visit_s + max(
+            0.0, self.revisit_s - self.config.ground_clients.pickup_margin_s))
+        with self._lock:
+            self._serving = self._generation
         self.exchanges.append(ExchangeRecord(delivery.uav, delivery.round_index, True,
                                              'exchanged', distance_m, steps, now_s))
         self._last_reply = (key, frame)
         return frame
 
+    def superseded(self) -> bool:
+        """A newer delivery than the one last exchanged has passed :meth:`gate`."""
+        with self._lock:
+            return self._generation != self._serving
+
+    def warm_up(self) -> None:
+        """One throwaway SGD step on a copy of the model, to be run once before the first
+        delivery. A fresh process's first training pays torch's lazy start-up (the first
+        optimizer alone imports for ~2 s here, more with several processes starting at
+        once): measured in the express fleet, the first 20 steps took 5.5-6.3 s against
+        0.2-0.4 s later, as long as the whole revisit interval, so a UAV coming back found
+        no step trained. Changes no FedEx state."""
+        torch.set_num_threads(self.config.learning.torch_threads)
+        scratch = copy.deepcopy(self._model)
+        config = dataclasses.replace(self._train_config, max_steps=1, local_epochs=1)
+        train_local(scratch, self._inputs[:config.batch_size],
+                    self._labels[:config.batch_size], config, seed=0)
+
+    def is_repeat(self, delivery: Delivery) -> bool:
+        """The delivery is a retry of the visit last answered (:meth:`exchange` gives the
+        same frame again and changes nothing, so it may be answered while training runs)."""
+        last = self._last_reply
+        return last is not None and last[0] == (delivery.uav, delivery.round_index)
+
     def train(self) -> int:
-        """FedEx eq. (10): ``local_steps`` SGD steps from the base model on the local data;
-        returns the steps run (0 if nothing to train, or if the loss went non-finite)."""
+        """FedEx eq. (10): up to ``local_steps`` SGD steps from the base model on the local
+        data, stopped by the pickup deadline or a newer delivery (module docstring); returns
+        the steps run (0 if nothing to train, if a newer delivery came first, or if the loss
+        went non-finite). The steps run are the CLU the next visit collects."""
         if self._base is None or not self._pending_steps:
             return 0
         steps, self._pending_steps = self._pending_steps, 0
@@ -248,15 +316,19 @@ class GroundClient:
                                      local_epochs=max(1, math.ceil(
                                          steps * self._train_config.batch_size
                                          / max(1, len(self._labels)))))
+        stop = StopCondition(self._stop_at_s, self.superseded, self.clock)
         start = time.perf_counter()
         try:
-            result = train_local(self._model, self._inputs, self._labels, config, seed)
+            result = train_local(self._model, self._inputs, self._labels, config, seed, stop)
         except NonFiniteLossError:
             self.training_failures += 1
             return 0
         self.train_seconds = time.perf_counter() - start
-        self._local = get_weights(self._model)
-        self._steps, self._loss = result.steps, float(result.mean_loss)
+        if stop.reason:
+            self.training_stops[stop.reason] += 1
+        if result.steps:
+            self._local = get_weights(self._model)
+            self._steps, self._loss = result.steps, float(result.mean_loss)
         return result.steps
 
     def report(self) -> dict[str, Any]:
@@ -269,4 +341,6 @@ class GroundClient:
             'poses_rejected': dict(self.poses_rejected),
             'repeats': self.repeats,
             'training_failures': self.training_failures,
+            'training_stops': dict(self.training_stops),
+            'revisit_s': self.revisit_s,
         }

@@ -3,7 +3,9 @@
 Listens for model deliveries on /gc<j>/express/model, checks the sender's distance from the
 pose the config names (``ground_clients.range_pose``: the simulator's
 /uav<k>/ground_truth/pose by default, never the frame's own claim), answers in range with its
-CLU on /uav<k>/express/clu and trains from the delivered model off the executor thread.
+CLU on /uav<k>/express/clu and trains from the delivered model off the executor thread; the
+training stops in time for the UAV's return and when a newer delivery arrives (GroundClient's
+StopCondition), and a UAV's retry of the visit just answered is answered at once.
 With ``security.keys_dir`` it needs ``gc<j>.key`` and every ``drone<i>.pub`` (a missing key
 stops it at start, naming the file): deliveries are verified, CLUs signed, and with
 ``require_signatures`` unsigned, forged or stale deliveries are rejected, counted and logged.
@@ -52,6 +54,7 @@ class GroundClientNode(Node):
         position = tuple(float(v) for v in layout.clients_enu_m[client_id])
         self.client = GroundClient(cfg, client_id, *client_dataset(cfg, client_id, position))
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix='train')
+        self._worker.submit(self._warm_up)    # before the first delivery's training
         # The FedEx state (base, local model) is touched by the worker thread only; gate()
         # reads poses and counters. The lock serialises the log file's writers.
         self._log_lock = threading.Lock()
@@ -93,20 +96,34 @@ class GroundClientNode(Node):
                 f'rejected {dict(self.client.rejected)}, last {last})')
             self._write_log()
             return
+        if self.client.is_repeat(gated[0]):   # a retry: answered now, not behind training
+            self._serve(*gated, now)
+            return
         self._worker.submit(self._serve, *gated, now)
 
     def _serve(self, delivery: Delivery, distance_m: float, now: float) -> None:
         try:
+            repeat = self.client.is_repeat(delivery)   # answered again, nothing to train
             reply = self.client.exchange(delivery, distance_m, now)
             self._clu_pubs[delivery.uav].publish(bytes_to_msg(reply))
             self.get_logger().info(f'round {delivery.round_index}: exchanged with UAV '
                                    f'{delivery.uav} at {distance_m:.1f} m')
             self._write_log()
-            steps = self.client.train()
+            if repeat:
+                return
+            steps = self.client.train()   # stops in time for the pickup, or on a newer visit
             self.get_logger().info(f'trained {steps} local steps from round '
-                                   f"{delivery.round_index}'s model")
+                                   f"{delivery.round_index}'s model (stops so far "
+                                   f'{dict(self.client.training_stops)})')
+            self._write_log()
         except Exception as exc:  # noqa: BLE001 - a client must keep serving
             self.get_logger().error(f'exchange failed: {exc!r}')
+
+    def _warm_up(self) -> None:
+        try:
+            self.client.warm_up()
+        except Exception as exc:  # noqa: BLE001 - the first training is just slower
+            self.get_logger().warning(f'training warm-up failed: {exc!r}')
 
     def _write_log(self) -> None:
         if self._log_path is None:

@@ -85,7 +85,12 @@ def test_in_range_answered_out_of_range_refused_garbage_survived(client_node, tm
     clu = decode_clu(clus[0], DecodeLimits(), fingerprint, shapes, 0, 2, 1)
     assert clu.steps == 0 and all(not np.any(v) for v in clu.delta.values())
     assert clu.distance_m == pytest.approx(np.hypot(3.0, 30.0), abs=0.01)
-    # The next visit carries a CLU trained from round 2's model
+    # The next visit, once the client has trained (a visit during training would stop it
+    # and take the steps so far), carries a CLU trained from round 2's model
+    assert spin_until(executor, lambda: node.client._steps == 2, 20.0)
+    heard_s = node.client._poses[0][1]
+    truth.publish(_pose(east + 3.0, north, 30.0))      # still hovering: a fresh pose
+    assert spin_until(executor, lambda: node.client._poses[0][1] > heard_s, 5.0)
     deliver(3)
     assert spin_until(executor, lambda: len(clus) == 2, 20.0)
     second = decode_clu(clus[1], DecodeLimits(), fingerprint, shapes, 0, 3, 1)
