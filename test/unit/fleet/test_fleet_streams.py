@@ -71,7 +71,7 @@ def _client_seed(world_seed: int, monkeypatch) -> int:
     client._base, client._base_round, client._pending_steps = get_weights(client._model), 1, 1
     seen = []
 
-    def spy_train_local(model, inputs, labels, config, seed):
+    def spy_train_local(model, inputs, labels, config, seed, should_stop=None):
         seen.append(seed)
         raise NonFiniteLossError('stopped after the seed is seen')
 
