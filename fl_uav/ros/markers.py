@@ -87,16 +87,9 @@ def class_region_markers(regions: Sequence[GaussianRegion], frame_id: str, stamp
     array = MarkerArray()
     for index, region in enumerate(regions):
         semi_major_m, semi_minor_m, angle_rad = region_axes_m(region, n_std)
-        marker = _marker(REGION_NS, index, Marker.CYLINDER, frame_id, stamp_s,
-                         class_colour(region.class_id), REGION_ALPHA)
-        marker.pose.position = _point(*region.center_enu_m, 0.0)
-        qx, qy, qz, qw = yaw_to_quaternion(angle_rad)
-        marker.pose.orientation.x, marker.pose.orientation.y = qx, qy
-        marker.pose.orientation.z, marker.pose.orientation.w = qz, qw
-        marker.scale.x = max(2.0 * semi_major_m, MIN_SCALE_M)
-        marker.scale.y = max(2.0 * semi_minor_m, MIN_SCALE_M)
-        marker.scale.z = REGION_THICKNESS_M
-        array.markers.append(marker)
+        array.markers.append(_region_disc(
+            REGION_NS, index, region.class_id, region.center_enu_m,
+            (semi_major_m, semi_minor_m), angle_rad, frame_id, stamp_s))
     return array
 
 
@@ -132,17 +125,29 @@ def world_region_markers(regions: Sequence[ClassRegion], frame_id: str,
     colours of the drones' fitted regions); marker id = index in ``regions``."""
     array = MarkerArray()
     for index, region in enumerate(regions):
-        marker = _marker(WORLD_REGION_NS, index, Marker.CYLINDER, frame_id, stamp_s,
-                         class_colour(region.class_id), REGION_ALPHA)
-        marker.pose.position = _point(*region.center_enu_m, 0.0)
-        qx, qy, qz, qw = yaw_to_quaternion(float(region.angle_rad))
-        marker.pose.orientation.x, marker.pose.orientation.y = qx, qy
-        marker.pose.orientation.z, marker.pose.orientation.w = qz, qw
-        marker.scale.x = max(2.0 * float(region.extent_m[0]), MIN_SCALE_M)
-        marker.scale.y = max(2.0 * float(region.extent_m[1]), MIN_SCALE_M)
-        marker.scale.z = REGION_THICKNESS_M
-        array.markers.append(marker)
+        array.markers.append(_region_disc(
+            WORLD_REGION_NS, index, region.class_id, region.center_enu_m,
+            (float(region.extent_m[0]), float(region.extent_m[1])), float(region.angle_rad),
+            frame_id, stamp_s))
     return array
+
+
+def _region_disc(ns: str, marker_id: int, class_id: int, center_enu_m,
+                 semi_axes_m: tuple[float, float], angle_rad: float, frame_id: str,
+                 stamp_s: float) -> Marker:
+    """A flat CYLINDER on the ground: an ellipse of semi-axes ``semi_axes_m`` turned by
+    ``angle_rad`` about ``center_enu_m``, in class ``class_id``'s colour (scales kept above
+    MIN_SCALE_M)."""
+    marker = _marker(ns, marker_id, Marker.CYLINDER, frame_id, stamp_s,
+                     class_colour(class_id), REGION_ALPHA)
+    marker.pose.position = _point(*center_enu_m, 0.0)
+    qx, qy, qz, qw = yaw_to_quaternion(angle_rad)
+    marker.pose.orientation.x, marker.pose.orientation.y = qx, qy
+    marker.pose.orientation.z, marker.pose.orientation.w = qz, qw
+    marker.scale.x = max(2.0 * semi_axes_m[0], MIN_SCALE_M)
+    marker.scale.y = max(2.0 * semi_axes_m[1], MIN_SCALE_M)
+    marker.scale.z = REGION_THICKNESS_M
+    return marker
 
 
 def station_markers(plans: Mapping[int, Sequence[PlanWaypoint]],
