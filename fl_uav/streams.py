@@ -7,7 +7,12 @@ are distinct entropy, so two purposes, drones or runs never share a stream whate
 size. Seeds made by adding small integers (``10 + drone`` beside ``20 + drone``, ``seed * 1000
 + drone``) share streams as soon as one key outgrows its slot: drone k + 10's batches were
 drone k's compressor draws in the engine with 10 or more drones.
-The run seed is ``seed`` in the engine and ``world.seed`` in the fleet.
+The run seed is ``seed`` in the engine and ``world.seed`` in the fleet. No purpose is 0: the
+key ``[seed, 0, 0, 0]`` is ``default_rng(seed)``'s own SeedSequence, since SeedSequence pads
+its entropy with zeros (``[s]``, ``[s, 0]`` and ``[s, 0, 0, 0]`` are one sequence; the world's
+first land-cover attempt is ``default_rng([world.seed, 0])``, i.e. ``default_rng(world.seed)``).
+So the fleet's station gives its strategy (which may do ``default_rng(seed)``) not
+``world.seed`` but ``stream_seed(world.seed, 0, Stream.STRATEGY)``.
 """
 
 from __future__ import annotations
@@ -46,6 +51,9 @@ class Stream(enum.IntEnum):
     REGION_FIT = 20       # the class regions' k-means++ initialisation (2CEOAFL eq. (1))
     CLASS_PRIORITIES = 21  # ψ's mixing matrix M_u (2CEOAFL eq. (2))
     TRAJECTORY = 22       # a trajectory's own draws (fl-uav plan's random baseline)
+    # the fleet's ground station and drones, moved off bare world.seed (branch seedcontract)
+    STRATEGY = 23         # the fleet station's aggregation strategy's int seed (round 0)
+    FLEET_TOPUP = 24      # a drone's FedDPQ top-up draws in a round (eqs. (1)-(3))
 
 
 def stream_seed(seed: int, round_index: int, purpose: Stream, index: int = 0) -> int:

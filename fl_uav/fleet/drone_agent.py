@@ -70,7 +70,7 @@ from fl_uav.fleet.resource_knobs import (
 from fl_uav.learning.buffer import OnboardBuffer
 from fl_uav.learning.client_algorithms import SERVER_CONTROL_KNOB, ScaffoldClient
 from fl_uav.learning.models import build_model
-from fl_uav.learning.topup import TOPUP_SEED_TAG, top_up
+from fl_uav.learning.topup import top_up
 from fl_uav.learning.training import STOP_DEADLINE, STOP_SUPERSEDED, StopCondition
 from fl_uav.learning.weights import (
     architecture_fingerprint,
@@ -433,9 +433,9 @@ class DroneAgent:
         if selected and len(images) >= self.config.learning.min_samples_to_train:
             if TOPUP_KNOB in check.applied:     # FedDPQ eqs. (1)-(3) on the buffer's frames
                 made = top_up(images, labels, len(CLASS_NAMES), check.applied[TOPUP_KNOB],
-                              self._topup_generator, np.random.default_rng(
-                                  (self.config.world.seed, TOPUP_SEED_TAG, self.drone_id,
-                                   task.round_index)))
+                              self._topup_generator,
+                              stream_rng(self.config.world.seed, task.round_index,
+                                         Stream.FLEET_TOPUP, self.drone_id))
                 images = np.concatenate([images, made.images])
                 labels = np.concatenate([labels, made.labels])
                 generated = made.generated_total

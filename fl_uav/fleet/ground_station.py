@@ -87,6 +87,7 @@ from fl_uav.learning.weights import (
 )
 from fl_uav.planning.coverage import PlanWaypoint, coverage_plan
 from fl_uav.planning.resources import merge_knobs
+from fl_uav.streams import Stream, stream_seed
 from fl_uav.values import is_finite_number, is_int
 from fl_uav.world.landcover import CLASS_NAMES
 
@@ -231,7 +232,10 @@ class GroundStation:
                                               if config.mode == 'express' else None)
         num_clients = (config.ground_clients.num_clients if self.express is not None
                        else config.num_drones)
-        self._strategy = config.aggregation.build(num_clients, seed=config.world.seed)
+        # the plug-in contract: an int seed the strategy may give default_rng; world.seed
+        # itself would be the land-cover map's first stream ([seed] = [seed, 0], streams.py)
+        self._strategy = config.aggregation.build(
+            num_clients, seed=stream_seed(config.world.seed, 0, Stream.STRATEGY))
         self._round_warnings: list[str] = []   # what went wrong opening the open round
         # aggregation.max_failed_rounds: rounds in a row whose aggregation failed, and why the
         # run ended as failed ('' while it has not), as the engine stops on a plug-in's fault

@@ -14,6 +14,7 @@ from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.drone_agent import DroneAgent, UploadEncodingError
 from fl_uav.fleet.ground_station import GroundStation
 from fl_uav.fleet.messages import FinishCommand
+from fl_uav.streams import Stream, stream_seed
 from test.unit import _plugins
 from test.unit._plugins import SPEC
 from test.unit.fleet._fleet_pair import agent_and_station
@@ -65,9 +66,12 @@ def test_the_station_builds_a_strategy_plug_in_with_the_fleets_arguments():
     # Act
     _, station = _pair({'num_drones': 3, 'world.seed': 11, 'aggregation.server_lr': 0.5,
                         'aggregation.strategy': SPEC + 'KeepsAllArguments'})
-    # Assert: **kwargs gets every documented argument; the fleet's seed is world.seed
+    # Assert: **kwargs gets every documented argument; the fleet's seed is an int of its own
+    # stream of world.seed (not world.seed: default_rng(11) is the world map's first stream)
     arguments = station._strategy.arguments
-    assert arguments['num_clients'] == 3 and arguments['seed'] == 11
+    assert arguments['num_clients'] == 3
+    assert arguments['seed'] == stream_seed(11, 0, Stream.STRATEGY)
+    assert isinstance(arguments['seed'], int)
     assert arguments['server_lr'] == 0.5
     assert set(arguments) == {'server_lr', 'num_clients', 'proximal_mu', 'score_interval',
                               'score_shrink_steps', 'trimmed_beta', 'num_selected', 'local_lr',
