@@ -34,8 +34,11 @@ STRATEGY_PLUGIN_ARGUMENTS = ('server_lr', 'num_clients', 'proximal_mu', 'score_i
 built-ins get: the ``aggregation.*`` keys of the same names (``server_lr``, ``proximal_mu``,
 ``score_interval``, ``score_shrink_steps``, ``trimmed_beta``, ``num_selected``, ``local_lr``),
 ``num_clients`` (the drones, or FedEx's ground clients, the station aggregates for) and
-``seed`` (the run's: ``seed`` in the engine, ``world.seed`` in the fleet). Only the parameters
-its signature names are passed (all with ``**kwargs``). ``aggregation.clip_norm`` > 0 wraps
+``seed`` (an int the strategy may give ``np.random.default_rng``: the run's ``seed`` in the
+engine; in the fleet ``stream_seed(world.seed, 0, Stream.STRATEGY)``, a 64-bit seed of its own
+stream, since ``default_rng(world.seed)`` is the world map's first stream,
+:mod:`fl_uav.streams`). Only the parameters its signature names are passed (all with
+``**kwargs``). ``aggregation.clip_norm`` > 0 wraps
 a plug-in in :class:`NormClip` as it wraps a built-in."""
 
 STRATEGY_PLUGIN = PluginKind('aggregation.strategy', Strategy,

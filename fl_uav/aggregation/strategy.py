@@ -71,7 +71,9 @@ class Strategy(ABC):
       whose attributes changed while its state_dict stayed empty. The state is a tree of
       dicts (str keys), lists, JSON scalars and numpy arrays (arrays go into checkpoint.npz,
       the rest into its JSON).
-    * Randomness comes from the ``seed`` argument, so runs are reproducible.
+    * Randomness comes from the ``seed`` argument (an int; ``np.random.default_rng(seed)`` is
+      fine: in the fleet it is ``stream_seed(world.seed, 0, Stream.STRATEGY)``, a stream no
+      other part of the run draws from), so runs are reproducible.
     """
 
     name = 'strategy'
