@@ -115,6 +115,8 @@ Q_TARGET_KNOB = 'packet_error_target'
 Q_KNOB = 'packet_error_prob'
 
 FALLBACKS = ('clip', 'error')
+#: optuna's samplers take seeds in [0, 2**32)
+OPTUNA_SEED_MODULUS = 2 ** 32
 _PENALTY = 10.0      # objective multiplier when the target is not reached within max_rounds
 
 
@@ -684,14 +686,13 @@ def _optimise(fleet: FeddpqFleet, constants: ConvergenceConstants, bounds: Feddp
 
     history = [value(q)]
     for r in range(max_bcd_rounds):
-        base = seed * 1000 + 10 * r
-        q = run_q_block(base + 1)
+        q = run_q_block(_block_seed(seed, r, 1))
         state['topup'] = run_vector_block('topup', bounds.topup_min, bounds.topup_max, False,
-                                          base + 2)
+                                          _block_seed(seed, r, 2))
         state['prune'] = run_vector_block('prune', bounds.prune_min, bounds.prune_max, False,
-                                          base + 3)
+                                          _block_seed(seed, r, 3))
         state['bits'] = run_vector_block('bits', bounds.bits_min, bounds.bits_max, True,
-                                         base + 4)
+                                         _block_seed(seed, r, 4))
         history.append(value(q))
         if abs(history[-1] - history[-2]) <= tolerance * abs(history[-2]):
             break
@@ -709,6 +710,13 @@ def _optimise(fleet: FeddpqFleet, constants: ConvergenceConstants, bounds: Feddp
     return FeddpqPlan(fleet=fleet, knobs=knobs, packet_error_target=float(q),
                       prediction=prediction, mode=q_range.mode,
                       fallback_reason=q_range.reason, history_j=tuple(history))
+
+
+def _block_seed(seed: int, bcd_round: int, block: int) -> int:
+    """The optuna sampler seed of one block (1 = q, 2-4 = top-up, pruning, bits) of one
+    block-coordinate round: seed * 1000 + 10 * round + block, wrapped into optuna's
+    [0, 2**32) so any world.seed works (unchanged for every seed below 4,294,967)."""
+    return (seed * 1000 + 10 * bcd_round + block) % OPTUNA_SEED_MODULUS
 
 
 def fixed_plan(fleet: FeddpqFleet, knobs: FeddpqKnobs,

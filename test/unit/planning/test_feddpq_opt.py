@@ -17,6 +17,7 @@ from fl_uav.planning.feddpq_opt import (
     FeddpqInfeasibleError,
     FeddpqKnobs,
     FeddpqModel,
+    _block_seed,
     effective_receivers,
     effective_weights,
     optimise_feddpq,
@@ -224,3 +225,15 @@ def test_plan_counts_only_what_a_label_preserving_generator_can_make():
     assert paper.generated_counts(factors)[0].tolist() == [0.0, 3.0, 1.0]
     assert np.bincount(made_y, minlength=3).tolist() == planned[0].tolist()
     assert augment.predict(knobs).generation_energy_j < paper.predict(knobs).generation_energy_j
+
+
+def test_any_world_seed_plans_and_small_seeds_keep_their_sampler_seeds():
+    # Arrange: world.seed may be up to 2**32 - 1; optuna samplers take seeds below 2**32
+    fleet = _fleet([80.0, 260.0])
+    # Act
+    plan = optimise_feddpq(fleet, seed=2 ** 32 - 1, max_bcd_rounds=1, q_trials=3,
+                           block_trials=8, q_sampler='tpe')
+    # Assert: a plan, and the seeds the measured figures used are kept
+    assert sorted(plan.knobs_by_drone()) == [10, 11]
+    assert _block_seed(5, 2, 3) == 5 * 1000 + 10 * 2 + 3
+    assert all(0 <= _block_seed(2 ** 32 - 1, r, b) < 2 ** 32 for r in range(3) for b in (1, 4))
