@@ -33,6 +33,9 @@ Stopping early. Every client asks ``should_stop``
 deadline is near; the fleet's drone passes one, the engine none) before each local step, and
 reports the steps it actually took as ``steps``: the rules that normalise by local work
 (fednova's τ_k, osafl's κ_u, afacd) divide by those, so an update cut short stays correct.
+The drone's deadline step plan (fl_uav.fleet.drone_agent.steps_that_fit) shortens only the
+clients whose step count is the config's (:meth:`ClientAlgorithm.capped_steps`: sgd without a
+planner's H, scaffold); the others keep their own count and only the stop cuts them.
 After a stop for a newer round the caller drops the result and calls
 :meth:`ClientAlgorithm.upload_lost` (SCAFFOLD's c_k as it was).
 """
@@ -74,6 +77,7 @@ from fl_uav.learning.training import (
 from fl_uav.learning.vectorized import (
     LocalUpdate,
     client_batches,
+    epoch_steps,
     exact_steps_config,
     train_clients_sequential,
 )
@@ -134,6 +138,15 @@ class ClientAlgorithm(ABC):
         ``should_stop`` is asked before every local step (with the steps taken so far); once
         it says stop, no further step starts and the result covers the steps taken (possibly
         none: a zero Δ). None = train the algorithm's full step count."""
+
+    def capped_steps(self, num_samples: int, config: TrainConfig,
+                     knobs: Mapping[str, Any]) -> int | None:
+        """The local steps this round takes when nothing stops it, if they are ``config``'s
+        (epochs over ``num_samples`` at ``batch_size``, at most ``max_steps``: a lower
+        ``config.max_steps``, the drone's deadline cap, shortens them); None when the client's
+        step count is its own (a planner's H, OSAFL's κ_u^t, 2CEOAFL's ρ + κ, FedDPQ's
+        steps), which ``config.max_steps`` does not bound."""
+        return None
 
     def vectorized_steps(self, seed: int) -> int | None:
         """For a ``vectorizable`` client: the exact step count of this (seed, round, drone)
@@ -234,6 +247,12 @@ class SgdClient(ClientAlgorithm):
                                             should_stop=should_stop)
         return local_steps_result(update, start, len(labels), self.structured_keep, index_map,
                                   {n: np.shape(w) for n, w in global_weights.items()})
+
+    def capped_steps(self, num_samples, config, knobs):
+        """The config's epochs (max_steps) bound the steps, unless a planner's H sets them."""
+        if knobs.get(LOCAL_STEPS_KNOB) is not None:
+            return None
+        return epoch_steps(config, num_samples)
 
 
 class TwoCeoaflClient(ClientAlgorithm):
@@ -454,6 +473,10 @@ class ScaffoldClient(ClientAlgorithm):
         return ClientResult(delta=delta, steps=steps, mean_loss=loss_sum / steps,
                             num_samples=len(labels), compute_dense_steps=float(steps),
                             metrics={DELTA_C_KEY: delta_c})
+
+    def capped_steps(self, num_samples, config, knobs):
+        """The config's epochs (max_steps) bound the steps."""
+        return epoch_steps(config, num_samples)
 
     def upload_lost(self) -> None:
         """The server never added Δc_k: keep c_k as it was, so c = mean_k c_k still holds."""

@@ -90,6 +90,30 @@ def test_2ceoafl_update_is_zero_outside_the_mask_and_costs_rho_plus_kappa_kept()
     assert result.metrics[PRUNE_FRACTION_KEY] == 0.4
 
 
+@pytest.mark.parametrize('make, knobs, planned', [
+    (SgdClient, {}, 15),                                    # 40 samples / 8 × 3 epochs
+    (lambda: SgdClient(structured_keep=0.5), {}, 15),
+    (SgdClient, {PROXIMAL_MU_KNOB: 0.5}, 15),
+    (ScaffoldClient, {}, 15),
+    (SgdClient, {LOCAL_STEPS_KNOB: 12}, None),              # a planner's H is kept
+    (lambda: TwoCeoaflClient(1, 4), {}, None),
+    (lambda: FedDpqClient(local_steps=4), {}, None),
+    (lambda: OsaflClient(3, 3), {}, None),
+])
+def test_only_clients_whose_steps_are_the_configs_can_be_capped(make, knobs, planned):
+    # Arrange
+    config = dataclasses.replace(CONFIG, local_epochs=3)
+    # Act
+    capped = make().capped_steps(40, config, knobs)
+    # Assert
+    assert capped == planned
+    if planned is not None:   # config.max_steps bounds them: the drone's cap works
+        _, result = _train(make(), knobs=knobs, config=dataclasses.replace(config,
+                                                                           max_steps=6))
+        _, full = _train(make(), knobs=knobs, config=config)
+        assert (result.steps, full.steps) == (6, planned)
+
+
 def test_2ceoafl_draws_the_pruning_ratio_per_drone_and_round_in_range():
     client = TwoCeoaflClient(rho_steps=0, kappa_steps=1, prune_fraction=0.05,
                              prune_fraction_max=0.7)
