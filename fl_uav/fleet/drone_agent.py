@@ -145,9 +145,10 @@ class UpdateReport:
     flight failed ('' if it did not; the update carries it as ``flight_error``).
     ``dropped``: why the round's work was dropped and nothing is sent ('' = not dropped;
     DROPPED_SUPERSEDED: a newer round arrived, so the station has closed this one and would
-    refuse its update as ``wrong_round``). ``steps_cap``: the local steps the round's time
-    left allowed (:func:`steps_that_fit`; None = no cap applied: not planned this round, or a
-    client whose step count is its own,
+    refuse its update as ``wrong_round``). ``steps``: the local steps the update's Δ covers
+    (sent as ``steps``); ``probe_steps``: steps taken that Δ does not cover (2CEOAFL's ρ').
+    ``steps_cap``: the local steps the round's time left allowed (:func:`steps_that_fit`;
+    None = no cap applied: not planned this round, or a client whose step count is its own,
     :meth:`~fl_uav.learning.client_algorithms.ClientAlgorithm.capped_steps`);
     ``planned_steps``: the steps the client takes without a cap (None: its own step count,
     which the cap does not apply to). ``stopped``: STOP_DEADLINE when the training stopped at
@@ -165,6 +166,7 @@ class UpdateReport:
     steps_cap: int | None = None
     stopped: str = ''
     planned_steps: int | None = None
+    probe_steps: int = 0
 
     @property
     def capped(self) -> bool:
@@ -434,7 +436,7 @@ class DroneAgent:
         self.settle_previous_upload(task)
         if superseded is not None and superseded():
             return self._dropped(task, start, 'before training')
-        steps_cap, planned_steps = None, None
+        steps_cap, planned_steps, probe_steps = None, None, 0
         check = self.check_knobs(task)
         knobs = {**{k: v for k, v in task.knobs.items() if k not in check.rejected},
                  **check.applied}
@@ -485,6 +487,7 @@ class DroneAgent:
             delta, mask, metrics = result.delta, result.mask, dict(result.metrics)
             delta_c = metrics.pop(DELTA_C_KEY, None)
             steps, loss, num_samples = result.steps, result.mean_loss, result.num_samples
+            probe_steps = result.probe_steps
             self.rounds_trained += 1
             trained = True
         metadata = {
@@ -525,15 +528,17 @@ class DroneAgent:
                 f'{type(exc).__name__}: {exc}{raised_at(exc)}; nothing sent this round') from exc
         self._pending_upload = (task.round_index, trained)
         total_s = time.perf_counter() - start
-        if trained and steps > 0:
-            self.record_step_time(train_s / steps)
+        steps_taken = steps + probe_steps   # the step time: every step the round ran
+        if trained and steps_taken > 0:
+            self.record_step_time(train_s / steps_taken)
             self.overhead_s = time.perf_counter() - train_end
             _log.info('drone %d: round %d: %d local steps in %.1f s (%.3f s a step; cap %s), '
-                      'encoded in %.1f s', self.drone_id, task.round_index, steps, train_s,
-                      train_s / steps, steps_cap, self.overhead_s)
+                      'encoded in %.1f s', self.drone_id, task.round_index, steps_taken,
+                      train_s, train_s / steps_taken, steps_cap, self.overhead_s)
         report = UpdateReport(task.round_index, frames, num_samples, steps, loss, total_s,
                               dict(check.rejected), task.flight_error, steps_cap=steps_cap,
-                              stopped=stopped, planned_steps=planned_steps)
+                              stopped=stopped, planned_steps=planned_steps,
+                              probe_steps=probe_steps)
         if trained and report.capped:
             self.rounds_capped += 1
         if stopped == STOP_DEADLINE:

@@ -4,9 +4,10 @@ One small class per paper's client procedure over :class:`ClientAlgorithm` (Flow
 takes the model (a template it may overwrite), the received global weights, the drone's data, a
 :class:`~fl_uav.learning.training.TrainConfig` (this round's learning rate included), a seed and
 the per-drone knobs the Strategy sent, and returns a :class:`ClientResult`: the dense-shaped
-model delta Δ = w_local − w_received (zeros where pruned), the steps taken, the mean mini-batch
-loss, the samples used, the compute spent in dense mini-batch SGD steps (what the netmodel's
-compute time and energy are multiplied by) and the metrics the server strategy reads.
+model delta Δ = w_local − w_received (zeros where pruned), the steps taken that Δ covers (and
+apart, any taken that it does not: 2CEOAFL's mask probe), the mean mini-batch loss, the
+samples used, the compute spent in dense mini-batch SGD steps (what the netmodel's compute
+time and energy are multiplied by) and the metrics the server strategy reads.
 
 ============  ==========================================================================
 name          procedure
@@ -15,7 +16,8 @@ sgd           local SGD/Adam (``train_local``), optional FedProx proximal term (
               structured pruning (``structured_keep``)
 2ceoafl       2CEOAFL §2.2 (b)-(c), eqs. (8), (10): ρ dense steps, global magnitude mask
               over δ, rewind, κ masked steps; Δ = −η̃ d (d the accumulated masked gradient);
-              reports η̃ (``local_lr``) for the server's Π = −Δ/η̃ (eq. (13))
+              reports η̃ (``local_lr``) for the server's Π = −Δ/η̃ (eq. (13)), κ as
+              ``steps`` and ρ as ``probe_steps``
 feddpq        FedDPQ eqs. (5), (9), (10), (18): magnitude pruning with ratio ρ_u, gradient
               steps at the pruned point; Δ = −η Σ g(w̃)
 osafl         OSAFL Algorithm 1 lines 2–9, eqs. (5)–(7): κ_u^t ~ U{min..max} plain local
@@ -31,8 +33,10 @@ Every random choice derives from ``seed``, so (seed, round, drone) fixes the res
 Stopping early. Every client asks ``should_stop``
 (:class:`~fl_uav.learning.training.StopCondition`: a newer round arrived, or the round's
 deadline is near; the fleet's drone passes one, the engine none) before each local step, and
-reports the steps it actually took as ``steps``: the rules that normalise by local work
-(fednova's τ_k, osafl's κ_u, afacd) divide by those, so an update cut short stays correct.
+reports the steps it actually took that produced Δ as ``steps``: the rules that normalise by
+local work (fednova's τ_k, osafl's κ_u, afacd) divide by those, so an update cut short stays
+correct. Steps taken that Δ does not cover (2CEOAFL's ρ mask-probe steps, discarded at the
+rewind) are ``probe_steps``; ``compute_dense_steps`` charges both.
 The drone's deadline step plan (fl_uav.fleet.drone_agent.steps_that_fit) shortens only the
 clients whose step count is the config's (:meth:`ClientAlgorithm.capped_steps`: sgd without a
 planner's H, scaffold); the others keep their own count and only the stop cuts them.
@@ -53,7 +57,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fl_uav.aggregation._common import LOCAL_LR_KEY, PRUNE_FRACTION_KEY
+from fl_uav.aggregation._common import LOCAL_LR_KEY, PROBE_STEPS_KEY, PRUNE_FRACTION_KEY
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.aggregation.scaffold import DELTA_C_KEY
 from fl_uav.configschema import require_choice
@@ -104,8 +108,10 @@ class ClientResult:
     """One drone's round: the update and what it cost.
 
     delta: Δ = w_local − w_received per weight name, dense-shaped, zeros where pruned.
+    steps: the local steps taken that produced ``delta`` (τ_k: what fednova, osafl and afacd
+        divide Δ by; 2CEOAFL's κ' masked steps).
     compute_dense_steps: compute spent, in dense mini-batch SGD steps (a masked step with
-        density 1 − δ counts 1 − δ: 2CEOAFL §1.8, FedDPQ eq. (36)).
+        density 1 − δ counts 1 − δ: 2CEOAFL §1.8, FedDPQ eq. (36)), probe steps included.
     metrics: entries for the strategy (ClientUpdate.metrics), e.g. ``steps``.
     mask: the unstructured pruning mask (True = kept) when ``delta`` is zero outside it, so
         the upload may send the kept entries and the mask (2CEOAFL eq. (11)); else None.
@@ -118,6 +124,14 @@ class ClientResult:
     compute_dense_steps: float
     metrics: Mapping[str, Any] = field(default_factory=dict)
     mask: Mask | None = None
+    #: Local steps taken that ``delta`` does not cover (2CEOAFL's ρ' dense steps that find
+    #: the mask, discarded at the rewind); in ``compute_dense_steps`` and the step time.
+    probe_steps: int = 0
+
+    @property
+    def steps_taken(self) -> int:
+        """Every local step the round ran (``steps`` + ``probe_steps``): its wall time."""
+        return self.steps + self.probe_steps
 
 
 class ClientAlgorithm(ABC):
@@ -267,9 +281,14 @@ class TwoCeoaflClient(ClientAlgorithm):
     ρ + κ(1 − δ) dense steps (§1.8, :func:`~fl_uav.learning.pruning.two_ceoafl_compute_cost`).
     The metrics carry δ (``prune_fraction``) and η̃ = ``config.lr`` (``local_lr``, this round's
     decayed rate), so the fleet's station and the engine divide by the rate the drone used.
+    ``steps`` is κ, the masked steps Δ covers (what a rule that normalises by local work,
+    fednova's τ_k or osafl's κ_u, must divide Δ by: the ρ dense steps' weights are discarded at
+    the rewind, §2.2 (b), and the analysis' κ, eq. (19), counts the masked steps only); ρ is
+    reported apart as ``probe_steps`` (field and metric) and charged in the compute.
     A stop (``should_stop``) cuts either phase (each keeps its first step under a deadline);
-    ``steps`` and the compute are then those of the ρ' + κ' steps taken, and Δ = −η̃ d with d
-    over the κ' masked steps, which eq. (13) needs as it is (it divides by η̃, not by κ).
+    ``steps``, ``probe_steps`` and the compute are then those of the κ' and ρ' steps taken,
+    and Δ = −η̃ d with d over the κ' masked steps, which eq. (13) needs as it is (it divides
+    by η̃, not by κ).
     """
 
     name = '2ceoafl'
@@ -293,10 +312,12 @@ class TwoCeoaflClient(ClientAlgorithm):
             delta_fraction, config, seed, losses=losses, should_stop=should_stop)
         delta = {name: (-config.lr * value).astype(np.float32) for name, value in d.items()}
         return ClientResult(
-            delta=delta, steps=rho_taken + kappa_taken, mean_loss=_mean(losses),
+            delta=delta, steps=kappa_taken, mean_loss=_mean(losses),
             num_samples=len(labels),
             compute_dense_steps=two_ceoafl_compute_cost(rho_taken, kappa_taken, delta_fraction),
-            metrics={PRUNE_FRACTION_KEY: delta_fraction, LOCAL_LR_KEY: config.lr}, mask=mask)
+            metrics={PRUNE_FRACTION_KEY: delta_fraction, LOCAL_LR_KEY: config.lr,
+                     PROBE_STEPS_KEY: rho_taken},
+            mask=mask, probe_steps=rho_taken)
 
 
 class FedDpqClient(ClientAlgorithm):

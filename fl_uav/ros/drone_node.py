@@ -341,6 +341,7 @@ class DroneNode(Node):
             f'uploaded {report.bytes_sent} bytes in '
             f'{len(report.frames)} frame(s), '
             f'{report.num_samples} samples, {report.steps} steps, loss {report.train_loss:.3f}'
+            + (f' (+{report.probe_steps} mask-probe steps)' if report.probe_steps else '')
             + (f' (steps capped at {report.steps_cap} of {report.planned_steps} to meet the '
                'deadline)' if report.capped else '')
             + (' (stopped at the deadline: the steps taken were sent)' if report.stopped
