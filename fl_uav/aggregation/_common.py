@@ -9,9 +9,14 @@ import numpy as np
 
 from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Weights
 
-#: Number of local optimizer steps τ_k (κ_u^t) the drone took this round (an int >= 0).
-#: Drones already report it as ``metadata['steps']`` (fl_uav.fleet.drone_agent).
+#: Number of local optimizer steps τ_k (κ_u^t) the drone took this round (an int >= 0) that
+#: its update Δ covers: the steps the rules that normalise by local work (fednova, osafl,
+#: afacd) divide Δ by. Drones report it as ``metadata['steps']`` (fl_uav.fleet.drone_agent).
 STEPS_KEY = 'steps'
+#: Local steps the drone took this round that its Δ does not cover (an int >= 0, absent = 0):
+#: 2CEOAFL's ρ' dense steps that find the mask, discarded at the rewind (digest 000 §2.2 (b));
+#: their compute is still charged (ρ + κ(1 − δ), §1.8).
+PROBE_STEPS_KEY = 'probe_steps'
 #: Per-class sample counts of the drone's training buffer (list of ints, one per class).
 #: Drones already report it as ``metadata['class_counts']``.
 CLASS_COUNTS_KEY = 'class_counts'

@@ -145,9 +145,14 @@ class UpdateReport:
     flight failed ('' if it did not; the update carries it as ``flight_error``).
     ``dropped``: why the round's work was dropped and nothing is sent ('' = not dropped;
     DROPPED_SUPERSEDED: a newer round arrived, so the station has closed this one and would
-    refuse its update as ``wrong_round``). ``steps_cap``: the local steps the round's time left
-    allowed (:func:`steps_that_fit`; None = not capped). ``stopped``: STOP_DEADLINE when the
-    training stopped at the deadline's stop instant (the steps taken are sent), else ''."""
+    refuse its update as ``wrong_round``). ``steps``: the local steps the update's Δ covers
+    (sent as ``steps``); ``probe_steps``: steps taken that Δ does not cover (2CEOAFL's ρ').
+    ``steps_cap``: the local steps the round's time left allowed (:func:`steps_that_fit`;
+    None = no cap applied: not planned this round, or a client whose step count is its own,
+    :meth:`~fl_uav.learning.client_algorithms.ClientAlgorithm.capped_steps`);
+    ``planned_steps``: the steps the client takes without a cap (None: its own step count,
+    which the cap does not apply to). ``stopped``: STOP_DEADLINE when the training stopped at
+    the deadline's stop instant (the steps taken are sent), else ''."""
 
     round_index: int
     frames: tuple[bytes, ...]
@@ -160,6 +165,15 @@ class UpdateReport:
     dropped: str = ''
     steps_cap: int | None = None
     stopped: str = ''
+    planned_steps: int | None = None
+    probe_steps: int = 0
+
+    @property
+    def capped(self) -> bool:
+        """The deadline's step plan cut the local training: the cap was below the steps the
+        client would otherwise have taken (a cap equal to them cut nothing)."""
+        return (self.steps_cap is not None and self.planned_steps is not None
+                and self.steps_cap < self.planned_steps)
 
     @property
     def frame(self) -> bytes:
@@ -218,7 +232,9 @@ class DroneAgent:
         # local steps are fitted to the round's time left (steps_that_fit).
         self._step_speeds_s: deque[float] = deque(maxlen=STEP_SPEED_ROUNDS)
         self.overhead_s = 0.0
-        self.rounds_capped = 0          # rounds whose local steps were cut to meet the deadline
+        # Rounds whose step plan cut the local steps to meet the deadline: the cap was below
+        # the steps the client would otherwise have taken (UpdateReport.capped).
+        self.rounds_capped = 0
         # Rounds whose training the deadline's stop instant ended (what was trained was sent).
         self.rounds_stopped_at_deadline = 0
         self.rejected_frames = 0
@@ -404,7 +420,9 @@ class DroneAgent:
         with this round's acknowledgement. When the round says when it opened, the steps of
         the sgd and scaffold clients are capped to those that end before the deadline at the
         drone's own measured speed (:func:`steps_that_fit`; a planner's ``local_steps`` knob
-        and the other clients' own step counts are kept), and no local step of any client
+        and the other clients' own step counts are kept: ``ClientAlgorithm.capped_steps``;
+        ``rounds_capped`` counts the rounds the cap was below the client's own steps, one it
+        met exactly cut nothing), and no local step of any client
         starts after the stop instant (:meth:`stop_at_s`; the first step always runs): the
         steps taken are sent (``stopped``). Both stops are one
         :class:`~fl_uav.learning.training.StopCondition`, asked before each local step."""
@@ -418,7 +436,7 @@ class DroneAgent:
         self.settle_previous_upload(task)
         if superseded is not None and superseded():
             return self._dropped(task, start, 'before training')
-        steps_cap = None
+        steps_cap, planned_steps, probe_steps = None, None, 0
         check = self.check_knobs(task)
         knobs = {**{k: v for k, v in task.knobs.items() if k not in check.rejected},
                  **check.applied}
@@ -443,10 +461,13 @@ class DroneAgent:
             lr = self.config.learning.lr * self.config.learning.lr_decay ** (task.round_index - 1)
             mu = float(knobs.get(PROXIMAL_MU_KNOB, 0.0))
             train_config = dataclasses.replace(self._train_config, lr=lr, proximal_mu=mu)
-            steps_cap = self.steps_cap(task)     # the time left when the steps start
+            # the config's steps are fitted to the time left when the steps start; a client's
+            # own step count (None) is not, the stop instant alone bounds it
+            planned_steps = self._client.capped_steps(len(labels), train_config, knobs)
+            steps_cap = None if planned_steps is None else self.steps_cap(task)
             if steps_cap is not None:
-                train_config = dataclasses.replace(train_config, max_steps=min(
-                    train_config.max_steps or steps_cap, steps_cap))
+                train_config = dataclasses.replace(train_config,
+                                                   max_steps=min(planned_steps, steps_cap))
             stop = StopCondition(self.stop_at_s(task), superseded)
             train_start = time.perf_counter()
             result = self._client.train(
@@ -466,6 +487,7 @@ class DroneAgent:
             delta, mask, metrics = result.delta, result.mask, dict(result.metrics)
             delta_c = metrics.pop(DELTA_C_KEY, None)
             steps, loss, num_samples = result.steps, result.mean_loss, result.num_samples
+            probe_steps = result.probe_steps
             self.rounds_trained += 1
             trained = True
         metadata = {
@@ -506,19 +528,22 @@ class DroneAgent:
                 f'{type(exc).__name__}: {exc}{raised_at(exc)}; nothing sent this round') from exc
         self._pending_upload = (task.round_index, trained)
         total_s = time.perf_counter() - start
-        if trained and steps > 0:
-            self.record_step_time(train_s / steps)
+        steps_taken = steps + probe_steps   # the step time: every step the round ran
+        if trained and steps_taken > 0:
+            self.record_step_time(train_s / steps_taken)
             self.overhead_s = time.perf_counter() - train_end
             _log.info('drone %d: round %d: %d local steps in %.1f s (%.3f s a step; cap %s), '
-                      'encoded in %.1f s', self.drone_id, task.round_index, steps, train_s,
-                      train_s / steps, steps_cap, self.overhead_s)
-        if trained and steps == steps_cap:
+                      'encoded in %.1f s', self.drone_id, task.round_index, steps_taken,
+                      train_s, train_s / steps_taken, steps_cap, self.overhead_s)
+        report = UpdateReport(task.round_index, frames, num_samples, steps, loss, total_s,
+                              dict(check.rejected), task.flight_error, steps_cap=steps_cap,
+                              stopped=stopped, planned_steps=planned_steps,
+                              probe_steps=probe_steps)
+        if trained and report.capped:
             self.rounds_capped += 1
         if stopped == STOP_DEADLINE:
             self.rounds_stopped_at_deadline += 1
-        return UpdateReport(task.round_index, frames, num_samples, steps, loss, total_s,
-                            dict(check.rejected), task.flight_error, steps_cap=steps_cap,
-                            stopped=stopped)
+        return report
 
     @property
     def seconds_per_step(self) -> float | None:

@@ -92,8 +92,8 @@ from fl_uav.values import is_finite_number, is_int
 from fl_uav.world.landcover import CLASS_NAMES
 
 # Non-negative integer counts a drone reports with its update (anything else is rejected).
-_COUNT_METRICS = ('num_samples', 'steps', 'samples_collected', 'waypoints_reached',
-                  'mission_waypoints')
+_COUNT_METRICS = ('num_samples', 'steps', 'probe_steps', 'samples_collected',
+                  'waypoints_reached', 'mission_waypoints')
 # Codec v2 kinds a drone may upload (an LGC update is several LGC_LAYER frames).
 _V2_UPDATE_KINDS = (FrameKindV2.QSGD, FrameKindV2.RANGE, FrameKindV2.RAW, FrameKindV2.LGC_LAYER)
 _VERSION_OFFSET = 4

@@ -4,9 +4,10 @@ One small class per paper's client procedure over :class:`ClientAlgorithm` (Flow
 takes the model (a template it may overwrite), the received global weights, the drone's data, a
 :class:`~fl_uav.learning.training.TrainConfig` (this round's learning rate included), a seed and
 the per-drone knobs the Strategy sent, and returns a :class:`ClientResult`: the dense-shaped
-model delta Δ = w_local − w_received (zeros where pruned), the steps taken, the mean mini-batch
-loss, the samples used, the compute spent in dense mini-batch SGD steps (what the netmodel's
-compute time and energy are multiplied by) and the metrics the server strategy reads.
+model delta Δ = w_local − w_received (zeros where pruned), the steps taken that Δ covers (and
+apart, any taken that it does not: 2CEOAFL's mask probe), the mean mini-batch loss, the
+samples used, the compute spent in dense mini-batch SGD steps (what the netmodel's compute
+time and energy are multiplied by) and the metrics the server strategy reads.
 
 ============  ==========================================================================
 name          procedure
@@ -15,7 +16,8 @@ sgd           local SGD/Adam (``train_local``), optional FedProx proximal term (
               structured pruning (``structured_keep``)
 2ceoafl       2CEOAFL §2.2 (b)-(c), eqs. (8), (10): ρ dense steps, global magnitude mask
               over δ, rewind, κ masked steps; Δ = −η̃ d (d the accumulated masked gradient);
-              reports η̃ (``local_lr``) for the server's Π = −Δ/η̃ (eq. (13))
+              reports η̃ (``local_lr``) for the server's Π = −Δ/η̃ (eq. (13)), κ as
+              ``steps`` and ρ as ``probe_steps``
 feddpq        FedDPQ eqs. (5), (9), (10), (18): magnitude pruning with ratio ρ_u, gradient
               steps at the pruned point; Δ = −η Σ g(w̃)
 osafl         OSAFL Algorithm 1 lines 2–9, eqs. (5)–(7): κ_u^t ~ U{min..max} plain local
@@ -31,8 +33,13 @@ Every random choice derives from ``seed``, so (seed, round, drone) fixes the res
 Stopping early. Every client asks ``should_stop``
 (:class:`~fl_uav.learning.training.StopCondition`: a newer round arrived, or the round's
 deadline is near; the fleet's drone passes one, the engine none) before each local step, and
-reports the steps it actually took as ``steps``: the rules that normalise by local work
-(fednova's τ_k, osafl's κ_u, afacd) divide by those, so an update cut short stays correct.
+reports the steps it actually took that produced Δ as ``steps``: the rules that normalise by
+local work (fednova's τ_k, osafl's κ_u, afacd) divide by those, so an update cut short stays
+correct. Steps taken that Δ does not cover (2CEOAFL's ρ mask-probe steps, discarded at the
+rewind) are ``probe_steps``; ``compute_dense_steps`` charges both.
+The drone's deadline step plan (fl_uav.fleet.drone_agent.steps_that_fit) shortens only the
+clients whose step count is the config's (:meth:`ClientAlgorithm.capped_steps`: sgd without a
+planner's H, scaffold); the others keep their own count and only the stop cuts them.
 After a stop for a newer round the caller drops the result and calls
 :meth:`ClientAlgorithm.upload_lost` (SCAFFOLD's c_k as it was).
 """
@@ -50,7 +57,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fl_uav.aggregation._common import LOCAL_LR_KEY, PRUNE_FRACTION_KEY
+from fl_uav.aggregation._common import LOCAL_LR_KEY, PROBE_STEPS_KEY, PRUNE_FRACTION_KEY
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.aggregation.scaffold import DELTA_C_KEY
 from fl_uav.configschema import require_choice
@@ -74,6 +81,7 @@ from fl_uav.learning.training import (
 from fl_uav.learning.vectorized import (
     LocalUpdate,
     client_batches,
+    epoch_steps,
     exact_steps_config,
     train_clients_sequential,
 )
@@ -100,8 +108,10 @@ class ClientResult:
     """One drone's round: the update and what it cost.
 
     delta: Δ = w_local − w_received per weight name, dense-shaped, zeros where pruned.
+    steps: the local steps taken that produced ``delta`` (τ_k: what fednova, osafl and afacd
+        divide Δ by; 2CEOAFL's κ' masked steps).
     compute_dense_steps: compute spent, in dense mini-batch SGD steps (a masked step with
-        density 1 − δ counts 1 − δ: 2CEOAFL §1.8, FedDPQ eq. (36)).
+        density 1 − δ counts 1 − δ: 2CEOAFL §1.8, FedDPQ eq. (36)), probe steps included.
     metrics: entries for the strategy (ClientUpdate.metrics), e.g. ``steps``.
     mask: the unstructured pruning mask (True = kept) when ``delta`` is zero outside it, so
         the upload may send the kept entries and the mask (2CEOAFL eq. (11)); else None.
@@ -114,6 +124,14 @@ class ClientResult:
     compute_dense_steps: float
     metrics: Mapping[str, Any] = field(default_factory=dict)
     mask: Mask | None = None
+    #: Local steps taken that ``delta`` does not cover (2CEOAFL's ρ' dense steps that find
+    #: the mask, discarded at the rewind); in ``compute_dense_steps`` and the step time.
+    probe_steps: int = 0
+
+    @property
+    def steps_taken(self) -> int:
+        """Every local step the round ran (``steps`` + ``probe_steps``): its wall time."""
+        return self.steps + self.probe_steps
 
 
 class ClientAlgorithm(ABC):
@@ -134,6 +152,15 @@ class ClientAlgorithm(ABC):
         ``should_stop`` is asked before every local step (with the steps taken so far); once
         it says stop, no further step starts and the result covers the steps taken (possibly
         none: a zero Δ). None = train the algorithm's full step count."""
+
+    def capped_steps(self, num_samples: int, config: TrainConfig,
+                     knobs: Mapping[str, Any]) -> int | None:
+        """The local steps this round takes when nothing stops it, if they are ``config``'s
+        (epochs over ``num_samples`` at ``batch_size``, at most ``max_steps``: a lower
+        ``config.max_steps``, the drone's deadline cap, shortens them); None when the client's
+        step count is its own (a planner's H, OSAFL's κ_u^t, 2CEOAFL's ρ + κ, FedDPQ's
+        steps), which ``config.max_steps`` does not bound."""
+        return None
 
     def vectorized_steps(self, seed: int) -> int | None:
         """For a ``vectorizable`` client: the exact step count of this (seed, round, drone)
@@ -235,6 +262,12 @@ class SgdClient(ClientAlgorithm):
         return local_steps_result(update, start, len(labels), self.structured_keep, index_map,
                                   {n: np.shape(w) for n, w in global_weights.items()})
 
+    def capped_steps(self, num_samples, config, knobs):
+        """The config's epochs (max_steps) bound the steps, unless a planner's H sets them."""
+        if knobs.get(LOCAL_STEPS_KNOB) is not None:
+            return None
+        return epoch_steps(config, num_samples)
+
 
 class TwoCeoaflClient(ClientAlgorithm):
     """2CEOAFL's ACV round (Pervej et al.; digest 000 §2.2 (b)-(c), eqs. (8), (10)).
@@ -248,9 +281,14 @@ class TwoCeoaflClient(ClientAlgorithm):
     ρ + κ(1 − δ) dense steps (§1.8, :func:`~fl_uav.learning.pruning.two_ceoafl_compute_cost`).
     The metrics carry δ (``prune_fraction``) and η̃ = ``config.lr`` (``local_lr``, this round's
     decayed rate), so the fleet's station and the engine divide by the rate the drone used.
+    ``steps`` is κ, the masked steps Δ covers (what a rule that normalises by local work,
+    fednova's τ_k or osafl's κ_u, must divide Δ by: the ρ dense steps' weights are discarded at
+    the rewind, §2.2 (b), and the analysis' κ, eq. (19), counts the masked steps only); ρ is
+    reported apart as ``probe_steps`` (field and metric) and charged in the compute.
     A stop (``should_stop``) cuts either phase (each keeps its first step under a deadline);
-    ``steps`` and the compute are then those of the ρ' + κ' steps taken, and Δ = −η̃ d with d
-    over the κ' masked steps, which eq. (13) needs as it is (it divides by η̃, not by κ).
+    ``steps``, ``probe_steps`` and the compute are then those of the κ' and ρ' steps taken,
+    and Δ = −η̃ d with d over the κ' masked steps, which eq. (13) needs as it is (it divides
+    by η̃, not by κ).
     """
 
     name = '2ceoafl'
@@ -274,10 +312,12 @@ class TwoCeoaflClient(ClientAlgorithm):
             delta_fraction, config, seed, losses=losses, should_stop=should_stop)
         delta = {name: (-config.lr * value).astype(np.float32) for name, value in d.items()}
         return ClientResult(
-            delta=delta, steps=rho_taken + kappa_taken, mean_loss=_mean(losses),
+            delta=delta, steps=kappa_taken, mean_loss=_mean(losses),
             num_samples=len(labels),
             compute_dense_steps=two_ceoafl_compute_cost(rho_taken, kappa_taken, delta_fraction),
-            metrics={PRUNE_FRACTION_KEY: delta_fraction, LOCAL_LR_KEY: config.lr}, mask=mask)
+            metrics={PRUNE_FRACTION_KEY: delta_fraction, LOCAL_LR_KEY: config.lr,
+                     PROBE_STEPS_KEY: rho_taken},
+            mask=mask, probe_steps=rho_taken)
 
 
 class FedDpqClient(ClientAlgorithm):
@@ -454,6 +494,10 @@ class ScaffoldClient(ClientAlgorithm):
         return ClientResult(delta=delta, steps=steps, mean_loss=loss_sum / steps,
                             num_samples=len(labels), compute_dense_steps=float(steps),
                             metrics={DELTA_C_KEY: delta_c})
+
+    def capped_steps(self, num_samples, config, knobs):
+        """The config's epochs (max_steps) bound the steps."""
+        return epoch_steps(config, num_samples)
 
     def upload_lost(self) -> None:
         """The server never added Δc_k: keep c_k as it was, so c = mean_k c_k still holds."""

@@ -116,6 +116,14 @@ def client_batches(num_samples: int, config: TrainConfig, seed: int,
     return batches
 
 
+def epoch_steps(config: TrainConfig, num_samples: int) -> int:
+    """The mini-batch steps ``config`` takes on ``num_samples`` samples when nothing stops it:
+    ⌈num_samples / batch_size⌉ per epoch times ``local_epochs``, at most ``max_steps`` (when
+    non-zero); as many as :func:`client_batches` lists, without drawing them."""
+    steps = math.ceil(num_samples / config.batch_size) * config.local_epochs
+    return min(steps, config.max_steps) if config.max_steps else steps
+
+
 def exact_steps_config(config: TrainConfig, num_samples: int, steps: int) -> TrainConfig:
     """``config`` changed so a client with ``num_samples`` samples takes exactly ``steps``
     mini-batch steps (passes over its data repeated as needed, the last one cut short)."""

@@ -341,8 +341,9 @@ class DroneNode(Node):
             f'uploaded {report.bytes_sent} bytes in '
             f'{len(report.frames)} frame(s), '
             f'{report.num_samples} samples, {report.steps} steps, loss {report.train_loss:.3f}'
-            + (f' (steps capped at {report.steps_cap} to meet the deadline)'
-               if report.steps_cap is not None and report.steps == report.steps_cap else '')
+            + (f' (+{report.probe_steps} mask-probe steps)' if report.probe_steps else '')
+            + (f' (steps capped at {report.steps_cap} of {report.planned_steps} to meet the '
+               'deadline)' if report.capped else '')
             + (' (stopped at the deadline: the steps taken were sent)' if report.stopped
                else ''))
 

@@ -77,7 +77,7 @@ from fl_uav.learning.models import build_model
 from fl_uav.learning.pruning import pruned_training_model
 from fl_uav.learning.topup import TOPUP_SEED_TAG, build_generator, top_up
 from fl_uav.learning.training import NonFiniteLossError, TrainConfig, evaluate
-from fl_uav.learning.vectorized import VectorizedTrainer
+from fl_uav.learning.vectorized import VectorizedTrainer, epoch_steps
 from fl_uav.learning.weights import Weights, architecture_fingerprint, get_weights, set_weights
 from fl_uav.netmodel.compute import CpuDevice
 from fl_uav.netmodel.radio import RadioLink
@@ -192,12 +192,6 @@ def partition_data(config: ExperimentConfig, data: TrainTestData) -> list[np.nda
     if d.partition == 'shards':
         return partition.label_shards(data.train_y, k, d.shards_per_client, seed)
     return partition.by_location(data.train_positions_m, k, seed)
-
-
-def _epoch_steps(config: TrainConfig, num_samples: int) -> int:
-    """The mini-batch steps ``config`` takes on ``num_samples`` samples (epochs, max_steps)."""
-    steps = math.ceil(num_samples / config.batch_size) * config.local_epochs
-    return min(steps, config.max_steps) if config.max_steps else steps
 
 
 def _all_finite(array: np.ndarray) -> bool:
@@ -501,7 +495,7 @@ class ExperimentEngine:
             if all(s is None for s in steps):
                 steps = None
             else:   # mixed: the others take the steps their epochs would (the same batches)
-                steps = [s if s is not None else _epoch_steps(config, len(labels))
+                steps = [s if s is not None else epoch_steps(config, len(labels))
                          for s, (_, labels) in zip(steps, client_data)]
             trace = ([len(labels) for _, labels in client_data] if self.resources.wants_trace(r)
                      else None)

@@ -4,10 +4,14 @@ at the drone's own measured step speed; every client algorithm stops at the dead
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
+from fl_uav.compression.compressor import decode_update_frame
 from fl_uav.compression.signing import now_ms
+from fl_uav.fleet import drone_agent
 from fl_uav.fleet.drone_agent import (
     DROPPED_SUPERSEDED,
     STEP_SPEED_ROUNDS,
@@ -161,6 +165,94 @@ def test_local_steps_are_capped_to_the_time_left_at_the_measured_speed():
     report = agent.train_round(task)
     # Assert
     assert report.steps == 3 and report.steps_cap == 3 and agent.rounds_capped == 1
+    assert report.planned_steps == 20 and report.capped
+
+
+def _planned_task(agent: DroneAgent, task: RoundTask, planned_steps: float) -> RoundTask:
+    """``task`` opened now, with a measured 10 s per step and ``planned_steps`` steps (with the
+    safety factor) between the upload margin and its deadline."""
+    agent.record_step_time(10.0)
+    agent.overhead_s = 0.0
+    return RoundTask(task.round_index, task.weights, task.plan, task.knobs,
+                     deadline_s=UPLOAD_MARGIN_S + planned_steps * 10.0 * STEP_TIME_SAFETY,
+                     run_id=task.run_id, opened_ms=now_ms())
+
+
+def test_a_cap_equal_to_the_clients_own_steps_cut_nothing_and_is_not_counted():
+    # Arrange: 3 steps configured (3 epochs of one batch), and time for 3.4 planned steps
+    agent, _, task = _first_task({'learning.local_epochs': 3})
+    task = _planned_task(agent, task, 3.4)
+    # Act
+    report = agent.train_round(task)
+    # Assert: the cap (3) met the 3 steps the client takes anyway: not a capped round
+    assert (report.steps, report.steps_cap, agent.rounds_capped) == (3, 3, 0)
+    assert report.planned_steps == 3 and not report.capped
+
+
+@pytest.mark.parametrize('client', ['2ceoafl', 'feddpq', 'osafl', 'sgd_local_steps_knob'])
+def test_a_client_with_its_own_step_count_is_not_capped(client):
+    # Arrange: 3 local steps from the client's own count (2CEOAFL: ρ = 1 + κ = 2; a planner's
+    # H for sgd), and time for 3.4 planned steps: a cap would be 3
+    overrides = ({'learning.local_epochs': 20} if client == 'sgd_local_steps_knob'
+                 else _client_overrides(client, 3))
+    agent, _, task = _first_task(overrides)
+    knobs = {'local_steps': 3} if client == 'sgd_local_steps_knob' else task.knobs
+    task = _planned_task(agent, RoundTask(task.round_index, task.weights, task.plan, knobs,
+                                          deadline_s=task.deadline_s, run_id=task.run_id), 3.4)
+    # Act
+    report = agent.train_round(task)
+    # Assert: all 3 steps taken; no cap applied, none reported, the round not counted
+    assert (report.steps_cap, agent.rounds_capped, report.stopped) == (None, 0, '')
+    assert report.steps + report.probe_steps == 3
+    assert (report.planned_steps, report.capped) == (None, False)
+
+
+def test_a_2ceoafl_drone_sends_the_masked_steps_as_steps_and_the_probe_apart():
+    # Arrange: ρ = 2 probe steps, κ = 3 masked steps
+    agent, station, task = _first_task({'learning.client_algorithm': '2ceoafl',
+                                        'aggregation.strategy': '2ceoafl',
+                                        'learning.rho_steps': 2, 'learning.kappa_steps': 3})
+    # Act
+    report = agent.train_round(task)
+    # Assert: steps = κ (what Δ covers, what FedNova / OSAFL divide by), ρ as probe_steps,
+    # on the wire as in the report; the station takes it
+    metadata = decode_update_frame(report.frame, task.weights).metadata
+    assert (metadata['steps'], metadata.get('probe_steps')) == (3, 2)
+    assert (report.steps, report.probe_steps) == (3, 2)
+    assert station.receive_update(report.frame).reason == 'accepted'
+
+
+class _TrainingClock:
+    """drone_agent's ``time``: ``perf_counter`` stands still except while the client trains,
+    which takes ``train_s``; ``monotonic`` is the real one."""
+
+    def __init__(self, train_s: float) -> None:
+        self.train_s = train_s
+        self.now_s = 0.0
+        self.monotonic = time.monotonic
+
+    def perf_counter(self) -> float:
+        return self.now_s
+
+    def around(self, train):
+        def timed(*args, **kwargs):
+            self.now_s += self.train_s
+            return train(*args, **kwargs)
+        return timed
+
+
+def test_a_2ceoafl_drones_step_time_counts_its_probe_steps(monkeypatch):
+    # Arrange: ρ = 2 + κ = 3 steps that take 5 s in all
+    agent, _, task = _first_task({'learning.client_algorithm': '2ceoafl',
+                                  'aggregation.strategy': '2ceoafl',
+                                  'learning.rho_steps': 2, 'learning.kappa_steps': 3})
+    clock = _TrainingClock(5.0)
+    monkeypatch.setattr(drone_agent, 'time', clock)
+    agent._client.train = clock.around(agent._client.train)
+    # Act
+    agent.train_round(task)
+    # Assert: 1 s a step (5 steps ran), not 5/3 s (the cap would plan too few steps)
+    assert agent.seconds_per_step == pytest.approx(1.0)
 
 
 def test_without_the_opening_time_or_a_measured_speed_steps_are_not_capped():

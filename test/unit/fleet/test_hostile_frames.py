@@ -119,10 +119,12 @@ def _metadata_variants(metadata: dict, seed: int) -> list[dict]:
     return variants
 
 
-def _update(station, sender: int, tensors=None) -> bytes:
-    """A valid update from ``sender`` for the open round (zero delta unless ``tensors``)."""
+def _update(station, sender: int, tensors=None, **extra) -> bytes:
+    """A valid update from ``sender`` for the open round (zero delta unless ``tensors``;
+    ``extra`` metadata entries added)."""
     zero = {n: np.zeros_like(w) for n, w in station.weights.items()}
-    meta = {'num_samples': 10, 'steps': 2, 'train_loss': 0.5, 'run_id': station.run_id}
+    meta = {'num_samples': 10, 'steps': 2, 'train_loss': 0.5, 'run_id': station.run_id,
+            **extra}
     return encode_frame(FrameKind.UPDATE, station.round_progress[0], sender,
                         architecture_fingerprint(station.weights),
                         zero if tensors is None else tensors, meta)
@@ -154,6 +156,20 @@ def test_an_update_beyond_float32_is_rejected_as_nonfinite_and_the_good_one_is_u
     assert station.rejected_total['nonfinite'] == before.get('nonfinite', 0) + 1
     assert record.participants == [0]
     assert all(np.isfinite(w).all() for w in station.weights.values())
+
+
+@pytest.mark.parametrize('probe_steps, reason', [
+    (3, 'accepted'), (0, 'accepted'), (-1, 'metadata'), (1.5, 'metadata'), ('3', 'metadata'),
+    (True, 'metadata')])
+def test_a_2ceoafl_probe_step_count_must_be_a_count(pair, probe_steps, reason):
+    # Prepare: 2CEOAFL's ρ' reported beside steps (fl_uav.aggregation._common.PROBE_STEPS_KEY)
+    _, station = pair
+    opening = station.open_round(0.0)
+    # Execute
+    verdict = station.receive_update(_update(station, 0, probe_steps=probe_steps))
+    station.close_round(opening.deadline_s)
+    # Assert
+    assert verdict.reason == reason
 
 
 def test_mutated_updates_are_counted_by_reason_and_never_raise(pair):

@@ -14,6 +14,7 @@ from fl_uav.aggregation.scaffold import DELTA_C_KEY
 from fl_uav.learning.client_algorithms import (
     CLIENT_ALGORITHMS,
     LOCAL_STEPS_KNOB,
+    PROBE_STEPS_KEY,
     PRUNE_FRACTION_KEY,
     SERVER_CONTROL_KNOB,
     FedDpqClient,
@@ -85,9 +86,60 @@ def test_2ceoafl_update_is_zero_outside_the_mask_and_costs_rho_plus_kappa_kept()
         assert np.all(delta[~result.mask[name]] == 0.0)
         assert delta.shape == received[name].shape
     assert np.count_nonzero(np.concatenate([d.ravel() for d in result.delta.values()])) > 0
-    assert result.steps == 5
     assert result.compute_dense_steps == pytest.approx(1 + 4 * (1 - 0.4))
     assert result.metrics[PRUNE_FRACTION_KEY] == 0.4
+
+
+def test_2ceoafl_reports_as_steps_the_masked_steps_its_update_covers():
+    # Arrange: ρ = 1 probe step (its weights discarded at the rewind), κ = 4 masked steps
+    client = TwoCeoaflClient(rho_steps=1, kappa_steps=4, prune_fraction=0.4)
+    # Act
+    _, result = _train(client)
+    # Assert: steps = κ (what FedNova's τ_k and OSAFL's κ_u divide Δ by); ρ apart, as a field
+    # and on the wire (metrics), and still charged in the compute
+    assert (result.steps, result.probe_steps, result.steps_taken) == (4, 1, 5)
+    assert result.metrics[PROBE_STEPS_KEY] == 1
+    assert result.compute_dense_steps == pytest.approx(1 + 4 * (1 - 0.4))
+
+
+def test_fednova_weights_a_2ceoafl_update_by_its_masked_steps():
+    # Arrange: two drones with κ = 4 and κ = 2 masked steps after ρ = 3 probe steps
+    received, long = _train(TwoCeoaflClient(3, 4, 0.4), seed=3)
+    _, short = _train(TwoCeoaflClient(3, 2, 0.4), seed=4)
+    updates = [ClientUpdate(k, 1, r.delta, r.num_samples, {'steps': r.steps})
+               for k, r in enumerate((long, short))]
+    # Act
+    result = FedNova().aggregate(1, received, updates)
+    # Assert: τ = (4, 2), not (7, 5): w + τ_eff Σ p_k Δ_k / τ_k with p = (1/2, 1/2)
+    tau_eff = 0.5 * 4 + 0.5 * 2
+    for name, w in received.items():
+        expected = w + tau_eff * (0.5 * long.delta[name] / 4 + 0.5 * short.delta[name] / 2)
+        np.testing.assert_allclose(result.weights[name], expected, rtol=1e-5, atol=1e-6)
+    assert result.metrics['tau_eff'] == pytest.approx(tau_eff)
+
+
+@pytest.mark.parametrize('make, knobs, planned', [
+    (SgdClient, {}, 15),                                    # 40 samples / 8 × 3 epochs
+    (lambda: SgdClient(structured_keep=0.5), {}, 15),
+    (SgdClient, {PROXIMAL_MU_KNOB: 0.5}, 15),
+    (ScaffoldClient, {}, 15),
+    (SgdClient, {LOCAL_STEPS_KNOB: 12}, None),              # a planner's H is kept
+    (lambda: TwoCeoaflClient(1, 4), {}, None),
+    (lambda: FedDpqClient(local_steps=4), {}, None),
+    (lambda: OsaflClient(3, 3), {}, None),
+])
+def test_only_clients_whose_steps_are_the_configs_can_be_capped(make, knobs, planned):
+    # Arrange
+    config = dataclasses.replace(CONFIG, local_epochs=3)
+    # Act
+    capped = make().capped_steps(40, config, knobs)
+    # Assert
+    assert capped == planned
+    if planned is not None:   # config.max_steps bounds them: the drone's cap works
+        _, result = _train(make(), knobs=knobs, config=dataclasses.replace(config,
+                                                                           max_steps=6))
+        _, full = _train(make(), knobs=knobs, config=config)
+        assert (result.steps, full.steps) == (6, planned)
 
 
 def test_2ceoafl_draws_the_pruning_ratio_per_drone_and_round_in_range():
@@ -259,7 +311,7 @@ def test_every_client_takes_no_step_once_should_stop_says_so(name):
     _, stopped = _train(make(), knobs=knobs, config=STOP_CONFIG, should_stop=stop)
     _, full = _train(make(), knobs=knobs, config=STOP_CONFIG)
     # Assert: 4 steps taken and reported; the 5th was refused; compute counts the steps taken
-    assert (stopped.steps, full.steps) == (4, full_steps)
+    assert (stopped.steps_taken, full.steps_taken) == (4, full_steps)
     assert stop.started == 4 and len(stop.asked) == 5
     assert 0 < stopped.compute_dense_steps < full.compute_dense_steps
     assert np.isfinite(stopped.mean_loss)
@@ -274,7 +326,8 @@ def test_an_update_cut_short_is_the_update_of_the_steps_taken(name):
     _, stopped = _train(make(), knobs=knobs, config=STOP_CONFIG, should_stop=_StopAfter(5))
     _, reference = _train(short, knobs=short_knobs, config=short_config)
     # Assert: what a client configured for 5 steps sends, step count and all
-    assert stopped.steps == reference.steps == 5
+    assert stopped.steps_taken == reference.steps_taken == 5
+    assert (stopped.steps, stopped.probe_steps) == (reference.steps, reference.probe_steps)
     assert stopped.compute_dense_steps == pytest.approx(reference.compute_dense_steps)
     for key, value in reference.delta.items():
         np.testing.assert_allclose(stopped.delta[key], value, rtol=1e-6, atol=1e-7)

@@ -80,6 +80,25 @@ def test_osafl_reports_random_step_counts_to_the_strategy(tmp_path):
     assert engine.strategy.scores.t == 1      # OSAFL scored the round
 
 
+def test_2ceoafl_reports_the_masked_steps_its_update_covers_and_the_probe_apart(tmp_path):
+    # Arrange: ρ = 1 dense probe step, κ = 4 masked steps per drone
+    engine = ExperimentEngine(_config(**{'learning.client_algorithm': '2ceoafl',
+                                         'aggregation.strategy': 'fednova',
+                                         'learning.rho_steps': 1, 'learning.kappa_steps': 4}),
+                              tmp_path)
+    captured = []
+    aggregate = engine.strategy.aggregate
+    engine.strategy.aggregate = lambda r, w, updates: (captured.extend(updates),
+                                                       aggregate(r, w, updates))[1]
+    # Act
+    engine.run_round()
+    # Assert: FedNova's τ_k is κ (Δ covers the masked steps only; the ρ weights are
+    # discarded at the rewind), ρ travels as probe_steps, as the fleet's drone sends them
+    assert [u.metrics['steps'] for u in captured] == [4] * 4
+    assert [u.metrics.get('probe_steps') for u in captured] == [1] * 4
+    assert [d['steps'] for d in engine.last_round_drones.values()] == [4] * 4
+
+
 def test_compute_time_and_energy_follow_the_client_cost(tmp_path):
     # Arrange: FedDPQ's pruning saving (1 − ρ) of eq. (36); same data, same radio draws
     base = {'learning.client_algorithm': 'feddpq', 'aggregation.strategy': 'feddpq',
