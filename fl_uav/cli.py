@@ -220,19 +220,43 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace) -> int:
-    from fl_uav.fleet.recording import BagWriter, RecordingError, TopicSelection, format_summary
+    from fl_uav.fleet.recording import (
+        BagWriter,
+        RecordingError,
+        StopSignals,
+        TopicSelection,
+        check_new_bag,
+        format_summary,
+        nothing_recorded,
+    )
 
+    out = Path(args.out)
     try:     # a bad pattern or --out stops here, before ROS starts and before anything is written
         selection = TopicSelection(topics=args.topics, exclude=args.exclude,
                                    record_all=args.all)
-        writer = BagWriter(Path(args.out))
+        check_new_bag(out)
     except RecordingError as exc:
         print(f'fl-uav: {exc}', file=sys.stderr)
         return 1
-    from fl_uav.ros.recorder_node import record
+    from fl_uav.ros.recorder_node import record  # rclpy's import: before the bag is opened
 
-    summary = record(writer, selection, duration_s=args.duration, domain_id=args.domain_id)
+    # From the bag's creation on, SIGINT and SIGTERM only ask to stop: the bag is closed.
+    with StopSignals() as stop:
+        try:
+            writer = BagWriter(out)
+            summary = record(writer, selection, duration_s=args.duration,
+                             domain_id=args.domain_id, stop=stop)
+        except (RecordingError, OSError) as exc:     # e.g. the disk full
+            print(f'fl-uav: recording into {out} failed: {exc}', file=sys.stderr)
+            return 1
     print(format_summary(summary))
+    if not summary['topics']:
+        domain = (args.domain_id if args.domain_id is not None
+                  else os.environ.get('ROS_DOMAIN_ID', '0'))
+        print(f'fl-uav: nothing recorded: '
+              f'{nothing_recorded(selection, summary["not_selected"], domain)}; {out} is an '
+              'empty bag', file=sys.stderr)
+        return 1
     return 0
 
 
