@@ -59,7 +59,19 @@ def _sim(args: argparse.Namespace) -> int:
             config_files=args.config or _config_default(), overrides=overrides,
             out_dir=out, timeout_s=args.timeout, domain_id=args.domain_id,
             record=args.record))
-    return 0 if summary['status'] == 'finished' else 1
+    return sim_exit_code(summary)
+
+
+def sim_exit_code(summary: dict[str, Any]) -> int:
+    """``fl-uav sim``'s exit code: 0 finished; 1 the run failed, timed out or was interrupted;
+    RECORDING_INCOMPLETE_EXIT (3) finished, but the --record bag is incomplete."""
+    from fl_uav.sim.recorder_watch import RECORDING_INCOMPLETE_EXIT
+
+    if summary['status'] != 'finished':
+        return 1
+    if not summary.get('recording', {'complete': True})['complete']:
+        return RECORDING_INCOMPLETE_EXIT
+    return 0
 
 
 @contextlib.contextmanager

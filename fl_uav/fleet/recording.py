@@ -355,6 +355,33 @@ def read_bag_summary(path: Path) -> dict[str, Any]:
     return summarize(path, counts, types)
 
 
+def read_unclosed_bag(path: Path) -> dict[str, Any]:
+    """:func:`summarize` of a bag its recorder could not close (killed: no metadata.yaml, no
+    MCAP summary): the messages mcap's stream reader finds in its ``.mcap``, up to the first
+    damaged or missing record; ``closed`` False."""
+    from mcap.records import Channel, Message, Schema
+    from mcap.stream_reader import StreamReader
+
+    path = Path(path)
+    schemas: dict[int, str] = {}
+    channels: dict[int, tuple[str, str]] = {}
+    counts: dict[str, int] = {}
+    try:
+        with open(path / f'{path.name}.mcap', 'rb') as stream:
+            for record in StreamReader(stream).records:
+                if isinstance(record, Schema):
+                    schemas[record.id] = record.name
+                elif isinstance(record, Channel):
+                    channels[record.id] = (record.topic, schemas.get(record.schema_id, ''))
+                    counts.setdefault(record.topic, 0)
+                elif isinstance(record, Message) and record.channel_id in channels:
+                    counts[channels[record.channel_id][0]] += 1
+    except Exception:  # noqa: BLE001,S110 - the file ends mid-record where it was cut
+        pass
+    types = {topic: msgtype for topic, msgtype in channels.values()}
+    return {**summarize(path, counts, types), 'closed': False}
+
+
 def format_summary(summary: Mapping[str, Any]) -> str:
     """The recorder's closing lines: a line per topic, then the totals."""
     lines = [f'  {topic:<40} {info["messages"]:>7}  {info["type"]}'

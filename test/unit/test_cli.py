@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from fl_uav.cli import main
+from fl_uav.cli import main, sim_exit_code
 
 
 @pytest.mark.parametrize('value', ['500', '-1', 'abc'])
@@ -175,3 +175,15 @@ def test_record_refuses_an_existing_bag_directory(tmp_path, capsys):
     # Assert
     assert code == 1
     assert 'exists already' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(('summary', 'code'), [
+    ({'status': 'finished'}, 0),
+    ({'status': 'finished', 'recording': {'complete': True}}, 0),
+    ({'status': 'finished', 'recording': {'complete': False}}, 3),
+    ({'status': 'timeout', 'recording': {'complete': False}}, 1),
+    ({'status': 'failed'}, 1),
+])
+def test_sim_exit_code_says_a_finished_run_whose_recording_is_incomplete(summary, code):
+    # Act / Assert
+    assert sim_exit_code(summary) == code
