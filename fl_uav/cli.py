@@ -45,14 +45,21 @@ def sim_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _sim(args: argparse.Namespace) -> int:
+    from fl_uav.sim.fleet_run import RECORDING_DIR, FleetRunOptions, run_fleet
     from fl_uav.sim.fleet_run import SUMMARY_FILE as SIM_SUMMARY_FILE
-    from fl_uav.sim.fleet_run import FleetRunOptions, run_fleet
 
     overrides = sim_overrides(args)
     out = Path(args.out)
+    _check_out_dir(out)
     if (out / SIM_SUMMARY_FILE).is_file() and not args.overwrite:
         print(f'fl-uav: {out} holds a fleet run already ({SIM_SUMMARY_FILE}): --overwrite '
               f'replaces it, or choose another --out', file=sys.stderr)
+        return 1
+    bag = out / RECORDING_DIR     # a run's start removes it: never a bag without --overwrite
+    if bag.exists() and not args.overwrite and (not bag.is_dir() or any(bag.iterdir())):
+        print(f'fl-uav: {bag} holds a recording already (a run that never wrote its '
+              f'{SIM_SUMMARY_FILE}, or fl-uav record): --overwrite replaces it, or choose '
+              'another --out', file=sys.stderr)
         return 1
     with _terminate_as_interrupt():    # SIGTERM stops the fleet's processes as Ctrl-C does
         summary = run_fleet(FleetRunOptions(

@@ -92,6 +92,37 @@ def test_sim_refuses_a_directory_holding_a_run_and_a_bad_key_touches_nothing(tmp
     assert sorted(p.name for p in out.iterdir()) == ['ground_station.json', 'summary.json']
 
 
+def test_sim_never_removes_a_bag_without_overwrite(tmp_path, capsys, monkeypatch):
+    # Arrange: DIR/bag from a run killed before its summary (or from fl-uav record)
+    import fl_uav.sim.fleet_run as fleet_run
+
+    def no_processes(*args, **kwargs):
+        raise AssertionError('fl-uav sim made a process group')
+
+    monkeypatch.setattr(fleet_run, 'ProcessGroup', no_processes)
+    bag = tmp_path / 'run' / 'bag'
+    bag.mkdir(parents=True)
+    (bag / 'metadata.yaml').write_text('rosbag2_bagfile_information: {}')
+    (bag / 'bag.mcap').write_bytes(b'recorded')
+    # Act
+    code = main(['sim', '--out', str(tmp_path / 'run'), '--domain-id', '50', '--record'])
+    # Assert: refused, naming the bag and --overwrite; the bag as it was
+    message = capsys.readouterr().err
+    assert code == 1, message
+    assert f'{bag} holds a recording already' in message and '--overwrite' in message
+    assert (bag / 'bag.mcap').read_bytes() == b'recorded'
+
+
+def test_sim_refuses_an_out_that_cannot_be_a_directory(tmp_path, capsys):
+    # Arrange
+    (tmp_path / 'file').write_text('')
+    # Act
+    code = main(['sim', '--out', str(tmp_path / 'file' / 'run'), '--record'])
+    # Assert: a clear error, not a traceback from mkdir
+    assert code == 2
+    assert f"{str(tmp_path / 'file')!r} is not a directory" in capsys.readouterr().err
+
+
 def test_experiment_without_out_or_resume_is_refused(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     quick = Path(__file__).resolve().parents[2] / 'config' / 'experiments' / 'quick_digits.yaml'
