@@ -132,7 +132,7 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
         while status == 'running':
             died = watch.poll() if watch is not None else None
             if died:       # the run goes on: the federated run is the main output
-                echo(f'{died}\n{recorder.tail(watch.node)}')
+                echo('\n'.join(filter(None, (died, watch.log_tail(recorder.tail)))))
             rows = read_progress(out)
             for row in rows[shown:]:
                 echo(_format_round(row))
@@ -164,7 +164,7 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
             exit_codes = group.stop()
             died = watch.poll() if watch is not None else None
             if died:
-                echo(f'{died}\n{recorder.tail(watch.node)}')
+                echo('\n'.join(filter(None, (died, watch.log_tail(recorder.tail)))))
             exit_codes.update(recorder.stop())     # after the nodes: it closes the bag
     with _interrupts_ignored():
         wall_s = time.monotonic() - start

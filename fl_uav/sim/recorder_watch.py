@@ -27,17 +27,18 @@ RECORDING_INCOMPLETE_EXIT = 3
 (1: the run itself failed)."""
 
 
-def exit_text(code: int) -> str:
+def exit_text(code: int, why: bool = False) -> str:
     """A process's exit as a person reads it: ``exit code 1``, or the signal that killed it
-    (SIGKILL: the OOM killer or ``kill -9``)."""
+    (``why``: SIGKILL's likely senders, the OOM killer or ``kill -9``)."""
     if code >= 0:
         return f'exit code {code}'
     try:
         name = signal.Signals(-code).name
     except ValueError:
         return f'exit code {code}'
-    why = ' (the OOM killer or kill -9; dmesg tells which)' if -code == signal.SIGKILL else ''
-    return f'killed by {name}{why}, exit code {code}'
+    senders = (' (the OOM killer or kill -9; dmesg tells which)'
+               if why and -code == signal.SIGKILL else '')
+    return f'killed by {name}{senders}, exit code {code}'
 
 
 @dataclass
@@ -70,9 +71,17 @@ class RecorderWatch:
         self.died_utc = datetime.now(UTC).strftime('%H:%M:%S UTC')
         return (f'--record: the recorder (PID {self.node.process.pid}) died '
                 f'{self.died_s:.0f} s into the run, at {self.died_utc}: '
-                f'{exit_text(code)}. The bag {self.bag} ends there (nothing after it is '
-                f'recorded; the last second before it may be lost too); the run goes on. '
+                f'{exit_text(code, why=True)}. The bag {self.bag} ends there (nothing after it '
+                f'is recorded; the last second before it may be lost too); the run goes on. '
                 f'Its log: {self.node.log_path}')
+
+    def log_tail(self, tail: Callable[[RunningNode], str]) -> str:
+        """What of the log to show under :meth:`poll`'s message: its last lines (``tail``) if
+        the recorder failed on its own (a traceback); nothing if a signal killed it (its log
+        says nothing about that)."""
+        if self.exit_code is None or self.exit_code < 0:
+            return ''
+        return tail(self.node)
 
     def stopped(self, stop_exit_code: int | None) -> str | None:
         """Why the recording is incomplete as far as the process tells (None: it is not):
@@ -105,9 +114,12 @@ def recording_summary(bag: Path, watch: RecorderWatch | None, stop_exit_code: in
         echo(format_summary(recording))
     except Exception as exc:  # noqa: BLE001 - rosbags has its own errors; the run is done
         recording = read_unclosed_bag(bag)
-        problems.append(f'the bag was not closed ({exc}); {recording["messages"]} messages '
-                        f'can be read from its .mcap (`mcap recover` rewrites it, '
-                        f'`ros2 bag reindex` rebuilds metadata.yaml)')
+        why = ('no metadata.yaml, no MCAP summary' if not (bag / 'metadata.yaml').exists()
+               else str(exc))
+        problems.append(f'the bag was not closed ({why}); {recording["messages"]} messages '
+                        f'on {len(recording["topics"])} topics can be read from its .mcap '
+                        f'(`mcap recover` rewrites it, `ros2 bag reindex` rebuilds '
+                        f'metadata.yaml)')
     recording['complete'] = not problems
     if problems:
         recording['incomplete'] = '; '.join(problems)

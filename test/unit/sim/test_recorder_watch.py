@@ -78,8 +78,24 @@ def test_a_recorder_killed_by_its_pid_is_reported_once_and_its_bag_read_as_far_a
     assert recording['complete'] is False and recording['closed'] is False
     assert recording['topics'] == {TOPIC: {'type': FLOAT64, 'messages': 2}}
     assert 'the recorder died 42 s into the run' in recording['incomplete']
-    assert 'the bag was not closed' in recording['incomplete']
-    assert '2 messages can be read' in recording['incomplete']
+    assert 'the bag was not closed (no metadata.yaml, no MCAP summary)' in recording['incomplete']
+    assert '2 messages on 1 topics can be read' in recording['incomplete']
+    assert watch.log_tail(recorder.tail) == ''      # a kill leaves nothing in its log
+
+
+def test_a_recorder_that_failed_on_its_own_is_reported_with_its_log(tmp_path):
+    # Arrange: a recorder that ends with an error (as a full disk ends it)
+    recorder = ProcessGroup(ros_environment(78, tmp_path / 'ros_logs'), tmp_path / 'logs')
+    node = recorder.start_command(NodeSpec('recorder_node', 'recorder'), [
+        sys.executable, '-c', "raise SystemExit('OSError: [Errno 28] No space left on device')"])
+    node.process.wait(timeout=TIMEOUT_S)
+    watch = RecorderWatch(node, tmp_path / 'bag', run_start_s=0.0)
+    # Act
+    message = watch.poll(now_s=7.0)
+    # Assert
+    assert message is not None and 'died 7 s into the run' in message
+    assert ': exit code 1.' in message
+    assert 'No space left on device' in watch.log_tail(recorder.tail)
 
 
 def _watch_of_a_recorder_still_running(bag: Path, log: Path) -> RecorderWatch:
@@ -122,7 +138,8 @@ def test_exit_text_names_the_signal_that_killed_a_process():
     # Act / Assert
     assert exit_text(2) == 'exit code 2'
     assert exit_text(-15) == 'killed by SIGTERM, exit code -15'
-    assert exit_text(-9).startswith('killed by SIGKILL (the OOM killer')
+    assert exit_text(-9) == 'killed by SIGKILL, exit code -9'
+    assert exit_text(-9, why=True).startswith('killed by SIGKILL (the OOM killer')
 
 
 def test_fl_uav_sim_says_at_once_that_its_recorder_died_and_its_summary_says_so(
