@@ -104,9 +104,9 @@ def test_recorded_messages_read_back_equal_latched_ones_published_before_it_star
     assert summary['messages'] == 6
 
 
-@pytest.mark.parametrize('stop_signal', [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize('stop_signals', [[signal.SIGINT], [signal.SIGTERM]])
 def test_a_signalled_recorder_writes_the_last_messages_and_closes_a_bag_that_opens(
-        tmp_path, stop_signal):
+        tmp_path, stop_signals):
     # Arrange: a latched metric, and the recorder as its own process (as fl-uav record runs)
     rclpy.init()
     publisher = rclpy.create_node('publisher')
@@ -129,7 +129,8 @@ def test_a_signalled_recorder_writes_the_last_messages_and_closes_a_bag_that_ope
         # Act: the signal right after the last poses (delivered, not yet written)
         for x_m in (1.0, 2.0, 3.0, 4.0, 5.0):
             poses.publish(_pose(x_m))
-        process.send_signal(stop_signal)
+        for stop_signal in stop_signals:
+            process.send_signal(stop_signal)
         code = process.wait(timeout=TIMEOUT_S)
     finally:
         if process.poll() is None:
@@ -156,6 +157,28 @@ def test_a_signalled_recorder_writes_the_last_messages_and_closes_a_bag_that_ope
     assert summary is not None and summary.statistics.message_count == 6
     assert len(decoded) == 6
     assert 'recorded 6 messages on 2 topics' in log.read_text()
+
+
+def test_a_second_ctrl_c_while_the_bag_closes_does_not_cut_the_close_short(tmp_path):
+    # Arrange: a Ctrl-C that lands inside the close (an impatient Ctrl-C Ctrl-C)
+    import fl_uav.ros.recorder_node as recorder_node
+
+    writer = BagWriter(tmp_path / 'bag')
+    close = writer.close
+
+    def close_under_a_ctrl_c():
+        os.kill(os.getpid(), signal.SIGINT)
+        return close()
+
+    writer.close = close_under_a_ctrl_c
+    # Act
+    summary = recorder_node.record(writer, TopicSelection(), duration_s=0.0,
+                                   echo=lambda _: None)
+    # Assert: closed; the bag opens
+    assert summary['messages'] == 0
+    assert (tmp_path / 'bag' / 'metadata.yaml').is_file()
+    with AnyReader([tmp_path / 'bag']) as reader:
+        assert reader.connections == []
 
 
 def _mcap_holds_a_message(bag: Path) -> bool:
