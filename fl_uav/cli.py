@@ -332,7 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument('--overwrite', action='store_true', help='replace a fleet run that '
                      '--out holds already')
     sim.add_argument('--record', action='store_true', help='record the run into OUT/bag '
-                     '(fl-uav record: rosbag2 with MCAP storage, for Foxglove and ros2 bag play)')
+                     '(fl-uav record: rosbag2 with MCAP storage, for Foxglove and ros2 bag '
+                     'play); a recorder that dies is reported at once, the run goes on and '
+                     'exits with code 3')
     sim.set_defaults(func=_sim)
     keygen = sub.add_parser('keygen', help='write Ed25519 key pairs for the ground station, '
                             'each drone and each express ground client (security.keys_dir; '
