@@ -69,16 +69,22 @@ class RecorderWatch:
         self.exit_code = code
         self.died_s = (time.monotonic() if now_s is None else now_s) - self.run_start_s
         self.died_utc = datetime.now(UTC).strftime('%H:%M:%S UTC')
-        return (f'--record: the recorder (PID {self.node.process.pid}) died '
-                f'{self.died_s:.0f} s into the run, at {self.died_utc}: '
-                f'{exit_text(code, why=True)}. The bag {self.bag} ends there (nothing after it '
-                f'is recorded; the last second before it may be lost too); the run goes on. '
+        if code == 0:       # a SIGINT or SIGTERM fl-uav sim did not send: the bag is closed
+            what, lost = ('stopped', 'exit code 0: a SIGINT or SIGTERM from outside the run; '
+                          'it closed the bag')
+        else:
+            what, lost = 'died', exit_text(code, why=True)
+            if code < 0:    # no chance to close: what it held since its last flush is lost
+                lost += '; the second before it may be lost too (not flushed)'
+        return (f'--record: the recorder (PID {self.node.process.pid}) {what} '
+                f'{self.died_s:.0f} s into the run, at {self.died_utc}: {lost}. The bag '
+                f'{self.bag} ends there (nothing after it is recorded); the run goes on. '
                 f'Its log: {self.node.log_path}')
 
     def log_tail(self, tail: Callable[[RunningNode], str]) -> str:
         """What of the log to show under :meth:`poll`'s message: its last lines (``tail``) if
-        the recorder failed on its own (a traceback); nothing if a signal killed it (its log
-        says nothing about that)."""
+        the recorder ended on its own (exit code 1: a traceback; 0: its closing summary);
+        nothing if a signal killed it (its log says nothing about that)."""
         if self.exit_code is None or self.exit_code < 0:
             return ''
         return tail(self.node)
@@ -87,7 +93,8 @@ class RecorderWatch:
         """Why the recording is incomplete as far as the process tells (None: it is not):
         it died during the run, or did not exit 0 when stopped (``stop_exit_code``)."""
         if self.died:
-            return (f'the recorder died {self.died_s:.0f} s into the run ({self.died_utc}, '
+            return (f'the recorder {"stopped" if self.exit_code == 0 else "died"} '
+                    f'{self.died_s:.0f} s into the run ({self.died_utc}, '
                     f'{exit_text(self.exit_code)}); the bag ends there; its log: '
                     f'{self.node.log_path}')
         if stop_exit_code != 0:

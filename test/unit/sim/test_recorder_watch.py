@@ -83,19 +83,25 @@ def test_a_recorder_killed_by_its_pid_is_reported_once_and_its_bag_read_as_far_a
     assert watch.log_tail(recorder.tail) == ''      # a kill leaves nothing in its log
 
 
-def test_a_recorder_that_failed_on_its_own_is_reported_with_its_log(tmp_path):
-    # Arrange: a recorder that ends with an error (as a full disk ends it)
+@pytest.mark.parametrize(('code', 'said', 'tail'), [
+    ("raise SystemExit('OSError: [Errno 28] No space left on device')",   # a full disk
+     'died 7 s into the run, at', 'No space left on device'),
+    ('pass',         # exit 0, as fl-uav record ends at a SIGTERM fl-uav sim did not send
+     'stopped 7 s into the run, at', ''),
+])
+def test_a_recorder_that_ended_on_its_own_is_reported_with_how(tmp_path, code, said, tail):
+    # Arrange
     recorder = ProcessGroup(ros_environment(78, tmp_path / 'ros_logs'), tmp_path / 'logs')
-    node = recorder.start_command(NodeSpec('recorder_node', 'recorder'), [
-        sys.executable, '-c', "raise SystemExit('OSError: [Errno 28] No space left on device')"])
+    node = recorder.start_command(NodeSpec('recorder_node', 'recorder'),
+                                  [sys.executable, '-c', code])
     node.process.wait(timeout=TIMEOUT_S)
     watch = RecorderWatch(node, tmp_path / 'bag', run_start_s=0.0)
     # Act
     message = watch.poll(now_s=7.0)
     # Assert
-    assert message is not None and 'died 7 s into the run' in message
-    assert ': exit code 1.' in message
-    assert 'No space left on device' in watch.log_tail(recorder.tail)
+    assert message is not None and said in message
+    assert 'exit code 1.' in message if tail else 'it closed the bag' in message
+    assert tail in watch.log_tail(recorder.tail)
 
 
 def _watch_of_a_recorder_still_running(bag: Path, log: Path) -> RecorderWatch:
