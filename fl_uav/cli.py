@@ -45,21 +45,40 @@ def sim_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _sim(args: argparse.Namespace) -> int:
+    from fl_uav.sim.fleet_run import RECORDING_DIR, FleetRunOptions, run_fleet
     from fl_uav.sim.fleet_run import SUMMARY_FILE as SIM_SUMMARY_FILE
-    from fl_uav.sim.fleet_run import FleetRunOptions, run_fleet
 
     overrides = sim_overrides(args)
     out = Path(args.out)
+    _check_out_dir(out)
     if (out / SIM_SUMMARY_FILE).is_file() and not args.overwrite:
         print(f'fl-uav: {out} holds a fleet run already ({SIM_SUMMARY_FILE}): --overwrite '
               f'replaces it, or choose another --out', file=sys.stderr)
+        return 1
+    bag = out / RECORDING_DIR     # a run's start removes it: never a bag without --overwrite
+    if bag.exists() and not args.overwrite and (not bag.is_dir() or any(bag.iterdir())):
+        print(f'fl-uav: {bag} holds a recording already (a run that never wrote its '
+              f'{SIM_SUMMARY_FILE}, or fl-uav record): --overwrite replaces it, or choose '
+              'another --out', file=sys.stderr)
         return 1
     with _terminate_as_interrupt():    # SIGTERM stops the fleet's processes as Ctrl-C does
         summary = run_fleet(FleetRunOptions(
             config_files=args.config or _config_default(), overrides=overrides,
             out_dir=out, timeout_s=args.timeout, domain_id=args.domain_id,
             record=args.record))
-    return 0 if summary['status'] == 'finished' else 1
+    return sim_exit_code(summary)
+
+
+def sim_exit_code(summary: dict[str, Any]) -> int:
+    """``fl-uav sim``'s exit code: 0 finished; 1 the run failed, timed out or was interrupted;
+    RECORDING_INCOMPLETE_EXIT (3) finished, but the --record bag is incomplete."""
+    from fl_uav.sim.recorder_watch import RECORDING_INCOMPLETE_EXIT
+
+    if summary['status'] != 'finished':
+        return 1
+    if not summary.get('recording', {'complete': True})['complete']:
+        return RECORDING_INCOMPLETE_EXIT
+    return 0
 
 
 @contextlib.contextmanager
@@ -220,19 +239,43 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace) -> int:
-    from fl_uav.fleet.recording import BagWriter, RecordingError, TopicSelection, format_summary
+    from fl_uav.fleet.recording import (
+        BagWriter,
+        RecordingError,
+        StopSignals,
+        TopicSelection,
+        check_new_bag,
+        format_summary,
+        nothing_recorded,
+    )
 
+    out = Path(args.out)
     try:     # a bad pattern or --out stops here, before ROS starts and before anything is written
         selection = TopicSelection(topics=args.topics, exclude=args.exclude,
                                    record_all=args.all)
-        writer = BagWriter(Path(args.out))
+        check_new_bag(out)
     except RecordingError as exc:
         print(f'fl-uav: {exc}', file=sys.stderr)
         return 1
-    from fl_uav.ros.recorder_node import record
+    from fl_uav.ros.recorder_node import record  # rclpy's import: before the bag is opened
 
-    summary = record(writer, selection, duration_s=args.duration, domain_id=args.domain_id)
+    # From the bag's creation on, SIGINT and SIGTERM only ask to stop: the bag is closed.
+    with StopSignals() as stop:
+        try:
+            writer = BagWriter(out)
+            summary = record(writer, selection, duration_s=args.duration,
+                             domain_id=args.domain_id, stop=stop)
+        except (RecordingError, OSError) as exc:     # e.g. the disk full
+            print(f'fl-uav: recording into {out} failed: {exc}', file=sys.stderr)
+            return 1
     print(format_summary(summary))
+    if not summary['topics']:
+        domain = (args.domain_id if args.domain_id is not None
+                  else os.environ.get('ROS_DOMAIN_ID', '0'))
+        print(f'fl-uav: nothing recorded: '
+              f'{nothing_recorded(selection, summary["not_selected"], domain)}; {out} is an '
+              'empty bag', file=sys.stderr)
+        return 1
     return 0
 
 
@@ -289,7 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument('--overwrite', action='store_true', help='replace a fleet run that '
                      '--out holds already')
     sim.add_argument('--record', action='store_true', help='record the run into OUT/bag '
-                     '(fl-uav record: rosbag2 with MCAP storage, for Foxglove and ros2 bag play)')
+                     '(fl-uav record: rosbag2 with MCAP storage, for Foxglove and ros2 bag '
+                     'play); a recorder that dies is reported at once, the run goes on and '
+                     'exits with code 3')
     sim.set_defaults(func=_sim)
     keygen = sub.add_parser('keygen', help='write Ed25519 key pairs for the ground station, '
                             'each drone and each express ground client (security.keys_dir; '

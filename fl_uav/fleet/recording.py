@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,12 +42,56 @@ LATCHED_DEPTH = 100
 """Least history depth of a subscription to a transient-local topic: DDS discovery does not
 tell a publisher's depth (a remote one reads 0), and the fleet's deepest latched backlog is
 the 50 rounds of each metrics topic (fl_uav/ros/names.py METRICS_QOS)."""
+ROS_OWN_TOPICS = frozenset({'/rosout', '/parameter_events'})
+"""Topics every rclpy node (the recorder too) makes: their presence says no fleet is there."""
 READY_LINE = 'recording into'
 """How the recorder's line starts once it listens (fl-uav sim --record waits for it)."""
 
 
 class RecordingError(Exception):
     """A bad pattern, an unknown message type or an output that cannot be written."""
+
+
+class StopSignals:
+    """SIGINT and SIGTERM as a request to stop, inside a ``with`` block (main thread only).
+
+    The recorder must not die at a signal: killed by SIGTERM's default action it leaves an
+    ``.mcap`` without its summary and no ``metadata.yaml``, and a KeyboardInterrupt (or rclpy's
+    own handlers, which shut the context down under a running ``spin_once``) ends it before it
+    has written what DDS already delivered. Here a signal only sets :attr:`requested`; the
+    recorder then takes the messages already received and closes the bag. A second signal
+    (an impatient Ctrl-C) sets :attr:`hurried`: close now, without waiting for late messages;
+    the bag is still closed.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.received: list[str] = []
+        self._previous: dict[int, Any] = {}
+
+    @property
+    def requested(self) -> bool:
+        """A stop was asked for."""
+        return bool(self.received)
+
+    @property
+    def hurried(self) -> bool:
+        """It was asked for twice: stop waiting for late messages."""
+        return len(self.received) > 1
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        self.received.append(signal.Signals(signum).name)
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
 
 
 def _compile(pattern: str, option: str) -> re.Pattern[str]:
@@ -86,6 +132,19 @@ class TopicSelection:
             return re.fullmatch(self.topics, topic) is not None
         return (re.fullmatch(FL_UAV_TOPICS, topic) is not None
                 and re.fullmatch(BULKY_TOPICS, topic) is None and msgtype not in BULKY_TYPES)
+
+
+def nothing_recorded(selection: TopicSelection, seen: Iterable[str], domain: object) -> str:
+    """Why a recording holds no topic: none but ROS's own appeared on ``domain``, or
+    ``selection`` left out every one of those ``seen`` (named, the first few)."""
+    fleet = sorted(set(seen) - ROS_OWN_TOPICS)
+    if not fleet:
+        return (f"no topic but ROS's own appeared on ROS_DOMAIN_ID={domain} (is the fleet "
+                'running there? --domain-id chooses the domain)')
+    options = ' '.join(f'{flag} {pattern!r}' for flag, pattern in (
+        ('--topics', selection.topics), ('--exclude', selection.exclude)) if pattern is not None)
+    shown = ', '.join(fleet[:6]) + (f', ... ({len(fleet)} in all)' if len(fleet) > 6 else '')
+    return f'{options or "the default selection"} matched none of the topics seen ({shown})'
 
 
 @dataclass(frozen=True)
@@ -184,6 +243,23 @@ def _rosbags_qos(offer: QosOffer) -> Any:
                zero, zero, QosLiveliness.AUTOMATIC, zero, False)
 
 
+def check_new_bag(path: Path) -> None:
+    """RecordingError unless ``path`` can become a new bag directory: it must not exist (a bag
+    already there is never overwritten) and its parent must be a writable directory."""
+    path = Path(path)
+    if path.is_dir() and any(path.iterdir()):
+        held = sorted(p.name for p in path.iterdir())
+        raise RecordingError(
+            f'{path} holds {len(held)} file(s) already ({", ".join(held[:3])}'
+            f'{", ..." if len(held) > 3 else ""}): a bag is written into a new directory and '
+            'never over another (choose another --out or remove it)')
+    if path.exists():
+        raise RecordingError(f'{path} exists already: a bag is written into a new '
+                             'directory (choose another --out or remove it)')
+    if not path.parent.is_dir() or not os.access(path.parent, os.W_OK | os.X_OK):
+        raise RecordingError(f'{path}: {path.parent} is no writable directory')
+
+
 @dataclass
 class TopicRecord:
     """One recorded topic: its type and how many messages were written."""
@@ -207,11 +283,7 @@ class BagWriter:
         )
 
         self.path = Path(path)
-        if self.path.exists():
-            raise RecordingError(f'{self.path} exists already: a bag is written into a new '
-                                 'directory (choose another --out or remove it)')
-        if not self.path.parent.is_dir() or not os.access(self.path.parent, os.W_OK):
-            raise RecordingError(f'{self.path}: {self.path.parent} is no writable directory')
+        check_new_bag(self.path)
         self._schemas = schemas if schemas is not None else SchemaStore()
         self._writer = Writer(self.path, version=Writer.VERSION_LATEST,
                               storage_plugin=StoragePlugin.MCAP)
@@ -281,6 +353,33 @@ def read_bag_summary(path: Path) -> dict[str, Any]:
         counts = {c.topic: c.msgcount for c in reader.connections}
         types = {c.topic: c.msgtype for c in reader.connections}
     return summarize(path, counts, types)
+
+
+def read_unclosed_bag(path: Path) -> dict[str, Any]:
+    """:func:`summarize` of a bag its recorder could not close (killed: no metadata.yaml, no
+    MCAP summary): the messages mcap's stream reader finds in its ``.mcap``, up to the first
+    damaged or missing record; ``closed`` False."""
+    from mcap.records import Channel, Message, Schema
+    from mcap.stream_reader import StreamReader
+
+    path = Path(path)
+    schemas: dict[int, str] = {}
+    channels: dict[int, tuple[str, str]] = {}
+    counts: dict[str, int] = {}
+    try:
+        with open(path / f'{path.name}.mcap', 'rb') as stream:
+            for record in StreamReader(stream).records:
+                if isinstance(record, Schema):
+                    schemas[record.id] = record.name
+                elif isinstance(record, Channel):
+                    channels[record.id] = (record.topic, schemas.get(record.schema_id, ''))
+                    counts.setdefault(record.topic, 0)
+                elif isinstance(record, Message) and record.channel_id in channels:
+                    counts[channels[record.channel_id][0]] += 1
+    except Exception:  # noqa: BLE001,S110 - the file ends mid-record where it was cut
+        pass
+    types = {topic: msgtype for topic, msgtype in channels.values()}
+    return {**summarize(path, counts, types), 'closed': False}
 
 
 def format_summary(summary: Mapping[str, Any]) -> str:

@@ -28,11 +28,7 @@ import numpy as np
 from fl_uav.configschema import build_config, to_flat
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.onboard_planner import record_file_name
-from fl_uav.fleet.recording import (
-    READY_LINE,
-    format_summary,
-    read_bag_summary,
-)
+from fl_uav.fleet.recording import READY_LINE
 from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
 from fl_uav.planning.trajectory import class_balance
 from fl_uav.plugins import plugin_sources
@@ -45,6 +41,7 @@ from fl_uav.sim.launch_plan import (
     write_params_file,
 )
 from fl_uav.sim.launcher import ProcessGroup, RunningNode, ros_environment
+from fl_uav.sim.recorder_watch import RecorderWatch, recording_summary
 
 AUTOPILOT_LOG_FILE = 'autopilot_log.json'
 CLIENT_LOG_DIR = 'ground_clients'      # ground_client nodes' logs: gc<j>.json
@@ -122,14 +119,20 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     start = time.monotonic()
     status = 'running'
     shown = 0
+    watch = None           # --record: the recorder, once it listens
     try:
         not_recording = _start_recorder(recorder, out / RECORDING_DIR) if options.record else None
         if not_recording:
             status = 'failed'
             echo(not_recording)
         else:
+            if options.record:
+                watch = RecorderWatch(recorder.nodes[-1], out / RECORDING_DIR, start)
             group.start(specs, params_file)
         while status == 'running':
+            died = watch.poll() if watch is not None else None
+            if died:       # the run goes on: the federated run is the main output
+                echo('\n'.join(filter(None, (died, watch.log_tail(recorder.tail)))))
             rows = read_progress(out)
             for row in rows[shown:]:
                 echo(_format_round(row))
@@ -159,6 +162,9 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
             if status == 'interrupted':
                 echo('interrupted: stopping the fleet')
             exit_codes = group.stop()
+            died = watch.poll() if watch is not None else None
+            if died:
+                echo('\n'.join(filter(None, (died, watch.log_tail(recorder.tail)))))
             exit_codes.update(recorder.stop())     # after the nodes: it closes the bag
     with _interrupts_ignored():
         wall_s = time.monotonic() - start
@@ -166,7 +172,12 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
             echo(_format_round(row))
         summary = build_summary(out, config, status, wall_s, exit_codes, domain_id)
         if options.record:
-            summary['recording'] = _recording_summary(out / RECORDING_DIR, echo)
+            summary['recording'] = recording_summary(out / RECORDING_DIR, watch,
+                                                     exit_codes.get(watch.node.label)
+                                                     if watch is not None else None, echo)
+            if not summary['recording']['complete']:
+                summary['warnings'].append(
+                    f'the recording is incomplete: {summary["recording"]["incomplete"]}')
         (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2))
         plot_accuracy(summary, out / PLOT_FILE)
     final = summary['final_accuracy']
@@ -175,8 +186,11 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     status = summary['status']      # 'failed' when the station ended the run as failed
     if summary.get('error'):
         echo(f'error: {summary["error"]}')
+    incomplete = (f'; the recording in {out / RECORDING_DIR} is incomplete (warning above)'
+                  if options.record and not summary['recording']['complete'] else '')
     echo(f'{status}: {len(summary["rounds"])} rounds in {wall_s:.0f} s, final accuracy '
-         f'{final if final is None else round(final, 3)}; wrote {out / SUMMARY_FILE}')
+         f'{final if final is None else round(final, 3)}{incomplete}; wrote '
+         f'{out / SUMMARY_FILE}')
     return summary
 
 
@@ -200,17 +214,6 @@ def _log_text(node: RunningNode) -> str:
         return node.log_path.read_text(errors='replace')
     except OSError:
         return ''
-
-
-def _recording_summary(bag: Path, echo: Callable[[str], None]) -> dict[str, Any]:
-    """The recording's topics, message counts and size, read back from the bag (echoed)."""
-    try:
-        recording = read_bag_summary(bag)
-    except Exception as exc:  # noqa: BLE001 - rosbags has its own errors; the run is done
-        echo(f'warning: the recording in {bag} does not open: {exc}')
-        return {'path': str(bag), 'error': str(exc)}
-    echo(format_summary(recording))
-    return recording
 
 
 def domain_text(domain_id: int, requested: int | None, shell_domain: str | None) -> str:

@@ -1,5 +1,6 @@
 """The recorder node: real messages from a publisher recorded and read back; a recorder
-stopped by SIGTERM leaves a bag that opens."""
+stopped by SIGINT or SIGTERM writes the messages it was delivered and leaves a bag that
+opens."""
 
 from __future__ import annotations
 
@@ -103,11 +104,14 @@ def test_recorded_messages_read_back_equal_latched_ones_published_before_it_star
     assert summary['messages'] == 6
 
 
-def test_recorder_stopped_by_sigterm_leaves_a_bag_that_opens(tmp_path):
+@pytest.mark.parametrize('stop_signals', [[signal.SIGINT], [signal.SIGTERM]])
+def test_a_signalled_recorder_writes_the_last_messages_and_closes_a_bag_that_opens(
+        tmp_path, stop_signals):
     # Arrange: a latched metric, and the recorder as its own process (as fl-uav record runs)
     rclpy.init()
     publisher = rclpy.create_node('publisher')
     metrics = publisher.create_publisher(Float64, ACCURACY_TOPIC, names.METRICS_QOS)
+    poses = publisher.create_publisher(PoseStamped, POSE_TOPIC, names.TELEMETRY_PUB_QOS)
     metrics.publish(Float64(data=0.625))
     bag = tmp_path / 'bag'
     log = tmp_path / 'recorder.log'
@@ -119,11 +123,14 @@ def test_recorder_stopped_by_sigterm_leaves_a_bag_that_opens(tmp_path):
     executor.add_node(publisher)
     try:
         # the message is on disk (flushed) once the .mcap holds more than its header
-        assert spin_until(executor, lambda: _mcap_holds_a_message(bag), TIMEOUT_S), \
-            log.read_text()
+        assert spin_until(executor, lambda: _mcap_holds_a_message(bag)
+                          and poses.get_subscription_count() > 0, TIMEOUT_S), log.read_text()
         assert READY_LINE in log.read_text()
-        # Act
-        process.send_signal(signal.SIGTERM)
+        # Act: the signal right after the last poses (delivered, not yet written)
+        for x_m in (1.0, 2.0, 3.0, 4.0, 5.0):
+            poses.publish(_pose(x_m))
+        for stop_signal in stop_signals:
+            process.send_signal(stop_signal)
         code = process.wait(timeout=TIMEOUT_S)
     finally:
         if process.poll() is None:
@@ -132,13 +139,46 @@ def test_recorder_stopped_by_sigterm_leaves_a_bag_that_opens(tmp_path):
         executor.shutdown()
         publisher.destroy_node()
         rclpy.try_shutdown()
-    # Assert
+    # Assert: exit 0, metadata, every message; the MCAP summary read by mcap, decoded by
+    # mcap_ros2
     assert code == 0, log.read_text()
     assert (bag / 'metadata.yaml').is_file()
     with AnyReader([bag]) as reader:
-        values = [reader.deserialize(raw, c.msgtype).data for c, _, raw in reader.messages()]
-    assert values == [0.625]
-    assert 'recorded 1 messages on 1 topics' in log.read_text()
+        values = {c.topic: [] for c in reader.connections}
+        for connection, _, raw in reader.messages():
+            message = reader.deserialize(raw, connection.msgtype)
+            values[connection.topic].append(
+                message.data if connection.topic == ACCURACY_TOPIC else message.pose.position.x)
+    assert values == {ACCURACY_TOPIC: [0.625], POSE_TOPIC: [1.0, 2.0, 3.0, 4.0, 5.0]}
+    with open(bag / 'bag.mcap', 'rb') as stream:
+        reader = make_reader(stream, decoder_factories=[DecoderFactory()])
+        summary = reader.get_summary()
+        decoded = [m for _, _, _, m in reader.iter_decoded_messages()]
+    assert summary is not None and summary.statistics.message_count == 6
+    assert len(decoded) == 6
+    assert 'recorded 6 messages on 2 topics' in log.read_text()
+
+
+def test_a_second_ctrl_c_while_the_bag_closes_does_not_cut_the_close_short(tmp_path):
+    # Arrange: a Ctrl-C that lands inside the close (an impatient Ctrl-C Ctrl-C)
+    import fl_uav.ros.recorder_node as recorder_node
+
+    writer = BagWriter(tmp_path / 'bag')
+    close = writer.close
+
+    def close_under_a_ctrl_c():
+        os.kill(os.getpid(), signal.SIGINT)
+        return close()
+
+    writer.close = close_under_a_ctrl_c
+    # Act
+    summary = recorder_node.record(writer, TopicSelection(), duration_s=0.0,
+                                   echo=lambda _: None)
+    # Assert: closed; the bag opens
+    assert summary['messages'] == 0
+    assert (tmp_path / 'bag' / 'metadata.yaml').is_file()
+    with AnyReader([tmp_path / 'bag']) as reader:
+        assert reader.connections == []
 
 
 def _mcap_holds_a_message(bag: Path) -> bool:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from fl_uav.cli import main
+from fl_uav.cli import main, sim_exit_code
 
 
 @pytest.mark.parametrize('value', ['500', '-1', 'abc'])
@@ -92,6 +92,37 @@ def test_sim_refuses_a_directory_holding_a_run_and_a_bad_key_touches_nothing(tmp
     assert sorted(p.name for p in out.iterdir()) == ['ground_station.json', 'summary.json']
 
 
+def test_sim_never_removes_a_bag_without_overwrite(tmp_path, capsys, monkeypatch):
+    # Arrange: DIR/bag from a run killed before its summary (or from fl-uav record)
+    import fl_uav.sim.fleet_run as fleet_run
+
+    def no_processes(*args, **kwargs):
+        raise AssertionError('fl-uav sim made a process group')
+
+    monkeypatch.setattr(fleet_run, 'ProcessGroup', no_processes)
+    bag = tmp_path / 'run' / 'bag'
+    bag.mkdir(parents=True)
+    (bag / 'metadata.yaml').write_text('rosbag2_bagfile_information: {}')
+    (bag / 'bag.mcap').write_bytes(b'recorded')
+    # Act
+    code = main(['sim', '--out', str(tmp_path / 'run'), '--domain-id', '50', '--record'])
+    # Assert: refused, naming the bag and --overwrite; the bag as it was
+    message = capsys.readouterr().err
+    assert code == 1, message
+    assert f'{bag} holds a recording already' in message and '--overwrite' in message
+    assert (bag / 'bag.mcap').read_bytes() == b'recorded'
+
+
+def test_sim_refuses_an_out_that_cannot_be_a_directory(tmp_path, capsys):
+    # Arrange
+    (tmp_path / 'file').write_text('')
+    # Act
+    code = main(['sim', '--out', str(tmp_path / 'file' / 'run'), '--record'])
+    # Assert: a clear error, not a traceback from mkdir
+    assert code == 2
+    assert f"{str(tmp_path / 'file')!r} is not a directory" in capsys.readouterr().err
+
+
 def test_experiment_without_out_or_resume_is_refused(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     quick = Path(__file__).resolve().parents[2] / 'config' / 'experiments' / 'quick_digits.yaml'
@@ -175,3 +206,15 @@ def test_record_refuses_an_existing_bag_directory(tmp_path, capsys):
     # Assert
     assert code == 1
     assert 'exists already' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(('summary', 'code'), [
+    ({'status': 'finished'}, 0),
+    ({'status': 'finished', 'recording': {'complete': True}}, 0),
+    ({'status': 'finished', 'recording': {'complete': False}}, 3),
+    ({'status': 'timeout', 'recording': {'complete': False}}, 1),
+    ({'status': 'failed'}, 1),
+])
+def test_sim_exit_code_says_a_finished_run_whose_recording_is_incomplete(summary, code):
+    # Act / Assert
+    assert sim_exit_code(summary) == code

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
@@ -17,7 +19,10 @@ from fl_uav.fleet.recording import (
     QosOffer,
     RecordingError,
     SchemaStore,
+    StopSignals,
     TopicSelection,
+    check_new_bag,
+    nothing_recorded,
     read_bag_summary,
     subscription_qos,
 )
@@ -187,6 +192,68 @@ def test_existing_or_unwritable_output_is_refused_before_anything_is_written(tmp
     with pytest.raises(RecordingError, match='no writable directory'):
         BagWriter(tmp_path / 'missing' / 'bag')
     assert sorted(p.name for p in tmp_path.iterdir()) == ['bag']
+
+
+def test_a_bag_directory_that_holds_files_is_refused_naming_them_and_left_as_it_was(
+        tmp_path):
+    # Arrange: an earlier recording
+    earlier = BagWriter(tmp_path / 'bag')
+    earlier.add_topic('/fl/metrics/round', FLOAT64, [QosOffer(True, True, 50)])
+    earlier.write('/fl/metrics/round', _float64(1.0), 5)
+    earlier.close()
+    before = {p.name: p.read_bytes() for p in (tmp_path / 'bag').iterdir()}
+    # Act
+    with pytest.raises(RecordingError) as refused:
+        BagWriter(tmp_path / 'bag')
+    # Assert
+    assert 'holds 2 file(s) already (bag.mcap, metadata.yaml)' in str(refused.value)
+    assert 'never over another' in str(refused.value)
+    assert {p.name: p.read_bytes() for p in (tmp_path / 'bag').iterdir()} == before
+
+
+def test_a_bag_in_a_directory_this_user_cannot_write_is_refused(tmp_path, monkeypatch):
+    # Arrange: tests may run as root, for whom every directory is writable
+    locked = tmp_path / 'locked'
+    locked.mkdir()
+    monkeypatch.setattr(os, 'access', lambda path, mode: Path(path) != locked)
+    # Act / Assert
+    with pytest.raises(RecordingError, match=f'{locked} is no writable directory'):
+        check_new_bag(locked / 'bag')
+    assert list(locked.iterdir()) == []
+
+
+def test_nothing_recorded_names_the_selection_and_the_topics_it_missed():
+    # Arrange
+    selection = TopicSelection(topics='/uav[0-9]+/poses', exclude='/fl/.*')
+    seen = ['/rosout', '/parameter_events', '/uav0/pose', '/fl/markers']
+    # Act
+    reason = nothing_recorded(selection, seen, 42)
+    # Assert
+    assert reason == ("--topics '/uav[0-9]+/poses' --exclude '/fl/.*' matched none of the "
+                      'topics seen (/fl/markers, /uav0/pose)')
+
+
+def test_nothing_recorded_without_a_fleet_names_the_domain():
+    # Act
+    reason = nothing_recorded(TopicSelection(), ['/rosout', '/parameter_events'], 42)
+    # Assert
+    assert "no topic but ROS's own appeared on ROS_DOMAIN_ID=42" in reason
+
+
+def test_stop_signals_turn_sigint_and_sigterm_into_a_request_and_restore_the_handlers():
+    # Arrange
+    previous = signal.getsignal(signal.SIGTERM)
+    # Act
+    with StopSignals() as stop:
+        os.kill(os.getpid(), signal.SIGTERM)      # handled at the next bytecode
+        requested_after_one = stop.requested, stop.hurried
+        os.kill(os.getpid(), signal.SIGINT)       # a second one: hurry
+        requested_after_two = stop.requested, stop.hurried
+    # Assert
+    assert requested_after_one == (True, False)
+    assert requested_after_two == (True, True)
+    assert stop.received == ['SIGTERM', 'SIGINT']
+    assert signal.getsignal(signal.SIGTERM) is previous
 
 
 def test_unknown_type_registers_nothing_and_the_bag_stays_usable(tmp_path):
