@@ -7,11 +7,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from fl_uav.sim.launch_plan import NodeSpec
+
+#: how long a node has to exit after SIGTERM, and after SIGKILL
+_ESCALATION_WAIT_S = 5.0
 
 
 @dataclass
@@ -76,24 +79,17 @@ class ProcessGroup:
         """Nodes still running."""
         return [n for n in self.nodes if n.process.poll() is None]
 
-    def stop(self, grace_s: float = 10.0) -> dict[str, int | None]:
-        """SIGINT, then SIGTERM, then SIGKILL, each to our own processes only; exit codes."""
-        for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGTERM, 5.0),
-                            (signal.SIGKILL, 5.0)):
-            alive = self.alive()
-            if not alive:
-                break
-            for node in alive:
-                try:
-                    os.killpg(node.process.pid, sig)
-                except ProcessLookupError:
-                    pass
-            deadline = time.monotonic() + wait_s
-            for node in alive:
-                try:
-                    node.process.wait(timeout=max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:
-                    pass
+    def stop(self, grace_s: float = 10.0, *, last: Collection[str] = (),
+             first_grace_s: float | None = None) -> dict[str, int | None]:
+        """SIGINT, then SIGTERM, then SIGKILL, each to our own processes only; exit codes.
+        The nodes of the executables in ``last`` are stopped only once the others have
+        ended, the others being given ``first_grace_s`` (default ``grace_s``) after their
+        SIGINT: the simulated autopilots outlive the drone nodes, whose shutdown commands a
+        return to launch and waits for the landing."""
+        first = [n for n in self.nodes if n.spec.executable not in last]
+        later = [n for n in self.nodes if n.spec.executable in last]
+        _stop_nodes(first, grace_s if first_grace_s is None else first_grace_s)
+        _stop_nodes(later, grace_s)
         return {n.label: n.process.poll() for n in self.nodes}
 
     def tail(self, node: RunningNode, lines: int = 20) -> str:
@@ -103,3 +99,24 @@ class ProcessGroup:
         except OSError:
             return ''
         return '\n'.join(text.splitlines()[-lines:])
+
+
+def _stop_nodes(nodes: Sequence[RunningNode], grace_s: float) -> None:
+    """SIGINT (then ``grace_s`` to exit), SIGTERM (5 s), SIGKILL (5 s) to each node's own
+    process group, escalating only for those still running."""
+    for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGTERM, _ESCALATION_WAIT_S),
+                        (signal.SIGKILL, _ESCALATION_WAIT_S)):
+        alive = [n for n in nodes if n.process.poll() is None]
+        if not alive:
+            break
+        for node in alive:
+            try:
+                os.killpg(node.process.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + wait_s
+        for node in alive:
+            try:
+                node.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
