@@ -13,6 +13,8 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch_ros.actions import Node
 
+from fl_uav.sim.launch_plan import drone_file_stop_grace_s
+
 
 def _nodes(context):
     share = Path(get_package_share_directory('fl_uav'))
@@ -21,8 +23,11 @@ def _nodes(context):
     camera_topic = context.launch_configurations.get('camera_topic', '')
     output_dir = context.launch_configurations.get('output_dir', '')
     remaps = [('camera/image_raw', camera_topic)] if camera_topic else []
+    # Stopped in flight (Ctrl-C), the node commands return to launch and waits for the landing
+    # (flight.shutdown_rtl_timeout_s): ros2 launch's default 5 s before SIGTERM would cut that.
     return [Node(package='fl_uav', executable='drone_node', name='drone',
                  namespace=f'/uav{drone_id}', output='screen', remappings=remaps,
+                 sigterm_timeout=str(drone_file_stop_grace_s(config)),
                  ros_arguments=['--log-file-name', f'uav{drone_id}_drone'],
                  parameters=[config, {'drone_id': drone_id, 'output_dir': output_dir}])]
 

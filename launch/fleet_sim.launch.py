@@ -45,8 +45,10 @@ def _nodes(context):
     flat = launch_parameters(config_file, overrides, run_dir, with_simulators)
     config = build_config(FleetConfig, flat)
     params_file = write_params_file(flat, run_dir / 'fl_uav_params.yaml')
+    # sigterm_timeout: a drone node stopped in flight waits for its return to launch
     return [Node(package=PACKAGE, executable=spec.executable, name=spec.name,
                  namespace=spec.namespace or None, output='screen',
+                 sigterm_timeout=str(spec.stop_grace_s),
                  parameters=[str(params_file), dict(spec.parameters)])
             for spec in fleet_plan(config, output_dir or None, exit_on_finish=False,
                                    with_simulators=with_simulators)]

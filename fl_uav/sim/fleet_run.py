@@ -50,8 +50,6 @@ _SERVICE_NODES = ('autopilot_sim_node', 'sim_camera_node', 'ground_client_node')
 #: stopped once every other node has ended: a drone node shut down in flight commands its
 #: (simulated) autopilot to return to launch and waits for the landing
 _STOPPED_LAST = ('autopilot_sim_node',)
-#: beyond flight.shutdown_rtl_timeout_s, for a drone node to close its link and exit
-_SHUTDOWN_MARGIN_S = 5.0
 SUMMARY_FILE = 'summary.json'
 PLOT_FILE = 'accuracy.png'
 RECORDING_DIR = 'bag'     # --record: the run's rosbag2 directory (MCAP storage)
@@ -172,8 +170,7 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
                      f'to launch (at most flight.shutdown_rtl_timeout_s = '
                      f'{config.flight.shutdown_rtl_timeout_s:g} s), then the autopilot '
                      f'simulator stops')
-            exit_codes = group.stop(last=_STOPPED_LAST, first_grace_s=(
-                config.flight.shutdown_rtl_timeout_s + _SHUTDOWN_MARGIN_S))
+            exit_codes = group.stop(last=_STOPPED_LAST)
             died = watch.poll() if watch is not None else None
             if died:
                 echo('\n'.join(filter(None, (died, watch.log_tail(recorder.tail)))))

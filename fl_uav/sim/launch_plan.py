@@ -26,16 +26,24 @@ KEYS_DIR = 'keys'                      # a run's Ed25519 keys (fl-uav keygen lay
 
 PACKAGE = 'fl_uav'
 
+#: seconds a node has to exit after SIGINT before it is sent SIGTERM (ros2 launch's default
+#: sigterm_timeout)
+STOP_GRACE_S = 5.0
+#: beyond flight.shutdown_rtl_timeout_s, for a drone node to close its link and exit
+DRONE_SHUTDOWN_MARGIN_S = 5.0
+
 
 @dataclass(frozen=True)
 class NodeSpec:
     """One node to start: executable (console script = module in fl_uav.ros), ROS name,
-    namespace, node-only parameters."""
+    namespace, node-only parameters, and how long it may take to exit after SIGINT
+    (``stop_grace_s``: ros2 launch's ``sigterm_timeout``; a drone node's return to launch)."""
 
     executable: str
     name: str
     namespace: str = ''
     parameters: Mapping[str, Any] = field(default_factory=dict)
+    stop_grace_s: float = STOP_GRACE_S
 
     @property
     def module(self) -> str:
@@ -209,13 +217,29 @@ def fleet_plan(config: FleetConfig, output_dir: str | Path | None = None,
                           parameters={'output_dir': out, 'exit_on_finish': exit_on_finish}))
     specs += [NodeSpec('drone_node', 'drone', namespace=f'/uav{d}',
                        parameters={'drone_id': d, 'exit_on_finish': exit_on_finish,
-                                   'output_dir': out})
+                                   'output_dir': out},
+                       stop_grace_s=drone_stop_grace_s(config.flight.shutdown_rtl_timeout_s))
               for d in range(config.num_drones)]
     if config.mode == 'express':
         specs += [NodeSpec('ground_client_node', 'ground_client', namespace=f'/gc{j}',
                            parameters={'client_id': j, 'output_dir': out})
                   for j in range(config.ground_clients.num_clients)]
     return specs
+
+
+def drone_stop_grace_s(shutdown_rtl_timeout_s: float) -> float:
+    """How long a drone node may take to exit after SIGINT: stopped in flight it commands a
+    return to launch and waits up to flight.shutdown_rtl_timeout_s for the landing, then
+    closes its link (ros2 launch's default 5 s would SIGTERM it mid-wait)."""
+    return shutdown_rtl_timeout_s + DRONE_SHUTDOWN_MARGIN_S
+
+
+def drone_file_stop_grace_s(config_file: str | Path) -> float:
+    """:func:`drone_stop_grace_s` for a drone's parameter file (flight.shutdown_rtl_timeout_s
+    from the file, else its default); a bad file or value is the ConfigError the node would
+    stop with."""
+    flat = read_params_file(config_file)
+    return drone_stop_grace_s(build_config(FleetConfig, flat).flight.shutdown_rtl_timeout_s)
 
 
 def run_keys(out: Path, flat: Mapping[str, Any], overrides: Mapping[str, Any]

@@ -79,17 +79,15 @@ class ProcessGroup:
         """Nodes still running."""
         return [n for n in self.nodes if n.process.poll() is None]
 
-    def stop(self, grace_s: float = 10.0, *, last: Collection[str] = (),
-             first_grace_s: float | None = None) -> dict[str, int | None]:
+    def stop(self, grace_s: float = 10.0, *, last: Collection[str] = ()
+             ) -> dict[str, int | None]:
         """SIGINT, then SIGTERM, then SIGKILL, each to our own processes only; exit codes.
-        The nodes of the executables in ``last`` are stopped only once the others have
-        ended, the others being given ``first_grace_s`` (default ``grace_s``) after their
-        SIGINT: the simulated autopilots outlive the drone nodes, whose shutdown commands a
-        return to launch and waits for the landing."""
-        first = [n for n in self.nodes if n.spec.executable not in last]
-        later = [n for n in self.nodes if n.spec.executable in last]
-        _stop_nodes(first, grace_s if first_grace_s is None else first_grace_s)
-        _stop_nodes(later, grace_s)
+        Each node has ``grace_s`` or its own ``spec.stop_grace_s``, the longer, to exit after
+        SIGINT. The nodes of the executables in ``last`` are stopped only once the others
+        have ended: the simulated autopilots outlive the drone nodes, whose shutdown commands
+        a return to launch and waits for the landing."""
+        _stop_nodes([n for n in self.nodes if n.spec.executable not in last], grace_s)
+        _stop_nodes([n for n in self.nodes if n.spec.executable in last], grace_s)
         return {n.label: n.process.poll() for n in self.nodes}
 
     def tail(self, node: RunningNode, lines: int = 20) -> str:
@@ -102,9 +100,11 @@ class ProcessGroup:
 
 
 def _stop_nodes(nodes: Sequence[RunningNode], grace_s: float) -> None:
-    """SIGINT (then ``grace_s`` to exit), SIGTERM (5 s), SIGKILL (5 s) to each node's own
-    process group, escalating only for those still running."""
-    for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGTERM, _ESCALATION_WAIT_S),
+    """SIGINT (then the longest of ``grace_s`` and the nodes' ``stop_grace_s`` to exit),
+    SIGTERM (5 s), SIGKILL (5 s) to each node's own process group, escalating only for those
+    still running."""
+    first_wait_s = max([grace_s, *(n.spec.stop_grace_s for n in nodes)])
+    for sig, wait_s in ((signal.SIGINT, first_wait_s), (signal.SIGTERM, _ESCALATION_WAIT_S),
                         (signal.SIGKILL, _ESCALATION_WAIT_S)):
         alive = [n for n in nodes if n.process.poll() is None]
         if not alive:

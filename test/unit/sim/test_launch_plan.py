@@ -12,8 +12,11 @@ import yaml
 from fl_uav.configschema import ConfigError, build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.sim.launch_plan import (
+    DRONE_SHUTDOWN_MARGIN_S,
+    STOP_GRACE_S,
     check_fleet_start,
     check_sim_homes,
+    drone_file_stop_grace_s,
     fleet_plan,
     launch_parameters,
     merged_parameters,
@@ -191,3 +194,59 @@ def test_without_simulators_a_drones_busy_link_is_still_refused(port_base):
         # Act / Assert
         with pytest.raises(ConfigError, match="drone 1's MAVLink link"):
             check_fleet_start(config, with_simulators=False)
+
+
+def test_drone_nodes_may_wait_for_their_landing_when_stopped(tmp_path):
+    # Arrange: a 40 s return-to-launch wait in the drone's parameter file
+    text = (REPO / 'config' / 'drone.yaml').read_text().replace(
+        'shutdown_rtl_timeout_s: 30.0', 'shutdown_rtl_timeout_s: 40.0')
+    drone_file = tmp_path / 'drone.yaml'
+    drone_file.write_text(text)
+    config = build_config(FleetConfig, merged_parameters([FLEET_YAML], {'num_drones': 2}))
+    # Act
+    specs = {spec.name: spec for spec in fleet_plan(config)}
+    from_file = drone_file_stop_grace_s(drone_file)
+    # Assert: the drones outlast their RTL wait; the other nodes keep ros2 launch's default
+    rtl_s = config.flight.shutdown_rtl_timeout_s
+    assert specs['drone'].stop_grace_s == rtl_s + DRONE_SHUTDOWN_MARGIN_S
+    assert specs['autopilot_sim'].stop_grace_s == STOP_GRACE_S
+    assert from_file == 40.0 + DRONE_SHUTDOWN_MARGIN_S
+
+
+def _stub_launch_modules(monkeypatch, made: list) -> None:
+    """launch and launch_ros are not installable from PyPI here: stand-ins that record the
+    Node actions a launch file makes (keyword arguments as given)."""
+    import sys
+    import types
+    launch = types.ModuleType('launch')
+    launch.LaunchDescription = list
+    actions = types.ModuleType('launch.actions')
+    actions.DeclareLaunchArgument = lambda *a, **k: ('arg', a, k)
+    actions.OpaqueFunction = lambda **k: ('opaque', k)
+    launch_ros = types.ModuleType('launch_ros')
+    ros_actions = types.ModuleType('launch_ros.actions')
+    ros_actions.Node = lambda **kwargs: made.append(kwargs) or kwargs
+    for name, module in (('launch', launch), ('launch.actions', actions),
+                         ('launch_ros', launch_ros), ('launch_ros.actions', ros_actions)):
+        monkeypatch.setitem(sys.modules, name, module)
+
+
+def test_drone_launch_gives_the_drone_node_its_rtl_wait_before_sigterm(monkeypatch):
+    # Arrange: the launch file with stand-in launch modules, the shipped drone config
+    import importlib.util
+    import types
+    made: list = []
+    _stub_launch_modules(monkeypatch, made)
+    spec = importlib.util.spec_from_file_location('drone_launch', REPO / 'launch' /
+                                                  'drone.launch.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, 'get_package_share_directory', lambda package: str(REPO))
+    context = types.SimpleNamespace(launch_configurations={
+        'config': str(REPO / 'config' / 'drone.yaml'), 'drone_id': '1'})
+    # Act
+    module._nodes(context)
+    # Assert: launch waits the RTL timeout (+ margin) after SIGINT before SIGTERM
+    assert len(made) == 1 and made[0]['namespace'] == '/uav1'
+    assert float(made[0]['sigterm_timeout']) == drone_file_stop_grace_s(
+        REPO / 'config' / 'drone.yaml') == 30.0 + DRONE_SHUTDOWN_MARGIN_S
