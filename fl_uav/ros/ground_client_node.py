@@ -54,7 +54,9 @@ class GroundClientNode(Node):
         position = tuple(float(v) for v in layout.clients_enu_m[client_id])
         self.client = GroundClient(cfg, client_id, *client_dataset(cfg, client_id, position))
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix='train')
-        self._worker.submit(self._warm_up)    # before the first delivery's training
+        # The warm-up has its own thread: a visit during it is answered at once, not after
+        # it (one step that can take seconds while a fleet's processes start together).
+        threading.Thread(target=self._warm_up, name='warm-up', daemon=True).start()
         # The FedEx state (base, local model) is touched by the worker thread only; gate()
         # reads poses and counters. The lock serialises the log file's writers.
         self._log_lock = threading.Lock()

@@ -4,6 +4,7 @@ simulator's ground-truth pose, whatever the UAV claims), survives garbage, logs 
 from __future__ import annotations
 
 import json
+import threading
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.express_exchange import decode_clu, encode_delivery
 from fl_uav.fleet.express_routes import express_layout
+from fl_uav.fleet.ground_client import GroundClient
 from fl_uav.learning.models import build_model
 from fl_uav.learning.weights import architecture_fingerprint, get_weights, weight_shapes
 from fl_uav.ros import names
@@ -27,13 +29,19 @@ from test.unit.fleet.test_express_fleet import EXPRESS
 pytestmark = pytest.mark.ros
 
 
-@pytest.fixture
-def client_node(tmp_path):
+WARM_UP_HELD_S = 30.0     # a held warm-up gives up after this, so a failing test cannot hang
+
+
+def _client_args(tmp_path):
     params = write_params_file({**EXPRESS, 'ground_clients.samples_per_client': 16},
                                tmp_path / 'params.yaml')
-    args = ['--ros-args', '-r', '__ns:=/gc1', '--params-file', str(params),
+    return ['--ros-args', '-r', '__ns:=/gc1', '--params-file', str(params),
             '-p', 'client_id:=1', '-p', f'output_dir:={tmp_path}']
-    with node_with_probe(GroundClientNode, args) as handles:
+
+
+@pytest.fixture
+def client_node(tmp_path):
+    with node_with_probe(GroundClientNode, _client_args(tmp_path)) as handles:
         yield handles
 
 
@@ -103,3 +111,43 @@ def test_in_range_answered_out_of_range_refused_garbage_survived(client_node, tm
     assert [(e['round_index'], e['reason']) for e in log['exchanges']] == [
         (1, 'out_of_range'), (2, 'exchanged'), (3, 'exchanged')]
     assert log['rejected'] == {'bad_magic': 1}
+
+
+def test_a_visit_during_the_warm_up_is_answered_without_waiting_for_it(tmp_path, monkeypatch):
+    # Arrange: a warm-up that lasts until released (a fleet's processes starting together
+    # made the real one take ~5 s, the whole hover: the UAV left unanswered)
+    release, warming = threading.Event(), threading.Event()
+
+    def held_warm_up(self):
+        warming.set()
+        release.wait(WARM_UP_HELD_S)
+
+    monkeypatch.setattr(GroundClient, 'warm_up', held_warm_up)
+    config = build_config(FleetConfig, EXPRESS)
+    east, north = express_layout(config).clients_enu_m[1]
+    weights = get_weights(build_model('tiny_cnn', len(CLASS_NAMES), 32))
+    try:
+        with node_with_probe(GroundClientNode, _client_args(tmp_path)) as (node, probe,
+                                                                           executor):
+            truth = probe.create_publisher(
+                PoseStamped, names.drone_topic(0, 'ground_truth/pose'), names.TELEMETRY_QOS)
+            deliveries = probe.create_publisher(UInt8MultiArray, names.ground_client_topic(
+                1, names.EXPRESS_MODEL_TOPIC), names.EXPRESS_QOS)
+            clus = []
+            probe.create_subscription(
+                UInt8MultiArray, names.drone_topic(0, names.EXPRESS_CLU_TOPIC),
+                lambda m: clus.append(bytes(m.data)), names.EXPRESS_QOS)
+            assert spin_until(executor, lambda: deliveries.get_subscription_count() > 0
+                              and truth.get_subscription_count() > 0, 10.0)
+            assert warming.wait(10.0), 'the warm-up never started'
+            truth.publish(_pose(east, north, 30.0))
+            assert spin_until(executor, lambda: 0 in node.client._poses, 5.0)
+            msg = UInt8MultiArray()
+            msg.data = encode_delivery(0, 1, 1, architecture_fingerprint(weights), weights, 2)
+            # Act
+            deliveries.publish(msg)
+            # Assert: answered while the warm-up is still running
+            assert spin_until(executor, lambda: clus, 10.0), 'the visit waited for the warm-up'
+            assert not release.is_set()
+    finally:
+        release.set()
