@@ -266,13 +266,15 @@ def test_power_law_progress_replaces_the_exponential_h_factor():
 
 
 def test_finetune_continues_the_agent_and_is_seeded():
-    # Setup: an agent trained where few steps pay (β = 0.25), then the curve turns convex
-    ddpg = DdpgConfig(train_steps=300, warmup_steps=100)
+    # Setup: an agent trained where few steps pay (β = 0.25), then the curve turns convex.
+    # Small networks and few steps (as in the determinism test): what is checked is that the
+    # fine-tuning starts from the agent and is seeded, not how well either agent has learnt.
+    ddpg = DdpgConfig(hidden=16, train_steps=150, warmup_steps=50, batch_size=16)
     concave, convex = _tiny_config(steps_exponent=0.25), _tiny_config(steps_exponent=2.0)
     agents = [train_ddpg(concave, ddpg, seed=3)[0] for _ in range(2)]
     first = [p.detach().clone() for p in agents[0].actor.parameters()]
     # Execute
-    logs = [finetune_ddpg(a, convex, train_steps=200, seed=7) for a in agents]
+    logs = [finetune_ddpg(a, convex, train_steps=100, seed=7) for a in agents]
     # Assert: the networks were updated from their weights; the same seed, the same agent
     assert len(logs[0].critic_losses) > 0
     assert any(not bool((p == q).all()) for p, q in zip(first, agents[0].actor.parameters()))

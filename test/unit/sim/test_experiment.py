@@ -35,6 +35,14 @@ def _rows(out: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+@pytest.fixture(scope='module')
+def default_run(tmp_path_factory) -> tuple[dict, Path]:
+    """The default config's run (summary, run dir), made once for the tests that compare
+    against it and only read it; the engine is deterministic, so each gets the same run."""
+    out = tmp_path_factory.mktemp('default') / 'run'
+    return run_experiment(_config(), out, echo=lambda _: None), out
+
+
 def test_run_writes_rows_summary_plots_and_learns(tmp_path):
     # Execute
     summary = run_experiment(_config(**{'num_rounds': 6, 'data.partition': 'iid'}), tmp_path,
@@ -51,11 +59,12 @@ def test_run_writes_rows_summary_plots_and_learns(tmp_path):
         assert (tmp_path / name).stat().st_size > 1000
 
 
-def test_vectorized_equals_sequential_reference(tmp_path):
-    fast = run_experiment(_config(), tmp_path / 'v', echo=lambda _: None)
+def test_vectorized_equals_sequential_reference(tmp_path, default_run):
+    fast, fast_dir = default_run            # the default engine is the vectorised one
+    assert _config().engine.vectorized
     slow = run_experiment(_config(**{'engine.vectorized': False}), tmp_path / 's',
                           echo=lambda _: None)
-    fast_loss = [float(r['loss']) for r in _rows(tmp_path / 'v')]
+    fast_loss = [float(r['loss']) for r in _rows(fast_dir)]
     slow_loss = [float(r['loss']) for r in _rows(tmp_path / 's')]
     # Round 1: the same batches and the same math, summed in another order (measured <= 1e-5).
     # Later rounds start from models that already differ in the last bits, and lr 0.1 on two
@@ -126,10 +135,9 @@ def test_bad_value_names_the_allowed_choices(tmp_path, capsys):
     assert code == 2 and 'dirichlet' in capsys.readouterr().err
 
 
-def test_compare_overlays_runs(tmp_path):
-    run_experiment(_config(), tmp_path / 'a', echo=lambda _: None)
+def test_compare_overlays_runs(tmp_path, default_run):
     run_experiment(_config(**{'data.partition': 'iid'}), tmp_path / 'b', echo=lambda _: None)
-    table = compare_runs([tmp_path / 'a', tmp_path / 'b'], tmp_path / 'cmp')
+    table = compare_runs([default_run[1], tmp_path / 'b'], tmp_path / 'cmp')
     assert table.count('quick_digits') == 2
     assert (tmp_path / 'cmp' / 'accuracy_vs_round.png').exists()
 
@@ -280,8 +288,9 @@ def test_every_strategy_is_selectable_by_config(tmp_path, strategy):
     assert summary['status'] == 'finished' and summary['strategy'] == strategy
 
 
-def test_structured_pruning_trains_a_smaller_model_and_saves_modelled_time(tmp_path):
-    dense = run_experiment(_config(), tmp_path / 'dense', echo=lambda _: None)
+def test_structured_pruning_trains_a_smaller_model_and_saves_modelled_time(tmp_path,
+                                                                          default_run):
+    dense = default_run[0]
     fast = run_experiment(_config(**{'learning.structured_keep': 0.5}), tmp_path / 'v',
                           echo=lambda _: None)
     slow = run_experiment(_config(**{'learning.structured_keep': 0.5,
@@ -293,8 +302,8 @@ def test_structured_pruning_trains_a_smaller_model_and_saves_modelled_time(tmp_p
 
 
 @pytest.mark.parametrize('method', ['qsgd', 'range'])
-def test_compression_cuts_uplink_bytes(tmp_path, method):
-    dense = run_experiment(_config(), tmp_path / 'dense', echo=lambda _: None)
+def test_compression_cuts_uplink_bytes(tmp_path, method, default_run):
+    dense = default_run[0]
     small = run_experiment(_config(**{'compression.method': method}), tmp_path / method,
                            echo=lambda _: None)
     assert small['status'] == 'finished'
