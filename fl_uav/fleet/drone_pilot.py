@@ -51,6 +51,7 @@ from fl_uav.fleet.express_carrier import (
 )
 from fl_uav.fleet.messages import PoseSample, RoundTask, short_flight_error
 from fl_uav.fleet.onboard_planner import OnboardPlanner
+from fl_uav.fleet.pilot_phase import Phase
 from fl_uav.planning.geofence import Geofence, GeofenceViolationError, require_inside
 from fl_uav.vehicle.interface import BatteryStatus, Vehicle, VehicleError, WaypointEnu
 
@@ -62,17 +63,6 @@ _log = logging.getLogger(__name__)
 PILOT_MODES = frozenset({'HOLD', 'TAKEOFF', 'MISSION'})
 #: The mode of a return to launch (the pilot's own after it commanded one).
 RETURN_MODE = 'RETURN_TO_LAUNCH'
-
-
-class Phase:
-    """What the pilot is doing (FlightState.phase; shown on the drone's status)."""
-
-    WAITING = 'waiting'       # between rounds: no round or tour under way
-    FLYING = 'flying'         # a round's mission (and its onboard planning)
-    TRAINING = 'training'
-    TOURING = 'touring'       # an express tour
-    RETURNING = 'returning'   # return to launch (end of run, or the station went silent)
-    FINISHED = 'finished'     # the run is over
 
 
 @dataclass

@@ -29,14 +29,20 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from fl_uav.fleet.config import StatusConfig
-from fl_uav.fleet.drone_agent import DroneAgent
-from fl_uav.fleet.drone_pilot import DronePilot, Phase
+from fl_uav.fleet.pilot_phase import Phase
 from fl_uav.fleet.round_gate import RoundGate
 from fl_uav.fleet.station_heartbeat import WORKER_PHASES, Heartbeat
 from fl_uav.fleet.station_watchdog import heartbeat_period_problem
 from fl_uav.vehicle.interface import BatteryStatus
+
+if TYPE_CHECKING:
+    # Only annotations: the agent trains (torch) and the pilot plans (scipy), and
+    # StatusReport is read by fl_uav.ros.conversions, which every node imports.
+    from fl_uav.fleet.drone_agent import DroneAgent
+    from fl_uav.fleet.drone_pilot import DronePilot
 
 OK, WARN, ERROR = 0, 1, 2       # diagnostic_msgs/DiagnosticStatus levels
 

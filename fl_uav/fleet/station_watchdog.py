@@ -35,7 +35,7 @@ import math
 from dataclasses import dataclass
 
 from fl_uav.fleet.config import STATION_TIMEOUT_HEARTBEATS
-from fl_uav.fleet.drone_pilot import Phase
+from fl_uav.fleet.pilot_phase import Phase
 from fl_uav.fleet.station_heartbeat import Heartbeat
 
 

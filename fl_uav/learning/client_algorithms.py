@@ -61,6 +61,7 @@ from fl_uav.aggregation._common import LOCAL_LR_KEY, PROBE_STEPS_KEY, PRUNE_FRAC
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
 from fl_uav.aggregation.scaffold import DELTA_C_KEY
 from fl_uav.configschema import require_choice
+from fl_uav.learning.choices import CLIENT_ALGORITHMS
 from fl_uav.learning.pruning import (
     IndexMap,
     Mask,
@@ -86,8 +87,6 @@ from fl_uav.learning.vectorized import (
     train_clients_sequential,
 )
 from fl_uav.learning.weights import Weights, get_weights, set_weights
-
-CLIENT_ALGORITHMS = ('sgd', '2ceoafl', 'feddpq', 'osafl', 'scaffold')
 
 #: Knob carrying SCAFFOLD's server control variate c ({name: array}) to the drone. In process
 #: (the engine) it is the arrays themselves; on the wire it travels as prefixed tensors
@@ -539,5 +538,5 @@ def build_client_algorithm(name: str, *, structured_keep: float = 1.0, rho_steps
         'osafl': lambda: OsaflClient(min_local_steps, max_local_steps),
         'scaffold': lambda: ScaffoldClient(),
     }
-    require_choice('learning.client_algorithm', name, builders)
+    require_choice('learning.client_algorithm', name, CLIENT_ALGORITHMS)
     return builders[name]()

@@ -11,9 +11,8 @@ import math
 from dataclasses import dataclass
 
 from fl_uav.configschema import require_choice
-from fl_uav.learning.client_algorithms import CLIENT_ALGORITHMS, build_client_algorithm
-from fl_uav.learning.models import MODEL_NAMES
-from fl_uav.learning.training import OPTIMIZERS, TrainConfig
+from fl_uav.learning.choices import CLIENT_ALGORITHMS, MODEL_NAMES, OPTIMIZERS
+from fl_uav.learning.train_config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -136,7 +135,15 @@ class LearningConfig:
                            optimizer=self.optimizer)
 
     def build_client(self):
-        """One drone's configured client algorithm (fl_uav.learning.client_algorithms)."""
+        """One drone's configured client algorithm (fl_uav.learning.client_algorithms).
+
+        Imported here, not at the top: the clients are torch code, and this module is read by
+        every node's configuration (the autopilot simulator, the camera and the recorder train
+        nothing and must start without torch). A module split does not help: the method is
+        the config's public factory (the drone and the engine call it).
+        """
+        from fl_uav.learning.client_algorithms import build_client_algorithm
+
         return build_client_algorithm(
             self.client_algorithm, structured_keep=self.structured_keep,
             rho_steps=self.rho_steps, kappa_steps=self.kappa_steps,

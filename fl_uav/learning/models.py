@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-MODEL_NAMES = ('small_cnn', 'tiny_cnn', 'digits_cnn', 'lenet5')
+from fl_uav.learning.choices import MODEL_NAMES
 
 
 class SmallCnn(nn.Module):

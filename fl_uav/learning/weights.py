@@ -1,12 +1,20 @@
-"""Model weights as named numpy arrays: what the wire codec carries and strategies combine."""
+"""Model weights as named numpy arrays: what the wire codec carries and strategies combine.
+
+Torch-free at import: the ``Weights`` type and its arithmetic are read by configuration and
+simulation modules that every node imports (fl_uav.sim.express), and only
+:func:`set_weights` needs torch itself (see there).
+"""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import torch
-from torch import nn
 
 from fl_uav.compression.codec import fingerprint_of
+
+if TYPE_CHECKING:
+    from torch import nn
 
 Weights = dict[str, np.ndarray]
 
@@ -19,6 +27,10 @@ def get_weights(model: nn.Module) -> Weights:
 
 def set_weights(model: nn.Module, weights: Weights) -> None:
     """Load named arrays into a model; names and shapes must match exactly."""
+    # Imported here: whoever holds a model has loaded torch already, so this costs nothing,
+    # while a top-level import would load torch into every node that only names Weights.
+    import torch
+
     state = model.state_dict()
     missing = set(state) - set(weights)
     extra = set(weights) - set(state)
