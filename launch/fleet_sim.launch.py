@@ -45,7 +45,9 @@ def _nodes(context):
     flat = launch_parameters(config_file, overrides, run_dir, with_simulators)
     config = build_config(FleetConfig, flat)
     params_file = write_params_file(flat, run_dir / 'fl_uav_params.yaml')
-    # sigterm_timeout: a drone node stopped in flight waits for its return to launch
+    # sigterm_timeout: a drone node stopped in flight waits for its return to launch, and
+    # autopilot_sim (a Ctrl-C reaches it at the same moment) goes on flying the vehicles
+    # meanwhile, longer still (fl_uav.sim.stop_hold)
     return [Node(package=PACKAGE, executable=spec.executable, name=spec.name,
                  namespace=spec.namespace or None, output='screen',
                  sigterm_timeout=str(spec.stop_grace_s),

@@ -2,11 +2,16 @@
 
 Vehicles speak MAVLink 2 over UDP like PX4 SITL instances; the node also publishes each
 vehicle's ground-truth pose (as Gazebo's pose bridge would) for the camera simulator, and writes
-the simulator's event log to log_dir on shutdown.
+the simulator's event log to log_dir on shutdown. Like a real PX4, which does not stop with its
+companion's ROS processes, a SIGINT or SIGTERM while a vehicle flies with its drone node
+connected (a Ctrl-C under ros2 launch reaches every node at once) stops the simulator only once
+those vehicles are down and their clients gone, at most autopilot_stop_hold_s(
+flight.shutdown_rtl_timeout_s) later (fl_uav.sim.stop_hold); a second signal stops it at once.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from geometry_msgs.msg import PoseStamped
@@ -14,12 +19,14 @@ from rclpy.node import Node
 
 from fl_uav.fleet.config import AutopilotSimNodeParams, FleetConfig
 from fl_uav.fleet.messages import PoseSample
+from fl_uav.fleet.recording import StopSignals
 from fl_uav.ros import names
 from fl_uav.ros.conversions import pose_to_msg
 from fl_uav.ros.params import declare_config
 from fl_uav.ros.spin import run_node
 from fl_uav.sim.autopilot import AutopilotSim
-from fl_uav.sim.launch_plan import sim_autopilot_config
+from fl_uav.sim.launch_plan import autopilot_stop_hold_s, sim_autopilot_config
+from fl_uav.sim.stop_hold import StopHold
 
 NODE_PARAMS = AutopilotSimNodeParams
 LOG_FILE = 'autopilot_log.json'
@@ -53,11 +60,19 @@ class AutopilotSimNode(Node):
                 PoseSample(east_m, north_m, up_m, snap.yaw_rad, now), names.MAP_FRAME))
 
     def shutdown(self) -> None:
-        """Stop the simulator and write its event log."""
-        self._handle.stop()
-        if self.own.log_dir:
-            Path(self.own.log_dir).mkdir(parents=True, exist_ok=True)
-            self.sim.write_log(Path(self.own.log_dir) / LOG_FILE)
+        """Go on simulating while a vehicle flies with its client connected (StopHold, a
+        further SIGINT/SIGTERM ends that), then stop the simulator and write its event log."""
+        hold = StopHold(autopilot_stop_hold_s(self.config.flight.shutdown_rtl_timeout_s),
+                        started_s=time.monotonic())
+        with StopSignals() as signals:      # a further signal ends the hold, not the node
+            try:
+                hold.wait(self.sim.link_states, interrupted=lambda: signals.requested)
+            except KeyboardInterrupt:       # a second Ctrl-C before StopSignals took over
+                hold.release()
+            self._handle.stop()
+            if self.own.log_dir:
+                Path(self.own.log_dir).mkdir(parents=True, exist_ok=True)
+                self.sim.write_log(Path(self.own.log_dir) / LOG_FILE)
 
 
 def main(args: list[str] | None = None) -> None:

@@ -5,7 +5,9 @@ A node that ends by itself (the station and the drones with ``exit_on_finish``) 
 ``shutdown()`` method (stop threads, write logs) gets it called before it is destroyed, on a
 normal end, on Ctrl-C and on an external shutdown alike. A node whose config or parameters
 are wrong (ConfigError at construction) ends with the error logged, without a traceback, and
-exit status CONFIG_ERROR_EXIT_STATUS.
+exit status CONFIG_ERROR_EXIT_STATUS. A Ctrl-C or SIGTERM ends a node with exit status 0,
+also when rclpy's handler shuts the context down under a running callback or wait (an
+RCLError then, which used to end the node with exit status 1).
 
 While a node runs, the Python ``logging`` records of the fleet's code (the ``fl_uav.*`` and
 ``mavsdk`` loggers: pilot, vehicle, agent, MAVSDK's own lines) go to the node's rclpy logger at
@@ -22,6 +24,7 @@ from collections.abc import Callable, Iterator
 
 import rclpy
 from rclpy.executors import ExternalShutdownException
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.impl.rcutils_logger import RcutilsLogger
 from rclpy.logging import LoggingSeverity
 from rclpy.node import Node
@@ -130,6 +133,11 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> None
                     rclpy.spin_once(node, timeout_sec=SPIN_SLICE_S)
         except (KeyboardInterrupt, ExternalShutdownException):
             pass
+        except _rclpy.RCLError:
+            # rclpy's signal handler shuts the context down under a running callback (its
+            # publish) or spin_once (its wait set): that is the Ctrl-C, not a failure
+            if node.context.ok():
+                raise
         finally:
             shutdown = getattr(node, 'shutdown', None)
             if callable(shutdown):

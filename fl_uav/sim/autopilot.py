@@ -32,6 +32,7 @@ import numpy as np
 from fl_uav.sim.autopilot_flight import FlightController, ParamStore
 from fl_uav.sim.autopilot_link import LinkSettings, VehicleLink
 from fl_uav.sim.autopilot_physics import BatteryModel
+from fl_uav.sim.stop_hold import VehicleLinkState
 from fl_uav.world.geo import GeoOrigin
 
 _log = logging.getLogger(__name__)
@@ -295,6 +296,20 @@ class AutopilotSim:
     def snapshots(self) -> list[VehicleSnapshot]:
         """The ground truth of every vehicle after the latest tick (thread-safe)."""
         return self._snapshots
+
+    def link_states(self, wall_s: float | None = None) -> list[VehicleLinkState]:
+        """Each vehicle's armed and in-air state (after the latest tick) and how long its
+        MAVLink client has been silent at ``wall_s`` (time.monotonic(); default now), for
+        the stop decision (:class:`fl_uav.sim.stop_hold.StopHold`); safe from any thread."""
+        now_s = time.monotonic() if wall_s is None else wall_s
+        states = []
+        for snap, link in zip(self._snapshots or self._make_snapshots(), self.links,
+                              strict=True):
+            heard_s = link.client_heartbeat_wall_s
+            states.append(VehicleLinkState(
+                snap.vehicle, snap.armed, snap.landed_state != 'on_ground',
+                None if heard_s is None else max(0.0, now_s - heard_s)))
+        return states
 
     # ----------------------------------------------------------------- lifecycle
 

@@ -190,6 +190,8 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
         self.rx_messages = 0
         self.rx_errors = 0
         self.tx_datagrams = 0
+        #: wall time (``wall_clock``) of the last HEARTBEAT from the client; None: none yet
+        self.client_heartbeat_wall_s: float | None = None
         self._sim_clock = sim_clock
         self._wall_clock = wall_clock
         self.mav = mavlink.MAVLink(_DatagramWriter(self), srcSystem=sysid,
@@ -217,6 +219,7 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
             mavlink.MAVLINK_MSG_ID_AUTOPILOT_VERSION: self._send_autopilot_version,
         }
         self._handlers: dict[str, Callable] = {
+            'HEARTBEAT': self._on_client_heartbeat,
             'COMMAND_LONG': self._on_command,
             'COMMAND_INT': self._on_command,
             'PARAM_REQUEST_LIST': self._on_param_request_list,
@@ -652,6 +655,10 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
         interval_us = -1 if stream.interval_s <= 0 else int(stream.interval_s * 1e6)
         return CommandResult.ACCEPTED, lambda: self.mav.message_interval_send(msg_id,
                                                                               interval_us)
+
+    def _on_client_heartbeat(self, msg) -> None:
+        """The client is there (a stopping simulator holds for a connected client)."""
+        self.client_heartbeat_wall_s = self._wall_clock()
 
     def _on_timesync(self, msg) -> None:
         if msg.tc1 == 0:

@@ -210,7 +210,9 @@ def fleet_plan(config: FleetConfig, output_dir: str | Path | None = None,
     specs: list[NodeSpec] = []
     if with_simulators:
         specs.append(NodeSpec('autopilot_sim_node', 'autopilot_sim',
-                              parameters={'log_dir': out}))
+                              parameters={'log_dir': out},
+                              stop_grace_s=autopilot_stop_grace_s(
+                                  config.flight.shutdown_rtl_timeout_s)))
         if config.mode != 'express':    # express: the drones' cameras are not used
             specs.append(NodeSpec('sim_camera_node', 'sim_camera'))
     specs.append(NodeSpec('ground_station_node', 'ground_station',
@@ -232,6 +234,21 @@ def drone_stop_grace_s(shutdown_rtl_timeout_s: float) -> float:
     return to launch and waits up to flight.shutdown_rtl_timeout_s for the landing, then
     closes its link (ros2 launch's default 5 s would SIGTERM it mid-wait)."""
     return shutdown_rtl_timeout_s + DRONE_SHUTDOWN_MARGIN_S
+
+
+def autopilot_stop_hold_s(shutdown_rtl_timeout_s: float) -> float:
+    """How long the autopilot simulator, stopped while its vehicles fly with their drone nodes
+    connected (a Ctrl-C under ros2 launch signals them all at once), goes on simulating at
+    most (:class:`fl_uav.sim.stop_hold.StopHold`): as long as a drone node may take to exit
+    after SIGINT (:func:`drone_stop_grace_s`), a real PX4 outlives its companion's ROS nodes."""
+    return drone_stop_grace_s(shutdown_rtl_timeout_s)
+
+
+def autopilot_stop_grace_s(shutdown_rtl_timeout_s: float) -> float:
+    """How long the autopilot_sim node may take to exit after SIGINT: its hold
+    (:func:`autopilot_stop_hold_s`) plus ros2 launch's default STOP_GRACE_S to stop and write
+    its event log (a shorter sigterm_timeout would cut the drones' return)."""
+    return autopilot_stop_hold_s(shutdown_rtl_timeout_s) + STOP_GRACE_S
 
 
 def drone_file_stop_grace_s(config_file: str | Path) -> float:

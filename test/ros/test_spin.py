@@ -4,19 +4,24 @@ the node's ``shutdown()`` and destroys it."""
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import rclpy
 from rcl_interfaces.msg import Log
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import String
 
 from fl_uav.configschema import ConfigError
 from fl_uav.ros.spin import CONFIG_ERROR_EXIT_STATUS, FORWARDED_LOGGERS, RosLogHandler, run_node
 
 pytestmark = pytest.mark.timeout(30)
+REPO = Path(__file__).resolve().parents[2]
 
 
 class _FinishingNode(Node):
@@ -67,6 +72,48 @@ def test_run_node_cleans_up_on_ctrl_c():
     # Assert
     assert _FailingNode.events == ['shutdown', 'destroyed']
     assert not rclpy.ok()
+
+
+class _ShutDownUnderACallbackNode(_FinishingNode):
+    """A Ctrl-C while a timer callback runs, as rclpy's signal handler delivers it: the rcl
+    context is shut down under the callback (rcl_shutdown, the nodes left alive), whose next
+    publish raises RCLError. (A real signal also sets Python's KeyboardInterrupt, which wins
+    or loses the race by timing; here it loses, every time.)"""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pub = self.create_publisher(String, 'spin_test_topic', 1)
+
+    def _tick(self) -> None:
+        rcl_context = self.context.handle
+        with rcl_context:
+            rcl_context.shutdown()
+        self._pub.publish(String(data='after the signal'))
+
+
+class _ShutDownUnderACallbackNoDoneNode(_ShutDownUnderACallbackNode):
+    """The same, for a node spun by rclpy.spin (no ``done`` event, e.g. autopilot_sim)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        del self.done
+
+
+@pytest.mark.parametrize('factory', ['_ShutDownUnderACallbackNode',
+                                     '_ShutDownUnderACallbackNoDoneNode'])
+def test_run_node_ends_cleanly_when_the_signal_shuts_the_context_under_a_callback(factory):
+    # Arrange: a process of its own (the shut-down rcl context is never cleaned up in it)
+    code = (f'from test.ros.test_spin import {factory} as node_class, _FinishingNode\n'
+            f'from fl_uav.ros.spin import run_node\n'
+            f'run_node(node_class, args=[])\n'
+            f'print("events", _FinishingNode.events)\n')
+    # Act: used to raise the RCLError out of main, exit status 1 after a Ctrl-C
+    ended = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                           timeout=25.0, cwd=REPO)
+    # Assert
+    assert ended.returncode == 0, ended.stderr[-2000:]
+    assert "events ['shutdown', 'destroyed']" in ended.stdout
+    assert 'RCLError' not in ended.stderr
 
 
 def _misconfigured_node() -> Node:

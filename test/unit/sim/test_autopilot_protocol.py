@@ -494,3 +494,22 @@ def test_random_commands_and_items_never_raise_inside_the_sim(start_sim, client_
     assert sim.links[0].rx_messages >= 600
     assert not [r for r in caplog.records if r.name.startswith('fl_uav.sim')]
     assert all(math.isfinite(v) for v in sim.vehicles[0].position_enu_m)
+
+
+def test_link_states_tell_whether_the_client_is_heard_and_the_vehicle_flies(
+        start_sim, client_factory, wait_until):
+    # Prepare: no client heartbeat yet
+    sim, _ = start_sim()
+    client = client_factory()
+    assert client.recv('HEARTBEAT') is not None
+    silent_before = sim.link_states()[0].client_silent_s
+    # Execute: the client's heartbeat (MAVSDK sends one a second), then a take-off
+    client.mav.heartbeat_send(mavlink.MAV_TYPE_GCS, mavlink.MAV_AUTOPILOT_INVALID, 0, 0, 0)
+    assert wait_until(lambda: sim.link_states()[0].client_silent_s is not None, 3.0)
+    _take_off(sim, client, wait_until, altitude_m=5.0)
+    state = sim.link_states()[0]
+    later = sim.link_states(time.monotonic() + 10.0)[0]
+    # Assert: heard just now, and silent 10 s later; armed and in the air
+    assert silent_before is None
+    assert 0.0 <= state.client_silent_s < 3.0 and later.client_silent_s >= 10.0
+    assert state.armed and state.in_air and state.flying

@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fl_uav.configschema import ConfigError, build_config
+from fl_uav.configschema import ConfigError, build_config, read_params_file
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.sim.launch_plan import (
     DRONE_SHUTDOWN_MARGIN_S,
     STOP_GRACE_S,
+    autopilot_stop_hold_s,
     check_fleet_start,
     check_sim_homes,
     drone_file_stop_grace_s,
@@ -206,10 +207,13 @@ def test_drone_nodes_may_wait_for_their_landing_when_stopped(tmp_path):
     # Act
     specs = {spec.name: spec for spec in fleet_plan(config)}
     from_file = drone_file_stop_grace_s(drone_file)
-    # Assert: the drones outlast their RTL wait; the other nodes keep ros2 launch's default
+    # Assert: the drones outlast their RTL wait; the autopilot simulator, which goes on
+    # flying their vehicles meanwhile, outlasts them; the other nodes keep ros2 launch's default
     rtl_s = config.flight.shutdown_rtl_timeout_s
     assert specs['drone'].stop_grace_s == rtl_s + DRONE_SHUTDOWN_MARGIN_S
-    assert specs['autopilot_sim'].stop_grace_s == STOP_GRACE_S
+    assert autopilot_stop_hold_s(rtl_s) == specs['drone'].stop_grace_s
+    assert specs['autopilot_sim'].stop_grace_s == autopilot_stop_hold_s(rtl_s) + STOP_GRACE_S
+    assert specs['ground_station'].stop_grace_s == STOP_GRACE_S
     assert from_file == 40.0 + DRONE_SHUTDOWN_MARGIN_S
 
 
@@ -250,3 +254,28 @@ def test_drone_launch_gives_the_drone_node_its_rtl_wait_before_sigterm(monkeypat
     assert len(made) == 1 and made[0]['namespace'] == '/uav1'
     assert float(made[0]['sigterm_timeout']) == drone_file_stop_grace_s(
         REPO / 'config' / 'drone.yaml') == 30.0 + DRONE_SHUTDOWN_MARGIN_S
+
+
+def test_fleet_launch_gives_the_autopilot_simulator_the_drones_return_before_sigterm(
+        monkeypatch, tmp_path, port_base):
+    # Arrange: the fleet launch file with stand-in launch modules, on free ports
+    import importlib.util
+    import types
+    made: list = []
+    _stub_launch_modules(monkeypatch, made)
+    spec = importlib.util.spec_from_file_location('fleet_sim_launch', REPO / 'launch' /
+                                                  'fleet_sim.launch.py')
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, 'get_package_share_directory', lambda package: str(REPO))
+    flat = {**read_params_file(FLEET_YAML), **tiny_fleet_overrides(1, port_base)}
+    config_file = write_params_file(flat, tmp_path / 'fleet.yaml')
+    context = types.SimpleNamespace(launch_configurations={
+        'config': str(config_file), 'num_drones': '1', 'output_dir': str(tmp_path / 'run')})
+    # Act
+    module._nodes(context)
+    # Assert: after a Ctrl-C, launch lets the simulator fly the drones home before SIGTERM
+    timeouts = {node['name']: float(node['sigterm_timeout']) for node in made}
+    rtl_s = build_config(FleetConfig, flat).flight.shutdown_rtl_timeout_s
+    assert timeouts['autopilot_sim'] == autopilot_stop_hold_s(rtl_s) + STOP_GRACE_S
+    assert timeouts['autopilot_sim'] > timeouts['drone'] > timeouts['ground_station']
