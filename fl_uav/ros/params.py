@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from rcl_interfaces.msg import ParameterDescriptor
+from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
+from rclpy.parameter import Parameter
 
 from fl_uav.configschema import ConfigError, build_config, default_flat
 
@@ -25,6 +26,10 @@ def declare_config(node: Node, config_cls: type, node_params: dict[str, Any] | t
 
     The node must be created with ``automatically_declare_parameters_from_overrides=True`` so
     that keys from parameter files that are not in the schema surface here and fail loudly.
+
+    The config is read once: afterwards a change (``ros2 param set``, the set_parameters
+    service) is refused with a reason saying so, instead of being accepted and ignored
+    (:func:`refuse_parameter_changes`).
     """
     own_defaults = (default_flat(node_params) if dataclasses.is_dataclass(node_params)
                     else node_params)
@@ -37,6 +42,7 @@ def declare_config(node: Node, config_cls: type, node_params: dict[str, Any] | t
               if name not in _ROS_BUILTIN}
     own = {key: values.pop(key) for key in own_defaults if key in values}
     config = build_config(config_cls, values)
+    node.add_on_set_parameters_callback(refuse_parameter_changes)
     if not dataclasses.is_dataclass(node_params):
         return config, own
     own_params = build_config(node_params, own)
@@ -53,3 +59,16 @@ def _ros_default(value: Any) -> Any:
     if isinstance(value, tuple):
         return list(value)
     return value
+
+
+def refuse_parameter_changes(parameters: list[Parameter]) -> SetParametersResult:
+    """Refuse a runtime change of any fl_uav parameter (ROS's own, e.g. use_sim_time, pass):
+    the node read them once into a frozen config, so a new value would be accepted and
+    silently ignored."""
+    ours = sorted(p.name for p in parameters if p.name not in _ROS_BUILTIN)
+    if not ours:
+        return SetParametersResult(successful=True)
+    return SetParametersResult(successful=False, reason=(
+        f'{", ".join(ours)}: fl_uav nodes read their parameters once, at start-up, into a '
+        f'frozen config; a change while the node runs would be ignored. Restart the node with '
+        f'the new value (its parameter file, or --ros-args -p KEY:=VALUE)'))
