@@ -147,6 +147,21 @@ def _key_reference(name: str) -> tuple[KeyInfo, ...]:
     return tuple(infos)
 
 
+def key_descriptions(cls: type) -> dict[str, str]:
+    """{dotted key: meaning} for every leaf of config class ``cls`` ('' where the holding
+    class's docstring has none): the descriptions of :func:`key_reference` without its
+    choice probing, cheap enough for a node's parameter descriptors."""
+    owners = _owners(cls)
+    by_class: dict[type, dict[str, str]] = {}
+    out = {}
+    for key, *_ in iter_leaves(cls):
+        owner, field_name = owners[key]
+        if owner not in by_class:
+            by_class[owner] = _descriptions(owner)
+        out[key] = by_class[owner].get(field_name, '')
+    return out
+
+
 _PROBE = 'fl-uav-keys-probe'     # no dot or colon: not mistaken for a plug-in spec
 _CHOICES_RE = re.compile(re.escape(repr(_PROBE)) + r' unknown; choices: (?P<choices>[^\n]*)')
 _PLUGIN_CHOICE = 'or a plug-in '

@@ -9,6 +9,7 @@ from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
+from fl_uav.config_reference import key_descriptions
 from fl_uav.configschema import ConfigError, build_config, default_flat
 
 _ROS_BUILTIN = {'use_sim_time', 'start_type_description_service'}
@@ -33,9 +34,15 @@ def declare_config(node: Node, config_cls: type, node_params: dict[str, Any] | t
     """
     own_defaults = (default_flat(node_params) if dataclasses.is_dataclass(node_params)
                     else node_params)
-    descriptor = ParameterDescriptor(dynamic_typing=True)
+    meanings = {**key_descriptions(config_cls), **(key_descriptions(node_params)
+                                                    if dataclasses.is_dataclass(node_params)
+                                                    else {})}
     for key, default in {**default_flat(config_cls), **own_defaults}.items():
-        if not node.has_parameter(key) and default not in ((), []):
+        # The key's meaning from the config reference: `ros2 param describe`, rqt tooltips.
+        descriptor = ParameterDescriptor(dynamic_typing=True, description=meanings.get(key, ''))
+        if node.has_parameter(key):       # set by a parameter file or -p: describe it too
+            node.set_descriptor(key, descriptor)
+        elif default not in ((), []):
             # Empty lists have no ROS type; such keys are settable from parameter files only.
             node.declare_parameter(key, _ros_default(default), descriptor)
     values = {name: p.value for name, p in node.get_parameters_by_prefix('').items()

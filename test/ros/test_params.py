@@ -9,6 +9,8 @@ from rcl_interfaces.msg import Parameter as ParameterMsg
 from rcl_interfaces.msg import ParameterType, ParameterValue
 from rcl_interfaces.srv import SetParameters
 
+from fl_uav.config_reference import key_descriptions
+from fl_uav.fleet.config import FleetConfig
 from fl_uav.ros.sim_camera_node import SimCameraNode
 from fl_uav.sim.launch_plan import write_params_file
 from test.conftest import tiny_fleet_overrides
@@ -44,3 +46,20 @@ def test_ros2_param_set_is_refused_with_a_reason_and_changes_nothing(tmp_path):
         assert 'rounds.num_rounds' in ours.reason and 'Restart the node' in ours.reason
         assert node.get_parameter('rounds.num_rounds').value == before
         assert ros_own.successful, ros_own.reason
+
+
+def test_every_parameter_carries_its_meaning_from_the_config_reference(tmp_path):
+    # Arrange: one key set by the parameter file, one left at its default
+    overrides = tiny_fleet_overrides(1, 14540)
+    params = write_params_file(overrides, tmp_path / 'params.yaml')
+    meanings = key_descriptions(FleetConfig)
+    from_file = 'num_drones'
+    default = next(k for k in meanings if k not in overrides and meanings[k])
+    assert from_file in overrides and meanings[from_file]
+    with node_with_probe(SimCameraNode, ['--ros-args', '--params-file', str(params)]) as (
+            node, _, _):
+        # Act
+        described = {key: node.describe_parameter(key) for key in (from_file, default)}
+    # Assert: what `ros2 param describe` and rqt show
+    for key, descriptor in described.items():
+        assert descriptor.description == meanings[key], key
