@@ -160,6 +160,12 @@ class FlightController:
     Ground truth is exposed as ``position_enu_m`` (ENU metres relative to ``origin``),
     ``velocity_enu_m_s``, ``yaw_rad`` (ENU: counter-clockwise from east), ``armed``, ``mode``,
     ``landed_state``, ``battery_remaining`` and ``mission_items_reached``.
+
+    ``failsafe`` is PX4's ``vehicle_status.failsafe``: set when a failsafe acts (battery
+    critical or emergency, offboard set-points lost), cleared as PX4's failsafe framework
+    clears the actions the sim has: on disarm, and on a mode commanded over MAVLink (a user
+    takeover: PX4 lets the user take over Hold, Return and Land failsafes by a mode switch,
+    and a Hold/Return/Land action clears on a mode change once its condition is gone).
     """
 
     def __init__(self, index: int, origin: GeoOrigin, home_east_m: float, home_north_m: float,
@@ -202,6 +208,7 @@ class FlightController:
         self._flew_since_arming = False
         self._offboard: _OffboardSetpoint | None = None
         self._battery_failsafe = 0
+        self.failsafe = False       # PX4's vehicle_status.failsafe: a failsafe action acts
 
     # ----------------------------------------------------------------- ground truth
 
@@ -301,6 +308,7 @@ class FlightController:
             self._status(mavlink.MAV_SEVERITY_CRITICAL, 'Disarming denied: not landed')
             return CommandResult.DENIED
         self.armed = False
+        self._clear_failsafe('disarmed')
         if self.airborne:
             self.kinematics.position_enu_m[2] = self.ground_up_m
             self.landed_state = LandedState.ON_GROUND
@@ -335,18 +343,23 @@ class FlightController:
         return CommandResult.ACCEPTED
 
     def land(self) -> CommandResult:
-        """NAV_LAND at the current position."""
+        """NAV_LAND at the current position (a user takeover of a failsafe)."""
+        self._clear_failsafe('user_takeover')
         self._set_mode(FlightMode.LAND)
         return CommandResult.ACCEPTED
 
     def return_to_launch(self) -> CommandResult:
-        """Return to home: climb to RTL_RETURN_ALT, fly home, land."""
+        """Return to home: climb to RTL_RETURN_ALT, fly home, land (a user takeover of a
+        failsafe)."""
+        self._clear_failsafe('user_takeover')
         self._set_mode(FlightMode.RTL)
         return CommandResult.ACCEPTED
 
     def set_mode(self, mode: FlightMode, wall_s: float = 0.0) -> CommandResult:
-        """DO_SET_MODE with PX4's refusal rules."""
+        """DO_SET_MODE with PX4's refusal rules. A mode accepted (the current one too) is a
+        user takeover: it ends a failsafe (PX4 clears ``vehicle_status.failsafe``)."""
         if mode == self.mode:
+            self._clear_failsafe('user_takeover')
             if mode == FlightMode.MISSION and self.mission_state == (
                     mavlink.MISSION_STATE_COMPLETE):
                 self._restart_mission()
@@ -361,6 +374,7 @@ class FlightController:
             return CommandResult.DENIED
         if mode == FlightMode.TAKEOFF:
             return self.takeoff()
+        self._clear_failsafe('user_takeover')
         self._set_mode(mode)
         return CommandResult.ACCEPTED
 
@@ -845,6 +859,7 @@ class FlightController:
             self._status(mavlink.MAV_SEVERITY_WARNING, 'Offboard set-points lost: Hold')
             self.record_event('offboard_lost')
             self._set_mode(FlightMode.HOLD)
+            self._failsafe_acts('offboard_lost')
 
     def _battery_failsafes(self) -> None:
         """PX4's battery warnings in flight (COM_LOW_BAT_ACT 3): below BAT_LOW_THR a warning
@@ -862,6 +877,7 @@ class FlightController:
             self.record_event('battery_emergency_land', remaining=round(remaining, 4))
             if self.mode != FlightMode.LAND:
                 self._set_mode(FlightMode.LAND)
+            self._failsafe_acts('battery_emergency')
         elif remaining < self.params['BAT_CRIT_THR'] and self._battery_failsafe < 2:
             self._battery_failsafe = 2
             self._status(mavlink.MAV_SEVERITY_CRITICAL, 'Critical battery')
@@ -869,11 +885,25 @@ class FlightController:
             self.record_event('battery_critical_rtl', remaining=round(remaining, 4))
             if self.mode not in (FlightMode.RTL, FlightMode.LAND):
                 self._set_mode(FlightMode.RTL)
+            self._failsafe_acts('battery_critical')
         elif remaining < self.params['BAT_LOW_THR'] and self._battery_failsafe < 1:
             self._battery_failsafe = 1
             # Declared critical by PX4 so a ground station reads it out; no action.
             self._status(mavlink.MAV_SEVERITY_CRITICAL, 'Low battery')
             self.record_event('battery_low', remaining=round(remaining, 4))
+
+    def _failsafe_acts(self, cause: str) -> None:
+        """A failsafe action takes the vehicle (PX4 sets ``vehicle_status.failsafe``)."""
+        if not self.failsafe:
+            self.failsafe = True
+            self.record_event('failsafe', active=True, cause=cause)
+            self.listener.on_state_changed()
+
+    def _clear_failsafe(self, reason: str) -> None:
+        if self.failsafe:
+            self.failsafe = False
+            self.record_event('failsafe', active=False, reason=reason)
+            self.listener.on_state_changed()
 
     def record_event(self, event: str, /, **details) -> None:
         """Add an entry to the simulator's event log."""

@@ -408,7 +408,8 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
         return int(self._sim_clock() * 1e6)
 
     def send_heartbeat(self) -> None:
-        """HEARTBEAT as a PX4 quadrotor: custom mode, armed flag, system status."""
+        """HEARTBEAT as a PX4 quadrotor: custom mode, armed flag, system status (STANDBY
+        disarmed; armed ACTIVE, or CRITICAL while a failsafe acts)."""
         ctl = self.controller
         main_mode, sub_mode = MODE_TO_PX4[ctl.mode]
         base_mode = mavlink.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED
@@ -420,7 +421,11 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
                           | mavlink.MAV_MODE_FLAG_STABILIZE_ENABLED)
         if ctl.armed:
             base_mode |= mavlink.MAV_MODE_FLAG_SAFETY_ARMED
-        state = mavlink.MAV_STATE_ACTIVE if ctl.armed else mavlink.MAV_STATE_STANDBY
+        # As PX4 (mavlink HEARTBEAT stream): armed, CRITICAL while a failsafe acts.
+        if not ctl.armed:
+            state = mavlink.MAV_STATE_STANDBY
+        else:
+            state = mavlink.MAV_STATE_CRITICAL if ctl.failsafe else mavlink.MAV_STATE_ACTIVE
         custom_mode = (main_mode << 16) | (sub_mode << 24)
         self.mav.heartbeat_send(mavlink.MAV_TYPE_QUADROTOR, mavlink.MAV_AUTOPILOT_PX4, base_mode,
                                 custom_mode, state)

@@ -294,3 +294,55 @@ def test_com_disarm_land_zero_or_negative_never_disarms_after_landing(disarm_lan
     sim.run(60.0)
     # Assert
     assert sim.ctl.armed and 'disarmed' not in sim.names()
+
+
+def _offboard_then_lost(sim: _Sim) -> None:
+    """Airborne in Offboard, then no more set-points: PX4's offboard-loss Hold."""
+    sim.fly_up()
+    sim.ctl.offboard_setpoint(sim.t_s, velocity_enu_m_s=None)
+    assert sim.ctl.set_mode(FlightMode.OFFBOARD, sim.t_s) == CommandResult.ACCEPTED
+    assert sim.run(10.0, lambda: sim.ctl.mode == FlightMode.HOLD)
+
+
+def test_an_offboard_loss_hold_is_a_failsafe_until_the_user_commands_a_mode():
+    # Arrange
+    sim = _Sim(COM_OF_LOSS_T=1.0)
+    sim.fly_up()
+    before = sim.ctl.failsafe
+    # Act
+    _offboard_then_lost(sim)
+    in_failsafe_hold = (sim.ctl.mode, sim.ctl.failsafe)
+    sim.run(2.0)
+    still = sim.ctl.failsafe
+    result = sim.ctl.set_mode(FlightMode.HOLD, sim.t_s)     # the operator takes it over
+    # Assert: PX4's vehicle_status.failsafe: set by the Hold action, cleared by a mode switch
+    assert before is False
+    assert in_failsafe_hold == (FlightMode.HOLD, True)
+    assert still is True
+    assert result == CommandResult.ACCEPTED and sim.ctl.failsafe is False
+    assert ('failsafe', {'active': True, 'cause': 'offboard_lost'}) in sim.events
+
+
+def test_a_critical_battery_return_is_a_failsafe_until_disarmed():
+    # Arrange: just above BAT_CRIT_THR (7 %), so hovering crosses it
+    sim = _Sim(battery_fraction=0.075, BAT_LOW_THR=0.0, BAT_EMERGEN_THR=0.0)
+    sim.fly_up()
+    # Act
+    sim.run(200.0, lambda: sim.ctl.mode == FlightMode.RTL)
+    returning = sim.ctl.failsafe
+    sim.run(200.0, lambda: not sim.ctl.armed)
+    # Assert
+    assert returning is True
+    assert sim.ctl.failsafe is False
+    assert [d for n, d in sim.events if n == 'failsafe'] == [
+        {'active': True, 'cause': 'battery_critical'}, {'active': False, 'reason': 'disarmed'}]
+
+
+def test_a_return_or_land_commanded_during_a_failsafe_is_a_user_takeover():
+    # Arrange
+    sim = _Sim(COM_OF_LOSS_T=1.0)
+    _offboard_then_lost(sim)
+    # Act
+    sim.ctl.return_to_launch()
+    # Assert
+    assert sim.ctl.mode == FlightMode.RTL and sim.ctl.failsafe is False

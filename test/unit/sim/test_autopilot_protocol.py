@@ -314,6 +314,34 @@ def test_offboard_needs_fresh_setpoints_and_falls_back_to_hold(start_sim, client
     assert wait_until(lambda: sim.vehicles[0].mode == FlightMode.HOLD, 3.0)
 
 
+def test_heartbeat_says_critical_while_a_failsafe_hold_acts_until_the_user_switches_mode(
+        start_sim, client_factory, wait_until):
+    # Arrange: airborne in Offboard, then no more set-points (PX4's offboard-loss Hold)
+    sim, _ = start_sim(time_factor=10.0)
+    client = client_factory()
+    _take_off(sim, client, wait_until)
+    active = client.recv('HEARTBEAT').system_status
+    client.mav.set_position_target_local_ned_send(
+        0, 1, 1, mavlink.MAV_FRAME_LOCAL_NED, 0b0000_1111_1111_1000, 5.0, 0.0, -10.0,
+        0, 0, 0, 0, 0, 0, 0, 0)
+    assert client.command_long(mavlink.MAV_CMD_DO_SET_MODE,
+                               mavlink.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED, 6, 0).result == 0
+    # Act
+    critical = client.recv('HEARTBEAT', lambda m: m.system_status == mavlink.MAV_STATE_CRITICAL,
+                           timeout_s=5.0)
+    in_hold = sim.vehicles[0].mode
+    ack = client.command_long(mavlink.MAV_CMD_DO_SET_MODE,
+                              mavlink.MAV_MODE_FLAG_CUSTOM_MODE_ENABLED, 4, 3)  # Hold
+    back = client.recv('HEARTBEAT', lambda m: m.system_status == mavlink.MAV_STATE_ACTIVE,
+                       timeout_s=3.0)
+    # Assert: as PX4's HEARTBEAT stream: armed and vehicle_status.failsafe -> CRITICAL
+    assert active == mavlink.MAV_STATE_ACTIVE
+    assert critical is not None and critical.custom_mode == HOLD_CUSTOM_MODE
+    assert in_hold == FlightMode.HOLD
+    assert ack.result == mavlink.MAV_RESULT_ACCEPTED
+    assert back is not None and back.custom_mode == HOLD_CUSTOM_MODE
+
+
 def test_reposition_as_command_int_uses_amsl_altitude_and_caps_speed(start_sim, client_factory,
                                                                       wait_until):
     # Prepare
