@@ -32,7 +32,8 @@ class FakeVehicle:
     ``time_factor`` > 0 makes each simulated step sleep ``step_s / time_factor`` wall seconds.
     ``flight_mode`` follows the commands as PX4's would (HOLD after connect, a take-off or a
     go-to, MISSION, LAND, RETURN_TO_LAUNCH); a test sets it to stand for a failsafe or an
-    operator on the RC.
+    operator on the RC. ``failsafe`` is None until connect, then False; a test sets it True
+    to stand for PX4 reporting a failsafe (``system_status`` follows: CRITICAL).
     """
 
     def __init__(self, home_enu_m: tuple[float, float, float] = (0.0, 0.0, 0.0), *,
@@ -60,6 +61,7 @@ class FakeVehicle:
         self.armed = False
         self.in_air = False
         self.flight_mode = ''
+        self.failsafe: bool | None = None    # PX4's failsafe as its HEARTBEAT says (None unheard)
         self.battery_remaining = 1.0
         self.t_sim_s = 0.0
         self._closed = False
@@ -77,6 +79,15 @@ class FakeVehicle:
         error = self.fail_on.get(name)
         if error is not None:
             raise error
+
+    @property
+    def system_status(self) -> str:
+        """The HEARTBEAT system_status PX4 would send ('' before connect)."""
+        if self.failsafe is None:
+            return ''
+        if self.failsafe:
+            return 'CRITICAL'
+        return 'ACTIVE' if self.armed else 'STANDBY'
 
     @property
     def link_up(self) -> bool:
@@ -130,6 +141,7 @@ class FakeVehicle:
         self._enter('connect', timeout_s)
         self.connected = True
         self.flight_mode = self.flight_mode or 'HOLD'
+        self.failsafe = bool(self.failsafe)
         self._publish()
 
     async def arm(self) -> None:

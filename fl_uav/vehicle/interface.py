@@ -69,7 +69,10 @@ class Vehicle(Protocol):
     as no place on Earth, a Counter by stream), ``armed``
     and ``in_air`` (last reported; None when unknown) and ``flight_mode`` (the autopilot's
     mode by MAVSDK's FlightMode name, e.g. ``HOLD``, ``MISSION``, ``RETURN_TO_LAUNCH``,
-    ``POSCTL``; '' when unknown) and the PX4 parameters read at connect (None when unknown):
+    ``POSCTL``; '' when unknown), ``system_status`` (the autopilot's HEARTBEAT MAV_STATE
+    name, e.g. ``ACTIVE``, ``CRITICAL``; '' when not heard) and ``failsafe`` (PX4 reports a
+    failsafe acting: its HEARTBEAT says CRITICAL, EMERGENCY or FLIGHT_TERMINATION; None when
+    no heartbeat was heard) and the PX4 parameters read at connect (None when unknown):
     ``rtl_return_alt_m`` (the height above home every return to launch climbs to,
     RTL_RETURN_ALT), ``rtl_land_delay_s`` (how long a return waits over home before it lands,
     RTL_LAND_DELAY; negative: it never lands) and ``disarm_land_s`` (how long a landed vehicle

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import threading
@@ -41,6 +42,7 @@ from dataclasses import dataclass
 import mavsdk
 from mavsdk.asyncio import ComponentType, Configuration, Mavsdk, MavsdkError
 from mavsdk.asyncio.plugins.action import ActionAsync
+from mavsdk.asyncio.plugins.mavlink_direct import MavlinkDirectAsync
 from mavsdk.asyncio.plugins.mission import MissionAsync, MissionItem, MissionPlan
 from mavsdk.asyncio.plugins.param import ParamAsync
 from mavsdk.asyncio.plugins.telemetry import StatusTextType, TelemetryAsync
@@ -160,6 +162,24 @@ class StatusText:
     text: str
 
 
+#: MAVLink's MAV_STATE, by value (the HEARTBEAT's system_status), without the prefix.
+MAV_STATE_NAMES = {0: 'UNINIT', 1: 'BOOT', 2: 'CALIBRATING', 3: 'STANDBY', 4: 'ACTIVE',
+                   5: 'CRITICAL', 6: 'EMERGENCY', 7: 'POWEROFF', 8: 'FLIGHT_TERMINATION'}
+#: The states PX4 reports while a failsafe acts (PX4 mavlink HEARTBEAT stream: armed with
+#: vehicle_status.failsafe CRITICAL; EMERGENCY for an engine-failure landing;
+#: FLIGHT_TERMINATION for termination or lockdown).
+FAILSAFE_STATES = frozenset({'CRITICAL', 'EMERGENCY', 'FLIGHT_TERMINATION'})
+MAV_COMP_ID_AUTOPILOT1 = 1
+
+
+def failsafe_from_system_status(system_status: str) -> bool | None:
+    """Whether a HEARTBEAT system_status (a :data:`MAV_STATE_NAMES` name) says PX4's
+    failsafe acts; None for '' (no heartbeat heard)."""
+    if not system_status:
+        return None
+    return system_status in FAILSAFE_STATES
+
+
 def recent_status_texts(texts: Sequence[StatusText], now_s: float,
                         within_s: float = STATUS_TEXT_RECENT_S) -> list[StatusText]:
     """The status texts of WARNING or worse that arrived at most ``within_s`` before ``now_s``,
@@ -190,6 +210,7 @@ class _Telemetry:
         self.in_air: bool | None = None
         self.landed_state = ''
         self.flight_mode = ''
+        self.system_status = ''          # the autopilot's HEARTBEAT MAV_STATE, e.g. 'ACTIVE'
         self.battery: BatteryStatus | None = None
         self.status_texts: deque[StatusText] = deque(maxlen=_STATUS_TEXTS_KEPT)
         self.changed = asyncio.Event()
@@ -229,6 +250,7 @@ class MavsdkVehicle:
         self._action: ActionAsync | None = None
         self._telemetry: TelemetryAsync | None = None
         self._mission: MissionAsync | None = None
+        self._direct: MavlinkDirectAsync | None = None
         self._t: _Telemetry | None = None
         self._tasks: list[asyncio.Task] = []
         self._reseed: asyncio.Task | None = None   # health from the getters after a loss
@@ -281,6 +303,18 @@ class MavsdkVehicle:
         return self._t.flight_mode if self._t is not None else ''
 
     @property
+    def system_status(self) -> str:
+        """The autopilot's HEARTBEAT system_status last heard, by MAV_STATE name without its
+        prefix (``STANDBY``, ``ACTIVE``, ``CRITICAL``, ...; '' not heard)."""
+        return self._t.system_status if self._t is not None else ''
+
+    @property
+    def failsafe(self) -> bool | None:
+        """Whether PX4 reports a failsafe acting (None: no autopilot HEARTBEAT heard):
+        :func:`failsafe_from_system_status`."""
+        return failsafe_from_system_status(self.system_status)
+
+    @property
     def home_enu_m(self) -> tuple[float, float, float]:
         """The autopilot's home position in the ENU frame."""
         home = self._require().home_geodetic
@@ -319,6 +353,7 @@ class MavsdkVehicle:
             self._action = ActionAsync(system)
             self._telemetry = TelemetryAsync(system)
             self._mission = MissionAsync(system)
+            self._direct = MavlinkDirectAsync(system)
             self._t = _Telemetry()
             # MAVSDK reports later changes only: the system it just discovered is connected.
             self._t.connected = await system.is_connected()
@@ -445,6 +480,8 @@ class MavsdkVehicle:
             asyncio.create_task(self._consume(tel.subscribe_battery(), self._on_battery)),
             asyncio.create_task(self._consume(tel.subscribe_status_text(),
                                               self._on_status_text)),
+            asyncio.create_task(self._consume(self._direct.subscribe_message('HEARTBEAT'),
+                                              self._on_heartbeat)),
         ]
 
     async def _consume(self, stream, handler: Callable[[object], None]) -> None:
@@ -468,7 +505,7 @@ class MavsdkVehicle:
             t.health_ok = False
             t.home_stale = True
             t.armed = t.in_air = None
-            t.landed_state = t.flight_mode = ''
+            t.landed_state = t.flight_mode = t.system_status = ''
             _log.warning('%s: autopilot link lost', self.url)
             return
         _log.info('%s: autopilot link re-established', self.url)
@@ -533,6 +570,26 @@ class MavsdkVehicle:
             else:
                 _log.info('%s: flight mode %s', self.url, mode.name)
         t.flight_mode = mode.name
+
+    def _on_heartbeat(self, message) -> None:
+        """The autopilot's HEARTBEAT (MAVSDK's mavlink_direct, fields as JSON): its
+        system_status; heartbeats of other components (a camera, a ground station) are not
+        the autopilot's and are skipped."""
+        if message.component_id != MAV_COMP_ID_AUTOPILOT1:
+            return
+        try:
+            code = int(json.loads(message.fields_json)['system_status'])
+        except (ValueError, KeyError, TypeError) as exc:
+            _log.warning('%s: HEARTBEAT without a readable system_status (%s): %r', self.url,
+                         exc, message.fields_json[:200])
+            return
+        status = MAV_STATE_NAMES.get(code, f'UNKNOWN_{code}')
+        t = self._t
+        if status != t.system_status and (status in FAILSAFE_STATES
+                                          or t.system_status in FAILSAFE_STATES):
+            _log.warning('%s: autopilot system_status %s -> %s', self.url,
+                         t.system_status or 'unknown', status)
+        t.system_status = status
 
     def _on_status_text(self, status) -> None:
         severity = StatusTextType(status.type)
@@ -881,11 +938,11 @@ class MavsdkVehicle:
         self._tasks = []
         for queue in list(self._pose_queues) + list(self._battery_queues):
             put_latest(queue, None)
-        for plugin in (self._action, self._telemetry, self._mission):
+        for plugin in (self._action, self._telemetry, self._mission, self._direct):
             if plugin is not None:
                 with contextlib.suppress(Exception):
                     plugin.destroy()
-        self._action = self._telemetry = self._mission = None
+        self._action = self._telemetry = self._mission = self._direct = None
         self._system = None
         if self._mavsdk is not None:
             mavsdk_instance, self._mavsdk = self._mavsdk, None

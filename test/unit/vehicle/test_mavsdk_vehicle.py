@@ -572,3 +572,62 @@ def test_mis_takeoff_alt_is_read_once_so_a_failed_read_never_records_our_own_val
     # Assert: read once; close() has nothing to put back rather than our own 10 m as PX4's
     assert reads == ['MIS_TAKEOFF_ALT']
     assert vehicle._takeoff_alt_found_m is None
+
+
+def _lose_offboard(truth) -> None:
+    """On the sim's loop: Offboard with one set-point, then none (PX4's offboard-loss Hold)."""
+    truth.offboard_setpoint(time.monotonic(), velocity_enu_m_s=None)
+    assert truth.set_mode(FlightMode.OFFBOARD, time.monotonic()).name == 'ACCEPTED'
+
+
+@pytest.mark.timeout(60)
+def test_a_failsafe_hold_is_read_from_the_heartbeat_system_status(sim_factory):
+    # Arrange: in the air, no failsafe
+    sim, handle = sim_factory()
+    truth = sim.vehicles[0]
+    seen = {}
+
+    async def scenario():
+        vehicle = MavsdkVehicle(_url(sim, 0), sim.config.origin)
+        seen['before connect'] = vehicle.failsafe
+        try:
+            await vehicle.connect(timeout_s=15.0)
+            await vehicle.arm()
+            await vehicle.takeoff(8.0)
+            await asyncio.wait_for(_until(lambda: vehicle.system_status == 'ACTIVE'), 5.0)
+            seen['flying'] = (vehicle.failsafe, vehicle.system_status)
+            # Act: the offboard set-points stop: PX4's failsafe puts the vehicle in Hold
+            handle.call(lambda: _lose_offboard(truth))
+            await asyncio.wait_for(_until(lambda: vehicle.failsafe is True), 10.0)
+            seen['failsafe'] = (vehicle.system_status, vehicle.flight_mode)
+            # the operator switches it to Hold: PX4 clears its failsafe (a user takeover)
+            handle.call(lambda: truth.set_mode(FlightMode.HOLD, time.monotonic()))
+            await asyncio.wait_for(_until(lambda: vehicle.failsafe is False), 5.0)
+            seen['handed back'] = (vehicle.system_status, vehicle.flight_mode)
+        finally:
+            await vehicle.close()
+
+    asyncio.run(scenario())
+    # Assert
+    assert seen == {'before connect': None, 'flying': (False, 'ACTIVE'),
+                    'failsafe': ('CRITICAL', 'HOLD'), 'handed back': ('ACTIVE', 'HOLD')}
+
+
+def test_heartbeats_of_other_components_or_unreadable_ones_leave_the_status_as_it_was(caplog):
+    # Arrange
+    vehicle = MavsdkVehicle('udpin://127.0.0.1:14540', GeoOrigin(), forward_log=False)
+    vehicle._t = _Telemetry()
+
+    def heartbeat(component_id: int, fields_json: str):
+        return SimpleNamespace(component_id=component_id, fields_json=fields_json)
+
+    # Act
+    vehicle._on_heartbeat(heartbeat(1, '{"system_status": 5}'))
+    critical = (vehicle.system_status, vehicle.failsafe)
+    vehicle._on_heartbeat(heartbeat(100, '{"system_status": 4}'))     # a camera
+    vehicle._on_heartbeat(heartbeat(1, '{"system_status": '))         # cut short
+    vehicle._on_heartbeat(heartbeat(1, '{"type": 2}'))                # no system_status
+    # Assert
+    assert critical == ('CRITICAL', True)
+    assert (vehicle.system_status, vehicle.failsafe) == ('CRITICAL', True)
+    assert caplog.text.count('HEARTBEAT without a readable system_status') == 2
