@@ -25,6 +25,13 @@ launch, so it never overrides the autopilot's return or landing or takes the veh
 pilot on the sticks. Switching the vehicle back to Hold in the air hands it back for the next
 round; a vehicle taken over and then landed is not armed again by this node (restart the drone
 node to fly it again), so its propellers never start by themselves after an abort.
+
+A failsafe whose action is Hold (offboard or data-link loss, GF_ACTION Hold, ...) leaves the
+vehicle in a pilot mode, so the mode alone cannot tell it from the pilot's own Hold: PX4 says a
+failsafe acts in its HEARTBEAT (system_status CRITICAL while armed; the vehicle's ``failsafe``).
+A vehicle in the air with a failsafe reported is taken over whatever its mode, and it is handed
+back only in Hold in the air with no failsafe reported (the operator's switch to Hold ends
+PX4's failsafe). No arming while a failsafe is reported.
 """
 
 from __future__ import annotations
@@ -77,8 +84,10 @@ class FlightState:
     round_error: str = ''    # the round in progress or last flown: its error ('' = none)
     phase: str = Phase.WAITING
     # The mode a failsafe or an operator took the vehicle over in, seen in the air ('' none);
-    # cleared when the vehicle is handed back (Hold, in the air), kept once it landed.
+    # cleared when the vehicle is handed back (Hold, in the air), kept once it landed. For a
+    # PX4 failsafe: 'PX4 failsafe active (system_status CRITICAL), mode HOLD'.
     taken_over: str = ''
+    taken_over_by_failsafe: bool = False    # the takeover remembered was a PX4 failsafe
 
 
 class DronePilot:
@@ -137,11 +146,22 @@ class DronePilot:
         await self.ensure_connected()
         async with self._guard():
             mode = self.taken_over_by()
+            if mode and self.state.taken_over_by_failsafe:
+                raise VehicleError(
+                    f'not flying: {mode}: PX4 holds the vehicle and the drone node does not '
+                    f'take it back; switch it to Hold (QGroundControl, RC) to end the failsafe '
+                    f'and hand it back, or let it land')
             if mode:
                 raise VehicleError(
                     f'not flying: the autopilot flies the vehicle in {mode} (a failsafe, or an '
                     f'operator on the RC or QGroundControl) and the drone node does not take it '
                     f'back; switch it to Hold to hand it back, or let it land')
+            if (self.state.taken_over_by_failsafe and self.vehicle.in_air is True
+                    and self.vehicle.flight_mode != 'HOLD'):
+                raise VehicleError(
+                    f'not flying: the vehicle was taken over ({self.state.taken_over}) and is '
+                    f'now in {self.vehicle.flight_mode or "an unknown mode"}; the drone node '
+                    f'flies it on only once it is in Hold in the air with no PX4 failsafe')
             if self.state.taken_over and self.vehicle.in_air is False:
                 raise VehicleError(
                     f'not arming: a failsafe or an operator took the vehicle over (mode '
@@ -151,6 +171,7 @@ class DronePilot:
                 _log.warning('the vehicle is handed back (mode %s, was %s): flying on from '
                              'where it is', self.vehicle.flight_mode, self.state.taken_over)
                 self.state.taken_over = ''
+                self.state.taken_over_by_failsafe = False
             if self.state.airborne and self.vehicle.in_air is False:
                 _log.warning('the vehicle is on the ground (autopilot rebooted, or landed while '
                              'unseen): checking home, arming and taking off again')
@@ -168,19 +189,41 @@ class DronePilot:
             self._own_return = False
             if not self.state.airborne:
                 self._check_home()
+                if self.failsafe_reported:
+                    raise VehicleError(
+                        f'not arming: PX4 reports a failsafe (system_status '
+                        f'{self._system_status()}); the drone node arms only once it is over')
                 await self.vehicle.arm()
                 self.state.armed = True
                 await self.vehicle.takeoff(self.flight.takeoff_altitude_m)
                 self.state.airborne = True
 
+    @property
+    def failsafe_reported(self) -> bool:
+        """PX4 reports a failsafe acting (its HEARTBEAT's system_status; the vehicle's
+        ``failsafe``, None when not heard or not known to the vehicle)."""
+        return getattr(self.vehicle, 'failsafe', None) is True
+
+    def _system_status(self) -> str:
+        return getattr(self.vehicle, 'system_status', '') or 'unknown'
+
     def taken_over_by(self) -> str:
-        """The autopilot's flight mode if a failsafe or an operator holds the vehicle in the air
-        (a mode not in :data:`PILOT_MODES`, other than the pilot's own return to launch), else
-        ''. A takeover seen is remembered in ``state.taken_over``."""
+        """What holds the vehicle in the air if not the pilot, else '': a PX4 failsafe
+        reported (whatever the mode: 'PX4 failsafe active (system_status CRITICAL), mode
+        HOLD'), or the autopilot's flight mode if a failsafe or an operator flies it in a mode
+        not in :data:`PILOT_MODES` (other than the pilot's own return to launch). A takeover
+        seen is remembered in ``state.taken_over``."""
         mode = self.vehicle.flight_mode
+        if self.vehicle.in_air is True and self.failsafe_reported:
+            reason = (f'PX4 failsafe active (system_status {self._system_status()}), mode '
+                      f'{mode or "unknown"}')
+            self.state.taken_over = reason
+            self.state.taken_over_by_failsafe = True
+            return reason
         if (self.vehicle.in_air is True and mode and mode not in PILOT_MODES
                 and not (self._own_return and mode == RETURN_MODE)):
             self.state.taken_over = mode
+            self.state.taken_over_by_failsafe = False
             return mode
         return ''
 

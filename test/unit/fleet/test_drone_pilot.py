@@ -613,3 +613,85 @@ def test_a_failsafe_return_after_a_failed_own_return_is_a_takeover(caplog):
     assert vehicle.flight_mode == 'RETURN_TO_LAUNCH'
     assert pilot.state.taken_over == 'RETURN_TO_LAUNCH'
     assert 'does not take it back' in pilot.state.round_error
+
+
+FAILSAFE_HOLD = 'PX4 failsafe active (system_status CRITICAL), mode HOLD'
+
+
+def _failsafe_hold(vehicle: FakeVehicle) -> None:
+    """PX4's failsafe puts the vehicle in Hold (offboard or data-link loss, GF_ACTION Hold)."""
+    vehicle.flight_mode = 'HOLD'
+    vehicle.failsafe = True
+
+
+def test_a_failsafe_hold_is_a_takeover_though_hold_is_a_pilot_mode(caplog):
+    # Arrange: after round 1, PX4's failsafe holds the vehicle
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _flown_round_one(vehicle, pool)
+        _failsafe_hold(vehicle)
+        calls_before = len(vehicle.calls)
+        # Act: round 2 arrives
+        with caplog.at_level(logging.WARNING, logger='fl_uav.fleet.drone_pilot'):
+            asyncio.run(pilot.run_round(RoundTask(2, {}, INSIDE, deadline_s=600.0)))
+    # Assert: nothing sent over the failsafe (no mission, no mode); the reason is kept
+    assert _operations(vehicle)[calls_before:] == []
+    assert vehicle.flight_mode == 'HOLD'
+    assert pilot.state.taken_over == FAILSAFE_HOLD
+    assert f'round 2: not flying: {FAILSAFE_HOLD}' in pilot.state.round_error
+    assert any(FAILSAFE_HOLD in r.getMessage() for r in caplog.records)
+
+
+def test_a_failsafe_hold_is_handed_back_only_in_hold_with_no_failsafe_reported():
+    # Arrange: a failsafe Hold takes the vehicle in round 2
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _flown_round_one(vehicle, pool)
+        _failsafe_hold(vehicle)
+        asyncio.run(pilot.run_round(RoundTask(2, {}, INSIDE, deadline_s=600.0)))
+        # Act: the failsafe ends with the vehicle in Mission (not handed back), then the
+        # operator switches it to Hold
+        vehicle.failsafe, vehicle.flight_mode = False, 'MISSION'
+        asyncio.run(pilot.run_round(RoundTask(3, {}, INSIDE, deadline_s=600.0)))
+        error_in_mission = pilot.state.round_error
+        vehicle.flight_mode = 'HOLD'
+        asyncio.run(pilot.run_round(RoundTask(4, {}, INSIDE, deadline_s=600.0)))
+    # Assert: rounds 2 and 3 fly nothing; round 4 flies on from where it is
+    assert _operations(vehicle).count('fly_waypoints') == 2
+    assert _operations(vehicle).count('takeoff') == 1
+    assert 'only once it is in Hold in the air with no PX4 failsafe' in error_in_mission
+    assert pilot.state.round_error == '' and pilot.state.taken_over == ''
+
+
+def test_no_arming_while_px4_reports_a_failsafe():
+    # Arrange: on the ground, connected, PX4 reports a failsafe
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    vehicle.failsafe = True
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _pilot(vehicle, pool)
+        # Act
+        asyncio.run(pilot.run_round(RoundTask(1, {}, INSIDE, deadline_s=600.0)))
+    # Assert
+    assert 'arm' not in _operations(vehicle)
+    assert 'not arming: PX4 reports a failsafe (system_status CRITICAL)' in (
+        pilot.state.round_error)
+
+
+@pytest.mark.parametrize('ending', ['shutdown', 'finish', 'return_home'])
+def test_no_return_to_launch_is_commanded_over_a_failsafe_hold(ending, caplog):
+    # Arrange
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _flown_round_one(vehicle, pool)
+        _failsafe_hold(vehicle)
+        act = {'shutdown': lambda: pilot.shutdown(rtl_timeout_s=60.0),
+               'finish': pilot.finish,
+               'return_home': lambda: pilot.return_home('station silent')}[ending]
+        # Act
+        with caplog.at_level(logging.WARNING, logger='fl_uav.fleet.drone_pilot'):
+            asyncio.run(act())
+    # Assert
+    assert 'return_to_launch' not in _operations(vehicle)
+    assert vehicle.flight_mode == 'HOLD' and vehicle.in_air
+    assert any(FAILSAFE_HOLD in r.getMessage() and 'not commanding a return to launch'
+               in r.getMessage() for r in caplog.records)
