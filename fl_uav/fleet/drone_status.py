@@ -98,7 +98,10 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
     if state.round_error:
         problems.append((WARN, state.round_error))
     taken_over = pilot.taken_over_by()
-    if taken_over:
+    if taken_over and state.taken_over_by_failsafe:
+        problems.append((WARN, f'{taken_over}: the drone node commands nothing; switch the '
+                               f'vehicle to Hold to end the failsafe and hand it back'))
+    elif taken_over:
         problems.append((WARN, f'autopilot flies the vehicle in {taken_over} (a failsafe or '
                                f'an operator): the drone node commands nothing'))
     elif state.taken_over and vehicle.in_air is False:
@@ -132,6 +135,7 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
         ('armed', _tristate(vehicle.armed)),
         ('in_air', _tristate(vehicle.in_air)),
         ('flight_mode', vehicle.flight_mode or 'unknown'),
+        ('system_status', getattr(vehicle, 'system_status', '') or 'unknown'),
         ('battery_percent', 'unknown' if math.isnan(fraction) else f'{100 * fraction:.0f}'),
         ('battery_voltage_v', 'unknown' if battery is None else f'{battery.voltage_v:.2f}'),
         ('buffered_samples', str(agent.buffered_samples)),

@@ -233,6 +233,22 @@ def test_a_vehicle_a_failsafe_or_an_operator_flies_is_a_warning_with_its_mode():
     assert _values(report)['flight_mode'] == 'RETURN_TO_LAUNCH'
 
 
+def test_a_failsafe_hold_is_a_warning_naming_px4s_system_status():
+    # Arrange: after round 1 PX4's failsafe holds the vehicle (Hold is a pilot mode)
+    pilot = _pilot()
+    asyncio.run(pilot.fly_plan(RoundTask(1, {}, (PlanWaypoint(100.0, 100.0, 30.0),),
+                                         deadline_s=600.0)))
+    pilot.vehicle.flight_mode, pilot.vehicle.failsafe = 'HOLD', True
+    # Act
+    report = drone_status(0, pilot, pilot.agent, _gate(1), BatteryStatus(0.8, 15.9), CONFIG)
+    # Assert
+    assert report.level == WARN
+    assert report.message.startswith(
+        'PX4 failsafe active (system_status CRITICAL), mode HOLD: the drone node commands '
+        'nothing; switch the vehicle to Hold')
+    assert _values(report)['system_status'] == 'CRITICAL'
+
+
 def test_a_vehicle_taken_over_and_landed_says_to_restart_the_node():
     # Arrange: the operator landed it from the RC (seen in LAND in the air, then on the ground)
     pilot = _pilot()
