@@ -16,42 +16,24 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from fl_uav.fleet.config import FlightConfig
 from fl_uav.fleet.drone_pilot import DronePilot
 from fl_uav.fleet.messages import RoundTask
-from fl_uav.planning.coverage import PlanWaypoint
-from fl_uav.planning.geofence import Geofence
 from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig
 from fl_uav.sim.autopilot_flight import CommandResult, FlightMode
 from fl_uav.vehicle.mavsdk_vehicle import MavsdkVehicle
 from test.conftest import BIND_PORT_OFFSET
+from test.e2e.pilot_scenario import (
+    FENCE,
+    FLIGHT,
+    PLAN,
+    ROUND_DEADLINE_S,
+    StandInAgent,
+    until,
+)
 
 pytestmark = [pytest.mark.e2e]
-FENCE = Geofence(-100.0, -100.0, 100.0, 100.0, min_up_m=5.0, max_up_m=60.0)
-PLAN = (PlanWaypoint(20.0, 0.0, 8.0), PlanWaypoint(20.0, 20.0, 8.0))
-FLIGHT = FlightConfig(speed_m_s=10.0, takeoff_altitude_m=8.0, land_on_finish=False,
-                      connect_timeout_s=10.0, train_reserve_s=0.0)
-ROUND_DEADLINE_S = 15.0
 
 
-class _Agent:
-    """What the pilot needs of a DroneAgent."""
-
-    def __init__(self) -> None:
-        self.waypoints_reached = 0
-
-    def begin_flight(self, run_epoch: int) -> None:
-        pass
-
-    def train_round(self, task: RoundTask, superseded=None) -> int:
-        return task.round_index
-
-
-async def _until(predicate, timeout_s: float, poll_s: float = 0.05) -> None:
-    async def _poll() -> None:
-        while not predicate():
-            await asyncio.sleep(poll_s)
-    await asyncio.wait_for(_poll(), timeout_s)
 
 
 def _lose_offboard(truth) -> None:
@@ -73,13 +55,13 @@ def test_a_failsafe_hold_in_flight_is_not_flown_on_until_the_operator_hands_it_b
     async def scenario():
         vehicle = MavsdkVehicle(f'udpin://127.0.0.1:{port_base}', sim.config.origin)
         with ThreadPoolExecutor(max_workers=1) as pool:
-            pilot = DronePilot(_Agent(), vehicle, FLIGHT, pool, geofence=FENCE)
+            pilot = DronePilot(StandInAgent(), vehicle, FLIGHT, pool, geofence=FENCE)
             try:
                 await pilot.run_round(RoundTask(1, {}, PLAN, deadline_s=ROUND_DEADLINE_S))
                 seen['round 1'] = (pilot.state.round_error, vehicle.failsafe)
                 # Act: PX4's failsafe holds the vehicle; round 2 and the shutdown follow
                 handle.call(lambda: _lose_offboard(truth))
-                await _until(lambda: vehicle.failsafe is True, 10.0)
+                await until(lambda: vehicle.failsafe is True, 10.0)
                 events_before = len(sim.events_of(0))
                 await pilot.run_round(RoundTask(2, {}, PLAN, deadline_s=ROUND_DEADLINE_S))
                 seen['round 2'] = (pilot.state.round_error, pilot.state.taken_over)
@@ -88,7 +70,7 @@ def test_a_failsafe_hold_in_flight_is_not_flown_on_until_the_operator_hands_it_b
                 seen['truth'] = (truth.mode, truth.failsafe, truth.airborne)
                 # the operator switches it to Hold: PX4's failsafe ends, round 3 flies
                 handle.call(lambda: truth.set_mode(FlightMode.HOLD, time.monotonic()))
-                await _until(lambda: vehicle.failsafe is False, 5.0)
+                await until(lambda: vehicle.failsafe is False, 5.0)
                 await pilot.run_round(RoundTask(3, {}, PLAN, deadline_s=ROUND_DEADLINE_S))
                 seen['round 3'] = (pilot.state.round_error, pilot.state.taken_over,
                                    pilot.agent.waypoints_reached)

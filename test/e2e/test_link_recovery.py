@@ -15,35 +15,23 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from fl_uav.fleet.config import FlightConfig
 from fl_uav.fleet.drone_pilot import DronePilot
 from fl_uav.fleet.messages import RoundTask
-from fl_uav.planning.coverage import PlanWaypoint
-from fl_uav.planning.geofence import Geofence
 from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig, AutopilotSimThread
 from fl_uav.vehicle.mavsdk_vehicle import MavsdkVehicle
 from test.conftest import BIND_PORT_OFFSET
+from test.e2e.pilot_scenario import (
+    FENCE,
+    FLIGHT,
+    PLAN,
+    ROUND_DEADLINE_S,
+    StandInAgent,
+    until,
+)
 
 pytestmark = [pytest.mark.e2e]
 ORIGIN_ALT_AMSL_M = 488.0
-FENCE = Geofence(-100.0, -100.0, 100.0, 100.0, min_up_m=5.0, max_up_m=60.0)
-PLAN = (PlanWaypoint(20.0, 0.0, 8.0), PlanWaypoint(20.0, 20.0, 8.0))
-FLIGHT = FlightConfig(speed_m_s=10.0, takeoff_altitude_m=8.0, land_on_finish=False,
-                      connect_timeout_s=10.0, train_reserve_s=0.0)
-ROUND_DEADLINE_S = 15.0       # the flight budget of each round (no reserve for training)
 
-
-class _Agent:
-    """What the pilot needs of a DroneAgent."""
-
-    def __init__(self) -> None:
-        self.waypoints_reached = 0
-
-    def begin_flight(self, run_epoch: int) -> None:
-        pass
-
-    def train_round(self, task: RoundTask, superseded=None) -> int:
-        return task.round_index
 
 
 def _start_sim(port_base: int, site_alt_amsl_m: float) -> tuple[AutopilotSim, AutopilotSimThread]:
@@ -54,12 +42,6 @@ def _start_sim(port_base: int, site_alt_amsl_m: float) -> tuple[AutopilotSim, Au
     return sim, sim.run_in_thread()
 
 
-async def _until(predicate, timeout_s: float, poll_s: float = 0.05) -> None:
-    async def _poll() -> None:
-        while not predicate():
-            await asyncio.sleep(poll_s)
-    await asyncio.wait_for(_poll(), timeout_s)
-
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize('home_below_origin_m, flies', [(0.0, True), (25.0, False)])
@@ -68,7 +50,7 @@ def test_after_an_autopilot_reboot_the_next_round_rechecks_home_and_arms_again(
     # Prepare: round 1 flown, the drone holding in the air.
     first_sim, first_handle = _start_sim(port_base, ORIGIN_ALT_AMSL_M)
     handles = [first_handle]
-    agent = _Agent()
+    agent = StandInAgent()
 
     async def scenario():
         vehicle = MavsdkVehicle(f'udpin://127.0.0.1:{port_base}', first_sim.config.origin)
@@ -80,7 +62,7 @@ def test_after_an_autopilot_reboot_the_next_round_rechecks_home_and_arms_again(
                 # Execute: the autopilot goes away until MAVSDK gives the link up, and boots
                 # again (ground at the origin, or 25 m lower).
                 first_handle.stop()
-                await _until(lambda: vehicle.link_losses == 1, 10.0)
+                await until(lambda: vehicle.link_losses == 1, 10.0)
                 sim, handle = _start_sim(port_base, ORIGIN_ALT_AMSL_M - home_below_origin_m)
                 handles.append(handle)
                 await pilot.run_round(RoundTask(2, {}, PLAN, deadline_s=ROUND_DEADLINE_S))
