@@ -483,12 +483,9 @@ def test_no_return_to_launch_is_commanded_over_a_failsafe_or_an_operator(ending,
     with ThreadPoolExecutor(max_workers=1) as pool:
         pilot = _flown_round_one(vehicle, pool)
         vehicle.flight_mode = mode
-        act = {'shutdown': lambda: pilot.shutdown(rtl_timeout_s=60.0),
-               'finish': pilot.finish,
-               'return_home': lambda: pilot.return_home('station silent')}[ending]
         # Act
         with caplog.at_level(logging.WARNING, logger='fl_uav.fleet.drone_pilot'):
-            asyncio.run(act())
+            asyncio.run(_end_flight(pilot, ending))
     # Assert: an emergency landing is not turned into a return to launch, the RC pilot keeps
     # the vehicle; the log says why
     assert 'return_to_launch' not in _operations(vehicle)
@@ -677,6 +674,13 @@ def test_no_arming_while_px4_reports_a_failsafe():
         pilot.state.round_error)
 
 
+def _end_flight(pilot: DronePilot, ending: str):
+    """The coroutine that ends a flight: node shutdown, end of run, or a silent station."""
+    return {'shutdown': lambda: pilot.shutdown(rtl_timeout_s=60.0),
+            'finish': pilot.finish,
+            'return_home': lambda: pilot.return_home('station silent')}[ending]()
+
+
 @pytest.mark.parametrize('ending', ['shutdown', 'finish', 'return_home'])
 def test_no_return_to_launch_is_commanded_over_a_failsafe_hold(ending, caplog):
     # Arrange
@@ -684,12 +688,9 @@ def test_no_return_to_launch_is_commanded_over_a_failsafe_hold(ending, caplog):
     with ThreadPoolExecutor(max_workers=1) as pool:
         pilot = _flown_round_one(vehicle, pool)
         _failsafe_hold(vehicle)
-        act = {'shutdown': lambda: pilot.shutdown(rtl_timeout_s=60.0),
-               'finish': pilot.finish,
-               'return_home': lambda: pilot.return_home('station silent')}[ending]
         # Act
         with caplog.at_level(logging.WARNING, logger='fl_uav.fleet.drone_pilot'):
-            asyncio.run(act())
+            asyncio.run(_end_flight(pilot, ending))
     # Assert
     assert 'return_to_launch' not in _operations(vehicle)
     assert vehicle.flight_mode == 'HOLD' and vehicle.in_air

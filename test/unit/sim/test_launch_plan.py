@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import socket
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -217,11 +220,10 @@ def test_drone_nodes_may_wait_for_their_landing_when_stopped(tmp_path):
     assert from_file == 40.0 + DRONE_SHUTDOWN_MARGIN_S
 
 
-def _stub_launch_modules(monkeypatch, made: list) -> None:
-    """launch and launch_ros are not installable from PyPI here: stand-ins that record the
-    Node actions a launch file makes (keyword arguments as given)."""
-    import sys
-    import types
+def _launch_file_module(monkeypatch, file_name: str, made: list):
+    """A launch file loaded against stand-ins for launch and launch_ros (not installable from
+    PyPI here) that record the Node actions it makes (keyword arguments as given), with the
+    package share directory the repository."""
     launch = types.ModuleType('launch')
     launch.LaunchDescription = list
     actions = types.ModuleType('launch.actions')
@@ -233,19 +235,18 @@ def _stub_launch_modules(monkeypatch, made: list) -> None:
     for name, module in (('launch', launch), ('launch.actions', actions),
                          ('launch_ros', launch_ros), ('launch_ros.actions', ros_actions)):
         monkeypatch.setitem(sys.modules, name, module)
+    spec = importlib.util.spec_from_file_location(file_name.replace('.', '_'),
+                                                  REPO / 'launch' / file_name)
+    launch_file = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launch_file)
+    monkeypatch.setattr(launch_file, 'get_package_share_directory', lambda package: str(REPO))
+    return launch_file
 
 
 def test_drone_launch_gives_the_drone_node_its_rtl_wait_before_sigterm(monkeypatch):
     # Arrange: the launch file with stand-in launch modules, the shipped drone config
-    import importlib.util
-    import types
     made: list = []
-    _stub_launch_modules(monkeypatch, made)
-    spec = importlib.util.spec_from_file_location('drone_launch', REPO / 'launch' /
-                                                  'drone.launch.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setattr(module, 'get_package_share_directory', lambda package: str(REPO))
+    module = _launch_file_module(monkeypatch, 'drone.launch.py', made)
     context = types.SimpleNamespace(launch_configurations={
         'config': str(REPO / 'config' / 'drone.yaml'), 'drone_id': '1'})
     # Act
@@ -259,15 +260,8 @@ def test_drone_launch_gives_the_drone_node_its_rtl_wait_before_sigterm(monkeypat
 def test_fleet_launch_gives_the_autopilot_simulator_the_drones_return_before_sigterm(
         monkeypatch, tmp_path, port_base):
     # Arrange: the fleet launch file with stand-in launch modules, on free ports
-    import importlib.util
-    import types
     made: list = []
-    _stub_launch_modules(monkeypatch, made)
-    spec = importlib.util.spec_from_file_location('fleet_sim_launch', REPO / 'launch' /
-                                                  'fleet_sim.launch.py')
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    monkeypatch.setattr(module, 'get_package_share_directory', lambda package: str(REPO))
+    module = _launch_file_module(monkeypatch, 'fleet_sim.launch.py', made)
     flat = {**read_params_file(FLEET_YAML), **tiny_fleet_overrides(1, port_base)}
     config_file = write_params_file(flat, tmp_path / 'fleet.yaml')
     context = types.SimpleNamespace(launch_configurations={
