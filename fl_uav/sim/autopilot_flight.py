@@ -56,6 +56,11 @@ class FlightMode(enum.Enum):
 #: goes back to the last mode selected that allows arming (UserModeIntention::onDisarm).
 PREVENTS_ARMING = frozenset({FlightMode.RTL, FlightMode.LAND})
 
+#: The mode each GF_ACTION failsafe switches to (unless the vehicle already returns or lands).
+GEOFENCE_FAILSAFE_MODES = {GeofenceAction.HOLD: FlightMode.HOLD,
+                           GeofenceAction.RETURN: FlightMode.RTL,
+                           GeofenceAction.LAND: FlightMode.LAND}
+
 
 class LandedState(enum.IntEnum):
     """MAV_LANDED_STATE values."""
@@ -968,10 +973,8 @@ class FlightController:
             self.record_event('flight_termination', cause='geofence')
             self.disarm(force=True, reason='flight_termination')
             return
-        mode = {GeofenceAction.HOLD: FlightMode.HOLD, GeofenceAction.RETURN: FlightMode.RTL,
-                GeofenceAction.LAND: FlightMode.LAND}[action]
         if self.mode not in (FlightMode.RTL, FlightMode.LAND):
-            self._set_mode(mode)
+            self._set_mode(GEOFENCE_FAILSAFE_MODES[action])
         self._failsafe_acts('geofence')
 
     def _failsafe_acts(self, cause: str) -> None:
