@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from pymavlink.dialects.v20 import common as mavlink
 
+from fl_uav.sim.autopilot_fence import NO_FENCE, Fence, GeofenceAction
 from fl_uav.sim.autopilot_mission import RELATIVE_ALT_FRAMES, MissionItem
 from fl_uav.sim.autopilot_physics import BatteryModel, KinematicState, MotionLimits, step_toward
 from fl_uav.world.geo import GeoOrigin, enu_to_geodetic, geodetic_to_enu
@@ -33,6 +34,10 @@ OFFBOARD_SETPOINT_FRESH_S = 0.5
 MAX_OFFSET_M = 100_000.0
 # PX4 MAV_CMD_COMPONENT_ARM_DISARM param2 magic number that forces arming or disarming.
 FORCE_ARM_MAGIC = 21196.0
+# STATUSTEXTs of a geofence breach (the sim's short wording of PX4's geofence violation
+# report) and of PX4's failsafe framework when a failsafe action takes the vehicle.
+GEOFENCE_VIOLATION_TEXT = 'Geofence violation'
+FAILSAFE_ACTIVATED_TEXT = 'Failsafe activated'
 
 
 class FlightMode(enum.Enum):
@@ -50,6 +55,11 @@ class FlightMode(enum.Enum):
 #: simulator lacks: Descend, Termination, Precision land, Follow me, Orbit). On disarm PX4
 #: goes back to the last mode selected that allows arming (UserModeIntention::onDisarm).
 PREVENTS_ARMING = frozenset({FlightMode.RTL, FlightMode.LAND})
+
+#: The mode each GF_ACTION failsafe switches to (unless the vehicle already returns or lands).
+GEOFENCE_FAILSAFE_MODES = {GeofenceAction.HOLD: FlightMode.HOLD,
+                           GeofenceAction.RETURN: FlightMode.RTL,
+                           GeofenceAction.LAND: FlightMode.LAND}
 
 
 class LandedState(enum.IntEnum):
@@ -96,7 +106,14 @@ PARAM_SPECS: dict[str, tuple[float, float, float]] = {
     'BAT_LOW_THR': (0.15, 0.0, 0.5),
     'BAT_CRIT_THR': (0.07, 0.0, 0.5),
     'BAT_EMERGEN_THR': (0.05, 0.0, 0.5),
+    # Geofence breach action (GeofenceAction): 0 none, 1 warning, 2 Hold, 3 Return,
+    # 4 terminate, 5 Land. Default 2 (Hold) as in current PX4 parameter references; older PX4
+    # versions defaulted to 1 (warning only).
+    'GF_ACTION': (float(GeofenceAction.HOLD), float(min(GeofenceAction)),
+                  float(max(GeofenceAction))),
 }
+#: PX4 INT32 parameters: carried as REAL32 like the rest, but only whole values are accepted.
+INTEGER_PARAMS = frozenset({'GF_ACTION'})
 
 
 class ParamStore:
@@ -122,6 +139,8 @@ class ParamStore:
         """Set a parameter; False (and no change) when unknown or out of range."""
         spec = PARAM_SPECS.get(name)
         if spec is None or not math.isfinite(value) or not spec[1] <= value <= spec[2]:
+            return False
+        if name in INTEGER_PARAMS and value != int(value):
             return False
         self._values[name] = float(value)
         return True
@@ -162,10 +181,15 @@ class FlightController:
     ``landed_state``, ``battery_remaining`` and ``mission_items_reached``.
 
     ``failsafe`` is PX4's ``vehicle_status.failsafe``: set when a failsafe acts (battery
-    critical or emergency, offboard set-points lost), cleared as PX4's failsafe framework
+    critical or emergency, offboard set-points lost, a geofence breach with GF_ACTION Hold,
+    Return, Land or terminate), cleared as PX4's failsafe framework
     clears the actions the sim has: on disarm, and on a mode commanded over MAVLink (a user
     takeover: PX4 lets the user take over Hold, Return and Land failsafes by a mode switch,
     and a Hold/Return/Land action clears on a mode change once its condition is gone).
+
+    ``fence`` is the geofence (:class:`~fl_uav.sim.autopilot_fence.Fence`, ENU metres) the link
+    hands over with :meth:`set_fence` after a FENCE upload; :meth:`step` acts on a breach as
+    PX4's GF_ACTION says, and :meth:`arm` refuses to arm outside it.
     """
 
     def __init__(self, index: int, origin: GeoOrigin, home_east_m: float, home_north_m: float,
@@ -209,6 +233,9 @@ class FlightController:
         self._offboard: _OffboardSetpoint | None = None
         self._battery_failsafe = 0
         self.failsafe = False       # PX4's vehicle_status.failsafe: a failsafe action acts
+        self.fence: Fence = NO_FENCE
+        # Outside the fence at the last check: a breach acts once, again only after re-entry.
+        self._fence_breached = False
 
     # ----------------------------------------------------------------- ground truth
 
@@ -262,8 +289,9 @@ class FlightController:
     # ----------------------------------------------------------------- commands
 
     def arm(self, force: bool = False) -> CommandResult:
-        """Arm on the ground; denied with a low battery, without GPS or in a mode PX4 does not
-        arm in (:data:`PREVENTS_ARMING`: Return, Land) unless forced.
+        """Arm on the ground; denied with a low battery, without GPS, in a mode PX4 does not
+        arm in (:data:`PREVENTS_ARMING`: Return, Land) or outside the geofence while GF_ACTION
+        is not 0 (none), unless forced.
 
         As PX4 (v1.14+ commander): the failed health check's own text ("Preflight Fail: ...")
         first, then the generic "Arming denied: Resolve system health failures first" (with
@@ -282,6 +310,10 @@ class FlightController:
             if not self.gps_ok:
                 self._status(mavlink.MAV_SEVERITY_CRITICAL, 'Preflight Fail: GPS fix too low')
                 return self._arming_denied('no_gps')
+            if self._geofence_action() != GeofenceAction.NONE and not self._inside_fence():
+                self._status(mavlink.MAV_SEVERITY_CRITICAL,
+                             'Preflight Fail: Vehicle outside geofence')
+                return self._arming_denied('outside_geofence')
         self.armed = True
         self._armed_since_s = self._clock()
         self._flew_since_arming = False
@@ -308,6 +340,7 @@ class FlightController:
             self._status(mavlink.MAV_SEVERITY_CRITICAL, 'Disarming denied: not landed')
             return CommandResult.DENIED
         self.armed = False
+        self._fence_breached = False     # the next flight acts on a breach afresh
         self._clear_failsafe('disarmed')
         if self.airborne:
             self.kinematics.position_enu_m[2] = self.ground_up_m
@@ -452,6 +485,17 @@ class FlightController:
         """Record an offboard set-point (from SET_POSITION_TARGET_LOCAL_NED)."""
         self._offboard = _OffboardSetpoint(position_enu_m, velocity_enu_m_s, yaw_enu_rad, wall_s)
 
+    def set_fence(self, fence: Fence) -> None:
+        """Replace the geofence (after a complete FENCE upload, or :data:`NO_FENCE` when it is
+        cleared). A vehicle already outside the new fence breaches it at the next step
+        (once: a breach still running under the old fence does not act again)."""
+        self.fence = fence
+        if fence.is_empty:
+            self.record_event('fence_cleared')
+        else:
+            self.record_event('fence_uploaded', inclusion_shapes=fence.inclusion_count,
+                              exclusion_shapes=fence.exclusion_count)
+
     # ----------------------------------------------------------------- mission
 
     def set_mission(self, items: list[MissionItem]) -> None:
@@ -502,6 +546,7 @@ class FlightController:
             step_toward(self.kinematics, target, dt_s, limits, yaw, self.ground_up_m)
             self._update_landed_state()
             self._auto_disarm()
+            self._geofence_check()
         else:
             self.kinematics.velocity_enu_m_s[:] = 0.0
         power_w = self.battery.power_for(
@@ -873,7 +918,7 @@ class FlightController:
         if remaining < self.params['BAT_EMERGEN_THR'] and self._battery_failsafe < 3:
             self._battery_failsafe = 3
             self._status(mavlink.MAV_SEVERITY_EMERGENCY, 'Emergency battery level')
-            self._status(mavlink.MAV_SEVERITY_CRITICAL, 'Failsafe activated')
+            self._status(mavlink.MAV_SEVERITY_CRITICAL, FAILSAFE_ACTIVATED_TEXT)
             self.record_event('battery_emergency_land', remaining=round(remaining, 4))
             if self.mode != FlightMode.LAND:
                 self._set_mode(FlightMode.LAND)
@@ -881,7 +926,7 @@ class FlightController:
         elif remaining < self.params['BAT_CRIT_THR'] and self._battery_failsafe < 2:
             self._battery_failsafe = 2
             self._status(mavlink.MAV_SEVERITY_CRITICAL, 'Critical battery')
-            self._status(mavlink.MAV_SEVERITY_CRITICAL, 'Failsafe activated')
+            self._status(mavlink.MAV_SEVERITY_CRITICAL, FAILSAFE_ACTIVATED_TEXT)
             self.record_event('battery_critical_rtl', remaining=round(remaining, 4))
             if self.mode not in (FlightMode.RTL, FlightMode.LAND):
                 self._set_mode(FlightMode.RTL)
@@ -891,6 +936,46 @@ class FlightController:
             # Declared critical by PX4 so a ground station reads it out; no action.
             self._status(mavlink.MAV_SEVERITY_CRITICAL, 'Low battery')
             self.record_event('battery_low', remaining=round(remaining, 4))
+
+    def _geofence_action(self) -> GeofenceAction:
+        return GeofenceAction(int(self.params['GF_ACTION']))
+
+    def _inside_fence(self) -> bool:
+        east_m, north_m, _ = self.position_enu_m
+        return self.fence.allows(east_m, north_m)
+
+    def _geofence_check(self) -> None:
+        """PX4's geofence breach while armed and airborne: the action of GF_ACTION once as the
+        vehicle leaves the allowed area; armed again only once it is back inside. 1 warns
+        (critical STATUSTEXT), 2 Hold, 3 Return, 5 Land (each a failsafe; a vehicle already
+        returning or landing keeps doing so), 4 flight termination (motors off in the air: a
+        forced disarm, the vehicle drops), 0 nothing but the event log entry."""
+        if not (self.armed and self.airborne):
+            return
+        if self._inside_fence():
+            self._fence_breached = False
+            return
+        if self._fence_breached:
+            return
+        self._fence_breached = True
+        action = self._geofence_action()
+        east_m, north_m, _ = self.position_enu_m
+        self.record_event('geofence_breach', action=action.label, east_m=round(east_m, 3),
+                          north_m=round(north_m, 3))
+        if action == GeofenceAction.NONE:
+            return
+        self._status(mavlink.MAV_SEVERITY_CRITICAL, GEOFENCE_VIOLATION_TEXT)
+        if action == GeofenceAction.WARNING:
+            return
+        self._status(mavlink.MAV_SEVERITY_CRITICAL, FAILSAFE_ACTIVATED_TEXT)
+        if action == GeofenceAction.TERMINATE:
+            self._failsafe_acts('geofence')
+            self.record_event('flight_termination', cause='geofence')
+            self.disarm(force=True, reason='flight_termination')
+            return
+        if self.mode not in (FlightMode.RTL, FlightMode.LAND):
+            self._set_mode(GEOFENCE_FAILSAFE_MODES[action])
+        self._failsafe_acts('geofence')
 
     def _failsafe_acts(self, cause: str) -> None:
         """A failsafe action takes the vehicle (PX4 sets ``vehicle_status.failsafe``)."""

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from pymavlink.dialects.v20 import common as mavlink
 
+from fl_uav.sim.autopilot_fence import Fence, FenceError, build_fence, fence_item_problem
 from fl_uav.sim.autopilot_flight import (
     FORCE_ARM_MAGIC,
     CommandResult,
@@ -771,27 +772,65 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
             return
         result = validate_item(item)
         if result != mavlink.MAV_MISSION_ACCEPTED:
-            del self._uploads[item.mission_type]
-            self._last_upload_ack[item.mission_type] = (upload.count, result)
-            self._send_mission_ack(partner, result, item.mission_type)
-            self._event('mission_rejected', seq=item.seq, command=item.command,
-                        result=mission_result_name(result))
+            self._reject_upload(upload, partner, result, item.seq, item.command)
             return
+        if item.mission_type == mavlink.MAV_MISSION_TYPE_FENCE:
+            problem = fence_item_problem(item)
+            if problem is not None:
+                self._reject_fence(upload, partner, problem, item.command)
+                return
         upload.items.append(item)
         upload.retries = 0
         if upload.next_seq < upload.count:
             self._request_item(upload, self._wall_clock())
             return
+        fence = None
+        if item.mission_type == mavlink.MAV_MISSION_TYPE_FENCE:
+            # What no single item shows (a polygon's vertices against its count) is checked
+            # here, before the final ACK: a refused fence leaves the previous one in force.
+            try:
+                fence = build_fence(upload.items, self.controller.origin)
+            except FenceError as problem:
+                self._reject_fence(upload, partner, problem)
+                return
         del self._uploads[item.mission_type]
         self._last_upload_ack[item.mission_type] = (upload.count, mavlink.MAV_MISSION_ACCEPTED)
         self._send_mission_ack(partner, mavlink.MAV_MISSION_ACCEPTED, item.mission_type)
-        self._store_mission(item.mission_type, upload.items)
+        self._store_mission(item.mission_type, upload.items, fence)
 
-    def _store_mission(self, mission_type: int, items: list[MissionItem]) -> None:
+    def _reject_upload(self, upload: _Upload, partner: tuple[int, int], result: int,
+                       seq: int | None, command: int | None, **details) -> None:
+        """End an upload with an error MISSION_ACK (repeated if the client resends its last
+        item); whatever was stored before stays."""
+        del self._uploads[upload.mission_type]
+        self._last_upload_ack[upload.mission_type] = (upload.count, result)
+        self._send_mission_ack(partner, result, upload.mission_type)
+        self._event('mission_rejected', seq=seq, command=command,
+                    result=mission_result_name(result), **details)
+
+    def _reject_fence(self, upload: _Upload, partner: tuple[int, int], problem: FenceError,
+                      command: int | None = None) -> None:
+        """A malformed geofence: the MAV_MISSION_* error, the reason in a critical STATUSTEXT
+        (the sim's wording) and in the event log."""
+        if command is None and problem.seq is not None and problem.seq < len(upload.items):
+            command = upload.items[problem.seq].command     # stored in order: seq == index
+        self.on_status_text(mavlink.MAV_SEVERITY_CRITICAL, f'Geofence rejected: {problem}')
+        self._reject_upload(upload, partner, problem.result, problem.seq, command,
+                            mission_type=upload.mission_type, reason=str(problem))
+
+    def _store_mission(self, mission_type: int, items: list[MissionItem],
+                       fence: Fence | None = None) -> None:
+        """Keep an accepted upload (or an empty list: cleared); a FENCE upload also goes to the
+        controller as a :class:`~fl_uav.sim.autopilot_fence.Fence` (``fence``: already built
+        from ``items``)."""
         if mission_type == mavlink.MAV_MISSION_TYPE_MISSION:
             self.controller.set_mission(items)
-        else:
-            self._geo_items[mission_type] = list(items)
+            return
+        self._geo_items[mission_type] = list(items)
+        if mission_type == mavlink.MAV_MISSION_TYPE_FENCE:
+            if fence is None:
+                fence = build_fence(items, self.controller.origin)
+            self.controller.set_fence(fence)
 
     def _items_of(self, mission_type: int) -> list[MissionItem]:
         if mission_type == mavlink.MAV_MISSION_TYPE_MISSION:

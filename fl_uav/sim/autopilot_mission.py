@@ -150,7 +150,8 @@ def _validate_position(item: MissionItem) -> int:
 
 
 def _validate_geo_item(item: MissionItem) -> int:
-    """Geofence and rally items are stored, not executed; only their position is checked."""
+    """Geofence and rally items: only their position is checked here (a fence's commands,
+    frames and shapes are :mod:`fl_uav.sim.autopilot_fence`'s, rally points are only stored)."""
     if item.mission_type not in (mavlink.MAV_MISSION_TYPE_FENCE, mavlink.MAV_MISSION_TYPE_RALLY):
         return mavlink.MAV_MISSION_UNSUPPORTED
     if item.frame in GLOBAL_FRAMES:

@@ -541,3 +541,150 @@ def test_link_states_tell_whether_the_client_is_heard_and_the_vehicle_flies(
     assert silent_before is None
     assert 0.0 <= state.client_silent_s < 3.0 and later.client_silent_s >= 10.0
     assert state.armed and state.in_air and state.flying
+
+
+FENCE = mavlink.MAV_MISSION_TYPE_FENCE
+POLY_IN = mavlink.MAV_CMD_NAV_FENCE_POLYGON_VERTEX_INCLUSION
+CIRCLE_IN = mavlink.MAV_CMD_NAV_FENCE_CIRCLE_INCLUSION
+# (command, param1, east_m, north_m): 30 m around vehicle 0's home (0, 0), and a return point
+HOME_SQUARE_FENCE = [(POLY_IN, 4.0, -30.0, -30.0), (POLY_IN, 4.0, 30.0, -30.0),
+                     (POLY_IN, 4.0, 30.0, 30.0), (POLY_IN, 4.0, -30.0, 30.0),
+                     (mavlink.MAV_CMD_NAV_FENCE_RETURN_POINT, 0.0, 0.0, 0.0)]
+
+
+def _fence_item(client: MavClient, seq: int, command: int, param1: float, east_m: float,
+                north_m: float, origin) -> None:
+    lat_deg, lon_deg, _ = enu_to_geodetic(origin, east_m, north_m, 0.0)
+    client.mav.mission_item_int_send(
+        1, 1, seq, mavlink.MAV_FRAME_GLOBAL_INT, command, 0, 1, param1, 0.0, 0.0, 0.0,
+        int(round(lat_deg * 1e7)), int(round(lon_deg * 1e7)), 0.0, FENCE)
+
+
+def _upload_fence(client: MavClient, items: list[tuple], origin) -> object:
+    """The mission protocol with mission_type FENCE; returns its MISSION_ACK (None: none)."""
+    client.mav.mission_count_send(1, 1, len(items), FENCE)
+    while True:
+        msg = client.recv(('MISSION_REQUEST_INT', 'MISSION_ACK'),
+                          lambda m: m.mission_type == FENCE)
+        if msg is None or msg.get_type() == 'MISSION_ACK':
+            return msg
+        _fence_item(client, msg.seq, *items[msg.seq], origin)
+
+
+def _download_fence(client: MavClient) -> list:
+    client.mav.mission_request_list_send(1, 1, FENCE)
+    count = client.recv('MISSION_COUNT', lambda m: m.mission_type == FENCE)
+    items = []
+    for seq in range(count.count):
+        client.mav.mission_request_int_send(1, 1, seq, FENCE)
+        items.append(client.recv('MISSION_ITEM_INT', lambda m, s=seq: m.seq == s))
+    return items
+
+
+def _texts(client: MavClient) -> list[str]:
+    return [m.text for m in client.received if m.get_type() == 'STATUSTEXT']
+
+
+def test_a_fence_uploaded_over_mavlink_downloads_as_sent_and_holds_a_vehicle_flying_out(
+        start_sim, client_factory, wait_until):
+    # Arrange: PX4's default GF_ACTION 2 (Hold)
+    sim, _ = start_sim(time_factor=20.0)
+    client = client_factory()
+    origin = sim.config.origin
+    ack = _upload_fence(client, HOME_SQUARE_FENCE, origin)
+    downloaded = _download_fence(client)
+    _take_off(sim, client, wait_until)
+    lat_deg, lon_deg, _ = enu_to_geodetic(origin, 0.0, 80.0, 0.0)
+    # Act: a reposition 80 m north, through the fence line at 30 m
+    moved = client.command_long(mavlink.MAV_CMD_DO_REPOSITION, -1, 1, 0, math.nan, lat_deg,
+                                lon_deg, sim.config.origin_alt_amsl_m + 10.0)
+    violation = client.recv('STATUSTEXT', lambda m: m.text == 'Geofence violation',
+                            timeout_s=5.0)
+    critical = client.recv('HEARTBEAT', lambda m: m.system_status == mavlink.MAV_STATE_CRITICAL,
+                           timeout_s=3.0)
+    # Assert: the fence as sent; PX4's failsafe Hold reported as HEARTBEAT CRITICAL
+    assert ack is not None and ack.type == mavlink.MAV_MISSION_ACCEPTED
+    assert [(m.command, m.param1) for m in downloaded] == [i[:2] for i in HOME_SQUARE_FENCE]
+    assert all(m.mission_type == FENCE for m in downloaded)
+    assert moved.result == mavlink.MAV_RESULT_ACCEPTED
+    assert violation is not None and violation.severity == mavlink.MAV_SEVERITY_CRITICAL
+    assert critical is not None and critical.custom_mode == HOLD_CUSTOM_MODE
+    assert 'Failsafe activated' in _texts(client)
+    (breach,) = sim.events_of(0, 'geofence_breach')
+    assert breach['action'] == 'hold' and 30.0 < breach['north_m'] < 31.0
+    assert wait_until(lambda: math.hypot(*sim.vehicles[0].velocity_enu_m_s) < 1e-3, 3.0)
+    assert 30.0 < sim.vehicles[0].position_enu_m[1] < 40.0
+
+
+@pytest.mark.parametrize(('bad_fence', 'items_requested', 'reason'), [
+    # refused as the first item arrives
+    ([(POLY_IN, 2.0, 0.0, 0.0), (POLY_IN, 2.0, 10.0, 0.0)], 1, 'vertex count (param1) 2 '),
+    # 3 vertices of 4: refused at the end of the upload
+    ([(POLY_IN, 4.0, 0.0, 0.0), (POLY_IN, 4.0, 10.0, 0.0), (POLY_IN, 4.0, 10.0, 10.0)], 3,
+     'declares 4 vertices but the fence ends after 3'),
+    ([(CIRCLE_IN, 0.0, 0.0, 0.0)], 1, 'circle radius (param1) 0 m'),
+], ids=['two_vertices', 'polygon_cut_short', 'zero_radius'])
+def test_a_malformed_fence_upload_is_refused_with_a_reason_and_the_old_fence_stays(
+        start_sim, client_factory, wait_until, bad_fence, items_requested, reason):
+    # Arrange
+    sim, _ = start_sim()
+    client = client_factory()
+    origin = sim.config.origin
+    assert _upload_fence(client, HOME_SQUARE_FENCE, origin).type == 0
+    assert wait_until(lambda: not sim.vehicles[0].fence.is_empty, 3.0)   # stored after the ACK
+    old_fence = sim.vehicles[0].fence
+    seen_before = len(client.received)
+    # Act
+    ack = _upload_fence(client, bad_fence, origin)
+    requests = [m for m in client.received[seen_before:] if m.get_type() == 'MISSION_REQUEST_INT']
+    downloaded = _download_fence(client)
+    # Assert: MAV_MISSION_INVALID_PARAM1 for param1 (vertex count, radius), the reason as a
+    # STATUSTEXT and in the event log; the previous fence in force and downloaded
+    assert ack is not None and ack.type == mavlink.MAV_MISSION_INVALID_PARAM1
+    assert len(requests) == items_requested
+    assert any(t.startswith('Geofence rejected: item 0: ') for t in _texts(client))
+    (rejected,) = sim.events_of(0, 'mission_rejected')
+    assert rejected['mission_type'] == FENCE and reason in rejected['reason']
+    assert (rejected['seq'], rejected['command']) == (0, bad_fence[0][0])
+    assert sim.vehicles[0].fence is old_fence
+    assert [(m.command, m.param1) for m in downloaded] == [i[:2] for i in HOME_SQUARE_FENCE]
+
+
+@pytest.mark.parametrize('clear_type', [FENCE, mavlink.MAV_MISSION_TYPE_ALL])
+def test_clearing_the_fence_lifts_it(start_sim, client_factory, clear_type):
+    # Arrange: a fence away from home (arming refused there)
+    sim, _ = start_sim()
+    client = client_factory()
+    assert _upload_fence(client, [(CIRCLE_IN, 20.0, 500.0, 0.0)], sim.config.origin).type == 0
+    refused = client.command_long(mavlink.MAV_CMD_COMPONENT_ARM_DISARM, 1)
+    # Act
+    client.mav.mission_clear_all_send(1, 1, clear_type)
+    cleared = client.recv('MISSION_ACK', lambda m: m.mission_type == clear_type)
+    armed = client.command_long(mavlink.MAV_CMD_COMPONENT_ARM_DISARM, 1)
+    # Assert: (the arm command was handled after the clear, on the simulator's thread)
+    assert refused.result == mavlink.MAV_RESULT_TEMPORARILY_REJECTED
+    assert cleared.type == mavlink.MAV_MISSION_ACCEPTED
+    assert sim.vehicles[0].fence.is_empty and _download_fence(client) == []
+    assert armed.result == mavlink.MAV_RESULT_ACCEPTED
+    assert [e['event'] for e in sim.events_of(0) if e['event'].startswith('fence_')] == [
+        'fence_uploaded', 'fence_cleared']
+
+
+def test_arming_outside_an_uploaded_fence_is_refused_until_gf_action_is_0(start_sim,
+                                                                          client_factory):
+    # Arrange: home (0, 0) outside a circle 500 m east
+    sim, _ = start_sim()
+    client = client_factory()
+    assert _upload_fence(client, [(CIRCLE_IN, 20.0, 500.0, 0.0)], sim.config.origin).type == 0
+    # Act
+    refused = client.command_long(mavlink.MAV_CMD_COMPONENT_ARM_DISARM, 1)
+    client.mav.param_set_send(1, 1, b'GF_ACTION', 2.5, mavlink.MAV_PARAM_TYPE_REAL32)
+    fractional = client.recv('PARAM_VALUE', lambda m: m.param_id == 'GF_ACTION')
+    client.mav.param_set_send(1, 1, b'GF_ACTION', 0.0, mavlink.MAV_PARAM_TYPE_REAL32)
+    none = client.recv('PARAM_VALUE', lambda m: m.param_id == 'GF_ACTION')
+    armed = client.command_long(mavlink.MAV_CMD_COMPONENT_ARM_DISARM, 1)
+    # Assert: PX4's preflight check text; GF_ACTION takes whole values only
+    assert refused.result == mavlink.MAV_RESULT_TEMPORARILY_REJECTED
+    assert 'Preflight Fail: Vehicle outside geofence' in _texts(client)
+    assert (fractional.param_value, none.param_value) == (2.0, 0.0)
+    assert armed.result == mavlink.MAV_RESULT_ACCEPTED
