@@ -32,6 +32,10 @@ failsafe acts in its HEARTBEAT (system_status CRITICAL while armed; the vehicle'
 A vehicle in the air with a failsafe reported is taken over whatever its mode, and it is handed
 back only in Hold in the air with no failsafe reported (the operator's switch to Hold ends
 PX4's failsafe). No arming while a failsafe is reported.
+
+Before its first flight the pilot puts the drone's geofence on the autopilot as well
+(:mod:`fl_uav.fleet.autopilot_fence`, ``geofence.autopilot_fence``), so that PX4 enforces it
+(GF_ACTION) whatever the companion computer does; until that succeeds the drone does not fly.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 
 from fl_uav.compression.signing import now_ms
+from fl_uav.fleet.autopilot_fence import fence_for_autopilot, gf_action_problem, plan_fence
 from fl_uav.fleet.config import FlightConfig
 from fl_uav.fleet.drone_agent import DroneAgent, UpdateReport
 from fl_uav.fleet.express_carrier import (
@@ -59,7 +64,12 @@ from fl_uav.fleet.express_carrier import (
 from fl_uav.fleet.messages import PoseSample, RoundTask, short_flight_error
 from fl_uav.fleet.onboard_planner import OnboardPlanner
 from fl_uav.fleet.pilot_phase import Phase
-from fl_uav.planning.geofence import Geofence, GeofenceViolationError, require_inside
+from fl_uav.planning.geofence import (
+    Geofence,
+    GeofenceConfig,
+    GeofenceViolationError,
+    require_inside,
+)
 from fl_uav.vehicle.interface import BatteryStatus, Vehicle, VehicleError, WaypointEnu
 
 _log = logging.getLogger(__name__)
@@ -88,6 +98,10 @@ class FlightState:
     # PX4 failsafe: 'PX4 failsafe active (system_status CRITICAL), mode HOLD'.
     taken_over: str = ''
     taken_over_by_failsafe: bool = False    # the takeover remembered was a PX4 failsafe
+    # The autopilot's own fence, in a few words ('' = not settled yet: the drone does not fly)
+    autopilot_fence: str = ''
+    # Why the autopilot's fence does not stop a breach ('' = it does, or not known)
+    autopilot_fence_problem: str = ''
 
 
 class DronePilot:
@@ -95,12 +109,17 @@ class DronePilot:
 
     def __init__(self, agent: DroneAgent, vehicle: Vehicle, flight: FlightConfig,
                  train_executor: Executor, *, geofence: Geofence,
-                 planner: OnboardPlanner | None = None) -> None:
+                 planner: OnboardPlanner | None = None,
+                 geofence_config: GeofenceConfig | None = None) -> None:
+        """``geofence``: where the drone may fly; ``geofence_config``: its
+        ``autopilot_fence`` and ``autopilot_margin_m`` say what goes on the autopilot (the
+        defaults when None)."""
         self.agent = agent
         self.planner = planner
         self.vehicle = vehicle
         self.flight = flight
         self.geofence = geofence
+        self.geofence_config = GeofenceConfig() if geofence_config is None else geofence_config
         self.state = FlightState()
         self.plans_rejected: Counter[str] = Counter()   # by the first violation's reason
         self._train_executor = train_executor
@@ -187,6 +206,8 @@ class DronePilot:
             # The pilot flies on (a mission follows): a return to launch from now on is not
             # its own, also after an own return that failed or was cut short in the air.
             self._own_return = False
+            if not self.state.autopilot_fence:
+                await self._settle_autopilot_fence()
             if not self.state.airborne:
                 self._check_home()
                 if self.failsafe_reported:
@@ -197,6 +218,38 @@ class DronePilot:
                 self.state.armed = True
                 await self.vehicle.takeoff(self.flight.takeoff_altitude_m)
                 self.state.airborne = True
+
+    async def _settle_autopilot_fence(self) -> None:
+        """Put the drone's fence on the autopilot as ``geofence.autopilot_fence`` says
+        (:func:`fl_uav.fleet.autopilot_fence.plan_fence`); ``state.autopilot_fence`` says
+        what it holds. A VehicleError (nothing flown) if it cannot be read or uploaded: the
+        next round tries again."""
+        config = self.geofence_config
+        ours = fence_for_autopilot(self.geofence, config.autopilot_margin_m)
+        try:
+            found = None
+            if config.autopilot_fence == 'upload':
+                found = await self.vehicle.download_fence()
+            plan = plan_fence(config.autopilot_fence, ours, found)
+            if plan.action == 'upload':
+                await self.vehicle.upload_fence(plan.fence)
+        except VehicleError as exc:
+            raise VehicleError(
+                f'not flying: the geofence could not be put on the autopilot ({exc}); '
+                f'geofence.autopilot_fence off flies without it') from exc
+        self.state.autopilot_fence = plan.summary
+        problem = gf_action_problem(getattr(self.vehicle, 'geofence_action', None),
+                                    plan.action != 'off')
+        self.state.autopilot_fence_problem = problem
+        _log.info("autopilot geofence: %s (fl_uav's box %s, %g m outside it)", plan.summary,
+                  self.geofence.describe(), config.autopilot_margin_m)
+        if plan.action == 'keep':
+            _log.warning("the autopilot holds a fence of its own (%s): kept, not replaced by "
+                         "fl_uav's; fl_uav still checks every plan against its box. "
+                         "geofence.autopilot_fence replace puts fl_uav's there instead",
+                         plan.fence.describe())
+        if problem:
+            _log.warning('%s', problem)
 
     @property
     def failsafe_reported(self) -> bool:

@@ -107,6 +107,8 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
     elif state.taken_over and vehicle.in_air is False:
         problems.append((WARN, f'taken over ({state.taken_over}) and on the ground: restart '
                                f'the drone node to fly it again'))
+    if state.autopilot_fence_problem:
+        problems.append((WARN, state.autopilot_fence_problem))
     timeout_s = pilot.flight.station_timeout_s
     if 0 < timeout_s <= station_silent_s and state.phase != Phase.FINISHED:
         problems.append((WARN, f'nothing from the ground station for '
@@ -136,6 +138,7 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
         ('in_air', _tristate(vehicle.in_air)),
         ('flight_mode', vehicle.flight_mode or 'unknown'),
         ('system_status', getattr(vehicle, 'system_status', '') or 'unknown'),
+        ('autopilot_fence', state.autopilot_fence or 'not settled yet'),
         ('battery_percent', 'unknown' if math.isnan(fraction) else f'{100 * fraction:.0f}'),
         ('battery_voltage_v', 'unknown' if battery is None else f'{battery.voltage_v:.2f}'),
         ('buffered_samples', str(agent.buffered_samples)),

@@ -16,8 +16,9 @@ rejected whole, never clipped:
 The fence is a convex box and the band an interval, so when the start and every waypoint are
 inside, every straight leg between them is inside too: checking the waypoints is enough. The
 first leg starts where the drone is; the drone is inside because it only ever flew accepted
-plans from a home inside the fence (the autopilot's own geofence, e.g. PX4's GF_ACTION, is the
-second, independent layer).
+plans from a home inside the fence. The autopilot's own fence is the second, independent
+layer: the drone puts this box there, widened by ``autopilot_margin_m``, before its first flight
+(:mod:`fl_uav.fleet.autopilot_fence`), and PX4 acts on a breach with GF_ACTION.
 
 Positions are local ENU metres from the world origin; ``up_m`` is height above the origin.
 """
@@ -32,6 +33,8 @@ from fl_uav.configschema import require_choice
 from fl_uav.planning.coverage import Box, PlanError, PlanWaypoint, geofence_box
 
 GEOFENCE_SOURCES = ('world', 'box')
+#: What the drone does with its autopilot's own fence (fl_uav/fleet/autopilot_fence.py).
+AUTOPILOT_FENCE_MODES = ('upload', 'replace', 'off')
 VIOLATION_REASONS = ('not_finite', 'outside_fence', 'below_band', 'above_band')
 _TOLERANCE_M = 1e-6
 
@@ -44,6 +47,12 @@ class GeofenceConfig:
     or 'box' (the limits below; set these in the field). east_min_m, north_min_m, east_max_m,
     north_max_m: the horizontal box in local ENU metres (used with source 'box'). min_up_m,
     max_up_m: the altitude band above the origin in metres (120 m is the usual legal ceiling).
+    autopilot_fence: the autopilot's own fence, which PX4 enforces with GF_ACTION without the
+    companion computer: 'upload' (the box widened by autopilot_margin_m, as one inclusion
+    polygon, when the autopilot holds no fence; a fence already there, e.g. drawn in
+    QGroundControl, is kept), 'replace' (ours replaces any fence there) or 'off' (left alone).
+    autopilot_margin_m: how far outside the box the autopilot's fence lies (a mission
+    overshoots its waypoints by up to its acceptance radius).
     """
 
     source: str = 'world'
@@ -53,9 +62,15 @@ class GeofenceConfig:
     north_max_m: float = 0.0
     min_up_m: float = 5.0
     max_up_m: float = 120.0
+    autopilot_fence: str = 'upload'
+    autopilot_margin_m: float = 10.0
 
     def __post_init__(self) -> None:
         require_choice('source', self.source, GEOFENCE_SOURCES)
+        require_choice('autopilot_fence', self.autopilot_fence, AUTOPILOT_FENCE_MODES)
+        if not (math.isfinite(self.autopilot_margin_m) and self.autopilot_margin_m >= 0.0):
+            raise ValueError(f'autopilot_margin_m must be a finite number >= 0, got '
+                             f'{self.autopilot_margin_m}')
         values = (self.east_min_m, self.north_min_m, self.east_max_m, self.north_max_m,
                   self.min_up_m, self.max_up_m)
         if not all(math.isfinite(v) for v in values):

@@ -142,7 +142,7 @@ class DroneNode(Node):
         self.pilot = DronePilot(self.agent, MavsdkVehicle(cfg.flight.url_for(self.drone_id),
                                                            origin),
                                 cfg.flight, self._train_pool, geofence=cfg.geofence_enu(),
-                                planner=self.onboard)
+                                planner=self.onboard, geofence_config=cfg.geofence)
         self.rounds = RoundGate(cfg.rounds.num_rounds)
         self._round: Future | None = None
         self._tour: Future | None = None

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 
 from fl_uav.vehicle.interface import (
+    AutopilotFence,
     BatteryStatus,
     MissionProgress,
     PoseEnu,
@@ -28,7 +29,9 @@ class FakeVehicle:
     """Straight-line kinematics, a linear battery and a call log.
 
     ``fail_on`` maps an operation name (``'connect'``, ``'arm'``, ``'takeoff'``, ``'goto_enu'``,
-    ``'fly_waypoints'``, ``'land'``, ``'return_to_launch'``) to the exception it raises.
+    ``'fly_waypoints'``, ``'land'``, ``'return_to_launch'``, ``'download_fence'``,
+    ``'upload_fence'``) to the exception it raises. ``fence`` is the geofence stored on the
+    autopilot (a test puts an operator's there) and ``geofence_action`` PX4's GF_ACTION.
     ``time_factor`` > 0 makes each simulated step sleep ``step_s / time_factor`` wall seconds.
     ``flight_mode`` follows the commands as PX4's would (HOLD after connect, a take-off or a
     go-to, MISSION, LAND, RETURN_TO_LAUNCH); a test sets it to stand for a failsafe or an
@@ -41,6 +44,7 @@ class FakeVehicle:
                  step_s: float = 0.1, time_factor: float = 0.0,
                  flight_drain_per_s: float = 1e-4, rtl_return_alt_m: float | None = 60.0,
                  rtl_land_delay_s: float | None = 0.0, disarm_land_s: float | None = 2.0,
+                 geofence_action: int | None = 2, fence: AutopilotFence | None = None,
                  fail_on: dict[str, Exception] | None = None) -> None:
         self.home_enu_m = home_enu_m
         self.position_enu_m = list(home_enu_m)
@@ -53,6 +57,8 @@ class FakeVehicle:
         self.rtl_return_alt_m = rtl_return_alt_m     # PX4's RTL_RETURN_ALT (default 60 m)
         self.rtl_land_delay_s = rtl_land_delay_s     # PX4's RTL_LAND_DELAY (default 0 s)
         self.disarm_land_s = disarm_land_s           # PX4's COM_DISARM_LAND (default 2 s)
+        self.geofence_action = geofence_action       # PX4's GF_ACTION (2: Hold)
+        self.fence = AutopilotFence() if fence is None else fence
         self.fail_on = dict(fail_on or {})
         self.calls: list[tuple] = []
         self.connected = False
@@ -210,6 +216,16 @@ class FakeVehicle:
         await self._move_to(self.home_enu_m, 1.0)
         self.in_air = False
         self.armed = False
+
+    async def download_fence(self) -> AutopilotFence:
+        """The fence stored on the fake autopilot."""
+        self._enter('download_fence')
+        return self.fence
+
+    async def upload_fence(self, fence: AutopilotFence) -> None:
+        """Store ``fence`` (replacing the one there)."""
+        self._enter('upload_fence', fence)
+        self.fence = fence
 
     async def poses(self) -> AsyncIterator[PoseEnu]:
         """Poses as the fake moves (ends on close)."""

@@ -56,6 +56,52 @@ class MissionProgress:
 ProgressCallback = Callable[[MissionProgress], None]
 
 
+@dataclass(frozen=True)
+class FencePolygon:
+    """A polygon of the autopilot's geofence: its corners (east_m, north_m) in order, ENU
+    metres from the origin. ``inclusion``: the vehicle must stay inside (else outside)."""
+
+    corners_en_m: tuple[tuple[float, float], ...]
+    inclusion: bool = True
+
+
+@dataclass(frozen=True)
+class FenceCircle:
+    """A circle of the autopilot's geofence: centre (east_m, north_m) in ENU metres and
+    radius. ``inclusion``: the vehicle must stay inside (else outside)."""
+
+    center_en_m: tuple[float, float]
+    radius_m: float
+    inclusion: bool = True
+
+
+@dataclass(frozen=True)
+class AutopilotFence:
+    """The geofence stored on the autopilot (MAVLink's fence items, which PX4 keeps across
+    reboots and acts on with GF_ACTION when the vehicle leaves it). Empty: no fence."""
+
+    polygons: tuple[FencePolygon, ...] = ()
+    circles: tuple[FenceCircle, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        """True when the autopilot holds no fence."""
+        return not self.polygons and not self.circles
+
+    def describe(self) -> str:
+        """The fence in words, for log lines."""
+        if self.empty:
+            return 'no fence'
+        parts = []
+        for kind, shapes in (('polygon', self.polygons), ('circle', self.circles)):
+            for inclusion in (True, False):
+                count = sum(1 for shape in shapes if shape.inclusion == inclusion)
+                if count:
+                    side = 'inclusion' if inclusion else 'exclusion'
+                    parts.append(f'{count} {side} {kind}{"s" if count > 1 else ""}')
+        return ', '.join(parts)
+
+
 @runtime_checkable
 class Vehicle(Protocol):
     """An autopilot-controlled multirotor. Every method is a coroutine or async iterator.
@@ -75,9 +121,11 @@ class Vehicle(Protocol):
     no heartbeat was heard) and the PX4 parameters read at connect (None when unknown):
     ``rtl_return_alt_m`` (the height above home every return to launch climbs to,
     RTL_RETURN_ALT), ``rtl_land_delay_s`` (how long a return waits over home before it lands,
-    RTL_LAND_DELAY; negative: it never lands) and ``disarm_land_s`` (how long a landed vehicle
-    waits before it disarms, COM_DISARM_LAND; zero or negative: never). A lost link fails the
-    operation in progress; ``connect`` on a connected vehicle waits until it is ready again.
+    RTL_LAND_DELAY; negative: it never lands), ``disarm_land_s`` (how long a landed vehicle
+    waits before it disarms, COM_DISARM_LAND; zero or negative: never) and
+    ``geofence_action`` (what PX4 does when the vehicle leaves the autopilot's fence,
+    GF_ACTION: 0 none, 1 warning, 2 Hold, 3 Return, 4 terminate, 5 Land). A lost link fails
+    the operation in progress; ``connect`` on a connected vehicle waits until it is ready again.
     """
 
     async def connect(self, timeout_s: float) -> None:
@@ -103,6 +151,12 @@ class Vehicle(Protocol):
 
     async def return_to_launch(self) -> None:
         """Fly home and land; returns once landed and disarmed."""
+
+    async def download_fence(self) -> AutopilotFence:
+        """The geofence stored on the autopilot (empty if it has none)."""
+
+    async def upload_fence(self, fence: AutopilotFence) -> None:
+        """Replace the autopilot's geofence with ``fence``; returns once it accepted it."""
 
     def poses(self) -> AsyncIterator[PoseEnu]:
         """Stream of poses as telemetry arrives."""

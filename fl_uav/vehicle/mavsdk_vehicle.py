@@ -42,13 +42,24 @@ from dataclasses import dataclass
 import mavsdk
 from mavsdk.asyncio import ComponentType, Configuration, Mavsdk, MavsdkError
 from mavsdk.asyncio.plugins.action import ActionAsync
+from mavsdk.asyncio.plugins.geofence import (
+    Circle,
+    FenceType,
+    GeofenceAsync,
+    GeofenceData,
+    Point,
+    Polygon,
+)
 from mavsdk.asyncio.plugins.mavlink_direct import MavlinkDirectAsync
 from mavsdk.asyncio.plugins.mission import MissionAsync, MissionItem, MissionPlan
 from mavsdk.asyncio.plugins.param import ParamAsync
 from mavsdk.asyncio.plugins.telemetry import StatusTextType, TelemetryAsync
 
 from fl_uav.vehicle.interface import (
+    AutopilotFence,
     BatteryStatus,
+    FenceCircle,
+    FencePolygon,
     MissionProgress,
     PoseEnu,
     ProgressCallback,
@@ -250,6 +261,7 @@ class MavsdkVehicle:
         self._action: ActionAsync | None = None
         self._telemetry: TelemetryAsync | None = None
         self._mission: MissionAsync | None = None
+        self._geofence: GeofenceAsync | None = None
         self._direct: MavlinkDirectAsync | None = None
         self._t: _Telemetry | None = None
         self._tasks: list[asyncio.Task] = []
@@ -265,6 +277,9 @@ class MavsdkVehicle:
         self.rtl_return_alt_m: float | None = None
         self.rtl_land_delay_s: float | None = None
         self.disarm_land_s: float | None = None
+        # GF_ACTION: what PX4 does when the vehicle leaves the autopilot's fence (None: not
+        # read): 0 none, 1 warning, 2 Hold, 3 Return, 4 terminate, 5 Land.
+        self.geofence_action: int | None = None
         # MIS_TAKEOFF_ALT as found before the first take-off set it; restored by close().
         self._takeoff_alt_found_m: float | None = None
         # Read once only: after a failed read, a later one would find the value we set.
@@ -353,6 +368,7 @@ class MavsdkVehicle:
             self._action = ActionAsync(system)
             self._telemetry = TelemetryAsync(system)
             self._mission = MissionAsync(system)
+            self._geofence = GeofenceAsync(system)
             self._direct = MavlinkDirectAsync(system)
             self._t = _Telemetry()
             # MAVSDK reports later changes only: the system it just discovered is connected.
@@ -380,15 +396,16 @@ class MavsdkVehicle:
         await self._read_px4_params()
         lat_deg, lon_deg, alt_amsl_m = self._t.home_geodetic
         _log.info('%s: connected, home %.7f, %.7f, %.1f m AMSL (%+.1f m from the origin '
-                  'altitude), RTL_RETURN_ALT %s m, RTL_LAND_DELAY %s s, COM_DISARM_LAND %s s',
-                  self.url, lat_deg, lon_deg, alt_amsl_m, alt_amsl_m - self.origin.alt_amsl_m,
-                  self.rtl_return_alt_m, self.rtl_land_delay_s, self.disarm_land_s)
+                  'altitude), RTL_RETURN_ALT %s m, RTL_LAND_DELAY %s s, COM_DISARM_LAND %s s, '
+                  'GF_ACTION %s', self.url, lat_deg, lon_deg, alt_amsl_m,
+                  alt_amsl_m - self.origin.alt_amsl_m, self.rtl_return_alt_m,
+                  self.rtl_land_delay_s, self.disarm_land_s, self.geofence_action)
 
     async def _read_px4_params(self) -> None:
         """Read the PX4 parameters the pilot checks before arming: RTL_RETURN_ALT (every
         return to launch climbs to it above home), RTL_LAND_DELAY and COM_DISARM_LAND (the
-        return's landing and the disarm the pilot waits for); a failed read is logged and
-        leaves its attribute None."""
+        return's landing and the disarm the pilot waits for) and GF_ACTION (what a breach of
+        the autopilot's fence does); a failed read is logged and leaves its attribute None."""
         self.rtl_return_alt_m = await self._read_param(
             'RTL_RETURN_ALT', self._action.get_return_to_launch_altitude,
             'the return altitude is not checked against the geofence')
@@ -400,6 +417,10 @@ class MavsdkVehicle:
             self.disarm_land_s = await self._read_param(
                 'COM_DISARM_LAND', lambda: params.get_param_float('COM_DISARM_LAND'),
                 'a vehicle that never disarms after landing is not refused')
+            action = await self._read_param(
+                'GF_ACTION', lambda: params.get_param_int('GF_ACTION'),
+                "what a breach of the autopilot's fence does is not reported")
+            self.geofence_action = None if action is None else int(action)
         finally:
             with contextlib.suppress(Exception):
                 params.destroy()
@@ -839,6 +860,45 @@ class MavsdkVehicle:
             _log.warning('%s', exc)
         return min(progress[-1].current, total)
 
+    async def download_fence(self) -> AutopilotFence:
+        """The geofence stored on the autopilot (MAVLink fence protocol), in ENU metres."""
+        data = await self._call('geofence download', lambda: self._geofence.download_geofence())
+        return AutopilotFence(
+            tuple(FencePolygon(tuple(self._point_en_m(p) for p in polygon.points),
+                               polygon.fence_type == FenceType.INCLUSION)
+                  for polygon in data.polygons),
+            tuple(FenceCircle(self._point_en_m(circle.point), float(circle.radius),
+                              circle.fence_type == FenceType.INCLUSION)
+                  for circle in data.circles))
+
+    async def upload_fence(self, fence: AutopilotFence) -> None:
+        """Replace the autopilot's geofence with ``fence`` (an empty one clears it); returns
+        once the autopilot accepted every item."""
+        if fence.empty:
+            await self._call('geofence clear', lambda: self._geofence.clear_geofence())
+            return
+        data = GeofenceData(
+            [Polygon([self._point(corner) for corner in polygon.corners_en_m],
+                     FenceType.INCLUSION if polygon.inclusion else FenceType.EXCLUSION)
+             for polygon in fence.polygons],
+            [Circle(self._point(circle.center_en_m), float(circle.radius_m),
+                    FenceType.INCLUSION if circle.inclusion else FenceType.EXCLUSION)
+             for circle in fence.circles])
+        items = sum(len(p.corners_en_m) for p in fence.polygons) + len(fence.circles)
+        await self._call(f'geofence upload ({fence.describe()})',
+                         lambda: self._geofence.upload_geofence(data),
+                         timeout_s=self.command_timeout_s + 0.5 * items)
+
+    def _point(self, east_north_m: tuple[float, float]) -> Point:
+        lat_deg, lon_deg, _ = enu_to_geodetic(self.origin, east_north_m[0], east_north_m[1],
+                                              0.0)
+        return Point(lat_deg, lon_deg)
+
+    def _point_en_m(self, point: Point) -> tuple[float, float]:
+        east_m, north_m, _ = geodetic_to_enu(self.origin, point.latitude_deg,
+                                             point.longitude_deg, self.origin.alt_amsl_m)
+        return east_m, north_m
+
     async def land(self, timeout_s: float | None = None) -> None:
         """Land here; returns once on the ground and disarmed."""
         height_m = max(0.0, self._pose().up_m - self._home_up_m())
@@ -938,11 +998,12 @@ class MavsdkVehicle:
         self._tasks = []
         for queue in list(self._pose_queues) + list(self._battery_queues):
             put_latest(queue, None)
-        for plugin in (self._action, self._telemetry, self._mission, self._direct):
+        for plugin in (self._action, self._telemetry, self._mission, self._geofence,
+                       self._direct):
             if plugin is not None:
                 with contextlib.suppress(Exception):
                     plugin.destroy()
-        self._action = self._telemetry = self._mission = self._direct = None
+        self._action = self._telemetry = self._mission = self._geofence = self._direct = None
         self._system = None
         if self._mavsdk is not None:
             mavsdk_instance, self._mavsdk = self._mavsdk, None

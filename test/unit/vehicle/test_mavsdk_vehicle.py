@@ -13,6 +13,9 @@ import pytest
 from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig, AutopilotSimThread
 from fl_uav.sim.autopilot_flight import FlightMode
 from fl_uav.vehicle.interface import (
+    AutopilotFence,
+    FenceCircle,
+    FencePolygon,
     MissionProgress,
     PoseEnu,
     Vehicle,
@@ -631,3 +634,38 @@ def test_heartbeats_of_other_components_or_unreadable_ones_leave_the_status_as_i
     assert critical == ('CRITICAL', True)
     assert (vehicle.system_status, vehicle.failsafe) == ('CRITICAL', True)
     assert caplog.text.count('HEARTBEAT without a readable system_status') == 2
+
+
+@pytest.mark.timeout(60)
+def test_a_fence_uploaded_is_read_back_in_enu_and_an_empty_one_clears_it(sim_factory):
+    # Arrange: a polygon and a no-fly circle, ENU metres around the simulated home
+    sim, _ = sim_factory()
+    fence = AutopilotFence(
+        polygons=(FencePolygon(((-50.0, -40.0), (60.0, -40.0), (60.0, 70.0), (-50.0, 70.0)),
+                               inclusion=True),),
+        circles=(FenceCircle((20.0, 10.0), 15.0, inclusion=False),))
+
+    async def scenario():
+        vehicle = MavsdkVehicle(_url(sim, 0), sim.config.origin)
+        try:
+            await vehicle.connect(timeout_s=15.0)
+            before = await vehicle.download_fence()
+            # Act
+            await vehicle.upload_fence(fence)
+            read = await vehicle.download_fence()
+            await vehicle.upload_fence(AutopilotFence())
+            cleared = await vehicle.download_fence()
+            return before, read, cleared
+        finally:
+            await vehicle.close()
+
+    before, read, cleared = asyncio.run(scenario())
+    # Assert: MAVLink's 1e-7 degrees bring the corners back within centimetres
+    assert before.empty and cleared.empty
+    (polygon,) = read.polygons
+    (circle,) = read.circles
+    assert polygon.inclusion and not circle.inclusion
+    for corner, sent in zip(polygon.corners_en_m, fence.polygons[0].corners_en_m, strict=True):
+        assert corner == pytest.approx(sent, abs=0.05)
+    assert circle.center_en_m == pytest.approx((20.0, 10.0), abs=0.05)
+    assert circle.radius_m == pytest.approx(15.0)
