@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +22,7 @@ from pymavlink.dialects.v20 import common as mavlink
 from fl_uav.sim.autopilot_fence import Fence, FenceError, build_fence, fence_item_problem
 from fl_uav.sim.autopilot_flight import (
     FORCE_ARM_MAGIC,
+    INTEGER_PARAMS,
     CommandResult,
     FlightController,
     FlightListener,
@@ -61,6 +63,7 @@ FLIGHT_SW_VERSION = (1 << 24) | (15 << 16) | (0 << 8) | 255
 CAPABILITIES = (mavlink.MAV_PROTOCOL_CAPABILITY_MISSION_INT
                 | mavlink.MAV_PROTOCOL_CAPABILITY_COMMAND_INT
                 | mavlink.MAV_PROTOCOL_CAPABILITY_PARAM_FLOAT
+                | mavlink.MAV_PROTOCOL_CAPABILITY_PARAM_ENCODE_BYTEWISE
                 | mavlink.MAV_PROTOCOL_CAPABILITY_SET_POSITION_TARGET_LOCAL_NED
                 | mavlink.MAV_PROTOCOL_CAPABILITY_MAVLINK2
                 | mavlink.MAV_PROTOCOL_CAPABILITY_MISSION_FENCE
@@ -698,10 +701,16 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
     # ----------------------------------------------------------------- parameters
 
     def _send_param(self, index: int) -> None:
+        """PARAM_VALUE as PX4 sends it: REAL32, or INT32 (:data:`INTEGER_PARAMS`, e.g.
+        GF_ACTION) with the integer's bytes in the float field (PX4's bytewise encoding,
+        MAV_PROTOCOL_CAPABILITY_PARAM_ENCODE_BYTEWISE), which MAVSDK reads with
+        get_param_int."""
         params = self.controller.params
         name = params.names[index]
-        self.mav.param_value_send(name.encode('ascii'), params[name],
-                                  mavlink.MAV_PARAM_TYPE_REAL32, len(params), index)
+        value, param_type = params[name], mavlink.MAV_PARAM_TYPE_REAL32
+        if name in INTEGER_PARAMS:
+            value, param_type = _int32_bytes_as_float(int(value)), mavlink.MAV_PARAM_TYPE_INT32
+        self.mav.param_value_send(name.encode('ascii'), value, param_type, len(params), index)
 
     def _on_param_request_list(self, msg) -> None:
         for index in range(len(self.controller.params)):
@@ -719,7 +728,13 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
         name = msg.param_id
         if name not in params:
             return
-        value = float(msg.param_value)
+        integer = name in INTEGER_PARAMS
+        if (msg.param_type == mavlink.MAV_PARAM_TYPE_INT32) != integer:
+            # PX4 keeps a parameter whose type the client got wrong; the echo tells it
+            self._event('param_set_refused', param=name, param_type=int(msg.param_type))
+            self._send_param(params.names.index(name))
+            return
+        value = float(_float_bytes_as_int32(msg.param_value) if integer else msg.param_value)
         if params.set(name, value):
             self._event('param_set', param=name, value=value)
         # Echo the (possibly unchanged) value: the client compares it with what it set.
@@ -880,6 +895,16 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
 
     def _event(self, event: str, /, **details) -> None:
         self.controller.record_event(event, **details)
+
+
+def _int32_bytes_as_float(value: int) -> float:
+    """An INT32 parameter as PX4 puts it in PARAM_VALUE's float field: its four bytes."""
+    return struct.unpack('<f', struct.pack('<i', value))[0]
+
+
+def _float_bytes_as_int32(value: float) -> int:
+    """The INT32 parameter a bytewise-encoded PARAM_SET carries in its float field."""
+    return struct.unpack('<i', struct.pack('<f', value))[0]
 
 
 def _clamp_int16(value: float) -> int:

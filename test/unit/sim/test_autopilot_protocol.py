@@ -5,6 +5,7 @@ import json
 import logging
 import math
 import random
+import struct
 import time
 
 import pytest
@@ -678,13 +679,24 @@ def test_arming_outside_an_uploaded_fence_is_refused_until_gf_action_is_0(start_
     assert _upload_fence(client, [(CIRCLE_IN, 20.0, 500.0, 0.0)], sim.config.origin).type == 0
     # Act
     refused = client.command_long(mavlink.MAV_CMD_COMPONENT_ARM_DISARM, 1)
-    client.mav.param_set_send(1, 1, b'GF_ACTION', 2.5, mavlink.MAV_PARAM_TYPE_REAL32)
-    fractional = client.recv('PARAM_VALUE', lambda m: m.param_id == 'GF_ACTION')
     client.mav.param_set_send(1, 1, b'GF_ACTION', 0.0, mavlink.MAV_PARAM_TYPE_REAL32)
+    wrong_type = client.recv('PARAM_VALUE', lambda m: m.param_id == 'GF_ACTION')
+    client.mav.param_set_send(1, 1, b'GF_ACTION', _int32_as_float(0),
+                              mavlink.MAV_PARAM_TYPE_INT32)
     none = client.recv('PARAM_VALUE', lambda m: m.param_id == 'GF_ACTION')
     armed = client.command_long(mavlink.MAV_CMD_COMPONENT_ARM_DISARM, 1)
-    # Assert: PX4's preflight check text; GF_ACTION takes whole values only
+    # Assert: PX4's preflight check text; GF_ACTION is an INT32 (PX4's bytewise encoding): a
+    # REAL32 set leaves it at 2, an INT32 one sets it
     assert refused.result == mavlink.MAV_RESULT_TEMPORARILY_REJECTED
     assert 'Preflight Fail: Vehicle outside geofence' in _texts(client)
-    assert (fractional.param_value, none.param_value) == (2.0, 0.0)
+    assert wrong_type.param_type == none.param_type == mavlink.MAV_PARAM_TYPE_INT32
+    assert (_float_as_int32(wrong_type.param_value), _float_as_int32(none.param_value)) == (2, 0)
     assert armed.result == mavlink.MAV_RESULT_ACCEPTED
+
+
+def _int32_as_float(value: int) -> float:
+    return struct.unpack('<f', struct.pack('<i', value))[0]
+
+
+def _float_as_int32(value: float) -> int:
+    return struct.unpack('<i', struct.pack('<f', value))[0]

@@ -221,6 +221,7 @@ def test_connect_reads_the_landing_parameters_and_arm_leaves_land_for_hold(sim_f
     truth = sim.vehicles[0]
     handle.call(lambda: (truth.params.set('RTL_LAND_DELAY', 3.5),
                          truth.params.set('COM_DISARM_LAND', 1.5),
+                         truth.params.set('GF_ACTION', 3.0),
                          truth.set_mode(FlightMode.LAND)))
 
     async def scenario():
@@ -228,15 +229,18 @@ def test_connect_reads_the_landing_parameters_and_arm_leaves_land_for_hold(sim_f
         try:
             # Act
             await vehicle.connect(timeout_s=15.0)
-            read = (vehicle.rtl_return_alt_m, vehicle.rtl_land_delay_s, vehicle.disarm_land_s)
+            read = (vehicle.rtl_return_alt_m, vehicle.rtl_land_delay_s, vehicle.disarm_land_s,
+                    vehicle.geofence_action)
             await vehicle.arm()
             return read
         finally:
             await vehicle.close()
 
     read = asyncio.run(scenario())
-    # Assert: the three parameters read over MAVLink; armed, in Hold
-    assert read == pytest.approx((15.0, 3.5, 1.5))
+    # Assert: the four parameters read over MAVLink (GF_ACTION an INT32, as PX4 sends it);
+    # armed, in Hold
+    assert read == pytest.approx((15.0, 3.5, 1.5, 3))
+    assert type(read[3]) is int
     assert truth.armed and truth.mode == FlightMode.HOLD
 
 
