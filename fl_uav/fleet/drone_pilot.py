@@ -36,6 +36,7 @@ PX4's failsafe). No arming while a failsafe is reported.
 Before its first flight the pilot puts the drone's geofence on the autopilot as well
 (:mod:`fl_uav.fleet.autopilot_fence`, ``geofence.autopilot_fence``), so that PX4 enforces it
 (GF_ACTION) whatever the companion computer does; until that succeeds the drone does not fly.
+After a lost link it looks again (the autopilot may have rebooted or been replaced).
 """
 
 from __future__ import annotations
@@ -151,7 +152,9 @@ class DronePilot:
                 return
             if self.state.connected:
                 _log.warning('the autopilot link was lost since the last check: checking '
-                             'readiness again (link, health, home)')
+                             'readiness again (link, health, home, its fence)')
+                # A rebooted or replaced autopilot may hold another fence, or none
+                self.state.autopilot_fence = ''
             await self.vehicle.connect(self.flight.connect_timeout_s)
             self._link_losses_checked = losses
             if not self.state.connected:

@@ -244,3 +244,21 @@ def test_a_gf_action_that_only_warns_shows_on_the_drones_status(action, level_wa
     assert ('GF_ACTION is 1 (Warning)' in report.message) == level_warn
     if level_warn:
         assert report.level == WARN
+
+
+def test_after_a_lost_link_the_fence_is_looked_at_again():
+    # Arrange: round 1 put the fence up; then the link drops and the autopilot comes back
+    # without it (rebooted with a fresh parameter store, or replaced)
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = DronePilot(_Agent(), vehicle, FlightConfig(speed_m_s=20.0), pool,
+                           geofence=FENCE)
+        asyncio.run(pilot.run_round(RoundTask(1, {}, PLAN, deadline_s=600.0)))
+        vehicle.link_losses += 1
+        vehicle.fence = AutopilotFence()
+        # Act
+        asyncio.run(pilot.run_round(RoundTask(2, {}, PLAN, deadline_s=600.0)))
+    # Assert: read and uploaded again before round 2 flew
+    assert _operations(vehicle).count('download_fence') == 2
+    assert vehicle.fence == fence_for_autopilot(FENCE, GeofenceConfig().autopilot_margin_m)
+    assert _operations(vehicle).count('fly_waypoints') == 2 and not pilot.state.round_error
