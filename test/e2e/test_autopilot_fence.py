@@ -13,24 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from fl_uav.fleet.drone_pilot import DronePilot
 from fl_uav.fleet.messages import RoundTask
 from fl_uav.planning.geofence import GeofenceConfig
-from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig
 from fl_uav.sim.autopilot_flight import FlightMode
-from fl_uav.vehicle.mavsdk_vehicle import MavsdkVehicle
 from fl_uav.world.geo import enu_to_geodetic
-from test.conftest import BIND_PORT_OFFSET
 from test.e2e.pilot_scenario import (
     FENCE,
-    FLIGHT,
     PLAN,
     ROUND_DEADLINE_S,
-    StandInAgent,
+    pilot_on,
+    start_sim,
     until,
 )
 
@@ -49,41 +44,33 @@ def _operator_goes_east(truth, origin) -> None:
 @pytest.mark.timeout(90)
 def test_the_autopilot_stops_a_vehicle_flown_out_of_the_drones_fence(port_base):
     # Arrange: a simulated PX4 (GF_ACTION 2, Hold, its default) with no fence
-    sim = AutopilotSim(AutopilotSimConfig(
-        num_vehicles=1, remote_base_port=port_base, bind_base_port=port_base + BIND_PORT_OFFSET,
-        time_factor=10.0, heartbeat_rate_hz=2.0))
-    handle = sim.run_in_thread()
+    sim, handle = start_sim(port_base)
     truth = sim.vehicles[0]
     seen = {}
 
     async def scenario():
-        vehicle = MavsdkVehicle(f'udpin://127.0.0.1:{port_base}', sim.config.origin)
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            pilot = DronePilot(StandInAgent(), vehicle, FLIGHT, pool, geofence=FENCE)
-            try:
-                # Act: round 1 (the fence goes up first), the operator's go-to, round 2
-                await pilot.run_round(RoundTask(1, {}, PLAN, deadline_s=ROUND_DEADLINE_S))
-                seen['round 1'] = (pilot.state.round_error, pilot.state.autopilot_fence,
-                                   pilot.state.autopilot_fence_problem)
-                seen['fence'] = handle.call(lambda: (
-                    truth.fence.allows(FENCE.east_max_m + 0.5 * MARGIN_M, 0.0),
-                    truth.fence.allows(FENCE.east_max_m + 1.5 * MARGIN_M, 0.0)))
-                handle.call(lambda: _operator_goes_east(truth, sim.config.origin))
-                await until(lambda: vehicle.failsafe is True, 30.0)
-                await until(lambda: handle.call(lambda: truth.velocity_enu_m_s[0]) < 0.05, 20.0)
-                seen['stopped at east_m'] = handle.call(lambda: truth.position_enu_m[0])
-                events_before = len(sim.events_of(0))
-                await pilot.run_round(RoundTask(2, {}, PLAN, deadline_s=ROUND_DEADLINE_S))
-                seen['round 2'] = pilot.state.round_error
-                seen['after'] = [e['event'] for e in sim.events_of(0)[events_before:]]
-                # the operator switches to Hold: PX4's failsafe ends, round 3 flies back in
-                handle.call(lambda: truth.set_mode(FlightMode.HOLD, time.monotonic()))
-                await until(lambda: vehicle.failsafe is False, 5.0)
-                await pilot.run_round(RoundTask(3, {}, PLAN, deadline_s=ROUND_DEADLINE_S))
-                seen['round 3'] = (pilot.state.round_error, pilot.agent.waypoints_reached,
-                                   handle.call(lambda: truth.position_enu_m[0]))
-            finally:
-                await pilot.shutdown(rtl_timeout_s=5.0)
+        async with pilot_on(sim) as (pilot, vehicle):
+            # Act: round 1 (the fence goes up first), the operator's go-to, round 2
+            await pilot.run_round(RoundTask(1, {}, PLAN, deadline_s=ROUND_DEADLINE_S))
+            seen['round 1'] = (pilot.state.round_error, pilot.state.autopilot_fence,
+                               pilot.state.autopilot_fence_problem)
+            seen['fence'] = handle.call(lambda: (
+                truth.fence.allows(FENCE.east_max_m + 0.5 * MARGIN_M, 0.0),
+                truth.fence.allows(FENCE.east_max_m + 1.5 * MARGIN_M, 0.0)))
+            handle.call(lambda: _operator_goes_east(truth, sim.config.origin))
+            await until(lambda: vehicle.failsafe is True, 30.0)
+            await until(lambda: handle.call(lambda: truth.velocity_enu_m_s[0]) < 0.05, 20.0)
+            seen['stopped at east_m'] = handle.call(lambda: truth.position_enu_m[0])
+            events_before = len(sim.events_of(0))
+            await pilot.run_round(RoundTask(2, {}, PLAN, deadline_s=ROUND_DEADLINE_S))
+            seen['round 2'] = pilot.state.round_error
+            seen['after'] = [e['event'] for e in sim.events_of(0)[events_before:]]
+            # the operator switches to Hold: PX4's failsafe ends, round 3 flies back in
+            handle.call(lambda: truth.set_mode(FlightMode.HOLD, time.monotonic()))
+            await until(lambda: vehicle.failsafe is False, 5.0)
+            await pilot.run_round(RoundTask(3, {}, PLAN, deadline_s=ROUND_DEADLINE_S))
+            seen['round 3'] = (pilot.state.round_error, pilot.agent.waypoints_reached,
+                               handle.call(lambda: truth.position_enu_m[0]))
 
     try:
         asyncio.run(scenario())

@@ -12,24 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from fl_uav.fleet.drone_pilot import DronePilot
 from fl_uav.fleet.messages import RoundTask
-from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig
 from fl_uav.sim.autopilot_flight import CommandResult, FlightMode
-from fl_uav.vehicle.mavsdk_vehicle import MavsdkVehicle
-from test.conftest import BIND_PORT_OFFSET
-from test.e2e.pilot_scenario import (
-    FENCE,
-    FLIGHT,
-    PLAN,
-    ROUND_DEADLINE_S,
-    StandInAgent,
-    until,
-)
+from test.e2e.pilot_scenario import PLAN, ROUND_DEADLINE_S, pilot_on, start_sim, until
 
 pytestmark = [pytest.mark.e2e]
 
@@ -45,37 +33,29 @@ def _lose_offboard(truth) -> None:
 @pytest.mark.timeout(60)
 def test_a_failsafe_hold_in_flight_is_not_flown_on_until_the_operator_hands_it_back(port_base):
     # Arrange: round 1 flown, the drone holding in the air
-    sim = AutopilotSim(AutopilotSimConfig(
-        num_vehicles=1, remote_base_port=port_base, bind_base_port=port_base + BIND_PORT_OFFSET,
-        time_factor=10.0, heartbeat_rate_hz=2.0))
-    handle = sim.run_in_thread()
+    sim, handle = start_sim(port_base)
     truth = sim.vehicles[0]
     seen = {}
 
     async def scenario():
-        vehicle = MavsdkVehicle(f'udpin://127.0.0.1:{port_base}', sim.config.origin)
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            pilot = DronePilot(StandInAgent(), vehicle, FLIGHT, pool, geofence=FENCE)
-            try:
-                await pilot.run_round(RoundTask(1, {}, PLAN, deadline_s=ROUND_DEADLINE_S))
-                seen['round 1'] = (pilot.state.round_error, vehicle.failsafe)
-                # Act: PX4's failsafe holds the vehicle; round 2 and the shutdown follow
-                handle.call(lambda: _lose_offboard(truth))
-                await until(lambda: vehicle.failsafe is True, 10.0)
-                events_before = len(sim.events_of(0))
-                await pilot.run_round(RoundTask(2, {}, PLAN, deadline_s=ROUND_DEADLINE_S))
-                seen['round 2'] = (pilot.state.round_error, pilot.state.taken_over)
-                seen['return home'] = await pilot.return_home('station silent')
-                seen['after'] = [e['event'] for e in sim.events_of(0)[events_before:]]
-                seen['truth'] = (truth.mode, truth.failsafe, truth.airborne)
-                # the operator switches it to Hold: PX4's failsafe ends, round 3 flies
-                handle.call(lambda: truth.set_mode(FlightMode.HOLD, time.monotonic()))
-                await until(lambda: vehicle.failsafe is False, 5.0)
-                await pilot.run_round(RoundTask(3, {}, PLAN, deadline_s=ROUND_DEADLINE_S))
-                seen['round 3'] = (pilot.state.round_error, pilot.state.taken_over,
-                                   pilot.agent.waypoints_reached)
-            finally:
-                await pilot.shutdown(rtl_timeout_s=5.0)
+        async with pilot_on(sim) as (pilot, vehicle):
+            await pilot.run_round(RoundTask(1, {}, PLAN, deadline_s=ROUND_DEADLINE_S))
+            seen['round 1'] = (pilot.state.round_error, vehicle.failsafe)
+            # Act: PX4's failsafe holds the vehicle; round 2 and the shutdown follow
+            handle.call(lambda: _lose_offboard(truth))
+            await until(lambda: vehicle.failsafe is True, 10.0)
+            events_before = len(sim.events_of(0))
+            await pilot.run_round(RoundTask(2, {}, PLAN, deadline_s=ROUND_DEADLINE_S))
+            seen['round 2'] = (pilot.state.round_error, pilot.state.taken_over)
+            seen['return home'] = await pilot.return_home('station silent')
+            seen['after'] = [e['event'] for e in sim.events_of(0)[events_before:]]
+            seen['truth'] = (truth.mode, truth.failsafe, truth.airborne)
+            # the operator switches it to Hold: PX4's failsafe ends, round 3 flies
+            handle.call(lambda: truth.set_mode(FlightMode.HOLD, time.monotonic()))
+            await until(lambda: vehicle.failsafe is False, 5.0)
+            await pilot.run_round(RoundTask(3, {}, PLAN, deadline_s=ROUND_DEADLINE_S))
+            seen['round 3'] = (pilot.state.round_error, pilot.state.taken_over,
+                               pilot.agent.waypoints_reached)
 
     try:
         asyncio.run(scenario())
