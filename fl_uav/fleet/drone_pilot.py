@@ -237,9 +237,10 @@ class DronePilot:
             if plan.action == 'upload':
                 await self.vehicle.upload_fence(plan.fence)
         except VehicleError as exc:
+            # The remedy first: a flight error reported with the update keeps 200 characters
             raise VehicleError(
-                f'not flying: the geofence could not be put on the autopilot ({exc}); '
-                f'geofence.autopilot_fence off flies without it') from exc
+                f'not flying: the geofence could not be put on the autopilot '
+                f'(geofence.autopilot_fence off flies without it): {exc}') from exc
         self.state.autopilot_fence = plan.summary
         problem = gf_action_problem(getattr(self.vehicle, 'geofence_action', None),
                                     plan.action != 'off')
