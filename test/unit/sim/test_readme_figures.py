@@ -20,7 +20,8 @@ def _stated_figure(readme: str) -> float:
     """The README's "(as is, 5 rounds: X %" beside the quick_digits command, or its
     "Y % where PyTorch runs AVX-512 kernels" when this machine's PyTorch does: the AVX-512
     kernels round differently, and 5 rounds of 10 drones carry that to 0.8 points (measured:
-    74.37 % with ATEN_CPU_CAPABILITY=avx512, 75.2 % with avx2 or default, same machine)."""
+    74.37 % with this machine's AVX-512 kernels, 74.93 % with ATEN_CPU_CAPABILITY=avx2 or
+    default on the same machine; 75.2 % on the machine of 2026-11-25)."""
     stated = re.search(r'as is, 5 rounds: ([0-9.]+) %;\s*#?\s*([0-9.]+) % where PyTorch runs '
                        r'AVX-512 kernels', readme)
     assert stated is not None, 'the README no longer states the quick_digits figures'
