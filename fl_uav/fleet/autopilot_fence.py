@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from fl_uav.configschema import require_choice
 from fl_uav.planning.geofence import AUTOPILOT_FENCE_MODES, Geofence
 from fl_uav.vehicle.interface import AutopilotFence, FencePolygon
 
@@ -78,9 +79,7 @@ def same_fence(first: AutopilotFence, second: AutopilotFence,
 def plan_fence(mode: str, ours: AutopilotFence, found: AutopilotFence | None) -> FencePlan:
     """What to do with the autopilot's fence in ``mode`` (:data:`AUTOPILOT_FENCE_MODES`),
     given ``found``, the fence it holds (None: not read, for mode 'off' or 'replace')."""
-    if mode not in AUTOPILOT_FENCE_MODES:
-        raise ValueError(f'geofence.autopilot_fence must be one of {AUTOPILOT_FENCE_MODES}, '
-                         f'got {mode!r}')
+    require_choice('geofence.autopilot_fence', mode, AUTOPILOT_FENCE_MODES)
     if mode == 'off':
         return FencePlan('off', AutopilotFence(), 'not managed (geofence.autopilot_fence off)')
     if found is not None and same_fence(found, ours):

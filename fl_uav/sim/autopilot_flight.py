@@ -112,7 +112,8 @@ PARAM_SPECS: dict[str, tuple[float, float, float]] = {
     'GF_ACTION': (float(GeofenceAction.HOLD), float(min(GeofenceAction)),
                   float(max(GeofenceAction))),
 }
-#: PX4 INT32 parameters: carried as REAL32 like the rest, but only whole values are accepted.
+#: PX4 INT32 parameters: whole values only, sent as MAV_PARAM_TYPE_INT32 with PX4's bytewise
+#: encoding (fl_uav/sim/autopilot_link.py); the store keeps them as floats like the rest.
 INTEGER_PARAMS = frozenset({'GF_ACTION'})
 
 
