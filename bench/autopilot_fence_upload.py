@@ -20,10 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fl_uav.autopilot_sim.autopilot import AutopilotSim
+from fl_uav.autopilot_sim.config import AutopilotSimConfig
 from fl_uav.fleet.autopilot_fence import fence_for_autopilot  # noqa: E402
 from fl_uav.fleet.config import FleetConfig  # noqa: E402
 from fl_uav.planning.geofence import GeofenceConfig  # noqa: E402
-from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig  # noqa: E402
 from fl_uav.vehicle.mavsdk_vehicle import MavsdkVehicle  # noqa: E402
 
 BIND_OFFSET = 1000

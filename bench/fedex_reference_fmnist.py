@@ -1,4 +1,4 @@
-"""FedEx's slot-level reference simulator (test/unit/sim/_fedex_reference.py, written from
+"""FedEx's slot-level reference simulator (test/unit/engine/_fedex_reference.py, written from
 digest 003 Secs. 2.2-2.3 alone) run on the engine's own clients: the experiment config's
 FMNIST data, client split, CARP plan and model, one minibatch SGD step per client per slot.
 It answers whether an ordering seen in the engine (e.g. FedEx-Async behind FedEx-Sync) is the
@@ -28,9 +28,9 @@ import torch
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from fl_uav.configschema import build_config, parse_override, read_params_file
-from fl_uav.sim.experiment import ExperimentEngine
-from fl_uav.sim.experiment_config import ExperimentConfig
-from test.unit.sim import _fedex_reference as ref
+from fl_uav.engine.config import ExperimentConfig
+from fl_uav.engine.experiment import ExperimentEngine
+from test.unit.engine import _fedex_reference as ref
 
 SLOTS_PER_HOUR, HOURS = 60, 8
 

@@ -1,5 +1,5 @@
 """What FedEx's own model predicts for Sync vs Async: the slot-level reference simulator
-(test/unit/sim/_fedex_reference.py, digest 003 Secs. 2.2-2.3) on quadratic clients with exact
+(test/unit/engine/_fedex_reference.py, digest 003 Secs. 2.2-2.3) on quadratic clients with exact
 gradients, N = 40 clients, K = 4 transporters of 10 clients each, 480 slots (8 h at 1 min).
 
 f_i(x) = 0.5 sum_d a_id (x_d - c_id)^2 in 2-D, base curvature (1, 0.1) (a fast and a slow
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from test.unit.sim import _fedex_reference as ref
+from test.unit.engine import _fedex_reference as ref
 
 N_PER_TOUR, K, SLOTS, DIM = 10, 4, 480, 2
 BASE_CURV = np.array([1.0, 0.1])

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 
 from fl_uav.configschema import build_config, parse_override, read_params_file
-from fl_uav.sim.experiment_config import ExperimentConfig
-from fl_uav.sim.express import place_clients, plan_routes, tour_slots
+from fl_uav.engine.config import ExperimentConfig
+from fl_uav.planning.express import place_clients, plan_routes, tour_slots
 
 
 def main() -> None:

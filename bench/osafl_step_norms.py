@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from fl_uav.configschema import build_config, read_params_file
-from fl_uav.sim.experiment import ExperimentEngine
-from fl_uav.sim.experiment_config import ExperimentConfig
+from fl_uav.engine.config import ExperimentConfig
+from fl_uav.engine.experiment import ExperimentEngine
 
 CONFIG = (Path(__file__).resolve().parents[1] / 'config' / 'experiments'
           / 'fedavg_osafl_setting_fmnist.yaml')

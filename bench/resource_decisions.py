@@ -4,7 +4,7 @@ Run: .venv/bin/python bench/resource_decisions.py [--seed 0] [--quick]
 
 FedDPQ (fl_uav.planning.feddpq_opt): modelled energy (FedDPQ eq. (39)) to reach the convergence
 target ε (rounds from eq. (31) with Theorem 1's Ψ) on a 20-drone fleet with the experiment
-engine's default system section (fl_uav.sim.experiment_config.SystemConfig: 1 MHz, 0.1 W,
+engine's default system section (fl_uav.engine.config.SystemConfig: 1 MHz, 0.1 W,
 I = 1.5e-8 W, d ~ U[50, 500] m, 1.5 GHz CPU, c0_tr 2.7e8, c0_gen 2.2e8), the engine's default
 model (small_cnn on 8x8 digits, V parameters counted from the model) and batch (32), digits
 labels split Dirichlet(0.5) over the drones (the engine's partition function), S = 10 draws per
@@ -35,11 +35,13 @@ import time
 import numpy as np
 import torch
 
-from fl_uav.compression.compressor import CompressionConfig
+from fl_uav.compression.config import CompressionConfig
+from fl_uav.engine.config import DataConfig
 from fl_uav.fleet.config import LearningConfig
 from fl_uav.learning.datasets import load_digits
 from fl_uav.learning.models import build_model
 from fl_uav.learning.partition import dirichlet
+from fl_uav.netmodel.config import SystemConfig
 from fl_uav.planning.feddpq_opt import (
     ConvergenceConstants,
     FeddpqFleet,
@@ -59,7 +61,6 @@ from fl_uav.planning.lgc_control import (
     table1_channels,
     train_ddpg,
 )
-from fl_uav.sim.experiment_config import DataConfig, SystemConfig
 
 NUM_DRONES = 20
 DRAWS_PER_ROUND = 10

@@ -29,7 +29,7 @@ def _config_default() -> list[Path]:
 
 def sim_overrides(args: argparse.Namespace) -> dict[str, Any]:
     """The config keys ``fl-uav sim``'s options set: each --set, then the options' own."""
-    from fl_uav.sim.launch_plan import mode_overrides
+    from fl_uav.fleet_run.launch_plan import mode_overrides
 
     overrides = dict(parse_override(text) for text in args.set)
     overrides['num_drones'] = args.drones
@@ -45,8 +45,8 @@ def sim_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _sim(args: argparse.Namespace) -> int:
-    from fl_uav.sim.fleet_run import RECORDING_DIR, FleetRunOptions, run_fleet
-    from fl_uav.sim.fleet_run import SUMMARY_FILE as SIM_SUMMARY_FILE
+    from fl_uav.fleet_run.run import RECORDING_DIR, FleetRunOptions, run_fleet
+    from fl_uav.fleet_run.run import SUMMARY_FILE as SIM_SUMMARY_FILE
 
     overrides = sim_overrides(args)
     out = Path(args.out)
@@ -72,7 +72,7 @@ def _sim(args: argparse.Namespace) -> int:
 def sim_exit_code(summary: dict[str, Any]) -> int:
     """``fl-uav sim``'s exit code: 0 finished; 1 the run failed, timed out or was interrupted;
     RECORDING_INCOMPLETE_EXIT (3) finished, but the --record bag is incomplete."""
-    from fl_uav.sim.recorder_watch import RECORDING_INCOMPLETE_EXIT
+    from fl_uav.fleet_run.recorder_watch import RECORDING_INCOMPLETE_EXIT
 
     if summary['status'] != 'finished':
         return 1
@@ -112,20 +112,20 @@ def _keygen(args: argparse.Namespace) -> int:
 
 
 def _experiment(args: argparse.Namespace) -> int:
-    from fl_uav.sim.allocator import (
+    from fl_uav.engine.allocator import (
         collector_paused_for_imports,
         keep_large_allocations,
         skip_exit_collection,
     )
 
     with collector_paused_for_imports() as fresh_process:
-        from fl_uav.sim.experiment import (
+        from fl_uav.engine.config import ExperimentConfig
+        from fl_uav.engine.experiment import (
             ExperimentError,
             read_run_config,
             recorded_run_files,
             run_experiment,
         )
-        from fl_uav.sim.experiment_config import ExperimentConfig
     from fl_uav.configschema import build_config, read_params_file
 
     if args.out and args.resume:
@@ -193,7 +193,7 @@ def _fractions(text: str) -> tuple[float, ...]:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from fl_uav.sim.experiment import ExperimentError, compare_runs
+    from fl_uav.engine.experiment import ExperimentError, compare_runs
 
     try:
         print(compare_runs([Path(d) for d in args.dirs], Path(args.out), args.target,

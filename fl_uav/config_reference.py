@@ -51,7 +51,7 @@ TARGETS = (
     Target('fleet', 'fl_uav.fleet.config:FleetConfig',
            '`fl-uav sim`, `ros2 launch` and every fleet node (config/fleet.yaml, drone.yaml, '
            'ground_station.yaml)'),
-    Target('experiment', 'fl_uav.sim.experiment_config:ExperimentConfig',
+    Target('experiment', 'fl_uav.engine.config:ExperimentConfig',
            '`fl-uav experiment` (config/experiments/*.yaml)'),
     Target('plan', 'fl_uav.planning.plan_request:PlanConfig',
            '`fl-uav plan` (config/plans/*.yaml)'),

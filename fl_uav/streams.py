@@ -25,7 +25,7 @@ import numpy as np
 class Stream(enum.IntEnum):
     """What a stream is for; ``index`` is the drone (or client) unless stated."""
 
-    # the experiment engine (fl_uav.sim.experiment)
+    # the experiment engine (fl_uav.engine.experiment)
     SPLIT = 1             # the stratified train/test split (round 0)
     TEST_SUBSET = 2       # which test samples data.max_test_samples keeps (round 0)
     PARTITION = 3         # each drone's share of the training set (round 0)
@@ -41,7 +41,7 @@ class Stream(enum.IntEnum):
     FLEET_BATCHES = 12    # a drone's training seed in a round
     FLEET_COMPRESSOR = 13  # a drone's compressor draws in a round
     CLIENT_BATCHES = 14   # a FedEx ground client's training seed for a base round
-    # per-drone resource decisions (fl_uav.sim.resource_planning, fl_uav.planning.lgc_control)
+    # per-drone resource decisions (fl_uav.planning.round_resources, fl_uav.planning.lgc_control)
     LGC_SURROGATE = 15    # a drone's LGC surrogate (LgcEnv) of the planner (round 0)
     LGC_DDPG = 16         # a drone's DDPG training (round 0) or fine-tuning (its round)
     DDPG_AGENT = 17       # in one DDPG run: the agent's init, exploration and minibatches

@@ -13,7 +13,7 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch_ros.actions import Node
 
-from fl_uav.sim.launch_plan import drone_file_stop_grace_s
+from fl_uav.fleet_run.launch_plan import drone_file_stop_grace_s
 
 
 def _nodes(context):

@@ -3,11 +3,11 @@
 
 The embedded fleet: autopilot_sim, sim_camera, ground_station and one drone per UAV; in
 express mode (FedEx) one ground_client per ground client instead of the camera. The node set
-comes from fl_uav.sim.launch_plan.fleet_plan, the same function `fl-uav sim` uses, and frames
+comes from fl_uav.fleet_run.launch_plan.fleet_plan, the same function `fl-uav sim` uses, and frames
 are signed as there: fresh keys in output_dir/keys (a new temporary directory without
 output_dir) and signatures required, unless the config names security.keys_dir. The same
 start-time checks refuse a simulated home outside the geofence and a port another process
-holds (fl_uav.sim.launch_plan.check_fleet_start), before any node starts.
+holds (fl_uav.fleet_run.launch_plan.check_fleet_start), before any node starts.
 """
 
 import tempfile
@@ -20,7 +20,7 @@ from launch_ros.actions import Node
 
 from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
-from fl_uav.sim.launch_plan import (
+from fl_uav.fleet_run.launch_plan import (
     PACKAGE,
     fleet_plan,
     launch_parameters,
@@ -47,7 +47,7 @@ def _nodes(context):
     params_file = write_params_file(flat, run_dir / 'fl_uav_params.yaml')
     # sigterm_timeout: a drone node stopped in flight waits for its return to launch, and
     # autopilot_sim (a Ctrl-C reaches it at the same moment) goes on flying the vehicles
-    # meanwhile, longer still (fl_uav.sim.stop_hold)
+    # meanwhile, longer still (fl_uav.autopilot_sim.stop_hold)
     return [Node(package=PACKAGE, executable=spec.executable, name=spec.name,
                  namespace=spec.namespace or None, output='screen',
                  sigterm_timeout=str(spec.stop_grace_s),

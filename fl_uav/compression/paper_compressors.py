@@ -20,9 +20,7 @@ from fl_uav.compression.codec_v2 import (
     encode_raw,
 )
 from fl_uav.compression.compressor import (
-    CompressionConfig,
     Compressor,
-    RangeCompressor,
     _flat_mask,
     check_lgc_entries,
 )
@@ -164,30 +162,3 @@ class LgcCompressor(Compressor):
             residual = np.asarray(state['residual'], np.float32)
             self.encoder = LgcEncoder(residual.size, self.channel_entries)
             self.encoder.load_state_dict(state)
-
-
-
-class PlannedCompressors:
-    """The compressor a drone uses in a round with a resource planner's knobs (the engine and
-    the fleet's drone alike): FedDPQ's δ_u (``bits``, eqs. (11)-(13)) selects a range quantizer
-    of that many bits when the method is ``range`` (one kept per bit width); LGC's D_n
-    (``channel_entries``, LGC eq. (13)) sets the LGC layer sizes this round, else the config's.
-    """
-
-    def __init__(self, config: CompressionConfig) -> None:
-        self._config = config
-        self._range: dict[int, RangeCompressor] = {}
-
-    def select(self, base: Compressor, bits: int | None = None,
-               channel_entries: Sequence[int] | None = None) -> Compressor:
-        compressor = base
-        if bits is not None and self._config.method == 'range':
-            bits = int(bits)
-            if bits not in self._range:
-                self._range[bits] = RangeCompressor(bits, self._config.per_layer)
-            compressor = self._range[bits]
-        if isinstance(compressor, LgcCompressor):
-            entries = (self._config.lgc_channel_entries if channel_entries is None
-                       else channel_entries)
-            compressor.channel_entries = tuple(int(e) for e in entries)
-        return compressor

@@ -11,19 +11,16 @@ import math
 from dataclasses import dataclass, field
 
 from fl_uav.aggregation.config import AggregationConfig
-from fl_uav.compression.compressor import CompressionConfig
+from fl_uav.autopilot_sim.config import AutopilotSimConfig
+from fl_uav.compression.config import CompressionConfig
 from fl_uav.configschema import require_choice
 from fl_uav.learning.buffer import BufferConfig
 from fl_uav.learning.config import LearningConfig
+from fl_uav.netmodel.config import SystemConfig
+from fl_uav.planning.config import ResourcesConfig, check_planner_procedures
 from fl_uav.planning.coverage import CoverageConfig, sector_of
+from fl_uav.planning.express import ExpressConfig
 from fl_uav.planning.geofence import Geofence, GeofenceConfig, resolve_geofence
-from fl_uav.sim.autopilot import AutopilotSimConfig
-from fl_uav.sim.experiment_config import (
-    ResourcesConfig,
-    SystemConfig,
-    check_planner_procedures,
-)
-from fl_uav.sim.express import ExpressConfig
 from fl_uav.world.camera import CameraConfig
 from fl_uav.world.landcover import WorldConfig
 
@@ -472,7 +469,7 @@ class FleetConfig:
     ``ground_clients`` and their cumulative local updates back; ``express.*`` plans and
     sizes it, see :meth:`check_express`).
     resources: per-drone resource knobs the ground station plans and sends with each round
-    (the engine's section, :class:`~fl_uav.sim.experiment_config.ResourcesConfig`; planner
+    (the engine's section, :class:`~fl_uav.engine.config.ResourcesConfig`; planner
     none | feddpq | lgc_fixed | lgc_heuristic | lgc_ddpg). The station builds the planner
     once every drone has reported a pose and a non-empty class histogram (after round 1) and
     sends its knobs from the next round on (fl_uav.fleet.ground_station); standard mode only.

@@ -41,7 +41,8 @@ from fl_uav.compression.codec import (
     float32_tensors,
 )
 from fl_uav.compression.codec_v2 import split_frames
-from fl_uav.compression.paper_compressors import LgcCompressor, PlannedCompressors
+from fl_uav.compression.config import PlannedCompressors
+from fl_uav.compression.paper_compressors import LgcCompressor
 from fl_uav.compression.signing import now_ms
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.keys import load_frame_auth

@@ -2,8 +2,8 @@
 
 Shared by the ground station (plans once, sends each UAV its tour), the ground clients (each
 computes its own position from the same config) and the launcher's summary. The placement
-and CARP are the engine's (:func:`fl_uav.sim.express.place_clients`,
-:func:`fl_uav.sim.express.plan_routes`: FedEx Sec. VII-A blocks; Sec. VI Gibbs + 2-OPT on
+and CARP are the engine's (:func:`fl_uav.engine.express.place_clients`,
+:func:`fl_uav.engine.express.plan_routes`: FedEx Sec. VII-A blocks; Sec. VI Gibbs + 2-OPT on
 eq. (25), budget (26)); only the frame differs: the engine's area starts at the origin, the
 fleet's is centred on the station, which stands at UAV 0's home (where the UAVs take off).
 """
@@ -17,13 +17,13 @@ import numpy as np
 
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.planning.coverage import PlanWaypoint
-from fl_uav.planning.routing import RoutePlan, RoutingProblem
-from fl_uav.sim.express import (
+from fl_uav.planning.express import (
     local_steps_per_visit,
     place_clients,
     plan_routes,
     revisit_periods_s,
 )
+from fl_uav.planning.routing import RoutePlan, RoutingProblem
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ FedEx's: Sync waits for every u_k and applies eq. (13) once; Async closes a roun
 landing (eqs. (14)-(15)) and sends only the landed UAVs out again.
 
 With ``resources.planner`` (standard mode) the station also plans each drone's resource knobs
-(fl_uav.sim.resource_planning, the engine's planners): see :class:`StationResources`.
+(fl_uav.planning.round_resources, the engine's planners): see :class:`StationResources`.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The per-drone resource knobs a drone receives with the round, checked before it applies them.
 
-The ground station's planner (``resources.planner``, fl_uav.sim.resource_planning) sends each
+The ground station's planner (``resources.planner``, fl_uav.planning.round_resources) sends each
 drone its knobs in the model frame's metadata (``knobs[<drone id>]``). The drone applies
 every knob it can and rejects the others, each with a reason, never failing the round:
 

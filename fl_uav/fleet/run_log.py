@@ -9,9 +9,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from fl_uav.planning.config import KNOBS_FILE
+
 PROGRESS_FILE = 'progress.jsonl'
 STATION_REPORT_FILE = 'ground_station.json'
-KNOBS_FILE = 'knobs.json'   # resources.planner's record: the fleet's and the engine's
 
 
 def _clean(value: Any) -> Any:

@@ -1,7 +1,7 @@
 """The ground station's per-drone resource planner (issue 5 item 3) from what the drones report.
 
 ``resources.planner`` (none | feddpq | lgc_fixed | lgc_heuristic | lgc_ddpg) is the engine's
-planner (fl_uav.sim.resource_planning); here its inputs come from the fleet itself:
+planner (fl_uav.planning.round_resources); here its inputs come from the fleet itself:
 
 * D_loc,u,c: the class histogram of each drone's buffer, which every update reports
   (``class_counts``): the data the drone trains on, with the onboard labels. The world setup
@@ -46,7 +46,7 @@ import numpy as np
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.messages import MAX_COUNT
 from fl_uav.fleet.resource_knobs import POSITION_KEY, drone_topup_generator, valid_position
-from fl_uav.sim.resource_planning import PlannerInputs, build_planner
+from fl_uav.planning.round_resources import PlannerInputs, build_planner
 from fl_uav.values import is_int
 
 _log = logging.getLogger(__name__)

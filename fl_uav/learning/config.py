@@ -1,7 +1,7 @@
 """The ``learning.*`` config section: onboard model, local training and the client algorithm.
 
 An algorithm-layer config (no ROS, no fleet): the fleet (fl_uav.fleet.config) and the
-experiment engine (fl_uav.sim.experiment_config) both compose it, so ``learning.lr`` means the
+experiment engine (fl_uav.engine.config) both compose it, so ``learning.lr`` means the
 same in ``fl-uav sim``, ``ros2 launch`` and ``fl-uav experiment``.
 """
 

@@ -1,7 +1,7 @@
 """Model weights as named numpy arrays: what the wire codec carries and strategies combine.
 
 Torch-free at import: the ``Weights`` type and its arithmetic are read by configuration and
-simulation modules that every node imports (fl_uav.sim.express), and only
+simulation modules that every node imports (fl_uav.engine.express), and only
 :func:`set_weights` needs torch itself (see there).
 """
 

@@ -29,7 +29,7 @@ What is implemented, and the choices where the paper is silent ([NOT IN PAPER] i
   diminishing returns, as LGC Theorem 1 / Corollary 1 have H and the kept fraction γ ≈ K/D
   only in higher-order terms. In the engine, h₀ may come from measurement instead of a
   constant: :func:`fit_steps_scale` fits ℓ(h) = c − A (1 − e^(−h/h₀)) to the per-step
-  mini-batch training losses the drones record within a round (fl_uav.sim.resource_planning,
+  mini-batch training losses the drones record within a round (fl_uav.planning.round_resources,
   ``resources.lgc_steps_scale: auto``). The fit's upper bound is LINEAR_STEPS_FACTOR · H_max:
   beyond it the surrogate is linear in H over 1..H_max to within 1/(2 · factor), so a larger
   h₀ only rescales every action's reward and leaves the controller's ranking of H unchanged.

@@ -1,7 +1,7 @@
 """Ground-client placement for FedEx (Bian, Shen, Xu), Sec. VII-A: one rule, two users.
 
 ``fl-uav plan`` (kind routes, ``fl_uav.planning.plan_request``) and the FedEx express runtime
-(``fl_uav.sim.express``) both call :func:`place_clients_enu_m`, so the CARP instance the
+(``fl_uav.engine.express``) both call :func:`place_clients_enu_m`, so the CARP instance the
 planner shows is the one the experiment flies for the same area, blocks and seed.
 
 * ``fedex_blocks`` (FedEx Sec. VII-A): the area is split into ``blocks_east`` x

@@ -6,7 +6,8 @@ the simulator's event log to log_dir on shutdown. Like a real PX4, which does no
 companion's ROS processes, a SIGINT or SIGTERM while a vehicle flies with its drone node
 connected (a Ctrl-C under ros2 launch reaches every node at once) stops the simulator only once
 those vehicles are down and their clients gone, at most autopilot_stop_hold_s(
-flight.shutdown_rtl_timeout_s) later (fl_uav.sim.stop_hold); a second signal stops it at once.
+flight.shutdown_rtl_timeout_s) later (fl_uav.autopilot_sim.stop_hold); a second signal stops it
+at once.
 """
 
 from __future__ import annotations
@@ -17,16 +18,16 @@ from pathlib import Path
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
 
+from fl_uav.autopilot_sim.autopilot import AutopilotSim
+from fl_uav.autopilot_sim.stop_hold import StopHold
 from fl_uav.fleet.config import AutopilotSimNodeParams, FleetConfig
 from fl_uav.fleet.messages import PoseSample
 from fl_uav.fleet.recording import StopSignals
+from fl_uav.fleet_run.launch_plan import autopilot_stop_hold_s, sim_autopilot_config
 from fl_uav.ros import names
 from fl_uav.ros.conversions import pose_to_msg
 from fl_uav.ros.params import declare_config
 from fl_uav.ros.spin import run_node
-from fl_uav.sim.autopilot import AutopilotSim
-from fl_uav.sim.launch_plan import autopilot_stop_hold_s, sim_autopilot_config
-from fl_uav.sim.stop_hold import StopHold
 
 NODE_PARAMS = AutopilotSimNodeParams
 LOG_FILE = 'autopilot_log.json'

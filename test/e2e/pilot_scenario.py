@@ -9,12 +9,13 @@ import contextlib
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 
+from fl_uav.autopilot_sim.autopilot import AutopilotSim, AutopilotSimThread
+from fl_uav.autopilot_sim.config import AutopilotSimConfig
 from fl_uav.fleet.config import FlightConfig
 from fl_uav.fleet.drone_pilot import DronePilot
 from fl_uav.fleet.messages import RoundTask
 from fl_uav.planning.coverage import PlanWaypoint
 from fl_uav.planning.geofence import Geofence
-from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig, AutopilotSimThread
 from fl_uav.vehicle.mavsdk_vehicle import MavsdkVehicle
 from test.conftest import BIND_PORT_OFFSET
 

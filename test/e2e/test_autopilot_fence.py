@@ -16,9 +16,9 @@ import time
 
 import pytest
 
+from fl_uav.autopilot_sim.flight import FlightMode
 from fl_uav.fleet.messages import RoundTask
 from fl_uav.planning.geofence import GeofenceConfig
-from fl_uav.sim.autopilot_flight import FlightMode
 from fl_uav.world.geo import enu_to_geodetic
 from test.e2e.pilot_scenario import (
     FENCE,

@@ -21,15 +21,15 @@ from pathlib import Path
 import pytest
 from pymavlink.dialects.v20 import common as mavlink
 
-from fl_uav.sim.launch_plan import (
+from fl_uav.fleet_run.launch_plan import (
     NodeSpec,
     autopilot_stop_grace_s,
     merged_parameters,
     write_params_file,
 )
-from fl_uav.sim.launcher import ProcessGroup, ros_environment
+from fl_uav.fleet_run.launcher import ProcessGroup, ros_environment
 from test.conftest import BIND_PORT_OFFSET, free_udp_port_block, tiny_fleet_overrides
-from test.unit.sim.mav_client import MavClient
+from test.unit.autopilot_sim.mav_client import MavClient
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(90)]
 FLEET_YAML = Path(__file__).resolve().parents[2] / 'config' / 'fleet.yaml'

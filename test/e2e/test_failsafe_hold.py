@@ -15,8 +15,8 @@ import time
 
 import pytest
 
+from fl_uav.autopilot_sim.flight import CommandResult, FlightMode
 from fl_uav.fleet.messages import RoundTask
-from fl_uav.sim.autopilot_flight import CommandResult, FlightMode
 from test.e2e.pilot_scenario import PLAN, ROUND_DEADLINE_S, pilot_on, start_sim, until
 
 pytestmark = [pytest.mark.e2e]

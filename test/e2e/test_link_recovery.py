@@ -15,9 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from fl_uav.autopilot_sim.autopilot import AutopilotSim, AutopilotSimThread
+from fl_uav.autopilot_sim.config import AutopilotSimConfig
 from fl_uav.fleet.drone_pilot import DronePilot
 from fl_uav.fleet.messages import RoundTask
-from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig, AutopilotSimThread
 from fl_uav.vehicle.mavsdk_vehicle import MavsdkVehicle
 from test.conftest import BIND_PORT_OFFSET
 from test.e2e.pilot_scenario import (

@@ -15,9 +15,10 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, LivelinessPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import UInt8MultiArray
 
+from fl_uav.autopilot_sim.autopilot import AutopilotSim
+from fl_uav.autopilot_sim.config import AutopilotSimConfig
+from fl_uav.fleet_run.launch_plan import write_params_file
 from fl_uav.ros.drone_node import DroneNode
-from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig
-from fl_uav.sim.launch_plan import write_params_file
 from test.conftest import BIND_PORT_OFFSET, tiny_fleet_overrides
 
 # /rosout as rcl publishes it (reliable, transient local): a late subscriber gets the backlog.

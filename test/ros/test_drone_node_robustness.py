@@ -15,9 +15,12 @@ from sensor_msgs.msg import Image
 from std_msgs.msg import UInt8MultiArray
 
 import fl_uav.ros.drone_node as drone_node_module
+from fl_uav.autopilot_sim.autopilot import AutopilotSim
+from fl_uav.autopilot_sim.config import AutopilotSimConfig
 from fl_uav.compression.codec import GROUND_STATION_ID, FrameKind, decode_frame, encode_frame
 from fl_uav.configschema import ConfigError
 from fl_uav.fleet.station_heartbeat import PhaseClock, StationPhase
+from fl_uav.fleet_run.launch_plan import write_params_file
 from fl_uav.learning.models import build_model
 from fl_uav.learning.weights import architecture_fingerprint, get_weights
 from fl_uav.ros import names
@@ -25,8 +28,6 @@ from fl_uav.ros.autopilot_sim_node import AutopilotSimNode
 from fl_uav.ros.conversions import heartbeat_to_msg, rgb_to_image
 from fl_uav.ros.drone_node import DroneNode
 from fl_uav.ros.ground_station_node import GroundStationNode
-from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig
-from fl_uav.sim.launch_plan import write_params_file
 from test.conftest import BIND_PORT_OFFSET, tiny_fleet_overrides
 from test.ros.rosutil import drone_under_test, frame_msg, node_with_probe, spin_until
 

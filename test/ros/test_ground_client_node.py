@@ -17,11 +17,11 @@ from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.express_exchange import decode_clu, encode_delivery
 from fl_uav.fleet.express_routes import express_layout
 from fl_uav.fleet.ground_client import GroundClient
+from fl_uav.fleet_run.launch_plan import write_params_file
 from fl_uav.learning.models import build_model
 from fl_uav.learning.weights import architecture_fingerprint, get_weights, weight_shapes
 from fl_uav.ros import names
 from fl_uav.ros.ground_client_node import GroundClientNode
-from fl_uav.sim.launch_plan import write_params_file
 from fl_uav.world.landcover import CLASS_NAMES
 from test.ros.rosutil import node_with_probe, spin_until
 from test.unit.fleet.test_express_fleet import EXPRESS

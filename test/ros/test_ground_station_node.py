@@ -27,11 +27,11 @@ from fl_uav.fleet.config import SecurityConfig
 from fl_uav.fleet.keys import generate_fleet_keys, load_frame_auth
 from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
 from fl_uav.fleet.station_heartbeat import Heartbeat, StationPhase
+from fl_uav.fleet_run.launch_plan import write_params_file
 from fl_uav.ros import names
 from fl_uav.ros.conversions import msg_to_heartbeat
 from fl_uav.ros.ground_station_node import GroundStationNode
 from fl_uav.ros.markers import PATH_NS, WORLD_REGION_NS
-from fl_uav.sim.launch_plan import write_params_file
 from test.conftest import tiny_fleet_overrides
 from test.ros.rosutil import ROSOUT_QOS, node_with_probe, spin_until
 

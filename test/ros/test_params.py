@@ -11,8 +11,8 @@ from rcl_interfaces.srv import SetParameters
 
 from fl_uav.config_reference import key_descriptions
 from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet_run.launch_plan import write_params_file
 from fl_uav.ros.sim_camera_node import SimCameraNode
-from fl_uav.sim.launch_plan import write_params_file
 from test.conftest import tiny_fleet_overrides
 from test.ros.rosutil import node_with_probe, spin_until
 

@@ -14,11 +14,11 @@ from rclpy.executors import SingleThreadedExecutor
 from sensor_msgs.msg import Image
 
 from fl_uav.fleet.messages import PoseSample
+from fl_uav.fleet_run.launch_plan import write_params_file
 from fl_uav.ros import names
 from fl_uav.ros.autopilot_sim_node import AutopilotSimNode
 from fl_uav.ros.conversions import image_to_rgb, msg_to_pose, pose_to_msg
 from fl_uav.ros.sim_camera_node import SimCameraNode
-from fl_uav.sim.launch_plan import write_params_file
 from test.conftest import free_udp_port_block, tiny_fleet_overrides
 from test.ros.rosutil import spin_until
 

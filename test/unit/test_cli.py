@@ -35,7 +35,7 @@ def test_keygen_writes_the_station_and_each_drone_key_pair(tmp_path, capsys):
 
 def test_sim_makes_run_keys_and_requires_signatures_unless_keys_are_given(tmp_path):
     # Arrange
-    from fl_uav.sim.launch_plan import run_keys
+    from fl_uav.fleet_run.launch_plan import run_keys
     flat = {'num_drones': 2}
     # Act
     made = run_keys(tmp_path, flat, {})
@@ -64,7 +64,7 @@ def test_keygen_writes_ground_client_key_pairs_when_asked(tmp_path):
 
 def test_sim_run_keys_include_the_ground_clients_in_express_mode_only(tmp_path):
     # Arrange
-    from fl_uav.sim.launch_plan import run_keys
+    from fl_uav.fleet_run.launch_plan import run_keys
     express = {'num_drones': 2, 'mode': 'express', 'ground_clients.num_clients': 3}
     # Act
     run_keys(tmp_path / 'express', express, {})
@@ -94,7 +94,7 @@ def test_sim_refuses_a_directory_holding_a_run_and_a_bad_key_touches_nothing(tmp
 
 def test_sim_never_removes_a_bag_without_overwrite(tmp_path, capsys, monkeypatch):
     # Arrange: DIR/bag from a run killed before its summary (or from fl-uav record)
-    import fl_uav.sim.fleet_run as fleet_run
+    import fl_uav.fleet_run.run as fleet_run
 
     def no_processes(*args, **kwargs):
         raise AssertionError('fl-uav sim made a process group')
@@ -166,7 +166,7 @@ def test_experiment_sigterm_writes_an_interrupted_summary_like_ctrl_c(tmp_path):
 def test_sim_refuses_a_home_outside_the_geofence_before_anything_starts(tmp_path, capsys,
                                                                           monkeypatch):
     # Arrange: three drones in rows of two from north 1185 m: drone 2 stands at north 1195 m
-    import fl_uav.sim.fleet_run as fleet_run
+    import fl_uav.fleet_run.run as fleet_run
 
     def no_processes(*args, **kwargs):
         raise AssertionError('fl-uav sim made a process group')

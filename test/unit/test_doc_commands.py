@@ -14,10 +14,10 @@ import pytest
 from fl_uav.cli import DEFAULT_CONFIG, build_parser, sim_overrides
 from fl_uav.config_reference import reference
 from fl_uav.configschema import build_config, parse_override, read_params_file
+from fl_uav.engine.config import ExperimentConfig
 from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet_run.launch_plan import merged_parameters
 from fl_uav.planning.plan_request import PlanConfig
-from fl_uav.sim.experiment_config import ExperimentConfig
-from fl_uav.sim.launch_plan import merged_parameters
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = ('README.md', 'docs/field_guide.md')

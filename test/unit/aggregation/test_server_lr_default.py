@@ -9,7 +9,7 @@ import pytest
 from fl_uav.aggregation import STRATEGY_NAMES, TwoCEOAFL
 from fl_uav.aggregation.config import AggregationConfig, default_server_lr
 from fl_uav.configschema import ConfigError, build_config, to_flat
-from fl_uav.sim.experiment_config import ExperimentConfig
+from fl_uav.engine.config import ExperimentConfig
 
 
 def test_2ceoafl_without_a_server_lr_takes_its_own_eta_not_fedavgs():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fl_uav.aggregation._common import PRUNE_FRACTION_KEY
-from fl_uav.compression.compressor import CompressionConfig
+from fl_uav.compression.config import CompressionConfig
 
 
 def _raw_share(compressor, metrics, draws: int = 40) -> float:

@@ -5,7 +5,7 @@ import pytest
 
 from fl_uav.compression.codec import decode_frame
 from fl_uav.compression.codec_v2 import qsgd_frame_bytes
-from fl_uav.compression.compressor import build_compressor
+from fl_uav.compression.config import build_compressor
 
 
 def _delta():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fl_uav.compression.codec_v2 import lgc_frame_bytes, raw_frame_bytes
-from fl_uav.compression.compressor import CompressionConfig, build_compressor
+from fl_uav.compression.config import CompressionConfig, build_compressor
 from fl_uav.compression.paper_compressors import CeoaflCompressor, LgcCompressor
 from fl_uav.compression.quantization import flatten
 

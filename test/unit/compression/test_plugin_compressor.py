@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from fl_uav.compression.codec import FrameKind, encode_frame
-from fl_uav.compression.compressor import (
+from fl_uav.compression.compressor import decode_update_frame
+from fl_uav.compression.config import (
     COMPRESSOR_PLUGIN_ARGUMENTS,
     CompressionConfig,
     build_compressor,
-    decode_update_frame,
 )
 from fl_uav.compression.errors import FingerprintMismatch, ShapeMismatch, UnknownKind
 from test.unit._plugins import SPEC

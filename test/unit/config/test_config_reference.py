@@ -21,9 +21,10 @@ from fl_uav.config_reference import (
     target,
 )
 from fl_uav.configschema import ConfigError, build_config, iter_leaves
+from fl_uav.engine.config import DATASETS, ExperimentConfig
 from fl_uav.fleet.config import FLEET_MODES, TRAJECTORY_PLANNERS, FleetConfig
 from fl_uav.learning.buffer import BUFFER_POLICIES
-from fl_uav.sim.experiment_config import DATASETS, PLANNERS, ExperimentConfig
+from fl_uav.planning.config import PLANNERS
 
 DOC = Path(__file__).resolve().parents[3] / 'docs' / 'config_reference.md'
 

@@ -11,8 +11,8 @@ from fl_uav.configschema import (
     read_params_file,
     to_flat,
 )
+from fl_uav.engine.config import ExperimentConfig
 from fl_uav.fleet.config import DroneNodeParams, FleetConfig
-from fl_uav.sim.experiment_config import ExperimentConfig
 
 
 @dataclass(frozen=True)

@@ -8,9 +8,9 @@ import pytest
 
 from fl_uav.cli import main as cli_main
 from fl_uav.configschema import ConfigError, build_config
+from fl_uav.engine.config import ExperimentConfig
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.plugins import is_plugin_spec, split_spec
-from fl_uav.sim.experiment_config import ExperimentConfig
 from test.unit._plugins import SPEC
 
 REPO = Path(__file__).resolve().parents[3]

@@ -27,8 +27,8 @@ from fl_uav.fleet.resource_knobs import (
 )
 from fl_uav.fleet.world_setup import map_labeler
 from fl_uav.learning.topup import topup_counts
-from fl_uav.sim.experiment_config import SystemConfig
-from fl_uav.sim.resource_planning import PlannerInputs, build_planner
+from fl_uav.netmodel.config import SystemConfig
+from fl_uav.planning.round_resources import PlannerInputs, build_planner
 from fl_uav.world.landcover import CLASS_NAMES
 
 BASE = {'num_drones': 2, 'learning.model': 'tiny_cnn', 'learning.min_samples_to_train': 4,

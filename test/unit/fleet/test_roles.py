@@ -355,7 +355,7 @@ def test_malformed_compressed_updates_are_rejected_by_reason_before_aggregation(
 
 def test_fleet_and_engine_read_the_same_compression_keys_and_refuse_unknown_methods():
     from fl_uav.configschema import ConfigError
-    from fl_uav.sim.experiment_config import ExperimentConfig
+    from fl_uav.engine.config import ExperimentConfig
 
     keys = {'compression.method': 'range', 'compression.range_bits': 6,
             'compression.qsgd_levels': 5, 'compression.per_layer': True}

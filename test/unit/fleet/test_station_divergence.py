@@ -10,7 +10,7 @@ from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.ground_station import GroundStation
 from fl_uav.fleet.run_log import STATION_REPORT_FILE
-from fl_uav.sim.fleet_run import build_summary
+from fl_uav.fleet_run.run import build_summary
 
 # A global model scaled far off its initialisation: what learning.lr=10 left behind
 # (`fl-uav sim --set learning.lr=10`: test loss 5.6e7, then 1.0e8, at chance).

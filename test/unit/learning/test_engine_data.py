@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from fl_uav.configschema import build_config, read_params_file
+from fl_uav.engine.config import ExperimentConfig
+from fl_uav.engine.experiment import ExperimentEngine, load_experiment_data
 from fl_uav.learning.buffer import BufferConfig, OnboardBuffer
 from fl_uav.learning.topup import mixed_counts
-from fl_uav.sim.experiment import ExperimentEngine, load_experiment_data
-from fl_uav.sim.experiment_config import ExperimentConfig
 
 QUICK = Path(__file__).resolve().parents[3] / 'config' / 'experiments' / 'quick_digits.yaml'
 ONLINE = {'data.online': True, 'data.arrivals_e': 10, 'data.arrivals_p': 1.0,
@@ -105,7 +105,7 @@ def test_topup_state_survives_a_checkpoint(tmp_path, digits):
 
 @pytest.mark.parametrize('online', [True, False])
 def test_a_resumed_topup_run_equals_an_uninterrupted_one(tmp_path, online):
-    from fl_uav.sim.experiment import run_experiment
+    from fl_uav.engine.experiment import run_experiment
 
     # offline: generation is charged in round 1 only, also after a resume (topup_sources)
     options = {**(ONLINE if online else {}), 'buffer.policy': 'trim_top_label',

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from fl_uav.configschema import ConfigError, build_config
+from fl_uav.engine.config import ExperimentConfig
 from fl_uav.learning.buffer import BufferConfig, OnboardBuffer
 from fl_uav.learning.topup import (
     AugmentationGenerator,
@@ -14,7 +15,6 @@ from fl_uav.learning.topup import (
     topup_counts,
     topup_floor,
 )
-from fl_uav.sim.experiment_config import ExperimentConfig
 
 
 def test_counts_match_eqs_1_to_3_by_hand():

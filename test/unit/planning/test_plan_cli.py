@@ -74,7 +74,7 @@ def test_routes_plan_writes_the_tours_their_times_energies_and_the_objective(tmp
 
 def test_routes_plan_places_clients_and_plans_as_the_express_runtime_does(tmp_path):
     # Arrange: the same FedEx setting (Sec. VII-A blocks, seed 3) in both front ends
-    from fl_uav.sim.express import ExpressConfig, place_clients, plan_routes
+    from fl_uav.planning.express import ExpressConfig, place_clients, plan_routes
     express = ExpressConfig(num_uavs=2, area_east_m=800.0, area_north_m=800.0,
                             placement_seed=3, gibbs_sweeps=5, gibbs_chains=2, mode='sync')
     clients, _ = place_clients(express, 8)

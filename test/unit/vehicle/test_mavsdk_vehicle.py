@@ -10,8 +10,9 @@ from types import SimpleNamespace
 import mavsdk
 import pytest
 
-from fl_uav.sim.autopilot import AutopilotSim, AutopilotSimConfig, AutopilotSimThread
-from fl_uav.sim.autopilot_flight import FlightMode
+from fl_uav.autopilot_sim.autopilot import AutopilotSim, AutopilotSimThread
+from fl_uav.autopilot_sim.config import AutopilotSimConfig
+from fl_uav.autopilot_sim.flight import FlightMode
 from fl_uav.vehicle.interface import (
     AutopilotFence,
     FenceCircle,

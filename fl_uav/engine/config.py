@@ -1,0 +1,257 @@
+"""Config of ``fl-uav experiment``: the same schema machinery and learning sections as the fleet.
+
+Files live under config/experiments/ in ROS 2 parameter format (``/**: ros__parameters:``), so
+one parser and one validator serve ``ros2 launch``, ``fl-uav sim`` and the engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from fl_uav.aggregation.config import AggregationConfig
+from fl_uav.compression.config import CompressionConfig
+from fl_uav.configschema import require_choice
+from fl_uav.learning.buffer import BufferConfig
+from fl_uav.learning.config import LearningConfig
+from fl_uav.learning.topup import check_generator_name
+from fl_uav.netmodel.config import SystemConfig
+from fl_uav.planning.config import (
+    STEPS_SCALE_AUTO,
+    STEPS_SCALE_ONLINE,
+    ResourcesConfig,
+    check_planner_procedures,
+)
+from fl_uav.planning.express import ExpressConfig
+
+DATASETS = ('digits', 'fashion_mnist', 'image_folder', 'world')
+PARTITIONS = ('iid', 'dirichlet', 'shards', 'location')
+FILE_DATASETS = ('fashion_mnist', 'image_folder')   # the datasets data.path points at
+SPLIT_DATASETS = ('digits', 'image_folder')   # no test split of their own: data.test_fraction
+DATA_KEY_NEEDS: dict[str, tuple[str, tuple[Any, ...]]] = {
+    'dirichlet_alpha': ('partition', ('dirichlet',)),
+    'shards_per_client': ('partition', ('shards',)),
+    'path': ('dataset', FILE_DATASETS),
+    'test_fraction': ('dataset', SPLIT_DATASETS),
+    'world_samples': ('dataset', ('world',)),
+    'arrivals_e': ('online', (True,)), 'arrivals_p': ('online', (True,)),
+    'initial_samples': ('online', (True,)),
+    'topup_factor': ('topup', (True,)), 'topup_generator': ('topup', (True,)),
+}
+"""data.<key> -> (the data key it depends on, the values under which it acts). A key set to
+anything but its default under another value would be ignored (a bit-identical run that looks
+like a result), so DataConfig refuses it, naming both keys; left at its default it is fine."""
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Which data and how it is split among drones.
+
+    dataset: the data the drones train on, digits | fashion_mnist | image_folder | world (the
+        synthetic aerial world).
+    path: dataset root of the datasets read from files, fashion_mnist and image_folder ('' =
+        the dataset's default location; digits ship with scikit-learn, world is rendered).
+    partition: how the training set is split among the drones, iid | dirichlet | shards |
+        location (location needs a dataset with positions: world).
+    dirichlet_alpha (partition dirichlet): concentration α of each class's Dirichlet split
+        over the drones; small α gives each drone few classes, large α tends to IID.
+    shards_per_client (partition shards): single-class shards dealt to each drone, so the
+        number of classes a drone holds.
+    test_fraction: held-out share for datasets without a test split (digits, image_folder).
+    A key that acts only under some partition, dataset, ``online`` or ``topup``
+    (DATA_KEY_NEEDS) and is set to a non-default value under another is an error naming both
+    keys, not silently ignored.
+    max_test_samples: evaluate on at most this many held-out samples (0 = all).
+    world_samples: frames rendered from the world (dataset: world).
+    online: if true, each round drone k receives Binomial(arrivals_e, arrivals_p) new samples
+        from its partition into its capped buffer (OSAFL's arrivals); initial_samples arrive
+        before round 1. If false, each drone trains on its whole partition every round.
+    arrivals_e (online): trials n of the Binomial(n, p) count of a drone's new samples per round.
+    arrivals_p (online): success probability p of that Binomial.
+    initial_samples (online): extra samples each drone receives in round 1.
+    topup: FedDPQ's per-class top-up (eqs. (1)-(3), fl_uav.learning.topup): each drone adds
+        synthetic samples so every class reaches ceil(topup_factor * its largest class count);
+        topup_factor: FedDPQ's Delta (Table I: 0.1-0.4), the share of a drone's largest class
+        count every class is topped up to. topup_generator: auto (by dataset) |
+        augment_dihedral | augment_hflip | augment_shift (label-preserving augmentation, so a
+        class the drone has no sample of stays empty). Generation is charged by FedDPQ eqs.
+        (33)-(34) (system.gen_cycles_per_sample) when a drone's real data changed since it
+        last generated. topup_generator may also be a plug-in ``package.module:Name`` (a
+        fl_uav.learning.topup.Generator, fl_uav.plugins; engine only: the fleet's drones
+        augment).
+    """
+
+    dataset: str = 'digits'
+    path: str = ''
+    partition: str = 'iid'
+    dirichlet_alpha: float = 0.5
+    shards_per_client: int = 2
+    test_fraction: float = 0.2
+    max_test_samples: int = 0
+    world_samples: int = 6000
+    online: bool = False
+    arrivals_e: int = 20
+    arrivals_p: float = 0.5
+    initial_samples: int = 0
+    topup: bool = False
+    topup_factor: float = 0.4
+    topup_generator: str = 'auto'
+
+    def __post_init__(self) -> None:
+        require_choice('dataset', self.dataset, DATASETS)
+        require_choice('partition', self.partition, PARTITIONS)
+        if self.dataset == 'image_folder' and not self.path:
+            raise ValueError('dataset image_folder needs data.path (a folder of class folders)')
+        if self.partition == 'location' and self.dataset != 'world':
+            raise ValueError('partition location needs dataset world (samples with positions)')
+        if not self.dirichlet_alpha > 0:
+            raise ValueError(f'dirichlet_alpha must be > 0, got {self.dirichlet_alpha}')
+        if self.shards_per_client < 1:
+            raise ValueError(f'shards_per_client must be >= 1, got {self.shards_per_client}')
+        if not 0.0 < self.test_fraction < 1.0:
+            raise ValueError(f'test_fraction must be in (0, 1), got {self.test_fraction}')
+        if self.max_test_samples < 0 or self.world_samples < 100:
+            raise ValueError('max_test_samples must be >= 0 and world_samples >= 100')
+        if self.arrivals_e < 0 or not 0.0 <= self.arrivals_p <= 1.0 or self.initial_samples < 0:
+            raise ValueError('arrivals_e >= 0, arrivals_p in [0, 1], initial_samples >= 0')
+        if not 0.0 < self.topup_factor <= 1.0:
+            raise ValueError(f'data.topup_factor (FedDPQ Delta) must be in (0, 1], got '
+                             f'{self.topup_factor}')
+        check_generator_name(self.topup_generator)   # a built-in name or module:Name
+        self._check_unused_keys()
+
+    def _check_unused_keys(self) -> None:
+        """ValueError naming a key set (to a non-default value) where it has no effect."""
+        defaults = {f.name: f.default for f in fields(self)}
+        for key, (decider, acts_under) in DATA_KEY_NEEDS.items():
+            value, setting = getattr(self, key), getattr(self, decider)
+            if value != defaults[key] and setting not in acts_under:
+                under = ' or '.join(str(v).lower() for v in acts_under)
+                raise ValueError(
+                    f'data.{key} = {value!r} has no effect with data.{decider} = '
+                    f'{str(setting).lower() if isinstance(setting, bool) else repr(setting)} '
+                    f'(it acts only with data.{decider} {under}): set data.{decider} or '
+                    f'leave data.{key} out')
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """vectorized: train all drones at once (else one after another, the reference path);
+    max_clients_per_chunk: memory bound of the vectorized path, drones trained together;
+    torch_threads: PyTorch threads per process;
+    workers: threads training chunks of drones at the same time on the vectorized path (one
+    per core to use; results are bit-identical for any value; the chunks are still set by
+    max_clients_per_chunk alone, so a fleet that fits one chunk runs on one thread);
+    checkpoint_every: rounds between checkpoints (for --resume)."""
+
+    vectorized: bool = True
+    max_clients_per_chunk: int = 32
+    torch_threads: int = 1
+    workers: int = 1
+    checkpoint_every: int = 1
+
+    def __post_init__(self) -> None:
+        if min(self.max_clients_per_chunk, self.torch_threads, self.workers,
+               self.checkpoint_every) < 1:
+            raise ValueError('max_clients_per_chunk, torch_threads, workers, checkpoint_every '
+                             'must be >= 1')
+
+    def build_trainer(self, model, train_config):
+        """The vectorized trainer these settings describe (chunks, threads, workers)."""
+        from fl_uav.learning.vectorized import VectorizedTrainer
+
+        return VectorizedTrainer(model, train_config, self.max_clients_per_chunk,
+                                 self.torch_threads, workers=self.workers)
+
+
+def check_express(config: ExperimentConfig) -> None:
+    """Keys that must agree with ``express.enabled`` (each error names the key)."""
+    e = config.express
+    if not e.enabled:
+        return
+    want = f'fedex_{e.mode}'
+    if config.aggregation.strategy != want:
+        raise ValueError(f'aggregation.strategy must be {want} with express.mode {e.mode} '
+                         f'(FedEx eqs. (13)-(15)), got {config.aggregation.strategy!r}')
+    if config.learning.client_algorithm != 'sgd':
+        raise ValueError(f'learning.client_algorithm must be sgd with express.enabled (FedEx '
+                         f'eq. (10)), got {config.learning.client_algorithm!r}')
+    if config.learning.lr_decay != 1.0:
+        raise ValueError(f'learning.lr_decay must be 1.0 with express.enabled, got '
+                         f'{config.learning.lr_decay}: the engine decays per server update, '
+                         f'and FedEx-Async makes ~K updates per Sync round (FedEx gives no '
+                         f'schedule), so Sync and Async would not get the same rate at a time')
+    if config.compression.method != 'none':
+        raise ValueError(f'compression.method must be none with express.enabled, got '
+                         f'{config.compression.method!r}')
+    if config.learning.structured_keep != 1.0:
+        raise ValueError('learning.structured_keep must be 1.0 with express.enabled')
+    if config.data.online or config.data.topup:
+        raise ValueError('data.online and data.topup must be false with express.enabled '
+                         '(FedEx clients hold fixed data)')
+    if e.num_uavs > config.num_drones:
+        raise ValueError(f'express.num_uavs ({e.num_uavs}) must not exceed num_drones (the '
+                         f'ground clients, {config.num_drones})')
+
+
+
+
+def check_resources(config: ExperimentConfig) -> None:
+    """The planner's decisions need the procedures that consume them: fail at start, naming
+    the keys, instead of silently ignoring a knob."""
+    planner = config.resources.planner
+    if planner == 'none':
+        return
+    if config.express.enabled:
+        raise ValueError(f'resources.planner {planner} does not run with express.enabled')
+    check_planner_procedures(config.resources, config.learning, config.compression,
+                             config.aggregation)
+    if planner == 'feddpq' and not config.data.topup:
+        raise ValueError(f'resources.planner {planner} needs data.topup = True, got False')
+    if (planner != 'feddpq' and config.resources.lgc_steps_scale
+            in (STEPS_SCALE_AUTO, STEPS_SCALE_ONLINE) and not config.engine.vectorized):
+        # the warm-up's (auto) or the probe rounds' (online) trace
+        raise ValueError(f'resources.lgc_steps_scale {config.resources.lgc_steps_scale} needs '
+                         f'engine.vectorized = True, got False')
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """One experiment: data, drones, learning, aggregation, system models, engine.
+
+    name: the run's name in its summary and plot legends. seed: the run's random draws (data
+    split and partition, sample order, drone distances, drawn participants, packet losses,
+    express routes), not the initial model (learning.init_seed). num_drones: drones (with
+    express enabled, ground clients). num_rounds: rounds to run (express: server updates).
+    express: FedEx UAV express delivery (fl_uav.engine.express); when enabled, num_drones counts
+    the ground clients, num_rounds the server updates. resources: per-drone resource
+    decisions (:class:`ResourcesConfig`). target_accuracy: summary.json reports the fleet's
+    cumulative modelled energy and the rounds to the first round at or above it (0 = none).
+    """
+
+    name: str = 'experiment'
+    seed: int = 0
+    num_drones: int = 10
+    num_rounds: int = 10
+    data: DataConfig = field(default_factory=DataConfig)
+    learning: LearningConfig = field(default_factory=LearningConfig)
+    aggregation: AggregationConfig = field(default_factory=AggregationConfig)
+    buffer: BufferConfig = field(default_factory=BufferConfig)
+    system: SystemConfig = field(default_factory=SystemConfig)
+    compression: CompressionConfig = field(default_factory=CompressionConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    express: ExpressConfig = field(default_factory=ExpressConfig)
+    resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    target_accuracy: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.seed < 0:
+            raise ValueError(f'seed must be >= 0, got {self.seed}')
+        if not 0.0 <= self.target_accuracy <= 1.0:
+            raise ValueError(f'target_accuracy must be in [0, 1], got {self.target_accuracy}')
+        if not 1 <= self.num_drones <= 100_000:
+            raise ValueError(f'num_drones must be in [1, 100000], got {self.num_drones}')
+        if not 1 <= self.num_rounds <= 100_000:
+            raise ValueError(f'num_rounds must be in [1, 100000], got {self.num_rounds}')
+        check_express(self)
+        check_resources(self)
