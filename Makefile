@@ -7,7 +7,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.fl_uav-installed
 DEMO_OUT ?= runs/demo
 
-.PHONY: demo test lint install bench clean-venv
+.PHONY: demo test lint install bench clean-venv ament
+
+# The real `ros2 launch` and `ros2` command line (pure-Python ROS 2 packages), where the
+# workspace ships them beside this checkout; without them the launch tests skip, named.
+ROS2_TOOLS ?= ../shared/ros2_tools
 
 FMNIST_DIR := /usr/share/datasets/fashion-mnist
 
@@ -19,6 +23,8 @@ $(STAMP): requirements.txt setup.py package.xml
 	$(PY) -m pip install -q --disable-pip-version-check -U pip
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	@if [ -f $(ROS2_TOOLS)/install.sh ]; then bash $(ROS2_TOOLS)/install.sh $(VENV); \
+	  else echo "note: $(ROS2_TOOLS) not found: no ros2 launch / ros2 CLI (launch tests will skip)"; fi
 	@touch $(STAMP)
 
 install: $(STAMP)
@@ -42,6 +48,18 @@ $(FLOWER_VENV)/.installed:
 bench: $(STAMP) $(FLOWER_VENV)/.installed
 	FLWR_TELEMETRY_ENABLED=0 $(PY) bench/vectorized_training.py \
 	  --engines plain,vectorized,experiment,experiment_seq,flower --reps 3
+
+# An ament install prefix as colcon lays it out (share/ament_index, share/fl_uav/{launch,config,
+# sim}, lib/fl_uav/<node executables>), built by pip from setup.py without colcon, for
+# `AMENT_PREFIX_PATH=$$PWD/install ros2 launch fl_uav ...`. The nodes run the venv's fl_uav (the
+# editable install), so the prefix holds no second copy of the package.
+ament: $(STAMP)
+	rm -rf install
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
+	  --ignore-installed --prefix install .
+	rm -rf install/lib/python3* build fl_uav.egg-info
+	mkdir -p install/lib/fl_uav && mv install/bin/*_node install/lib/fl_uav/
+	@echo "ament prefix: AMENT_PREFIX_PATH=$$PWD/install $(VENV)/bin/ros2 launch fl_uav fleet_sim.launch.py"
 
 lint: $(STAMP)
 	$(PY) -m ruff check fl_uav test bench launch examples
