@@ -1,16 +1,13 @@
-"""The engine's resource planner: built from the engine's own fleet, written to
-DIR/knobs.json (the planners themselves are fl_uav.planning.round_resources)."""
+"""The engine's resource planner, built from the engine's own fleet (the planners themselves
+are fl_uav.planning.round_resources; their decisions go to DIR/knobs.json, engine.results)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fl_uav.planning.round_resources import (
-    KNOBS_FILE,
     NoRoundResources,
     PlannerInputs,
     RoundResources,
@@ -43,13 +40,3 @@ def build_round_resources(engine: ExperimentEngine, down_s: float) -> RoundResou
     if engine.config.resources.planner == 'none':
         return NoRoundResources()
     return build_planner(engine_inputs(engine, down_s))
-
-
-def write_knobs(resources: RoundResources, out_dir: Path) -> None:
-    """DIR/knobs.json: the planner's decisions (FedDPQ's plan; LGC's per-round choices)."""
-    summary = resources.summary()
-    if summary is None:
-        return
-    tmp = Path(out_dir) / (KNOBS_FILE + '.tmp')
-    tmp.write_text(json.dumps(summary, indent=1))
-    tmp.replace(Path(out_dir) / KNOBS_FILE)

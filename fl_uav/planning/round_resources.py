@@ -57,7 +57,7 @@ drones reported in their first round (fl_uav.fleet.ground_station). Below, as th
   the engine records the training loss (seeded sample of the drones' data, as ``auto``) of
   the model the LGC server would produce had the group's drones stopped after h = 0..H
   steps, the others having taken theirs: w + η/M Σ_k Top_{K_k}(e_k + Δ_k(h_k)), with each
-  drone's own error memory e_k (fl_uav.engine.experiment, ``_compressed_trace_losses``). Not
+  drone's own error memory e_k (fl_uav.engine.clients, ``_compressed_trace_losses``). Not
   the uncompressed FedAvg of ``auto``: from round ~16 on (seed 5) that model's loss rises
   with h, while the compressed aggregate the server applies does not; and one group, not
   the fleet, because a whole-fleet probe at H = 11 costs as much as 7 rounds at H = 1 and,
