@@ -178,12 +178,15 @@ def feddpq_fleet(inputs: PlannerInputs):
 
 class RoundResources:
     """What the engine asks of a resource planner every round; the hooks only some planners
-    use are no-ops here, so the engine calls them without asking which planner it has."""
+    use are no-ops or neutral here (LGC's overrides them), so the engine calls them without
+    asking which planner it has."""
 
     kind = 'none'
     #: W drawn while a drone hovers for its round (FedEx eq. (8)); LGC's setting only
     hover_power_w = 0.0
-    #: the engine records traces with each drone's error memory (LGC ``online``)
+    #: which trace :meth:`observe_trace` wants: the LGC server's aggregate with each drone's
+    #: error memory while :meth:`probe_drones` stop early (LGC ``online``), else the fleet's
+    #: uncompressed mean model (``auto``)
     online = False
     #: a resume reads DIR/knobs.json back (:meth:`load_log`); planners without per-round
     #: state leave the file, which may be another run's, unread
@@ -202,6 +205,20 @@ class RoundResources:
     def wants_trace(self, round_index: int) -> bool:
         """True when the engine should measure and report :meth:`observe_trace`."""
         return False
+
+    def probe_drones(self, round_index: int) -> set[int]:
+        """The drones whose local steps an ``online`` trace varies (LGC's probe group)."""
+        return set()
+
+    def observe_trace(self, round_index: int, losses_after_steps: list[float]) -> None:
+        """The training loss after h = 0, 1, ... local steps the engine measured in a round
+        :meth:`wants_trace` asked for (the LGC surrogate's progress model is fitted to it)."""
+
+    def upload(self, drone: int, channel_bytes: list[int]) -> tuple[float, float]:
+        """(airtime s, energy J) of an upload the planner split over its channels, bytes per
+        channel (LGC eq. (15b)); asked only when the planner's knobs set the entries per
+        channel (lgc_channel_entries), which a planner without channels never does."""
+        raise NotImplementedError(f'the {self.kind} planner has no channels to send over')
 
     def load_log(self, knobs: dict[str, Any], upto: int) -> None:
         """Resume from DIR/knobs.json up to round ``upto`` (planners with per-round state)."""

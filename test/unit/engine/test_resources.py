@@ -71,6 +71,19 @@ def test_no_planner_runs_with_default_knobs_and_writes_no_knobs_file(tmp_path):
     assert _one_round(config) == _one_round(config, _Knobs({}))
 
 
+def test_a_planner_without_channels_or_traces_answers_the_engines_hooks_neutrally():
+    # Arrange
+    planner = NoRoundResources()
+
+    # Act / Assert: no trace asked, no probe group, no hover power, nothing to resume
+    assert not planner.wants_trace(1) and planner.probe_drones(1) == set()
+    assert planner.observe_trace(1, [2.3, 2.2]) is None
+    assert planner.hover_power_w == 0.0 and not planner.online
+    assert not planner.resumes_from_knobs
+    with pytest.raises(NotImplementedError, match='none planner has no channels'):
+        planner.upload(0, [100, 0])   # only a planner's per-channel entries lead here
+
+
 # --- config -----------------------------------------------------------------------------------
 
 def test_knob_names_agree_between_planners_and_clients():
