@@ -52,7 +52,6 @@ from fl_uav.engine.compare import compare_runs  # noqa: F401  README's sweeps im
 from fl_uav.engine.config import ExperimentConfig
 from fl_uav.engine.data import TrainTestData, load_experiment_data, partition_data
 from fl_uav.engine.express import EngineExpress, plan_express
-from fl_uav.engine.resources import build_round_resources
 from fl_uav.engine.results import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
@@ -77,6 +76,12 @@ from fl_uav.netmodel.radio import RadioLink
 from fl_uav.planning.config import KNOBS_FILE
 from fl_uav.planning.feddpq_opt import TOPUP_KNOB, TX_POWER_KNOB
 from fl_uav.planning.resources import merge_knobs
+from fl_uav.planning.round_resources import (
+    NoRoundResources,
+    PlannerInputs,
+    RoundResources,
+    build_planner,
+)
 from fl_uav.plugins import seeded_global_random
 from fl_uav.streams import Stream, stream_rng, stream_seed
 
@@ -335,7 +340,10 @@ class ExperimentEngine(ClientsMixin, CheckpointMixin):
         """One FedEx server update (fl_uav.engine.express): a round in Sync, a landing in Async."""
         lr = self.config.learning.lr * self.config.learning.lr_decay ** (r - 1)
         try:
-            fields = self.express.run_update(self, dataclasses.replace(self.train_config, lr=lr))
+            trainer = self.express.trainer(self.config.engine, self.model, self.train_config)
+            fields = self.express.run_update(
+                trainer, dataclasses.replace(self.train_config, lr=lr), self.weights,
+                self.strategy, self.data.train_x, self.data.train_y)
         except (NonFiniteLossError, FloatingPointError) as exc:
             raise ExperimentError(f'update {r}: non-finite training loss ({exc}); partial '
                                   f'results are in {self.out_dir}') from exc
@@ -349,6 +357,30 @@ class ExperimentEngine(ClientsMixin, CheckpointMixin):
         self.round_index = r
         return {'round': r, 'accuracy': accuracy, 'loss': test_loss, **fields,
                 'wall_s': time.perf_counter() - wall_start}
+
+
+def engine_inputs(engine: ExperimentEngine, down_s: float = 0.0) -> PlannerInputs:
+    """The planner's view of the engine's fleet (how each planner reads it:
+    fl_uav.planning.round_resources); ``down_s``: one round's model download."""
+    config = engine.config
+    counts = np.array([np.bincount(engine.data.train_y[p], minlength=engine.data.num_classes)
+                       for p in engine.parts], np.float64)
+    return PlannerInputs(
+        drone_ids=tuple(range(config.num_drones)), class_counts=counts,
+        distance_m=np.asarray(engine.distance_m, np.float64),
+        num_params=int(sum(int(w.size) for w in engine.weights.values())),
+        batch_size=config.learning.batch_size, kappa_steps=config.learning.kappa_steps,
+        num_selected=config.aggregation.num_selected, seed=config.seed,
+        resources=config.resources, system=config.system, download_s=down_s,
+        generator_makes_absent_classes=bool(
+            getattr(engine.topup_generator, 'makes_absent_classes', True)))
+
+
+def build_round_resources(engine: ExperimentEngine, down_s: float) -> RoundResources:
+    """The engine's configured planner (:class:`NoRoundResources` for ``none``)."""
+    if engine.config.resources.planner == 'none':
+        return NoRoundResources()
+    return build_planner(engine_inputs(engine, down_s))
 
 
 def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False,

@@ -3,8 +3,9 @@
 :func:`build_planner` turns a ``resources`` section and a fleet's facts (:class:`PlannerInputs`)
 into an object asked every round for each drone's knobs (fl_uav.planning.resources.
 ResourcePlanner) and, for LGC, charging the drone's multi-channel upload. The engine builds it
-from its own fleet (:func:`build_round_resources`); the fleet's ground station from what its
-drones reported in their first round (fl_uav.fleet.ground_station). Below, as the engine uses it.
+from its own fleet (fl_uav.engine.experiment.build_round_resources); the fleet's ground station
+from what its drones reported in their first round (fl_uav.fleet.ground_station). Below, as the
+engine uses it.
 
 * ``feddpq``: the :class:`~fl_uav.planning.feddpq_opt.FeddpqFleet` is the engine's own fleet:
   label counts of each drone's partition (D_loc,u,c), the distances the engine drew, the
@@ -133,9 +134,9 @@ STEPS_SCALE_EVAL_SAMPLES = 4096
 
 @dataclass(frozen=True)
 class PlannerInputs:
-    """What a resource planner is built from: the engine's own fleet (:func:`engine_inputs`)
-    or what the fleet's ground station learned from the drones' reports
-    (fl_uav.fleet.ground_station).
+    """What a resource planner is built from: the engine's own fleet
+    (fl_uav.engine.experiment.engine_inputs) or what the fleet's ground station learned from
+    the drones' reports (fl_uav.fleet.ground_station).
 
     drone_ids: the planned drones. class_counts: D_loc,u,c (U x C real samples per class).
     distance_m: d_u, each drone's distance to the station (U). num_params: V. batch_size: b of

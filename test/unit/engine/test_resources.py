@@ -11,8 +11,7 @@ import pytest
 from fl_uav.configschema import ConfigError, build_config, read_params_file
 from fl_uav.engine.compare import compare_runs
 from fl_uav.engine.config import ExperimentConfig
-from fl_uav.engine.experiment import ExperimentEngine, run_experiment
-from fl_uav.engine.resources import engine_inputs
+from fl_uav.engine.experiment import ExperimentEngine, engine_inputs, run_experiment
 from fl_uav.engine.results import energy_to_target
 from fl_uav.learning.client_algorithms import LOCAL_STEPS_KNOB, PRUNE_FRACTION_KNOB
 from fl_uav.learning.training import evaluate
