@@ -30,7 +30,9 @@ from fl_uav.plugins import (
 class CheckpointMixin:
     """ExperimentEngine's checkpoint methods; its ``__init__`` sets the state they save and
     load (config, out_dir, weights, model, strategy, buffers, consumed, topup_sources,
-    round_index, sim_time_s, express, resources, the per-drone _clients and _compressors)."""
+    round_index, sim_time_s, express, resources, _plugin_snapshots) and ClientsMixin holds the
+    per-drone client algorithms and compressors (_clients, _compressors, made by _client and
+    _compressor)."""
 
     def write_express(self) -> None:
         """DIR/express.json (FedEx plan and update log 1..round_index), written atomically.
