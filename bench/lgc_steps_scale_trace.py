@@ -8,7 +8,7 @@ mid action every round: H = 11, the auto warm-up's decision) and, before each ro
 from the round's global model, with the drones' own data and the round's seeds:
 
 * global: the training loss of the fleet's FedAvg model had every drone stopped after h = 0..H
-  local steps (the engine's auto measurement: fl_uav.engine.experiment, ``_trace_losses``, on the
+  local steps (the engine's auto measurement: fl_uav.engine.clients, ``_trace_losses``, on the
   same seeded sample of the drones' training data), and the h0 that
   fl_uav.planning.lgc_control.fit_steps_scale fits to it (cap 10 H_max);
 * local: the fleet mean of each drone's own mini-batch losses at steps 0..H-1 (its training

@@ -209,7 +209,7 @@ def run_experiment_worker(engine: str, num_clients: int, rounds: int, chunk: int
         main_s = time.perf_counter() - t_main
         if code:
             raise RuntimeError(f'fl-uav {" ".join(argv)} exited with {code}')
-        from fl_uav.engine.experiment import ROUNDS_FILE, SUMMARY_FILE
+        from fl_uav.engine.results import ROUNDS_FILE, SUMMARY_FILE
         summary = json.loads((Path(out) / SUMMARY_FILE).read_text())
         with open(Path(out) / ROUNDS_FILE, newline='') as f:
             rows = list(csv.DictReader(f))

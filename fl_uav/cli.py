@@ -120,11 +120,11 @@ def _experiment(args: argparse.Namespace) -> int:
 
     with collector_paused_for_imports() as fresh_process:
         from fl_uav.engine.config import ExperimentConfig
-        from fl_uav.engine.experiment import (
+        from fl_uav.engine.experiment import run_experiment
+        from fl_uav.engine.results import (
             ExperimentError,
             read_run_config,
             recorded_run_files,
-            run_experiment,
         )
     from fl_uav.configschema import build_config, read_params_file
 
@@ -193,7 +193,8 @@ def _fractions(text: str) -> tuple[float, ...]:
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from fl_uav.engine.experiment import ExperimentError, compare_runs
+    from fl_uav.engine.compare import compare_runs
+    from fl_uav.engine.results import ExperimentError
 
     try:
         print(compare_runs([Path(d) for d in args.dirs], Path(args.out), args.target,

@@ -25,7 +25,7 @@ import numpy as np
 class Stream(enum.IntEnum):
     """What a stream is for; ``index`` is the drone (or client) unless stated."""
 
-    # the experiment engine (fl_uav.engine.experiment)
+    # the experiment engine (fl_uav.engine: data, experiment, clients)
     SPLIT = 1             # the stratified train/test split (round 0)
     TEST_SUBSET = 2       # which test samples data.max_test_samples keeps (round 0)
     PARTITION = 3         # each drone's share of the training set (round 0)

@@ -73,8 +73,9 @@ from fl_uav.planning.express import (
 from fl_uav.planning.routing import RoutePlan, RoutingProblem
 
 if TYPE_CHECKING:
-    from fl_uav.engine.config import ExperimentConfig
-    from fl_uav.engine.experiment import ExperimentEngine
+    import torch
+
+    from fl_uav.engine.config import EngineConfig, ExperimentConfig
     from fl_uav.learning.training import TrainConfig
     from fl_uav.learning.vectorized import VectorizedTrainer
 
@@ -324,7 +325,7 @@ class EngineExpress:
     """What the experiment engine holds in express mode: positions, data, plan, runtime.
 
     ``parts`` replaces the engine's partition when ``express.partition`` is location or
-    ``express.samples_per_client`` > 0. ``run_update(engine)`` is one rounds.csv row.
+    ``express.samples_per_client`` > 0. ``run_update`` is one rounds.csv row.
     ``layout`` is :func:`plan_express`'s, solved before the engine loads the data.
     """
 
@@ -354,15 +355,16 @@ class EngineExpress:
         return {**plan_summary(self.config, self.problem, self.plan, self.runtime),
                 'updates': log}
 
-    def trainer(self, engine: ExperimentEngine) -> VectorizedTrainer:
-        """The vectorised trainer of the ground clients' local SGD, built once on first use.
+    def trainer(self, settings: EngineConfig, model: torch.nn.Module,
+                train_config: TrainConfig) -> VectorizedTrainer:
+        """The vectorised trainer of the ground clients' local SGD, built once on first use
+        from the engine's settings, model and training config.
 
         FedEx clients always train this way (all from one base model, FedEx eq. (10)), with
         or without ``engine.vectorized`` (which selects the direct-upload engine's path).
         """
         if self._trainer is None:
-            self._trainer = engine.config.engine.build_trainer(engine.model,
-                                                               engine.train_config)
+            self._trainer = settings.build_trainer(model, train_config)
         return self._trainer
 
     def train_fn(self, trainer: VectorizedTrainer, train_config: TrainConfig,
@@ -378,15 +380,17 @@ class EngineExpress:
             return deltas, [float(u.result.mean_loss) for u in done]
         return train
 
-    def run_update(self, engine: ExperimentEngine, train_config: TrainConfig
-                   ) -> dict[str, Any]:
-        """One server update on the engine's model; returns the rounds.csv row fields."""
+    def run_update(self, trainer: VectorizedTrainer, train_config: TrainConfig,
+                   weights: Weights, strategy: Strategy, train_x: np.ndarray,
+                   train_y: np.ndarray) -> dict[str, Any]:
+        """One server update of the global ``weights`` by ``strategy``, the ground clients
+        training on their parts of (``train_x``, ``train_y``); returns the rounds.csv row
+        fields and the new weights."""
         from fl_uav.compression.codec import encoded_size
 
         previous_s = self.runtime.time_s
-        train = self.train_fn(self.trainer(engine), train_config, engine.data.train_x,
-                              engine.data.train_y)
-        step = self.runtime.advance(engine.weights, train, engine.strategy)
+        train = self.train_fn(trainer, train_config, train_x, train_y)
+        step = self.runtime.advance(weights, train, strategy)
         frame_bytes = encoded_size(step.weights, {'round': step.update_index})
         self.log.append({'update': step.update_index, 'time_s': step.time_s,
                          'uavs': step.uavs, 'participants': step.participants,

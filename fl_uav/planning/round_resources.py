@@ -3,8 +3,9 @@
 :func:`build_planner` turns a ``resources`` section and a fleet's facts (:class:`PlannerInputs`)
 into an object asked every round for each drone's knobs (fl_uav.planning.resources.
 ResourcePlanner) and, for LGC, charging the drone's multi-channel upload. The engine builds it
-from its own fleet (:func:`build_round_resources`); the fleet's ground station from what its
-drones reported in their first round (fl_uav.fleet.ground_station). Below, as the engine uses it.
+from its own fleet (fl_uav.engine.experiment.build_round_resources); the fleet's ground station
+from what its drones reported in their first round (fl_uav.fleet.ground_station). Below, as the
+engine uses it.
 
 * ``feddpq``: the :class:`~fl_uav.planning.feddpq_opt.FeddpqFleet` is the engine's own fleet:
   label counts of each drone's partition (D_loc,u,c), the distances the engine drew, the
@@ -57,7 +58,7 @@ drones reported in their first round (fl_uav.fleet.ground_station). Below, as th
   the engine records the training loss (seeded sample of the drones' data, as ``auto``) of
   the model the LGC server would produce had the group's drones stopped after h = 0..H
   steps, the others having taken theirs: w + η/M Σ_k Top_{K_k}(e_k + Δ_k(h_k)), with each
-  drone's own error memory e_k (fl_uav.engine.experiment, ``_compressed_trace_losses``). Not
+  drone's own error memory e_k (fl_uav.engine.clients, ``_compressed_trace_losses``). Not
   the uncompressed FedAvg of ``auto``: from round ~16 on (seed 5) that model's loss rises
   with h, while the compressed aggregate the server applies does not; and one group, not
   the fleet, because a whole-fleet probe at H = 11 costs as much as 7 rounds at H = 1 and,
@@ -133,9 +134,9 @@ STEPS_SCALE_EVAL_SAMPLES = 4096
 
 @dataclass(frozen=True)
 class PlannerInputs:
-    """What a resource planner is built from: the engine's own fleet (:func:`engine_inputs`)
-    or what the fleet's ground station learned from the drones' reports
-    (fl_uav.fleet.ground_station).
+    """What a resource planner is built from: the engine's own fleet
+    (fl_uav.engine.experiment.engine_inputs) or what the fleet's ground station learned from
+    the drones' reports (fl_uav.fleet.ground_station).
 
     drone_ids: the planned drones. class_counts: D_loc,u,c (U x C real samples per class).
     distance_m: d_u, each drone's distance to the station (U). num_params: V. batch_size: b of
@@ -178,12 +179,15 @@ def feddpq_fleet(inputs: PlannerInputs):
 
 class RoundResources:
     """What the engine asks of a resource planner every round; the hooks only some planners
-    use are no-ops here, so the engine calls them without asking which planner it has."""
+    use are no-ops or neutral here (LGC's overrides them), so the engine calls them without
+    asking which planner it has."""
 
     kind = 'none'
     #: W drawn while a drone hovers for its round (FedEx eq. (8)); LGC's setting only
     hover_power_w = 0.0
-    #: the engine records traces with each drone's error memory (LGC ``online``)
+    #: which trace :meth:`observe_trace` wants: the LGC server's aggregate with each drone's
+    #: error memory while :meth:`probe_drones` stop early (LGC ``online``), else the fleet's
+    #: uncompressed mean model (``auto``)
     online = False
     #: a resume reads DIR/knobs.json back (:meth:`load_log`); planners without per-round
     #: state leave the file, which may be another run's, unread
@@ -202,6 +206,20 @@ class RoundResources:
     def wants_trace(self, round_index: int) -> bool:
         """True when the engine should measure and report :meth:`observe_trace`."""
         return False
+
+    def probe_drones(self, round_index: int) -> set[int]:
+        """The drones whose local steps an ``online`` trace varies (LGC's probe group)."""
+        return set()
+
+    def observe_trace(self, round_index: int, losses_after_steps: list[float]) -> None:
+        """The training loss after h = 0, 1, ... local steps the engine measured in a round
+        :meth:`wants_trace` asked for (the LGC surrogate's progress model is fitted to it)."""
+
+    def upload(self, drone: int, channel_bytes: list[int]) -> tuple[float, float]:
+        """(airtime s, energy J) of an upload the planner split over its channels, bytes per
+        channel (LGC eq. (15b)); asked only when the planner's knobs set the entries per
+        channel (lgc_channel_entries), which a planner without channels never does."""
+        raise NotImplementedError(f'the {self.kind} planner has no channels to send over')
 
     def load_log(self, knobs: dict[str, Any], upto: int) -> None:
         """Resume from DIR/knobs.json up to round ``upto`` (planners with per-round state)."""

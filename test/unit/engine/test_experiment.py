@@ -11,14 +11,10 @@ import pytest
 
 from fl_uav.cli import main as cli_main
 from fl_uav.configschema import build_config, read_params_file
+from fl_uav.engine.compare import _group_label, compare_runs
 from fl_uav.engine.config import ExperimentConfig, check_resources
-from fl_uav.engine.experiment import (
-    ROUND_COLUMNS,
-    ExperimentError,
-    _group_label,
-    compare_runs,
-    run_experiment,
-)
+from fl_uav.engine.experiment import run_experiment
+from fl_uav.engine.results import ROUND_COLUMNS, ExperimentError
 
 REPO = Path(__file__).resolve().parents[3]
 QUICK = REPO / 'config' / 'experiments' / 'quick_digits.yaml'

@@ -228,7 +228,8 @@ def test_a_diverging_osafl_drone_is_named_after_a_replay_with_its_own_step_count
 
     import numpy as np
 
-    from fl_uav.engine.experiment import ExperimentError, load_experiment_data
+    from fl_uav.engine.data import load_experiment_data
+    from fl_uav.engine.results import ExperimentError
     from fl_uav.learning.vectorized import client_batches
     from fl_uav.streams import Stream, stream_seed
 

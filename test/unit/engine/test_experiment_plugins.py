@@ -13,7 +13,8 @@ import pytest
 from fl_uav.aggregation.strategy import weighted_mean_delta
 from fl_uav.configschema import build_config, read_params_file
 from fl_uav.engine.config import ExperimentConfig
-from fl_uav.engine.experiment import ExperimentEngine, ExperimentError, run_experiment
+from fl_uav.engine.experiment import ExperimentEngine, run_experiment
+from fl_uav.engine.results import ExperimentError
 from test.unit import _plugins
 from test.unit._plugins import SPEC
 

@@ -49,7 +49,7 @@ def test_every_drones_batch_and_compressor_streams_of_a_round_are_distinct(tmp_p
 
 
 def test_the_split_test_subset_partition_and_strategy_draw_from_four_streams(monkeypatch):
-    from fl_uav.engine.experiment import load_experiment_data, partition_data
+    from fl_uav.engine.data import load_experiment_data, partition_data
 
     # Arrange: every generator made while the data are split, subsampled and partitioned
     flat = read_params_file(QUICK)
@@ -78,7 +78,7 @@ class _Stop(Exception):
 def test_the_world_frames_and_the_strategys_draws_are_two_streams(monkeypatch):
     import fl_uav.fleet.world_setup
     import fl_uav.world.dataset
-    from fl_uav.engine.experiment import load_experiment_data
+    from fl_uav.engine.data import load_experiment_data
 
     # Arrange: the world stubbed; the stream the poses (and frames) are drawn from recorded
     flat = read_params_file(REPO / 'config' / 'experiments' / 'world_location.yaml')

@@ -9,14 +9,10 @@ import numpy as np
 import pytest
 
 from fl_uav.configschema import ConfigError, build_config, read_params_file
+from fl_uav.engine.compare import compare_runs
 from fl_uav.engine.config import ExperimentConfig
-from fl_uav.engine.experiment import (
-    ExperimentEngine,
-    compare_runs,
-    energy_to_target,
-    run_experiment,
-)
-from fl_uav.engine.resources import engine_inputs
+from fl_uav.engine.experiment import ExperimentEngine, engine_inputs, run_experiment
+from fl_uav.engine.results import energy_to_target
 from fl_uav.learning.client_algorithms import LOCAL_STEPS_KNOB, PRUNE_FRACTION_KNOB
 from fl_uav.learning.training import evaluate
 from fl_uav.learning.weights import set_weights
@@ -72,6 +68,19 @@ def test_no_planner_runs_with_default_knobs_and_writes_no_knobs_file(tmp_path):
     assert summary['resources_planner'] == 'none' and 'lgc_steps_scale' not in summary
     assert NoRoundResources().knobs(1, [0, 1]) == {}
     assert _one_round(config) == _one_round(config, _Knobs({}))
+
+
+def test_a_planner_without_channels_or_traces_answers_the_engines_hooks_neutrally():
+    # Arrange
+    planner = NoRoundResources()
+
+    # Act / Assert: no trace asked, no probe group, no hover power, nothing to resume
+    assert not planner.wants_trace(1) and planner.probe_drones(1) == set()
+    assert planner.observe_trace(1, [2.3, 2.2]) is None
+    assert planner.hover_power_w == 0.0 and not planner.online
+    assert not planner.resumes_from_knobs
+    with pytest.raises(NotImplementedError, match='none planner has no channels'):
+        planner.upload(0, [100, 0])   # only a planner's per-channel entries lead here
 
 
 # --- config -----------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fl_uav.engine.experiment import accuracy_figure
+from fl_uav.engine.results import accuracy_figure
 
 FIVE_ROUNDS = [{'round': r, 'accuracy': 0.1 * r, 'sim_time_s': 90.0 * r,
                 'uplink_bytes': 1_000_000} for r in range(1, 6)]

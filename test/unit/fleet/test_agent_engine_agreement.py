@@ -54,7 +54,8 @@ def test_2ceoafl_station_divides_by_the_drones_learning_rate_not_the_default():
 
 def _engine(tmp_path, keep: float, vectorized: bool):
     from fl_uav.engine.config import ExperimentConfig
-    from fl_uav.engine.experiment import ExperimentEngine, TrainTestData
+    from fl_uav.engine.data import TrainTestData
+    from fl_uav.engine.experiment import ExperimentEngine
 
     rng = np.random.default_rng(1)   # camera-shaped data: the fleet's tiny_cnn, 7 classes
     data = TrainTestData(rng.random((24, 3, 32, 32), dtype=np.float32),

@@ -9,7 +9,8 @@ import pytest
 
 from fl_uav.configschema import build_config, read_params_file
 from fl_uav.engine.config import ExperimentConfig
-from fl_uav.engine.experiment import ExperimentEngine, load_experiment_data
+from fl_uav.engine.data import load_experiment_data
+from fl_uav.engine.experiment import ExperimentEngine
 from fl_uav.learning.buffer import BufferConfig, OnboardBuffer
 from fl_uav.learning.topup import mixed_counts
 
