@@ -1,4 +1,6 @@
-"""Flower 1.41 ServerApp and ClientApp running the yardstick workload of vectorized_training.py
+"""Figure: the Flower 1.41 rows of `make bench`; in docs/benchmarks/engine.md.
+
+Flower 1.41 ServerApp and ClientApp running the yardstick workload of vectorized_training.py
 (bench/_workload.py, which both import; this module does not import that script).
 
 Same data, split, shards, model, initial weights, per-(round, client) shuffle and local SGD as

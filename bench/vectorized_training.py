@@ -1,4 +1,6 @@
-"""Speed of the vectorized multi-client trainer against a plain sequential PyTorch loop.
+"""Figure: engine vs plain loop vs Flower 1.41 (`make bench`); in docs/benchmarks/engine.md.
+
+Speed of the vectorized multi-client trainer against a plain sequential PyTorch loop.
 
 Workload: the Flower yardstick of docs/reference/flower_baseline.md §2 (bench/_workload.py,
 shared with flower_app.py). sklearn digits (8×8, stratified 150/class train, 297 test, seed 0),
