@@ -37,7 +37,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider --durations=8 test
 
 # Yardstick (not part of the tests): the experiment engine's trainer vs a plain PyTorch loop vs
-# Flower 1.41 (own venv, telemetry off, num_cpus=1), same workload; see docs/benchmarks.md.
+# Flower 1.41 (own venv, telemetry off, num_cpus=1), same workload; see docs/benchmarks/engine.md.
 FLOWER_VENV := bench/.venv-flower
 $(FLOWER_VENV)/.installed:
 	@test -x $(FLOWER_VENV)/bin/python || $(PYTHON) -m venv $(FLOWER_VENV)

@@ -1,4 +1,6 @@
-"""What putting the drone's geofence on the autopilot costs before the first flight.
+"""Figure: the geofence's download / upload time per drone; in docs/benchmarks/fleet.md.
+
+What putting the drone's geofence on the autopilot costs before the first flight.
 
 Times MavsdkVehicle.download_fence and upload_fence (the unmodified MAVSDK 4.x client's geofence
 plugin, MAVLink fence protocol over loopback UDP) against the embedded autopilot simulator, with

@@ -1,4 +1,6 @@
-"""Centralised accuracy of the project CNN on the synthetic aerial world.
+"""Figure: the world's task, central SmallCnn vs colour baselines; in docs/benchmarks/fleet.md.
+
+Centralised accuracy of the project CNN on the synthetic aerial world.
 
 Trains the small CNN on frames rendered uniformly over the whole world (the upper bound a
 federated fleet can approach) and reports held-out accuracy, per-class accuracy and two trivial

@@ -1,10 +1,12 @@
-"""Energy to an accuracy target, a candidate's runs against a baseline's, paired by seed.
+"""Figure: energy to each accuracy target, paired runs; in docs/benchmarks/feddpq.md, lgc.md.
+
+Energy to an accuracy target, a candidate's runs against a baseline's, paired by seed.
 
 For each target T: the modelled energy (rounds.csv ``energy_total_j``, summed) up to the first
 round whose test accuracy is >= T, summed over the pairs, and the candidate's saving
 1 − Σ candidate / Σ baseline, with each pair's saving and first rounds in brackets. A target
 some run never reaches is reported as such (no sum). Used for FedDPQ (optimiser vs fixed
-knobs) and LGC (controller vs fixed decision) in docs/benchmarks.md:
+knobs, docs/benchmarks/feddpq.md) and LGC (controller vs fixed decision, lgc.md):
 
     python bench/energy_to_targets.py --targets 0.7,0.75 \\
         --baseline runs/feddpq_fixed_s0 runs/s7/feddpq_fixed_s1 \\

@@ -1,4 +1,6 @@
-"""FedEx runs on the paper's clock: the global model's accuracy at each simulated hour, the
+"""Figure: FedEx accuracy per simulated hour, paired runs; in docs/benchmarks/fedex.md.
+
+FedEx runs on the paper's clock: the global model's accuracy at each simulated hour, the
 mean of the evaluations in the last hour, and the hours to accuracy thresholds, for two sets
 of runs paired by position (e.g. FedEx-Sync and FedEx-Async with the same seeds), with the
 per-pair differences. The clock is FedEx Sec. VII-A's (1 slot = 1 min); the accuracy "at hour

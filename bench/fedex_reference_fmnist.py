@@ -1,4 +1,6 @@
-"""FedEx's slot-level reference simulator (test/unit/engine/_fedex_reference.py, written from
+"""Figure: FedEx Sync / Async on the reference simulator; in docs/benchmarks/fedex.md.
+
+FedEx's slot-level reference simulator (test/unit/engine/_fedex_reference.py, written from
 digest 003 Secs. 2.2-2.3 alone) run on the engine's own clients: the experiment config's
 FMNIST data, client split, CARP plan and model, one minibatch SGD step per client per slot.
 It answers whether an ordering seen in the engine (e.g. FedEx-Async behind FedEx-Sync) is the

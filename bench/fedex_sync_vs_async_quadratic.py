@@ -1,4 +1,6 @@
-"""What FedEx's own model predicts for Sync vs Async: the slot-level reference simulator
+"""Figure: FedEx Sync vs Async on quadratic clients; in docs/benchmarks/fedex.md.
+
+What FedEx's own model predicts for Sync vs Async: the slot-level reference simulator
 (test/unit/engine/_fedex_reference.py, digest 003 Secs. 2.2-2.3) on quadratic clients with exact
 gradients, N = 40 clients, K = 4 transporters of 10 clients each, 480 slots (8 h at 1 min).
 

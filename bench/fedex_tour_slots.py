@@ -1,4 +1,6 @@
-"""Tour lengths in whole 1-min slots of the engine's FedEx plans (CARP, FedEx Sec. VI) for the
+"""Figure: FedEx CARP tour lengths in slots (and energies); in docs/benchmarks/fedex.md.
+
+Tour lengths in whole 1-min slots of the engine's FedEx plans (CARP, FedEx Sec. VI) for the
 paper's setting (config/experiments/fedex_{sync,async}_fmnist.yaml: 40 clients, 4 UAVs,
 2 km x 2 km, 15 kJ), per route objective and placement seed: how unbalanced can the tours get?
 FedEx's Sync/Async ordering depends on it (bench/fedex_sync_vs_async_quadratic.py).

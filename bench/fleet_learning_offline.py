@@ -1,4 +1,6 @@
-"""Offline stand-in for `fl-uav sim`'s learning: same roles, no processes, no flight.
+"""Figure: the fleet's learning-defaults table; in docs/benchmarks/fleet.md.
+
+Offline stand-in for `fl-uav sim`'s learning: same roles, no processes, no flight.
 
 Each drone's frames are rendered along its coverage plan at the spacing the embedded fleet
 produces (flight speed × time factor / camera rate), labelled by the map labeler, buffered and

@@ -1,4 +1,7 @@
-"""Flower 1.41 ServerApp and ClientApp running the yardstick workload of vectorized_training.py.
+"""Figure: the Flower 1.41 rows of `make bench`; in docs/benchmarks/engine.md.
+
+Flower 1.41 ServerApp and ClientApp running the yardstick workload of vectorized_training.py
+(bench/_workload.py, which both import; this module does not import that script).
 
 Same data, split, shards, model, initial weights, per-(round, client) shuffle and local SGD as
 the plain loop there; FedAvg with every client every round and a central evaluation after each
@@ -10,8 +13,8 @@ from __future__ import annotations
 
 import time
 
+import _workload as workload
 import torch
-import vectorized_training as yard
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
@@ -30,10 +33,10 @@ def _client_data(pid: int, num_clients: int):
     key = ('data', num_clients)
     if key not in _CACHE:
         torch.set_num_threads(1)
-        x, y, _, _ = yard.load_split()
+        x, y, _, _ = workload.load_split()
         _CACHE[key] = [(torch.from_numpy(x[p]), torch.from_numpy(y[p]))
-                       for p in yard.label_shards(y, num_clients)]
-        _CACHE['model'] = yard.make_model()
+                       for p in workload.label_shards(y, num_clients)]
+        _CACHE['model'] = workload.make_model()
     return _CACHE[key][pid], _CACHE['model']
 
 
@@ -45,12 +48,12 @@ def train(msg: Message, context: Context) -> Message:
     server_round = int(msg.content['config']['server-round'])
     model.load_state_dict(msg.content['arrays'].to_torch_state_dict())
     model.train()
-    optimizer = torch.optim.SGD(model.parameters(), lr=yard.LR)
+    optimizer = torch.optim.SGD(model.parameters(), lr=workload.LR)
     loss_fn = nn.CrossEntropyLoss()
-    generator = torch.Generator().manual_seed(yard.shuffle_seed(server_round, pid))
+    generator = torch.Generator().manual_seed(workload.shuffle_seed(server_round, pid))
     order = torch.randperm(len(y), generator=generator)
-    for start in range(0, len(y), yard.BATCH_SIZE):
-        batch = order[start:start + yard.BATCH_SIZE]
+    for start in range(0, len(y), workload.BATCH_SIZE):
+        batch = order[start:start + workload.BATCH_SIZE]
         optimizer.zero_grad()
         loss_fn(model(x[batch]), y[batch]).backward()
         optimizer.step()
@@ -61,8 +64,8 @@ def train(msg: Message, context: Context) -> Message:
 
 def _central_eval(server_round: int, arrays: ArrayRecord) -> MetricRecord:
     if 'test' not in _CACHE:
-        _, _, xt, yt = yard.load_split()
-        _CACHE['test'] = (torch.from_numpy(xt), torch.from_numpy(yt), yard.make_model())
+        _, _, xt, yt = workload.load_split()
+        _CACHE['test'] = (torch.from_numpy(xt), torch.from_numpy(yt), workload.make_model())
     xt, yt, model = _CACHE['test']
     model.load_state_dict(arrays.to_torch_state_dict())
     model.eval()
@@ -78,5 +81,5 @@ def main(grid: Grid, context: Context) -> None:
     n = SETTINGS['clients']
     strategy = FedAvg(fraction_train=1.0, fraction_evaluate=0.0, min_train_nodes=n,
                       min_available_nodes=n)
-    strategy.start(grid=grid, initial_arrays=ArrayRecord(yard.make_model().state_dict()),
+    strategy.start(grid=grid, initial_arrays=ArrayRecord(workload.make_model().state_dict()),
                    num_rounds=SETTINGS['rounds'], evaluate_fn=_central_eval)

@@ -1,4 +1,6 @@
-"""What signing costs a frame: Ed25519 envelope (wire version 4) seal and open, next to the
+"""Figure: what signing costs a frame (encode, seal, open, decode); in docs/benchmarks/fleet.md.
+
+What signing costs a frame: Ed25519 envelope (wire version 4) seal and open, next to the
 plain v1 encode and decode of the same global-model frame.
 
 Workload: the fleet's models (the GLOBAL_MODEL frame the station sends each round: every

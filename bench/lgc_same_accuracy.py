@@ -1,4 +1,6 @@
-"""LGC controllers against fixed-decision LGC "for the same accuracy" (docs/benchmarks.md).
+"""Figure: LGC runs' energy to the same accuracy; in docs/benchmarks/lgc.md.
+
+LGC controllers against fixed-decision LGC "for the same accuracy" (docs/benchmarks/lgc.md).
 
 For every run directory given (their rounds.csv), one row: rounds, final and best accuracy,
 the mean of the last 10 rounds, modelled energy to the first round at 70 %, total energy, and

@@ -1,4 +1,6 @@
-"""What the LGC progress surrogate's h0 measures round by round (resources.lgc_steps_scale: auto).
+"""Figure: LGC's fitted h0 round by round; in docs/benchmarks/lgc.md.
+
+What the LGC progress surrogate's h0 measures round by round (resources.lgc_steps_scale: auto).
 
 Run: .venv/bin/python bench/lgc_steps_scale_trace.py [--config FILE] [--seed 0] [--rounds 4]
      [--steps H]

@@ -1,4 +1,6 @@
-"""How long each drone's κ-normalised OSAFL step is, by κ (docs/reproductions.md, OSAFL).
+"""Figure: OSAFL's step length by κ; in docs/reproductions.md (OSAFL), not docs/benchmarks/.
+
+How long each drone's κ-normalised OSAFL step is, by κ (docs/reproductions.md, OSAFL).
 
 Runs the FedAvg-in-OSAFL-setting experiment (seed 0, in process) and, after rounds 1, 5, 10
 and 20, trains every drone from the current global model for exactly κ = 1, 3, 8, 15 steps

@@ -1,4 +1,6 @@
-"""Resource decisions (issue 5 item 3): FedDPQ's optimiser and LGC's DDPG controller vs baselines.
+"""Figure: FedDPQ optimiser and LGC controller, own models; in docs/benchmarks/feddpq.md, lgc.md.
+
+Resource decisions (issue 5 item 3): FedDPQ's optimiser and LGC's DDPG controller vs baselines.
 
 Run: .venv/bin/python bench/resource_decisions.py [--seed 0] [--quick]
 

@@ -1,4 +1,6 @@
-"""FedEx CARP: our Gibbs + 2-OPT planner against the OR-Tools routing solver.
+"""Figure: FedEx routes (CARP) vs OR-Tools; in docs/benchmarks/planning.md.
+
+FedEx CARP: our Gibbs + 2-OPT planner against the OR-Tools routing solver.
 
 FedEx Sec. VII-A setting: 40 clients in a 2 km x 2 km area split into 10 blocks of
 400 m x 1000 m with 4 clients placed at random in each, 4 UAVs at 10 m/s, 30 W flight / 20 W

@@ -1,4 +1,6 @@
-"""Local training wall time: dense SmallCnn against physically shrunk (filter-pruned) copies.
+"""Figure: local training time, dense vs pruned SmallCnn; in docs/benchmarks/pruning.md.
+
+Local training wall time: dense SmallCnn against physically shrunk (filter-pruned) copies.
 
 Workload: the fleet's SmallCnn (width 16, 10 classes) on synthetic 3×32×32 inputs, N samples
 (3000 by default), 1 local epoch of train_local (batch 32, SGD lr 0.05, momentum 0.9), so every

@@ -1,4 +1,6 @@
-"""2CEOAFL trajectory planning (SCA on the eq. (4)-(5) MICP) against lawnmower and random walks.
+"""Figure: 2CEOAFL trajectories vs lawnmower and random; in docs/benchmarks/planning.md.
+
+2CEOAFL trajectory planning (SCA on the eq. (4)-(5) MICP) against lawnmower and random walks.
 
 Cases:
 

@@ -1,9 +1,12 @@
-"""Speed of the vectorized multi-client trainer against a plain sequential PyTorch loop.
+"""Figure: engine vs plain loop vs Flower 1.41 (`make bench`); in docs/benchmarks/engine.md.
 
-Workload: the Flower yardstick of docs/reference/flower_baseline.md §2. sklearn digits (8×8,
-stratified 150/class train, 297 test, seed 0), label-shard non-IID split with 2 classes per
-client, the CNN Conv2d(1,16,3,p=1)-ReLU-Conv2d(16,32,3,p=1)-ReLU-MaxPool2d(2)-Flatten-
-Linear(512,64)-ReLU-Linear(64,10) initialised with torch.manual_seed(0); every round each of N
+Speed of the vectorized multi-client trainer against a plain sequential PyTorch loop.
+
+Workload: the Flower yardstick of docs/reference/flower_baseline.md §2 (bench/_workload.py,
+shared with flower_app.py). sklearn digits (8×8, stratified 150/class train, 297 test, seed 0),
+label-shard non-IID split with 2 classes per client, the CNN
+Conv2d(1,16,3,p=1)-ReLU-Conv2d(16,32,3,p=1)-ReLU-MaxPool2d(2)-Flatten-Linear(512,64)-ReLU-
+Linear(64,10) initialised with torch.manual_seed(0); every round each of N
 clients does 1 local epoch, batch 16, SGD lr 0.05 without momentum, shuffled by torch.randperm
 with a per-(round, client) seed; FedAvg weighted by samples (float32 numpy, accumulated in
 client order); the global model is evaluated on the test set after every round.
@@ -49,11 +52,16 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from _workload import (  # noqa: E402
+    BATCH_SIZE,
+    LR,
+    label_shards,
+    load_split,
+    make_model,
+    shuffle_seed,
+)
+
 REPO = Path(__file__).resolve().parents[1]
-SEED = 0
-TRAIN_PER_CLASS = 150
-BATCH_SIZE = 16
-LR = 0.05
 # Flower-baseline figures (flower_baseline.md §3, quiet machine, min wall of 3 runs, flower_c1).
 FLOWER_WALL_S = {10: 26.6, 100: 29.9}
 ENGINES = ('plain', 'plain_gc', 'vectorized', 'vmap', 'experiment', 'experiment_w2',
@@ -62,87 +70,7 @@ YARDSTICK_CONFIG = REPO / 'config' / 'experiments' / 'yardstick_digits.yaml'
 FLOWER_PYTHON = Path(__file__).resolve().parent / '.venv-flower' / 'bin' / 'python'
 
 
-# ------------------------------------------------------------------ worker: workload ----
-def load_split():
-    """Stratified digits split: 150 per class for training (1500, class-sorted), 297 test."""
-    import numpy as np
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    images = (digits.images.astype(np.float32) / 16.0)[:, None, :, :]
-    labels = digits.target.astype(np.int64)
-    rng = np.random.default_rng(SEED)
-    train, test = [], []
-    for cls in range(10):
-        members = rng.permutation(np.flatnonzero(labels == cls))
-        train.append(members[:TRAIN_PER_CLASS])
-        test.append(members[TRAIN_PER_CLASS:])
-    train_idx = np.concatenate(train)
-    test_idx = np.sort(np.concatenate(test))
-    return images[train_idx], labels[train_idx], images[test_idx], labels[test_idx]
-
-
-def label_shards(train_labels, num_clients: int):
-    """2N single-class shards, 2 per client, seeded swaps until each client has 2 classes."""
-    import numpy as np
-
-    if num_clients % 5:
-        raise ValueError('the number of clients must be divisible by 5')
-    shards, shard_class = [], []
-    for cls in range(10):
-        block = np.flatnonzero(train_labels == cls)
-        for shard in np.array_split(block, 2 * num_clients // 10):
-            shards.append(shard)
-            shard_class.append(cls)
-    shard_class = np.array(shard_class)
-    rng = np.random.default_rng(SEED + 1)
-    pairs = rng.permutation(len(shards)).reshape(num_clients, 2)
-    for _ in range(100_000):
-        clashing = np.flatnonzero(shard_class[pairs[:, 0]] == shard_class[pairs[:, 1]])
-        if len(clashing) == 0:
-            break
-        a = clashing[0]
-        b = int(rng.integers(num_clients))
-        j = int(rng.integers(2))
-        if a == b:
-            continue
-        if (shard_class[pairs[b, j]] != shard_class[pairs[a, 0]]
-                and shard_class[pairs[a, 1]] != shard_class[pairs[b, 1 - j]]):
-            pairs[a, 1], pairs[b, j] = pairs[b, j], pairs[a, 1]
-    else:
-        raise RuntimeError('shard repair did not converge')
-    parts = [np.concatenate([shards[p] for p in pair]) for pair in pairs]
-    assert all(len(np.unique(train_labels[p])) == 2 for p in parts)
-    return parts
-
-
-def make_model():
-    """The yardstick CNN with the reference's initial weights."""
-    import torch
-    from torch import nn
-
-    class DigitsCnn(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = nn.Sequential(
-                nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(),
-                nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
-                nn.MaxPool2d(2), nn.Flatten(),
-                nn.Linear(32 * 4 * 4, 64), nn.ReLU(),
-                nn.Linear(64, 10))
-
-        def forward(self, x):
-            return self.net(x)
-
-    torch.manual_seed(SEED)
-    return DigitsCnn()
-
-
-def shuffle_seed(server_round: int, client: int) -> int:
-    """The reference's per-(round, client) shuffle seed."""
-    return SEED * 1_000_003 + server_round * 10_007 + client
-
-
+# ------------------------------------------------------------------ worker ----
 def fedavg(weighted: list[tuple[dict, int]]) -> dict:
     """Sample-weighted mean of float32 numpy dicts, accumulated in client order."""
     total = float(sum(n for _, n in weighted))

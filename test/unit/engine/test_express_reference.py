@@ -120,7 +120,7 @@ def test_reference_async_with_equal_tours_is_sync(delta):
 @pytest.mark.parametrize('deltas', [[4, 6, 6, 9], [9, 9, 9, 9]])
 @pytest.mark.parametrize('mode', ['sync', 'async'])
 def test_engine_matches_the_reference_on_the_other_tour_sets_docs_cite(mode, deltas):
-    # docs/benchmarks.md (session 7) cites engine = reference on these too
+    # docs/benchmarks/fedex.md (session 7) cites engine = reference on these too
     grad, x0 = _problem()
     offsets = [[1 + j % (d - 1) for j in range(len(t))] for t, d in zip(TOURS, deltas)]
     reference = (ref.run_sync(TOURS, offsets, deltas, grad, x0, ETA, rounds=10)

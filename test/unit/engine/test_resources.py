@@ -161,7 +161,8 @@ def test_steps_scale_auto_needs_the_vectorised_trainer():
 
 
 def test_shipped_lgc_ddpg_config_keeps_a_configured_h0():
-    # Execute (auto and online are --set in docs/benchmarks.md; the shipped rows stay reproducible)
+    # Execute (auto and online are --set in docs/benchmarks/lgc.md; the shipped rows stay
+    # reproducible)
     flat = read_params_file(REPO / 'config' / 'experiments' / 'lgc_ddpg_fmnist.yaml')
     # Assert
     assert build_config(ExperimentConfig, flat).resources.lgc_steps_scale == 3.0
