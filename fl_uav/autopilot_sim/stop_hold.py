@@ -16,7 +16,9 @@ signal:
   (never heard, or silent for ``client_timeout_s``), does not hold it;
 - never beyond ``max_hold_s`` after the first signal (the longest a drone node takes to
   exit after SIGINT: :func:`fl_uav.fleet_run.launch_plan.autopilot_stop_hold_s`);
-- a further signal (:meth:`StopHold.release`) ends the wait at once.
+- a SIGTERM (:meth:`StopHold.release`) ends the wait at once; a further SIGINT does not:
+  it is the same Ctrl-C, which reaches the node once from the terminal and once from
+  ros2 launch.
 
 Under ``fl-uav sim`` the drone nodes are stopped first (:meth:`ProcessGroup.stop` with
 ``last``), so by the simulator's signal their vehicles are down and their clients gone: it
@@ -97,7 +99,7 @@ class StopHold:
         self._engaged: set[int] = set()
 
     def release(self) -> None:
-        """A further stop signal: hold nothing from now on."""
+        """A SIGTERM after the stop: hold nothing from now on."""
         self.released = True
 
     def holding(self, states: Sequence[VehicleLinkState], now_s: float
@@ -114,7 +116,7 @@ class StopHold:
     def outcome(self, now_s: float) -> str:
         """Why the hold ended (after :meth:`holding` returned empty), for the log."""
         if self.released:
-            return 'a second stop signal'
+            return 'a SIGTERM'
         if now_s >= self.deadline_s:
             return f'its limit ({self.max_hold_s:.0f} s)'
         return 'every held vehicle on the ground with its client gone'
@@ -125,16 +127,16 @@ class StopHold:
              pause: Callable[[float], None] = time.sleep,
              poll_s: float = HOLD_POLL_S) -> float:
         """Poll ``read_states`` until nothing holds the simulator, :meth:`release` as soon as
-        ``interrupted()`` (a further signal, e.g. :class:`fl_uav.fleet.recording.StopSignals`
-        ``.requested``); logs once what it waits for (if anything) and how the wait ended.
-        Returns the seconds held."""
+        ``interrupted()`` (a SIGTERM since the stop, seen through
+        :class:`fl_uav.fleet.recording.StopSignals`); logs once what it waits for (if
+        anything) and how the wait ended. Returns the seconds held."""
         start_s = clock()
         held = self.holding(read_states(), start_s)
         if not held:
             return 0.0
         _log.warning('stopping: the simulator keeps flying %s until they are on the ground '
-                     'and their clients gone (silent %.0f s), at most %.0f s; a second '
-                     'SIGINT/SIGTERM stops it at once', ', '.join(s.describe() for s in held),
+                     'and their clients gone (silent %.0f s), at most %.0f s; a SIGTERM '
+                     'stops it at once', ', '.join(s.describe() for s in held),
                      self.client_timeout_s, self.deadline_s - start_s)
         now_s = start_s
         while held:

@@ -6,12 +6,13 @@ the simulator's event log to log_dir on shutdown. Like a real PX4, which does no
 companion's ROS processes, a SIGINT or SIGTERM while a vehicle flies with its drone node
 connected (a Ctrl-C under ros2 launch reaches every node at once) stops the simulator only once
 those vehicles are down and their clients gone, at most autopilot_stop_hold_s(
-flight.shutdown_rtl_timeout_s) later (fl_uav.autopilot_sim.stop_hold); a second signal stops it
-at once.
+flight.shutdown_rtl_timeout_s) later (fl_uav.autopilot_sim.stop_hold); a SIGTERM stops it at
+once (a further SIGINT is the same Ctrl-C, forwarded by ros2 launch).
 """
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
 
@@ -61,15 +62,13 @@ class AutopilotSimNode(Node):
                 PoseSample(east_m, north_m, up_m, snap.yaw_rad, now), names.MAP_FRAME))
 
     def shutdown(self) -> None:
-        """Go on simulating while a vehicle flies with its client connected (StopHold, a
-        further SIGINT/SIGTERM ends that), then stop the simulator and write its event log."""
+        """Go on simulating while a vehicle flies with its client connected (StopHold; a
+        SIGTERM ends that), then stop the simulator and write its event log."""
         hold = StopHold(autopilot_stop_hold_s(self.config.flight.shutdown_rtl_timeout_s),
                         started_s=time.monotonic())
-        with StopSignals() as signals:      # a further signal ends the hold, not the node
-            try:
-                hold.wait(self.sim.link_states, interrupted=lambda: signals.requested)
-            except KeyboardInterrupt:       # a second Ctrl-C before StopSignals took over
-                hold.release()
+        with StopSignals() as signals:      # a SIGTERM ends the hold, not the node
+            hold.wait(self.sim.link_states,
+                      interrupted=lambda: signal.Signals.SIGTERM.name in signals.received)
             self._handle.stop()
             if self.own.log_dir:
                 Path(self.own.log_dir).mkdir(parents=True, exist_ok=True)

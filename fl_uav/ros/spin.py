@@ -9,6 +9,17 @@ exit status CONFIG_ERROR_EXIT_STATUS. A Ctrl-C or SIGTERM ends a node with exit 
 also when rclpy's handler shuts the context down under a running callback or wait (an
 RCLError then, which used to end the node with exit status 1).
 
+Once a node stops, its clean-up (a drone in flight returns to launch first) is not cut short by
+the same Ctrl-C arriving twice: a terminal's Ctrl-C reaches every process of ``ros2 launch``'s
+group, and ros2 launch then forwards a SIGINT of its own to each node. So while a node cleans
+up, a further SIGINT is that same stop and changes nothing; a SIGTERM (ros2 launch's escalation
+after the node's ``sigterm_timeout``, a service manager's, ``fl-uav sim``'s) ends the clean-up
+at once, and the process exits 0 without waiting for its worker threads (:class:`StopSignals`,
+installed before rclpy.init, whose own handlers call it after shutting the context down).
+A node whose parent dies (ros2 launch ends at once on SIGTERM, leaving its processes behind, by
+its own account) gets a SIGINT from the kernel and stops as at a Ctrl-C
+(:func:`stop_with_parent`), so no node outlives its launcher by more than its clean-up.
+
 While a node runs, the Python ``logging`` records of the fleet's code (the ``fl_uav.*`` and
 ``mavsdk`` loggers: pilot, vehicle, agent, MAVSDK's own lines) go to the node's rclpy logger at
 the matching severity (:class:`RosLogHandler`), so they reach the console with a timestamp and
@@ -20,6 +31,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import signal
+import sys
+import threading
 from collections.abc import Callable, Iterator
 
 import rclpy
@@ -111,37 +126,110 @@ def forward_python_logs(handler: RosLogHandler,
             logger.propagate = propagate
 
 
+PR_SET_PDEATHSIG = 1   # linux/prctl.h
+
+
+def stop_with_parent(sig: int = signal.SIGINT) -> bool:
+    """Ask the kernel to send ``sig`` to this process when its parent ends (Linux
+    prctl PR_SET_PDEATHSIG); a parent already gone sends it now. False where unsupported."""
+    if not sys.platform.startswith('linux'):
+        return False
+    import ctypes
+
+    parent = os.getppid()
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
+        return False
+    if os.getppid() != parent:   # the parent ended before the request took effect
+        os.kill(os.getpid(), sig)
+    return True
+
+
+class Hurried(BaseException):
+    """A SIGTERM while the node was already stopping: end the clean-up now."""
+
+
+class StopSignals:
+    """The node's SIGINT and SIGTERM, from before rclpy.init on (rclpy's own handlers shut
+    the context down and then call these): the first of either stops the node (a
+    KeyboardInterrupt into the spin); once it is stopping, a SIGINT is that same stop and is
+    only counted, a SIGTERM raises :class:`Hurried` (main thread only)."""
+
+    def __init__(self) -> None:
+        self.stopping = False
+        self.repeated_sigints = 0
+        self._previous: dict[int, object] = {}
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        if not self.stopping:
+            self.stopping = True
+            raise KeyboardInterrupt
+        if signum == signal.SIGTERM:
+            raise Hurried
+        self.repeated_sigints += 1
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._handle)
+                              for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous = {}
+
+
+def _clean_up(node: Node, handler: RosLogHandler, signals: StopSignals) -> None:
+    """The node's ``shutdown()`` then its destruction; a SIGTERM meanwhile ends the process at
+    once with status 0 (what is left, e.g. a drone's return to launch, is the autopilot's)."""
+    signals.stopping = True
+    try:
+        shutdown = getattr(node, 'shutdown', None)
+        if callable(shutdown):
+            shutdown()
+        handler.attach(None)
+        node.destroy_node()
+    except Hurried:
+        node_logger(node).warning('SIGTERM while stopping: ending now, without waiting for '
+                                  'the clean-up')
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)   # the worker threads (a drone's pilot) would hold the exit
+
+
 def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> None:
     """Create the node with ``factory`` and run it until shutdown (or until ``node.done``);
     Python log records of the fleet's code go to its rclpy logger meanwhile."""
-    rclpy.init(args=args)
-    handler = RosLogHandler()
-    with forward_python_logs(handler):
-        try:
-            node = factory()
-        except ConfigError as exc:
-            rclpy.logging.get_logger('fl_uav').fatal(f'bad configuration: {exc}')
-            rclpy.try_shutdown()
-            raise SystemExit(CONFIG_ERROR_EXIT_STATUS) from None
-        handler.attach(node)
-        done = getattr(node, 'done', None)
-        try:
-            if done is None:
-                rclpy.spin(node)
-            else:
-                while rclpy.ok() and not done.is_set():
-                    rclpy.spin_once(node, timeout_sec=SPIN_SLICE_S)
-        except (KeyboardInterrupt, ExternalShutdownException):
-            pass
-        except _rclpy.RCLError:
-            # rclpy's signal handler shuts the context down under a running callback (its
-            # publish) or spin_once (its wait set): that is the Ctrl-C, not a failure
-            if node.context.ok():
-                raise
-        finally:
-            shutdown = getattr(node, 'shutdown', None)
-            if callable(shutdown):
-                shutdown()
-            handler.attach(None)
-    node.destroy_node()
-    rclpy.try_shutdown()
+    stop_with_parent()
+    with StopSignals() as signals:
+        rclpy.init(args=args)
+        handler = RosLogHandler()
+        with forward_python_logs(handler):
+            try:
+                node = factory()
+            except ConfigError as exc:
+                rclpy.logging.get_logger('fl_uav').fatal(f'bad configuration: {exc}')
+                rclpy.try_shutdown()
+                raise SystemExit(CONFIG_ERROR_EXIT_STATUS) from None
+            except KeyboardInterrupt:    # stopped while it was being built
+                rclpy.try_shutdown()
+                return
+            handler.attach(node)
+            done = getattr(node, 'done', None)
+            try:
+                if done is None:
+                    rclpy.spin(node)
+                else:
+                    while rclpy.ok() and not done.is_set():
+                        rclpy.spin_once(node, timeout_sec=SPIN_SLICE_S)
+            except (KeyboardInterrupt, ExternalShutdownException):
+                pass
+            except _rclpy.RCLError:
+                # rclpy's signal handler shuts the context down under a running callback
+                # (its publish) or spin_once (its wait set): that is the Ctrl-C, not a failure
+                if node.context.ok():
+                    raise
+            finally:
+                _clean_up(node, handler, signals)
+        rclpy.try_shutdown()

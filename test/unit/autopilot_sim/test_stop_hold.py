@@ -79,7 +79,7 @@ def test_a_second_signal_ends_the_hold_at_once():
     hold.release()
     # Assert
     assert hold.holding([FLYING], 1.0) == []
-    assert hold.outcome(1.0) == 'a second stop signal'
+    assert hold.outcome(1.0) == 'a SIGTERM'
 
 
 @pytest.mark.parametrize('kwargs', [{'max_hold_s': 0.0}, {'max_hold_s': 1.0,
@@ -113,7 +113,7 @@ def test_wait_polls_until_the_vehicle_is_home_and_logs_what_it_waits_for_once(ca
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2
     assert 'vehicle 0 (armed, in the air; its client heard 0.2 s ago)' in lines[0]
-    assert 'at most 35 s' in lines[0] and 'second SIGINT/SIGTERM' in lines[0]
+    assert 'at most 35 s' in lines[0] and 'a SIGTERM stops it at once' in lines[0]
     assert 'on the ground with its client gone' in lines[1]
 
 
@@ -142,7 +142,7 @@ def test_a_further_signal_during_the_wait_ends_it_at_the_next_poll(caplog):
                            clock=lambda: now[0], pause=pause, poll_s=0.1)
     # Assert
     assert held_s == pytest.approx(0.2) and hold.released
-    assert 'a second stop signal' in caplog.records[-1].getMessage()
+    assert 'a SIGTERM' in caplog.records[-1].getMessage()
 
 
 def test_stop_signals_take_a_real_signal_as_a_request_without_interrupting():

@@ -1,0 +1,112 @@
+"""fleet_sim.launch.py through the real `ros2 launch`: a run to its end, Ctrl-C as a terminal
+sends it (SIGINT to the whole process group) and as a service manager does (SIGINT, then
+SIGTERM, to the launch process alone), and launch arguments that do not parse."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+
+from test.launch.conftest import (
+    autopilot_events,
+    fleet_config,
+    fleet_ports,
+    node_exits,
+    reap_descendants,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
+FLEET_NODES = {'autopilot_sim_node-1', 'sim_camera_node-2', 'ground_station_node-3',
+               'drone_node-4', 'drone_node-5'}
+ROUND_SLACK_S = 150.0   # start-up, connect, take-off and one round on 2 loaded cores
+
+
+def _fleet(start, tmp_path, *extra: str):
+    run_dir = tmp_path / 'run'
+    config = fleet_config(tmp_path / 'fleet.yaml', 2, fleet_ports(2))
+    launch = start('launch', 'launch', 'fl_uav', 'fleet_sim.launch.py', 'num_drones:=2',
+                   f'config:={config}', f'output_dir:={run_dir}', *extra)
+    return launch, run_dir
+
+
+def _landed(events, vehicle: int) -> bool:
+    return (vehicle, 'landed') in events and (vehicle, 'disarmed') in events
+
+
+def test_a_run_to_its_end_learns_lands_and_every_process_exits_cleanly(start, tmp_path):
+    # Act: two drones, two rounds; the launch ends with the run (exit_on_finish)
+    launch, run_dir = _fleet(start, tmp_path, 'exit_on_finish:=true')
+    code = launch.wait(2 * ROUND_SLACK_S + 60)
+    # Assert
+    text = launch.text
+    assert code == 0, text[-3000:]
+    assert node_exits(text) == dict.fromkeys(FLEET_NODES, 'finished cleanly'), text[-3000:]
+    report = json.loads((run_dir / 'ground_station.json').read_text())
+    assert report['status'] == 'finished'
+    assert [r['participants'] for r in report['rounds']] == [[0, 1], [0, 1]]
+    assert report['rounds'][-1]['accuracy'] > report['initial_accuracy']
+    events = autopilot_events(run_dir)
+    assert _landed(events, 0) and _landed(events, 1)
+
+
+@pytest.mark.parametrize('moment', ['round 2: flying', 'round 1 closed'],
+                         ids=['drones_in_the_air', 'between_rounds'])
+def test_ctrl_c_from_a_terminal_lands_the_drones_and_every_node_exits_cleanly(
+        start, tmp_path, moment):
+    # Arrange
+    launch, run_dir = _fleet(start, tmp_path)
+    launch.wait_for(moment, 2 * ROUND_SLACK_S)
+    # Act: the terminal's Ctrl-C reaches every process; ros2 launch forwards one more
+    launch.signal_group(signal.SIGINT)
+    code = launch.wait(120)
+    # Assert: before, three nodes 'died [exit code -2]'
+    text = launch.text
+    assert code == 0, text[-3000:]
+    assert node_exits(text) == dict.fromkeys(FLEET_NODES, 'finished cleanly'), text[-4000:]
+    events = autopilot_events(run_dir)
+    for vehicle in (0, 1):
+        if (vehicle, 'armed') in events:        # it flew: it came down before the end
+            assert _landed(events, vehicle), events[-20:]
+    assert 'Traceback' not in text
+
+
+def test_a_service_manager_stop_leaves_nothing_behind_and_lands_the_drones(
+        start, tmp_path, subreaper):
+    # Arrange
+    launch, run_dir = _fleet(start, tmp_path)
+    launch.wait_for('round 2: flying', 2 * ROUND_SLACK_S)
+    # Act: SIGINT, then SIGTERM, to ros2 launch alone (systemd's KillMode=mixed order);
+    # ros2 launch ends at once on SIGTERM and leaves its processes behind
+    launch.process.send_signal(signal.SIGINT)
+    time.sleep(2.0)
+    launch.process.send_signal(signal.SIGTERM)
+    launch.wait(30)
+    statuses = reap_descendants(120)    # the nodes, reparented to this test process
+    # Assert: every node stopped by itself (its parent's death is a SIGINT), exit 0
+    assert len(statuses) == len(FLEET_NODES) - len(node_exits(launch.text)), statuses
+    assert all(code == 0 for code in statuses.values()), statuses
+    assert all(v == 'finished cleanly' for v in node_exits(launch.text).values())
+    events = autopilot_events(run_dir)
+    assert _landed(events, 0) and _landed(events, 1), events[-20:]
+
+
+@pytest.mark.parametrize('argument, says', [
+    ('num_drones:=abc', "launch argument num_drones:='abc': expected an integer >= 1"),
+    ('num_drones:=0', 'launch argument num_drones:=0: must be >= 1'),
+    ('config:=/nonexistent/fleet.yaml',
+     "launch argument config:='/nonexistent/fleet.yaml': no such config file"),
+])
+def test_a_launch_argument_that_does_not_parse_ends_the_launch_before_any_node(
+        start, argument, says):
+    # Act
+    launch = start('bad', 'launch', 'fl_uav', 'fleet_sim.launch.py', argument)
+    code = launch.wait(60)
+    # Assert: one line naming the argument; no process started
+    text = launch.text
+    assert code != 0
+    assert [line for line in text.splitlines() if '[ERROR]' in line] == [
+        f'[ERROR] [launch]: Caught exception in launch (see debug for traceback): {says}']
+    assert 'process started' not in text
