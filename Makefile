@@ -53,13 +53,14 @@ bench: $(STAMP) $(FLOWER_VENV)/.installed
 # sim}, lib/fl_uav/<node executables>), built by pip from setup.py without colcon, for
 # `AMENT_PREFIX_PATH=$$PWD/install ros2 launch fl_uav ...`. The nodes run the venv's fl_uav (the
 # editable install), so the prefix holds no second copy of the package.
+AMENT_PREFIX ?= $(CURDIR)/install
 ament: $(STAMP)
-	rm -rf install
+	rm -rf $(AMENT_PREFIX)
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
-	  --ignore-installed --prefix install .
-	rm -rf install/lib/python3* build fl_uav.egg-info
-	mkdir -p install/lib/fl_uav && mv install/bin/*_node install/lib/fl_uav/
-	@echo "ament prefix: AMENT_PREFIX_PATH=$$PWD/install $(VENV)/bin/ros2 launch fl_uav fleet_sim.launch.py"
+	  --ignore-installed --prefix $(AMENT_PREFIX) .
+	rm -rf $(AMENT_PREFIX)/lib/python3* build fl_uav.egg-info
+	mkdir -p $(AMENT_PREFIX)/lib/fl_uav && mv $(AMENT_PREFIX)/bin/*_node $(AMENT_PREFIX)/lib/fl_uav/
+	@echo "AMENT_PREFIX_PATH=$(AMENT_PREFIX) $(VENV)/bin/ros2 launch fl_uav fleet_sim.launch.py"
 
 lint: $(STAMP)
 	$(PY) -m ruff check fl_uav test bench launch examples

@@ -13,13 +13,14 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch_ros.actions import Node
 
-from fl_uav.fleet_run.launch_plan import drone_file_stop_grace_s
+from fl_uav.fleet_run.launch_plan import drone_file_stop_grace_s, launch_config_file, launch_int
 
 
 def _nodes(context):
     share = Path(get_package_share_directory('fl_uav'))
-    config = context.launch_configurations.get('config') or str(share / 'config' / 'drone.yaml')
-    drone_id = int(context.launch_configurations['drone_id'])
+    config = str(launch_config_file('config', context.launch_configurations.get('config', ''),
+                                    share / 'config' / 'drone.yaml'))
+    drone_id = launch_int('drone_id', context.launch_configurations['drone_id'])
     camera_topic = context.launch_configurations.get('camera_topic', '')
     output_dir = context.launch_configurations.get('output_dir', '')
     remaps = [('camera/image_raw', camera_topic)] if camera_topic else []

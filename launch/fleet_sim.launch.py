@@ -1,5 +1,5 @@
 """ros2 launch fl_uav fleet_sim.launch.py [num_drones:=4] [config:=...] [output_dir:=...]
-    [mode:=standard|express] [num_clients:=N]
+    [mode:=standard|express] [num_clients:=N] [exit_on_finish:=false]
 
 The embedded fleet: autopilot_sim, sim_camera, ground_station and one drone per UAV; in
 express mode (FedEx) one ground_client per ground client instead of the camera. The node set
@@ -7,7 +7,9 @@ comes from fl_uav.fleet_run.launch_plan.fleet_plan, the same function `fl-uav si
 are signed as there: fresh keys in output_dir/keys (a new temporary directory without
 output_dir) and signatures required, unless the config names security.keys_dir. The same
 start-time checks refuse a simulated home outside the geofence and a port another process
-holds (fl_uav.fleet_run.launch_plan.check_fleet_start), before any node starts.
+holds (fl_uav.fleet_run.launch_plan.check_fleet_start), before any node starts; so does a
+launch argument that does not parse (one line naming it). With exit_on_finish:=true the
+station and the drones end once the run is over and landed, and the launch ends with them.
 """
 
 import tempfile
@@ -15,7 +17,9 @@ from pathlib import Path
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.actions import DeclareLaunchArgument, EmitEvent, OpaqueFunction, RegisterEventHandler
+from launch.event_handlers import OnProcessExit
+from launch.events import Shutdown
 from launch_ros.actions import Node
 
 from fl_uav.configschema import build_config
@@ -23,23 +27,31 @@ from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet_run.launch_plan import (
     PACKAGE,
     fleet_plan,
+    launch_bool,
+    launch_config_file,
+    launch_int,
     launch_parameters,
     mode_overrides,
     write_params_file,
 )
 
+FINISHING_EXECUTABLES = ('ground_station_node', 'drone_node', 'ground_client_node')
+
 
 def _nodes(context):
     share = Path(get_package_share_directory(PACKAGE))
-    config_file = context.launch_configurations.get('config') or str(share / 'config' /
-                                                                      'fleet.yaml')
-    num_drones = int(context.launch_configurations['num_drones'])
-    output_dir = context.launch_configurations.get('output_dir', '')
-    with_simulators = context.launch_configurations.get('with_simulators', 'true') == 'true'
-    mode = context.launch_configurations.get('mode') or None
-    clients = context.launch_configurations.get('num_clients') or None
+    args = context.launch_configurations
+    config_file = launch_config_file('config', args.get('config', ''),
+                                     share / 'config' / 'fleet.yaml')
+    num_drones = launch_int('num_drones', args['num_drones'], minimum=1)
+    output_dir = args.get('output_dir', '')
+    with_simulators = launch_bool('with_simulators', args.get('with_simulators', 'true'))
+    exit_on_finish = launch_bool('exit_on_finish', args.get('exit_on_finish', 'false'))
+    mode = args.get('mode') or None
+    clients = args.get('num_clients') or None
     overrides = {'num_drones': num_drones,
-                 **mode_overrides(mode, num_drones, int(clients) if clients else None)}
+                 **mode_overrides(mode, num_drones,
+                                  launch_int('num_clients', clients, 1) if clients else None)}
     run_dir = Path(output_dir or tempfile.mkdtemp(prefix='fl_uav_fleet_'))
     # The start-time checks of `fl-uav sim` (homes in the geofence, free ports) run here too.
     flat = launch_parameters(config_file, overrides, run_dir, with_simulators)
@@ -48,12 +60,27 @@ def _nodes(context):
     # sigterm_timeout: a drone node stopped in flight waits for its return to launch, and
     # autopilot_sim (a Ctrl-C reaches it at the same moment) goes on flying the vehicles
     # meanwhile, longer still (fl_uav.autopilot_sim.stop_hold)
-    return [Node(package=PACKAGE, executable=spec.executable, name=spec.name,
-                 namespace=spec.namespace or None, output='screen',
-                 sigterm_timeout=str(spec.stop_grace_s),
-                 parameters=[str(params_file), dict(spec.parameters)])
-            for spec in fleet_plan(config, output_dir or None, exit_on_finish=False,
-                                   with_simulators=with_simulators)]
+    nodes = [Node(package=PACKAGE, executable=spec.executable, name=spec.name,
+                  namespace=spec.namespace or None, output='screen',
+                  sigterm_timeout=str(spec.stop_grace_s),
+                  parameters=[str(params_file), dict(spec.parameters)])
+             for spec in fleet_plan(config, output_dir or None, exit_on_finish=exit_on_finish,
+                                    with_simulators=with_simulators)]
+    if not exit_on_finish:
+        return nodes
+    # The run is over once the station and every drone have ended by themselves (landed); the
+    # launch then stops the rest, the simulators, which never end on their own
+    finishing = [n for n in nodes if n.node_executable in FINISHING_EXECUTABLES]
+    ended = set()
+
+    def _one_ended(event, _context):
+        ended.add(event.action)
+        if len(ended) == len(finishing):
+            return [EmitEvent(event=Shutdown(reason='run finished'))]
+        return None
+
+    return [*nodes, *(RegisterEventHandler(OnProcessExit(target_action=n, on_exit=_one_ended))
+                      for n in finishing)]
 
 
 def generate_launch_description():
@@ -65,6 +92,9 @@ def generate_launch_description():
                               description="standard | express (FedEx); empty: the config's"),
         DeclareLaunchArgument('num_clients', default_value='',
                               description="express: ground clients (empty: the config's)"),
+        DeclareLaunchArgument('exit_on_finish', default_value='false',
+                              description='true: end the launch when the run is over (the '
+                              'station and the drones end once landed)'),
         DeclareLaunchArgument('with_simulators', default_value='true',
                               description='false: real PX4 SITL/Gazebo instead of the embedded '
                               'autopilot and camera simulators'),

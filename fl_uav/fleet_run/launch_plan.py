@@ -294,3 +294,32 @@ def launch_parameters(config_file: str | Path, overrides: Mapping[str, Any],
     check_fleet_start(build_config(FleetConfig, flat), with_simulators)
     flat.update(run_keys(Path(run_dir), flat, overrides))
     return flat
+
+
+def launch_int(name: str, text: str, minimum: int = 0) -> int:
+    """A launch argument ``name:=text`` that must be an integer >= ``minimum`` (ConfigError
+    naming the argument: ros2 launch then ends with that one line, before any node starts)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(f'launch argument {name}:={text!r}: expected an integer '
+                          f'>= {minimum}') from None
+    if value < minimum:
+        raise ConfigError(f'launch argument {name}:={value}: must be >= {minimum}')
+    return value
+
+
+def launch_bool(name: str, text: str) -> bool:
+    """A launch argument ``name:=true|false`` (ConfigError naming it otherwise)."""
+    if text.lower() not in ('true', 'false'):
+        raise ConfigError(f'launch argument {name}:={text!r}: expected true or false')
+    return text.lower() == 'true'
+
+
+def launch_config_file(name: str, text: str, default: Path) -> Path:
+    """A launch argument naming a config file: ``default`` when empty, else a file that
+    exists (ConfigError naming the argument and the path)."""
+    path = Path(text) if text else default
+    if not path.is_file():
+        raise ConfigError(f'launch argument {name}:={str(path)!r}: no such config file')
+    return path
