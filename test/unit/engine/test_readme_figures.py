@@ -17,7 +17,7 @@ TOLERANCE_POINTS = 0.5   # another BLAS may round differently; 73 % against 71.9
 
 
 def _stated_figure(readme: str) -> float:
-    """The README's "(as is, 5 rounds: X %" beside the quick_digits command, or its
+    """The README's "as is, 5 rounds: X %" in its figures table (the quick_digits row), or its
     "Y % where PyTorch runs AVX-512 kernels" when this machine's PyTorch does: the AVX-512
     kernels round differently, and 5 rounds of 10 drones carry that to 0.8 points (measured:
     74.37 % with this machine's AVX-512 kernels, 74.93 % with ATEN_CPU_CAPABILITY=avx2 or
