@@ -48,7 +48,6 @@ from fl_uav.compression.config import PlannedCompressors
 from fl_uav.configschema import to_flat
 from fl_uav.engine.checkpoint import CheckpointMixin, plugin_snapshots
 from fl_uav.engine.clients import ClientsMixin
-from fl_uav.engine.compare import compare_runs  # noqa: F401  README's sweeps import it here
 from fl_uav.engine.config import ExperimentConfig
 from fl_uav.engine.data import TrainTestData, load_experiment_data, partition_data
 from fl_uav.engine.express import EngineExpress, plan_express
