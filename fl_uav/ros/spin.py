@@ -157,10 +157,12 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.stopping = False
+        self.signalled = False
         self.repeated_sigints = 0
         self._previous: dict[int, object] = {}
 
     def _handle(self, signum: int, _frame: object) -> None:
+        self.signalled = True
         if not self.stopping:
             self.stopping = True
             raise KeyboardInterrupt
@@ -177,6 +179,11 @@ class StopSignals:
     def __exit__(self, *_exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+        if self._previous and self.signalled:
+            # a node stopped by a signal ends its process: the same Ctrl-C arriving late (a
+            # node with a short clean-up ends before ros2 launch's SIGINT) must not kill the
+            # interpreter on its way out (exit -2 from SIGINT's default action)
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         self._previous = {}
 
 

@@ -229,10 +229,17 @@ def _launch_file_module(monkeypatch, file_name: str, made: list):
     actions = types.ModuleType('launch.actions')
     actions.DeclareLaunchArgument = lambda *a, **k: ('arg', a, k)
     actions.OpaqueFunction = lambda **k: ('opaque', k)
+    actions.EmitEvent = lambda **k: ('emit', k)
+    actions.RegisterEventHandler = lambda *a, **k: ('handler', a, k)
+    event_handlers = types.ModuleType('launch.event_handlers')
+    event_handlers.OnProcessExit = lambda **k: ('on_exit', k)
+    events = types.ModuleType('launch.events')
+    events.Shutdown = lambda **k: ('shutdown', k)
     launch_ros = types.ModuleType('launch_ros')
     ros_actions = types.ModuleType('launch_ros.actions')
     ros_actions.Node = lambda **kwargs: made.append(kwargs) or kwargs
     for name, module in (('launch', launch), ('launch.actions', actions),
+                         ('launch.event_handlers', event_handlers), ('launch.events', events),
                          ('launch_ros', launch_ros), ('launch_ros.actions', ros_actions)):
         monkeypatch.setitem(sys.modules, name, module)
     spec = importlib.util.spec_from_file_location(file_name.replace('.', '_'),
