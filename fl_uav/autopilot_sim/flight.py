@@ -113,7 +113,7 @@ PARAM_SPECS: dict[str, tuple[float, float, float]] = {
                   float(max(GeofenceAction))),
 }
 #: PX4 INT32 parameters: whole values only, sent as MAV_PARAM_TYPE_INT32 with PX4's bytewise
-#: encoding (fl_uav/sim/autopilot_link.py); the store keeps them as floats like the rest.
+#: encoding (fl_uav/autopilot_sim/link.py); the store keeps them as floats like the rest.
 INTEGER_PARAMS = frozenset({'GF_ACTION'})
 
 

@@ -1,7 +1,7 @@
 """MAVLink 2 side of one simulated PX4 vehicle: a UDP endpoint speaking like PX4 SITL.
 
 :class:`VehicleLink` parses datagrams with pymavlink, answers commands, the parameter and
-mission protocols, and streams telemetry from a :class:`~.autopilot_flight.FlightController`.
+mission protocols, and streams telemetry from a :class:`~.flight.FlightController`.
 It replies to whoever sent it the last packet (as PX4 does) and never lets bad input escape:
 malformed datagrams are counted and dropped, unknown commands get COMMAND_ACK UNSUPPORTED.
 """

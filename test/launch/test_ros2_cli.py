@@ -32,6 +32,8 @@ def _pattern(name: str) -> re.Pattern[str]:
 
 
 def _ros2(env, *args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess:
+    """A ros2 command without the daemon (none is left behind); its --spin-time gives
+    discovery time to see the fleet before it looks up a node or topic."""
     return subprocess.run([str(ROS2), *args], env=env, capture_output=True, text=True,
                           timeout=timeout_s, cwd=REPO, check=False)
 
@@ -55,9 +57,9 @@ def test_the_ros2_command_line_on_a_running_fleet(running_fleet, launch_env):
     echoed = _ros2(env, 'topic', 'echo', '--once', '--no-daemon', '--qos-durability',
                    'transient_local', '--qos-reliability', 'reliable', '/fl/metrics',
                    'diagnostic_msgs/msg/DiagnosticArray')
-    described = _ros2(env, 'param', 'describe', '--no-daemon', '/uav0/drone',
-                      'flight.speed_m_s')
-    refused = _ros2(env, 'param', 'set', '--no-daemon', '/ground_station',
+    described = _ros2(env, 'param', 'describe', '--no-daemon', '--spin-time', '5',
+                      '/uav0/drone', 'flight.speed_m_s')
+    refused = _ros2(env, 'param', 'set', '--no-daemon', '--spin-time', '5', '/ground_station',
                     'rounds.num_rounds', '5')
     # Assert: every fl_uav topic on the graph is in the table, with the table's type, and
     # every row of the table this fleet publishes is on the graph
