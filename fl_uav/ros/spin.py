@@ -14,7 +14,7 @@ the same Ctrl-C arriving twice: a terminal's Ctrl-C reaches every process of ``r
 group, and ros2 launch then forwards a SIGINT of its own to each node. So while a node cleans
 up, a further SIGINT is that same stop and changes nothing; a SIGTERM (ros2 launch's escalation
 after the node's ``sigterm_timeout``, a service manager's, ``fl-uav sim``'s) ends the clean-up
-at once, and the process exits 0 without waiting for its worker threads (:class:`NodeStopSignals`,
+at once, and the process exits 0 without waiting for its worker threads (:class:`StopSignals`,
 installed before rclpy.init, whose own handlers call it after shutting the context down).
 A node whose parent dies (ros2 launch ends at once on SIGTERM, leaving its processes behind, by
 its own account) gets a SIGINT from the kernel and stops as at a Ctrl-C
@@ -34,8 +34,8 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import rclpy
 from rclpy.executors import ExternalShutdownException
@@ -45,7 +45,6 @@ from rclpy.logging import LoggingSeverity
 from rclpy.node import Node
 
 from fl_uav.configschema import ConfigError
-from fl_uav.fleet.recording import StopSignals
 
 SPIN_SLICE_S = 0.1   # how often a node with a ``done`` event checks it
 CONFIG_ERROR_EXIT_STATUS = 2
@@ -150,36 +149,45 @@ class Hurried(BaseException):
     """A SIGTERM while the node was already stopping: end the clean-up now."""
 
 
-class NodeStopSignals(StopSignals):
-    """The node's SIGINT and SIGTERM (the recorder's StopSignals, which records each), from
-    before rclpy.init on (rclpy's own handlers shut the context down and then call these):
-    the first of either stops the node (a KeyboardInterrupt into the spin); once it is
-    stopping, a SIGINT is that same stop and changes nothing, a SIGTERM raises
-    :class:`Hurried` (main thread only)."""
+class StopSignals:
+    """The node's SIGINT and SIGTERM, from before rclpy.init on (rclpy's own handlers shut
+    the context down and then call these): the first of either stops the node (a
+    KeyboardInterrupt into the spin); once it is stopping, a SIGINT is that same stop and is
+    only counted, a SIGTERM raises :class:`Hurried` (main thread only)."""
 
     def __init__(self) -> None:
-        super().__init__()
         self.stopping = False
+        self.signalled = False
+        self.repeated_sigints = 0
+        self._previous: dict[int, object] = {}
 
-    def _handle(self, signum: int, frame: Any) -> None:
-        super()._handle(signum, frame)
+    def _handle(self, signum: int, _frame: object) -> None:
+        self.signalled = True
         if not self.stopping:
             self.stopping = True
             raise KeyboardInterrupt
         if signum == signal.SIGTERM:
             raise Hurried
+        self.repeated_sigints += 1
 
-    def __exit__(self, *exc: object) -> None:
-        installed = bool(self._previous)
-        super().__exit__(*exc)
-        if installed and self.requested:
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._handle)
+                              for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        if self._previous and self.signalled:
             # a node stopped by a signal ends its process: the same Ctrl-C arriving late (a
             # node with a short clean-up ends before ros2 launch's SIGINT) must not kill the
             # interpreter on its way out (exit -2 from SIGINT's default action)
             signal.signal(signal.SIGINT, signal.SIG_IGN)
+        self._previous = {}
 
 
-def _clean_up(node: Node, handler: RosLogHandler, signals: NodeStopSignals) -> None:
+def _clean_up(node: Node, handler: RosLogHandler, signals: StopSignals) -> None:
     """The node's ``shutdown()`` then its destruction; a SIGTERM meanwhile ends the process at
     once with status 0 (what is left, e.g. a drone's return to launch, is the autopilot's)."""
     signals.stopping = True
@@ -201,7 +209,7 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> None
     """Create the node with ``factory`` and run it until shutdown (or until ``node.done``);
     Python log records of the fleet's code go to its rclpy logger meanwhile."""
     stop_with_parent()
-    with NodeStopSignals() as signals:
+    with StopSignals() as signals:
         rclpy.init(args=args)
         handler = RosLogHandler()
         with forward_python_logs(handler):

@@ -68,10 +68,9 @@ def subreaper() -> None:
     assert libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
 
 
-def fleet_config(path: Path, num_drones: int, **sections) -> Path:
-    """config/fleet.yaml with FLEET_SETTINGS, free MAVLink ports and ``sections`` (dotted
+def fleet_config(path: Path, num_drones: int, port_base: int, **sections) -> Path:
+    """config/fleet.yaml with FLEET_SETTINGS, this test's ports and ``sections`` (dotted
     keys as 'section__key'), written to ``path``."""
-    port_base = free_udp_port_block(num_drones)
     doc = yaml.safe_load((REPO / 'config' / 'fleet.yaml').read_text())
     params = doc['/**']['ros__parameters']
     params['num_drones'] = num_drones
@@ -83,6 +82,10 @@ def fleet_config(path: Path, num_drones: int, **sections) -> Path:
         params[section][key] = value
     path.write_text(yaml.safe_dump(doc))
     return path
+
+
+def fleet_ports(num_drones: int) -> int:
+    return free_udp_port_block(num_drones)
 
 
 class Launched:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from test.launch.conftest import autopilot_events, fleet_config, node_exits
+from test.launch.conftest import autopilot_events, fleet_config, fleet_ports, node_exits
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 RUN_TIMEOUT_S = 300.0
@@ -59,7 +59,7 @@ def _stop(handles) -> list[int]:
 def test_station_and_drones_as_three_launches_learn_two_rounds(start, tmp_path):
     # Arrange: signed as a field fleet is (keys made with fl-uav keygen, signatures required)
     run_dir = tmp_path / 'run'
-    config = fleet_config(tmp_path / 'fleet.yaml', 2,
+    config = fleet_config(tmp_path / 'fleet.yaml', 2, fleet_ports(2),
                           security__keys_dir=str(_keys(tmp_path, 2)),
                           security__require_signatures=True)
     simulators = _simulators(start, config, run_dir)
@@ -88,7 +88,7 @@ def test_px4_sitl_fleet_launch_flies_the_vehicles_it_is_given(start, tmp_path):
     # Arrange: the vehicles and cameras come from outside the launch (here the embedded
     # stand-ins; on a SITL machine PX4 instances and Gazebo's bridged cameras)
     run_dir = tmp_path / 'run'
-    config = fleet_config(tmp_path / 'fleet.yaml', 2)
+    config = fleet_config(tmp_path / 'fleet.yaml', 2, fleet_ports(2))
     simulators = _simulators(start, config, run_dir)
     # Act
     launch = start('launch', 'launch', 'fl_uav', 'px4_sitl_fleet.launch.py', 'num_drones:=2',

@@ -13,6 +13,7 @@ import pytest
 from test.launch.conftest import (
     autopilot_events,
     fleet_config,
+    fleet_ports,
     node_exits,
     reap_descendants,
 )
@@ -25,7 +26,7 @@ ROUND_SLACK_S = 150.0   # start-up, connect, take-off and one round on 2 loaded 
 
 def _fleet(start, tmp_path, *extra: str):
     run_dir = tmp_path / 'run'
-    config = fleet_config(tmp_path / 'fleet.yaml', 2)
+    config = fleet_config(tmp_path / 'fleet.yaml', 2, fleet_ports(2))
     launch = start('launch', 'launch', 'fl_uav', 'fleet_sim.launch.py', 'num_drones:=2',
                    f'config:={config}', f'output_dir:={run_dir}', *extra)
     return launch, run_dir

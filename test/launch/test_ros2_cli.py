@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from test.launch.conftest import REPO, ROS2, fleet_config
+from test.launch.conftest import REPO, ROS2, fleet_config, fleet_ports
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 ARCHITECTURE = REPO / 'docs' / 'architecture.md'
@@ -40,7 +40,7 @@ def _ros2(env, *args: str, timeout_s: float = 60.0) -> subprocess.CompletedProce
 
 @pytest.fixture
 def running_fleet(start, tmp_path):
-    config = fleet_config(tmp_path / 'fleet.yaml', 2,
+    config = fleet_config(tmp_path / 'fleet.yaml', 2, fleet_ports(2),
                           rounds__num_rounds=3)
     launch = start('launch', 'launch', 'fl_uav', 'fleet_sim.launch.py', 'num_drones:=2',
                    f'config:={config}', f'output_dir:={tmp_path / "run"}')
