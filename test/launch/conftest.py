@@ -52,8 +52,11 @@ def ament_prefix(tmp_path_factory) -> Path:
     """An ament install prefix of this checkout (`make ament`), built once per session."""
     require_ros2_tools()
     prefix = tmp_path_factory.mktemp('ament') / 'install'
-    done = subprocess.run(['make', '-s', 'ament', f'AMENT_PREFIX={prefix}',
-                           f'VENV={Path(sys.executable).parents[1]}'],
+    venv = Path(sys.executable).parents[1]
+    # -o: the venv is installed already (this test runs in it); make must not reinstall it
+    # from this checkout (another worktree's editable install would be replaced)
+    done = subprocess.run(['make', '-s', 'ament', f'AMENT_PREFIX={prefix}', f'VENV={venv}',
+                           '-o', str(venv / '.fl_uav-installed')],
                           cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert (prefix / 'lib' / 'fl_uav' / 'drone_node').is_file()
@@ -136,8 +139,11 @@ class Launched:
 
 @pytest.fixture
 def launch_env(ament_prefix) -> dict[str, str]:
-    """The environment of one launch test: the prefix, this session's DDS domain, localhost."""
-    return {**os.environ, 'AMENT_PREFIX_PATH': str(ament_prefix),
+    """The environment of one launch test: the prefix, this session's DDS domain, localhost;
+    ros2 launch, its launch files and the nodes import this checkout's fl_uav (PYTHONPATH),
+    whichever checkout the venv's editable install points at."""
+    path = os.pathsep.join(filter(None, (str(REPO), os.environ.get('PYTHONPATH'))))
+    return {**os.environ, 'AMENT_PREFIX_PATH': str(ament_prefix), 'PYTHONPATH': path,
             'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST', 'PYTHONUNBUFFERED': '1'}
 
 
