@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -45,6 +46,7 @@ def sim_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _sim(args: argparse.Namespace) -> int:
+    from fl_uav.fleet_run.launch_plan import Respawn
     from fl_uav.fleet_run.run import RECORDING_DIR, FleetRunOptions, run_fleet
     from fl_uav.fleet_run.run import SUMMARY_FILE as SIM_SUMMARY_FILE
 
@@ -65,7 +67,9 @@ def _sim(args: argparse.Namespace) -> int:
         summary = run_fleet(FleetRunOptions(
             config_files=args.config or _config_default(), overrides=overrides,
             out_dir=out, timeout_s=args.timeout, domain_id=args.domain_id,
-            record=args.record))
+            record=args.record, respawn=Respawn(enabled=args.max_restarts > 0,
+                                                delay_s=args.respawn_delay,
+                                                max_restarts=args.max_restarts)))
     return sim_exit_code(summary)
 
 
@@ -168,6 +172,24 @@ def _experiment(args: argparse.Namespace) -> int:
 
 MAX_ROS_DOMAIN_ID = 232
 """The largest ROS 2 domain ID whose DDS ports fit in 16 bits (REP 2005 / ROS 2 docs)."""
+
+
+def _non_negative(text: str) -> float:
+    """A number >= 0 for argparse (its error names the bad value)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f'{text!r} is not a number >= 0')
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    """An integer >= 0 for argparse (its error names the bad value)."""
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f'{text!r} is not an integer >= 0')
+    return int(text)
 
 
 def _domain_id(text: str) -> int:
@@ -336,6 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
                      '(fl-uav record: rosbag2 with MCAP storage, for Foxglove and ros2 bag '
                      'play); a recorder that dies is reported at once, the run goes on and '
                      'exits with code 3')
+    sim.add_argument('--respawn-delay', type=_non_negative, default=2.0, metavar='S',
+                     help='a drone node that dies (a crash, a kill) is restarted after S '
+                     'seconds and rejoins the run (default 2)')
+    sim.add_argument('--max-restarts', type=_non_negative_int, default=5, metavar='N',
+                     help='restarts per drone node at most (default 5; 0: a drone node that '
+                     'dies ends the run as failed)')
     sim.set_defaults(func=_sim)
     keygen = sub.add_parser('keygen', help='write Ed25519 key pairs for the ground station, '
                             'each drone and each express ground client (security.keys_dir; '

@@ -1,9 +1,12 @@
 """ros2 launch fl_uav drone.launch.py drone_id:=0 [config:=drone.yaml] [output_dir:=/tmp/fl]
+    [respawn:=true] [respawn_delay:=2] [respawn_max_retries:=5]
 
 One drone on a companion computer: the drone node in namespace /uav<drone_id>, talking to its
 PX4 autopilot over MAVLink (flight.url_template in the config) and reading its camera topic
 /uav<drone_id>/camera/image_raw (remap it to your camera driver's topic). With output_dir the
 drone writes its trajectory record (trajectory_uav<id>.json: plan, missions, fallbacks) there.
+A drone node that dies (a crash, a SIGKILL) is started again after respawn_delay seconds and
+rejoins the station's run (fl_uav.ros.respawn); a clean exit is not restarted.
 """
 
 from pathlib import Path
@@ -14,6 +17,7 @@ from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch_ros.actions import Node
 
 from fl_uav.fleet_run.launch_plan import drone_file_stop_grace_s, launch_config_file, launch_int
+from fl_uav.ros.respawn import respawn_arguments, respawn_policy, respawning
 
 
 def _nodes(context):
@@ -23,14 +27,20 @@ def _nodes(context):
     drone_id = launch_int('drone_id', context.launch_configurations['drone_id'])
     camera_topic = context.launch_configurations.get('camera_topic', '')
     output_dir = context.launch_configurations.get('output_dir', '')
+    respawn = respawn_policy(context.launch_configurations)
     remaps = [('camera/image_raw', camera_topic)] if camera_topic else []
     # Stopped in flight (Ctrl-C), the node commands return to launch and waits for the landing
     # (flight.shutdown_rtl_timeout_s): ros2 launch's default 5 s before SIGTERM would cut that.
-    return [Node(package='fl_uav', executable='drone_node', name='drone',
-                 namespace=f'/uav{drone_id}', output='screen', remappings=remaps,
-                 sigterm_timeout=str(drone_file_stop_grace_s(config)),
-                 ros_arguments=['--log-file-name', f'uav{drone_id}_drone'],
-                 parameters=[config, {'drone_id': drone_id, 'output_dir': output_dir}])]
+    stop_grace_s = drone_file_stop_grace_s(config)
+
+    def _node():
+        return Node(package='fl_uav', executable='drone_node', name='drone',
+                    namespace=f'/uav{drone_id}', output='screen', remappings=remaps,
+                    sigterm_timeout=str(stop_grace_s),
+                    ros_arguments=['--log-file-name', f'uav{drone_id}_drone'],
+                    parameters=[config, {'drone_id': drone_id, 'output_dir': output_dir}])
+
+    return respawning(_node, respawn, f'uav{drone_id}_drone')
 
 
 def generate_launch_description():
@@ -39,5 +49,6 @@ def generate_launch_description():
         DeclareLaunchArgument('config', default_value=''),
         DeclareLaunchArgument('camera_topic', default_value=''),
         DeclareLaunchArgument('output_dir', default_value=''),
+        *respawn_arguments(),
         OpaqueFunction(function=_nodes),
     ])

@@ -1,5 +1,6 @@
 """ros2 launch fl_uav fleet_sim.launch.py [num_drones:=4] [config:=...] [output_dir:=...]
     [mode:=standard|express] [num_clients:=N] [exit_on_finish:=false]
+    [respawn:=true] [respawn_delay:=2] [respawn_max_retries:=5]
 
 The embedded fleet: autopilot_sim, sim_camera, ground_station and one drone per UAV; in
 express mode (FedEx) one ground_client per ground client instead of the camera. The node set
@@ -10,8 +11,12 @@ start-time checks refuse a simulated home outside the geofence and a port anothe
 holds (fl_uav.fleet_run.launch_plan.check_fleet_start), before any node starts; so does a
 launch argument that does not parse (one line naming it). With exit_on_finish:=true the
 station and the drones end once the run is over and landed, and the launch ends with them.
+A drone node that dies (a crash, a SIGKILL) is started again after respawn_delay seconds and
+rejoins the run in progress (fl_uav.ros.respawn: unlike launch's own respawn, a clean exit is
+not restarted).
 """
 
+import functools
 import tempfile
 from pathlib import Path
 
@@ -26,6 +31,7 @@ from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet_run.launch_plan import (
     PACKAGE,
+    NodeSpec,
     fleet_plan,
     launch_bool,
     launch_config_file,
@@ -34,6 +40,7 @@ from fl_uav.fleet_run.launch_plan import (
     mode_overrides,
     write_params_file,
 )
+from fl_uav.ros.respawn import respawn_arguments, respawn_policy, respawning
 
 FINISHING_EXECUTABLES = ('ground_station_node', 'drone_node', 'ground_client_node')
 
@@ -47,6 +54,7 @@ def _nodes(context):
     output_dir = args.get('output_dir', '')
     with_simulators = launch_bool('with_simulators', args.get('with_simulators', 'true'))
     exit_on_finish = launch_bool('exit_on_finish', args.get('exit_on_finish', 'false'))
+    respawn = respawn_policy(args)
     mode = args.get('mode') or None
     clients = args.get('num_clients') or None
     overrides = {'num_drones': num_drones,
@@ -57,30 +65,44 @@ def _nodes(context):
     flat = launch_parameters(config_file, overrides, run_dir, with_simulators)
     config = build_config(FleetConfig, flat)
     params_file = write_params_file(flat, run_dir / 'fl_uav_params.yaml')
-    # sigterm_timeout: a drone node stopped in flight waits for its return to launch, and
-    # autopilot_sim (a Ctrl-C reaches it at the same moment) goes on flying the vehicles
-    # meanwhile, longer still (fl_uav.autopilot_sim.stop_hold)
-    nodes = [Node(package=PACKAGE, executable=spec.executable, name=spec.name,
-                  namespace=spec.namespace or None, output='screen',
-                  sigterm_timeout=str(spec.stop_grace_s),
-                  parameters=[str(params_file), dict(spec.parameters)])
-             for spec in fleet_plan(config, output_dir or None, exit_on_finish=exit_on_finish,
-                                    with_simulators=with_simulators)]
-    if not exit_on_finish:
-        return nodes
+
+    def _node(spec: NodeSpec) -> Node:
+        # sigterm_timeout: a drone node stopped in flight waits for its return to launch, and
+        # autopilot_sim (a Ctrl-C reaches it at the same moment) goes on flying the vehicles
+        # meanwhile, longer still (fl_uav.autopilot_sim.stop_hold)
+        return Node(package=PACKAGE, executable=spec.executable, name=spec.name,
+                    namespace=spec.namespace or None, output='screen',
+                    sigterm_timeout=str(spec.stop_grace_s),
+                    parameters=[str(params_file), dict(spec.parameters)])
+
+    specs = fleet_plan(config, output_dir or None, exit_on_finish=exit_on_finish,
+                       with_simulators=with_simulators)
     # The run is over once the station and every drone have ended by themselves (landed); the
-    # launch then stops the rest, the simulators, which never end on their own
-    finishing = [n for n in nodes if n.node_executable in FINISHING_EXECUTABLES]
+    # launch then stops the rest, the simulators, which never end on their own. A drone that
+    # died is counted once it is not restarted any more.
+    finishing = {spec.log_name for spec in specs if spec.executable in FINISHING_EXECUTABLES}
     ended = set()
 
-    def _one_ended(event, _context):
-        ended.add(event.action)
-        if len(ended) == len(finishing):
-            return [EmitEvent(event=Shutdown(reason='run finished'))]
-        return None
+    def _ended(label: str):
+        def _one_ended(_event, _context):
+            ended.add(label)
+            if exit_on_finish and ended == finishing:
+                return [EmitEvent(event=Shutdown(reason='run finished'))]
+            return None
+        return _one_ended
 
-    return [*nodes, *(RegisterEventHandler(OnProcessExit(target_action=n, on_exit=_one_ended))
-                      for n in finishing)]
+    actions = []
+    for spec in specs:
+        make = functools.partial(_node, spec)
+        if spec.executable == 'drone_node':
+            actions += respawning(make, respawn, spec.log_name, _ended(spec.log_name))
+        elif spec.log_name in finishing:
+            node = make()
+            actions += [node, RegisterEventHandler(OnProcessExit(
+                target_action=node, on_exit=_ended(spec.log_name)))]
+        else:
+            actions.append(make())
+    return actions
 
 
 def generate_launch_description():
@@ -98,5 +120,6 @@ def generate_launch_description():
         DeclareLaunchArgument('with_simulators', default_value='true',
                               description='false: real PX4 SITL/Gazebo instead of the embedded '
                               'autopilot and camera simulators'),
+        *respawn_arguments(),
         OpaqueFunction(function=_nodes),
     ])

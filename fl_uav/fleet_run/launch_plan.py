@@ -67,6 +67,17 @@ class NodeSpec:
         return args
 
 
+@dataclass(frozen=True)
+class Respawn:
+    """Restart a drone node that dies (a non-zero exit code or a signal) after ``delay_s``
+    seconds, at most ``max_restarts`` times; ``enabled`` false: never. A clean exit is never
+    restarted. The launch files (fl_uav.ros.respawn) and ``fl-uav sim`` apply it alike."""
+
+    enabled: bool = True
+    delay_s: float = 2.0
+    max_restarts: int = 5
+
+
 def _param_text(value: Any) -> str:
     """A value as ROS parses ``-p key:=value`` (YAML): JSON scalars, plain strings."""
     if isinstance(value, str):
@@ -306,6 +317,19 @@ def launch_int(name: str, text: str, minimum: int = 0) -> int:
                           f'>= {minimum}') from None
     if value < minimum:
         raise ConfigError(f'launch argument {name}:={value}: must be >= {minimum}')
+    return value
+
+
+def launch_float(name: str, text: str, minimum: float = 0.0) -> float:
+    """A launch argument ``name:=text`` that must be a number >= ``minimum`` (ConfigError
+    naming the argument otherwise)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f'launch argument {name}:={text!r}: expected a number '
+                          f'>= {minimum:g}') from None
+    if not value >= minimum:       # NaN too
+        raise ConfigError(f'launch argument {name}:={value:g}: must be >= {minimum:g}')
     return value
 
 

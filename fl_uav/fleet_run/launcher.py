@@ -11,7 +11,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from fl_uav.fleet_run.launch_plan import NodeSpec
+from fl_uav.fleet_run.launch_plan import NodeSpec, Respawn
 
 #: how long a node has to exit after SIGTERM, and after SIGKILL
 _ESCALATION_WAIT_S = 5.0
@@ -24,6 +24,7 @@ class RunningNode:
     spec: NodeSpec
     process: subprocess.Popen
     log_path: Path
+    argv: tuple[str, ...] = ()
 
     @property
     def label(self) -> str:
@@ -63,12 +64,26 @@ class ProcessGroup:
         self._log_dir.mkdir(parents=True, exist_ok=True)
         label = f'{spec.namespace.strip("/")}_{spec.name}'.strip('_')
         log_path = self._log_dir / f'{label}.log'
-        with open(log_path, 'wb') as log:
-            process = subprocess.Popen(
-                list(argv), env=self._env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True)
-        self.nodes.append(RunningNode(spec, process, log_path))
+        self.nodes.append(RunningNode(spec, self._popen(argv, log_path, 'wb'), log_path,
+                                      tuple(argv)))
         return self.nodes[-1]
+
+    def restart(self, node: RunningNode) -> RunningNode:
+        """Start an ended node's command again, in its place; its log goes on in the same
+        file after a line that says so."""
+        with open(node.log_path, 'a') as log:
+            log.write(f'--- fl-uav sim: {node.label} exited with code '
+                      f'{node.process.returncode}; restarted ---\n')
+        again = RunningNode(node.spec, self._popen(node.argv, node.log_path, 'ab'),
+                            node.log_path, node.argv)
+        self.nodes[self.nodes.index(node)] = again
+        return again
+
+    def _popen(self, argv: Sequence[str], log_path: Path, mode: str) -> subprocess.Popen:
+        with open(log_path, mode) as log:
+            return subprocess.Popen(list(argv), env=self._env, stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
 
     def exited(self, executable: str | None = None) -> list[RunningNode]:
         """Nodes (of one executable, or all) whose process has ended."""
@@ -120,3 +135,51 @@ def _stop_nodes(nodes: Sequence[RunningNode], grace_s: float) -> None:
                 node.process.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 pass
+
+
+class Respawner:
+    """Restarts the nodes of some executables (the drone nodes) of a :class:`ProcessGroup`
+    that die, as ``policy`` says (a clean exit is never restarted), and keeps the record:
+    each death, its round, and when the node came back."""
+
+    def __init__(self, group: ProcessGroup, policy: Respawn,
+                 executables: Collection[str] = ('drone_node',)) -> None:
+        self._group = group
+        self._policy = policy
+        self._executables = tuple(executables)
+        self._due: dict[int, tuple[float, RunningNode, dict]] = {}   # pid: when, what
+        self._seen: set[int] = set()     # pids of the deaths recorded
+        #: one per death: node, exit_code, died_s, round (open at the death), restarted_s
+        #: (None: not restarted)
+        self.deaths: list[dict] = []
+
+    def pending(self, node: RunningNode) -> bool:
+        """``node`` died and will be restarted."""
+        return node.process.pid in self._due
+
+    def poll(self, now_s: float, round_index: int) -> list[str]:
+        """Schedule the restart of each newly dead node, restart those due; lines to show."""
+        lines = []
+        for node in self._group.exited():
+            code = node.process.returncode
+            if (node.spec.executable not in self._executables or code == 0
+                    or node.process.pid in self._seen):
+                continue
+            self._seen.add(node.process.pid)
+            restarts = sum(d['node'] == node.label and d['restarted_s'] is not None
+                           for d in self.deaths)
+            death = {'node': node.label, 'exit_code': code, 'died_s': round(now_s, 1),
+                     'round': round_index, 'restarted_s': None}
+            self.deaths.append(death)
+            if self._policy.enabled and restarts < self._policy.max_restarts:
+                self._due[node.process.pid] = (now_s + self._policy.delay_s, node, death)
+                lines.append(f'{node.label} exited with code {code} in round {round_index}: '
+                             f'restarting it in {self._policy.delay_s:g} s (restart '
+                             f'{restarts + 1} of at most {self._policy.max_restarts})')
+        for key, (due_s, node, death) in list(self._due.items()):
+            if now_s >= due_s:
+                del self._due[key]
+                self._group.restart(node)
+                death['restarted_s'] = round(now_s, 1)
+                lines.append(f'{node.label} restarted')
+        return lines

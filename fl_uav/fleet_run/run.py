@@ -32,13 +32,14 @@ from fl_uav.fleet.recording import READY_LINE
 from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
 from fl_uav.fleet_run.launch_plan import (
     NodeSpec,
+    Respawn,
     check_fleet_start,
     fleet_plan,
     merged_parameters,
     run_keys,
     write_params_file,
 )
-from fl_uav.fleet_run.launcher import ProcessGroup, RunningNode, ros_environment
+from fl_uav.fleet_run.launcher import ProcessGroup, Respawner, RunningNode, ros_environment
 from fl_uav.fleet_run.recorder_watch import RecorderWatch, recording_summary
 from fl_uav.planning.trajectory import class_balance
 from fl_uav.plugins import plugin_sources
@@ -66,6 +67,7 @@ class FleetRunOptions:
     timeout_s: float = 1800.0
     domain_id: int | None = None
     record: bool = False       # record the fleet's topics into out_dir/RECORDING_DIR
+    respawn: Respawn = Respawn()   # a drone node that dies is restarted
 
 
 def _format_round(row: Mapping[str, Any]) -> str:
@@ -112,6 +114,7 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     domain_id = options.domain_id if options.domain_id is not None else random.randint(1, 101)
     env = ros_environment(domain_id, out / 'ros_logs')
     group = ProcessGroup(env, out / 'logs')
+    respawner = Respawner(group, options.respawn)
     recorder = ProcessGroup(env, out / 'logs')      # stopped after the fleet's nodes
     specs = fleet_plan(config, out, exit_on_finish=True)
     express = (f' (FedEx express: {config.ground_clients.num_clients} ground clients)'
@@ -140,12 +143,15 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
             for row in rows[shown:]:
                 echo(_format_round(row))
             shown = len(rows)
-            station_gone = group.exited('ground_station_node')
-            drones_gone = len(group.exited('drone_node')) == config.num_drones
-            if station_gone and drones_gone:
+            for line in respawner.poll(time.monotonic() - start, len(rows) + 1):
+                echo(line)
+            ended = [n for n in group.exited() if not respawner.pending(n)]
+            station_gone = any(n.spec.executable == 'ground_station_node' for n in ended)
+            drones_gone = sum(n.spec.executable == 'drone_node' for n in ended)
+            if station_gone and drones_gone == config.num_drones:
                 status = 'finished' if (out / STATION_REPORT_FILE).exists() else 'failed'
                 break
-            crashed = [n for n in group.exited() if n.process.returncode not in (0, None)
+            crashed = [n for n in ended if n.process.returncode not in (0, None)
                        or n.spec.executable in _SERVICE_NODES]
             if crashed:
                 status = 'failed'
@@ -179,7 +185,8 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
         wall_s = time.monotonic() - start
         for row in read_progress(out)[shown:]:
             echo(_format_round(row))
-        summary = build_summary(out, config, status, wall_s, exit_codes, domain_id)
+        summary = build_summary(out, config, status, wall_s, exit_codes, domain_id,
+                                respawner.deaths)
         if options.record:
             summary['recording'] = recording_summary(out / RECORDING_DIR, watch,
                                                      exit_codes.get(watch.node.label)
@@ -264,6 +271,26 @@ def _flight_warnings(rounds: Sequence[Mapping[str, Any]], num_drones: int) -> li
     return lines
 
 
+def _death_warnings(deaths: Sequence[Mapping[str, Any]], rounds: Sequence[Mapping[str, Any]]
+                    ) -> list[str]:
+    """One line per node death: its round, and whether and when the node came back and the
+    first round its drone took part in after."""
+    lines = []
+    for death in deaths:
+        text = (f'{death["node"]} died (exit code {death["exit_code"]}) at '
+                f'{death["died_s"]:.0f} s in round {death["round"]}')
+        if death['restarted_s'] is None:
+            lines.append(f'{text}; not restarted')
+            continue
+        drone = int(death['node'].removeprefix('uav').split('/')[0])
+        back = next((r['round_index'] for r in rounds if r['round_index'] > death['round']
+                     and drone in r.get('participants', [])), None)
+        lines.append(f'{text}; restarted at {death["restarted_s"]:.0f} s, ' + (
+            f'took part again from round {back}' if back is not None
+            else 'took part in no later round'))
+    return lines
+
+
 def _late_warnings(rounds: Sequence[Mapping[str, Any]], config: FleetConfig,
                    rejected_total: Mapping[str, int]) -> list[str]:
     """One line per drone whose update missed some round its flight did not fail in (those
@@ -288,9 +315,11 @@ def _late_warnings(rounds: Sequence[Mapping[str, Any]], config: FleetConfig,
 
 
 def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
-                  exit_codes: Mapping[str, int | None], domain_id: int) -> dict[str, Any]:
-    """Per-round results from the station, per-drone flight facts from the autopilot log.
-    A run the station ended as failed (its report's status and error) is 'failed'."""
+                  exit_codes: Mapping[str, int | None], domain_id: int,
+                  deaths: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
+    """Per-round results from the station, per-drone flight facts from the autopilot log,
+    each node death and restart (:class:`fl_uav.fleet_run.launcher.Respawner`). A run the
+    station ended as failed (its report's status and error) is 'failed'."""
     report = _read_json(out / STATION_REPORT_FILE)
     if status == 'finished' and report.get('status') == 'failed':
         status = 'failed'
@@ -347,12 +376,14 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
         'drones': drones,
         'rejected_total': report.get('rejected_total', {}),
         'exit_codes': dict(exit_codes),
+        'node_deaths': [dict(d) for d in deaths],
         # the station's: a diverged global model, or one at chance level (a finite loss);
         # each drone whose flight failed (a run can finish with nothing flown) or whose
         # update missed rounds (a run can finish having learned in half of them)
         'warnings': [*(w for r in rounds for w in r.get('warnings', [])),
                      *_flight_warnings(rounds, config.num_drones),
-                     *_late_warnings(rounds, config, report.get('rejected_total', {}))],
+                     *_late_warnings(rounds, config, report.get('rejected_total', {})),
+                     *_death_warnings(deaths, rounds)],
     }
     if config.mode == 'express':
         summary['mode'] = 'express'

@@ -123,3 +123,49 @@ def test_sigterm_stops_the_fleet_like_ctrl_c(tmp_path):
     assert summary['status'] == 'interrupted' and proc.returncode == 1, stdout[-2000:]
     assert 'Traceback' not in stderr
     assert _processes_mentioning(str(out)) == []
+
+
+def test_a_killed_drone_node_is_restarted_and_the_run_finishes(tmp_path):
+    # Arrange: two drones, four rounds of 30 s at most; a dead drone comes back after 30 s,
+    # so the round it dies in closes at its deadline without it
+    out = tmp_path / 'run'
+    port_base = free_udp_port_block(2)
+    cmd = [sys.executable, '-m', 'fl_uav.cli', 'sim', '--drones', '2', '--rounds', '4',
+           '--out', str(out), '--port-base', str(port_base), '--timeout', '400',
+           '--domain-id', os.environ['ROS_DOMAIN_ID'], '--respawn-delay', '30']
+    for item in ('learning.model=tiny_cnn', 'rounds.eval_samples=300', 'coverage.box_m=80.0',
+                 'rounds.deadline_s=30.0', 'autopilot.time_factor=10.0'):
+        cmd += ['--set', item]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        drone_log = out / 'logs' / 'uav1_drone.log'
+        deadline = time.monotonic() + 180.0
+        while time.monotonic() < deadline and proc.poll() is None and 'round 2: flying' not in (
+                drone_log.read_text() if drone_log.exists() else ''):
+            time.sleep(0.2)      # polling the drone's log, bounded by the deadline
+        (pid,) = [p for p in _processes_mentioning(str(out))
+                  if '__ns:=/uav1' in Path(f'/proc/{p}/cmdline').read_text()]
+        # Act: SIGKILL drone 1's node in the air, in round 2
+        os.kill(pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=360)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    # Assert: restarted; round 2 closed without it; it took part again; the run finished
+    assert proc.returncode == 0, stdout[-3000:] + stderr[-3000:]
+    assert ('uav1/drone exited with code -9 in round 2: restarting it in 30 s (restart 1 of '
+            'at most 5)') in stdout
+    summary = json.loads((out / 'summary.json').read_text())
+    participants = [r['participants'] for r in summary['rounds']]
+    assert summary['status'] == 'finished'
+    assert participants[1] == [0] and len(participants) == 4, participants
+    (death,) = summary['node_deaths']
+    assert death['node'] == 'uav1/drone' and death['exit_code'] == -9 and death['round'] == 2
+    assert death['restarted_s'] - death['died_s'] >= 30.0
+    back = next(r['round'] for r in summary['rounds'] if r['round'] > 2
+                and 1 in r['participants'])
+    assert f'uav1/drone died (exit code -9) at {death["died_s"]:.0f} s in round 2; restarted ' \
+           f'at {death["restarted_s"]:.0f} s, took part again from round {back}' in stdout
+    assert summary['drones']['1']['landed']
+    assert _processes_mentioning(str(out)) == []

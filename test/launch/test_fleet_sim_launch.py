@@ -5,6 +5,8 @@ SIGTERM, to the launch process alone), and launch arguments that do not parse.""
 from __future__ import annotations
 
 import json
+import os
+import re
 import signal
 import time
 
@@ -22,6 +24,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 FLEET_NODES = {'autopilot_sim_node-1', 'sim_camera_node-2', 'ground_station_node-3',
                'drone_node-4', 'drone_node-5'}
 ROUND_SLACK_S = 150.0   # start-up, connect, take-off and one round on 2 loaded cores
+RESPAWN_DELAY_S = 30.0
 
 
 def _fleet(start, tmp_path, *extra: str):
@@ -110,3 +113,48 @@ def test_a_launch_argument_that_does_not_parse_ends_the_launch_before_any_node(
     assert [line for line in text.splitlines() if '[ERROR]' in line] == [
         f'[ERROR] [launch]: Caught exception in launch (see debug for traceback): {says}']
     assert 'process started' not in text
+
+
+def _pid_of(text: str, process: str) -> int:
+    """The pid ros2 launch reported for ``process`` (e.g. 'drone_node-5')."""
+    found = re.search(rf'^\[INFO\] \[{re.escape(process)}\]: process started with pid '
+                      rf'\[(\d+)\]', text, re.M)
+    assert found, f'no pid for {process}:\n{text[-3000:]}'
+    return int(found.group(1))
+
+
+def test_a_killed_drone_node_is_respawned_and_rejoins_the_run(start, tmp_path):
+    # Arrange: two drones, four rounds of 30 s at most; respawn is on by default, here after
+    # a round's deadline, so the round the drone dies in closes without it
+    run_dir = tmp_path / 'run'
+    config = fleet_config(tmp_path / 'fleet.yaml', 2, fleet_ports(2), rounds__num_rounds=4,
+                          rounds__deadline_s=RESPAWN_DELAY_S)
+    launch = start('launch', 'launch', 'fl_uav', 'fleet_sim.launch.py', 'num_drones:=2',
+                   f'config:={config}', f'output_dir:={run_dir}', 'exit_on_finish:=true',
+                   f'respawn_delay:={RESPAWN_DELAY_S:g}')
+    launch.wait_for('round 2: flying', 2 * ROUND_SLACK_S)
+    killed_s = time.monotonic() - launch.started_s
+    # Act: SIGKILL drone 1's node in the air, mid-round
+    os.kill(_pid_of(launch.text, 'drone_node-5'), signal.SIGKILL)
+    restarted_s = launch.wait_for('[drone_node-6]: process started', RESPAWN_DELAY_S + 30)
+    code = launch.wait(4 * ROUND_SLACK_S)
+    # Assert: restarted once; round 2 closed at its deadline with drone 0's update; the run
+    # finished with every round, drone 1 back in a later one
+    text = launch.text
+    assert code == 0, text[-3000:]
+    assert f'uav1_drone died (exit code -9): restarting it in {RESPAWN_DELAY_S:g} s' in text
+    exits = node_exits(text)
+    assert exits.pop('drone_node-5') == 'died'
+    assert exits == dict.fromkeys(FLEET_NODES - {'drone_node-5'} | {'drone_node-6'},
+                                  'finished cleanly'), text[-3000:]
+    report = json.loads((run_dir / 'ground_station.json').read_text())
+    assert report['status'] == 'finished'
+    participants = [r['participants'] for r in report['rounds']]
+    assert len(participants) == 4 and participants[1] == [0], participants
+    assert all(0 in p for p in participants), participants
+    assert any(1 in p for p in participants[2:]), participants
+    events = autopilot_events(run_dir)
+    assert _landed(events, 0) and _landed(events, 1)
+    print(f'killed at {killed_s:.0f} s, restarted at {restarted_s:.0f} s, participants '
+          f'{participants}, rounds closed at '
+          f'{[round(r["closed_s"] - report["rounds"][0]["opened_s"]) for r in report["rounds"]]}')

@@ -231,6 +231,8 @@ def _launch_file_module(monkeypatch, file_name: str, made: list):
     actions.OpaqueFunction = lambda **k: ('opaque', k)
     actions.EmitEvent = lambda **k: ('emit', k)
     actions.RegisterEventHandler = lambda *a, **k: ('handler', a, k)
+    actions.LogInfo = lambda **k: ('log', k)
+    actions.TimerAction = lambda **k: ('timer', k)
     event_handlers = types.ModuleType('launch.event_handlers')
     event_handlers.OnProcessExit = lambda **k: ('on_exit', k)
     events = types.ModuleType('launch.events')
@@ -242,6 +244,7 @@ def _launch_file_module(monkeypatch, file_name: str, made: list):
                          ('launch.event_handlers', event_handlers), ('launch.events', events),
                          ('launch_ros', launch_ros), ('launch_ros.actions', ros_actions)):
         monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.delitem(sys.modules, 'fl_uav.ros.respawn', raising=False)   # on the stand-ins
     spec = importlib.util.spec_from_file_location(file_name.replace('.', '_'),
                                                   REPO / 'launch' / file_name)
     launch_file = importlib.util.module_from_spec(spec)
@@ -280,3 +283,47 @@ def test_fleet_launch_gives_the_autopilot_simulator_the_drones_return_before_sig
     rtl_s = build_config(FleetConfig, flat).flight.shutdown_rtl_timeout_s
     assert timeouts['autopilot_sim'] == autopilot_stop_hold_s(rtl_s) + STOP_GRACE_S
     assert timeouts['autopilot_sim'] > timeouts['drone'] > timeouts['ground_station']
+
+
+def _exit_handler(actions):
+    """The on_exit callback of the stand-in OnProcessExit among ``actions``."""
+    (handler,) = [a for a in actions if isinstance(a, tuple) and a[0] == 'handler']
+    return handler[1][0][1]['on_exit']
+
+
+def test_a_drone_node_that_dies_is_restarted_and_one_that_ends_cleanly_is_not(monkeypatch):
+    # Arrange: the drone launch file on the stand-ins, 2 restarts at most
+    made: list = []
+    module = _launch_file_module(monkeypatch, 'drone.launch.py', made)
+    context = types.SimpleNamespace(launch_configurations={
+        'config': str(REPO / 'config' / 'drone.yaml'), 'drone_id': '1', 'respawn': 'true',
+        'respawn_delay': '3', 'respawn_max_retries': '2'}, is_shutdown=False)
+    killed = types.SimpleNamespace(returncode=-9)
+    # Act: SIGKILL the node, then its restart, then the second restart
+    first = module._nodes(context)
+    restart = _exit_handler(first)(killed, context)
+    (timer,) = [a for a in restart if a[0] == 'timer']
+    second = _exit_handler(timer[1]['actions'])(killed, context)
+    (timer2,) = [a for a in second if a[0] == 'timer']
+    third = _exit_handler(timer2[1]['actions'])(killed, context)
+    # Assert: restarted after the delay, the same node again, twice, then no more
+    assert timer[1]['period'] == 3.0
+    assert [n['namespace'] for n in made] == ['/uav1'] * 3
+    assert ('restart 1 of at most 2' in restart[0][1]['msg'])
+    assert [a[0] for a in third] == ['log'] and 'not restarted again' in third[0][1]['msg']
+    assert _exit_handler(first)(types.SimpleNamespace(returncode=0), context) is None
+    shutting_down = types.SimpleNamespace(**{**vars(context), 'is_shutdown': True})
+    assert _exit_handler(first)(killed, shutting_down) is None
+
+
+@pytest.mark.parametrize(('name', 'value'), [('respawn', 'yes'), ('respawn_delay', '-1'),
+                                             ('respawn_delay', 'soon'),
+                                             ('respawn_max_retries', '1.5')])
+def test_a_bad_respawn_argument_is_refused_naming_it(monkeypatch, name, value):
+    made: list = []
+    module = _launch_file_module(monkeypatch, 'drone.launch.py', made)
+    context = types.SimpleNamespace(launch_configurations={
+        'config': str(REPO / 'config' / 'drone.yaml'), 'drone_id': '1', name: value})
+    with pytest.raises(ConfigError, match=f'launch argument {name}:='):
+        module._nodes(context)
+    assert made == []

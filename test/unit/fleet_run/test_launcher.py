@@ -7,8 +7,8 @@ from __future__ import annotations
 import sys
 import time
 
-from fl_uav.fleet_run.launch_plan import NodeSpec
-from fl_uav.fleet_run.launcher import ProcessGroup, ros_environment
+from fl_uav.fleet_run.launch_plan import NodeSpec, Respawn
+from fl_uav.fleet_run.launcher import ProcessGroup, Respawner, ros_environment
 
 # A node stand-in: on SIGINT it writes when it heard it, takes `delay` seconds to wind down,
 # then writes when it ended and exits 0.
@@ -89,3 +89,80 @@ def test_a_node_gets_its_own_longer_grace(tmp_path):
     codes = group.stop(grace_s=0.2)
     # Assert
     assert codes == {'drone_node': 0}, codes
+
+
+# A drone node stand-in that counts its starts in a file and exits with the code given for
+# that start (the last code for every later start; -N: killed by signal N)
+COUNTED_EXIT = """
+import os, pathlib, sys
+starts = pathlib.Path(sys.argv[1])
+n = len(starts.read_text()) if starts.exists() else 0
+starts.write_text('x' * (n + 1))
+codes = [int(c) for c in sys.argv[2].split(',')]
+code = codes[min(n, len(codes) - 1)]
+if code < 0:
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
+
+
+def _wait_ended(group: ProcessGroup) -> None:
+    for node in group.nodes:
+        node.process.wait(timeout=READY_TIMEOUT_S)
+
+
+def _drone(group, tmp_path, name: str, codes: str):
+    return group.start_command(NodeSpec('drone_node', 'drone', namespace=f'/{name}'),
+                               [sys.executable, '-c', COUNTED_EXIT,
+                                str(tmp_path / f'{name}.starts'), codes])
+
+
+def test_a_dead_drone_node_is_restarted_after_the_delay_and_a_clean_exit_is_not(tmp_path):
+    # Arrange: uav0 dies (SIGKILL-like code -9), then ends cleanly; uav1 ends cleanly at once
+    group = ProcessGroup(ros_environment(79, tmp_path / 'ros_logs'), tmp_path / 'logs')
+    respawner = Respawner(group, Respawn(delay_s=5.0, max_restarts=3))
+    _drone(group, tmp_path, 'uav0', '-9,0')
+    _drone(group, tmp_path, 'uav1', '0')
+    _wait_ended(group)
+    # Act: the deaths are seen at 10 s (round 2); the restart is due at 15 s
+    seen = respawner.poll(10.0, 2)
+    early = respawner.poll(14.0, 2)
+    pending = [respawner.pending(n) for n in group.nodes]
+    restarted = respawner.poll(15.0, 2)
+    _wait_ended(group)
+    after = respawner.poll(30.0, 3)
+    # Assert
+    assert seen == ['uav0/drone exited with code -9 in round 2: restarting it in 5 s '
+                    '(restart 1 of at most 3)'] and early == []
+    assert pending == [True, False]
+    assert restarted == ['uav0/drone restarted'] and after == []
+    assert (tmp_path / 'uav0.starts').read_text() == 'xx'
+    assert (tmp_path / 'uav1.starts').read_text() == 'x'
+    assert respawner.deaths == [{'node': 'uav0/drone', 'exit_code': -9, 'died_s': 10.0,
+                                 'round': 2, 'restarted_s': 15.0}]
+    assert 'restarted ---' in group.nodes[0].log_path.read_text()
+
+
+def test_a_drone_node_that_keeps_dying_is_restarted_at_most_max_restarts_times(tmp_path):
+    # Arrange: a node that always exits with 1
+    group = ProcessGroup(ros_environment(79, tmp_path / 'ros_logs'), tmp_path / 'logs')
+    respawner = Respawner(group, Respawn(delay_s=0.0, max_restarts=2))
+    _drone(group, tmp_path, 'uav0', '1')
+    # Act
+    lines = []
+    for step in range(6):
+        _wait_ended(group)
+        lines += respawner.poll(float(step), 1)
+    # Assert: two restarts, then its third death is only recorded
+    assert (tmp_path / 'uav0.starts').read_text() == 'xxx'
+    assert [d['restarted_s'] for d in respawner.deaths] == [0.0, 1.0, None]
+    assert not respawner.pending(group.nodes[0])
+
+
+def test_with_respawn_off_a_death_is_recorded_and_not_restarted(tmp_path):
+    group = ProcessGroup(ros_environment(79, tmp_path / 'ros_logs'), tmp_path / 'logs')
+    respawner = Respawner(group, Respawn(enabled=False))
+    _drone(group, tmp_path, 'uav0', '3')
+    _wait_ended(group)
+    assert respawner.poll(1.0, 1) == [] and respawner.poll(9.0, 1) == []
+    assert respawner.deaths[0]['restarted_s'] is None and respawner.deaths[0]['exit_code'] == 3
