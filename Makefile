@@ -50,7 +50,8 @@ bench: $(STAMP) $(FLOWER_VENV)/.installed
 	  --engines plain,vectorized,experiment,experiment_seq,flower --reps 3
 
 # An ament install prefix as colcon lays it out (share/ament_index, share/fl_uav/{launch,config,
-# sim}, lib/fl_uav/<node executables>), built by pip from setup.py without colcon, for
+# sim}, lib/fl_uav/<executables>: the nodes and fl-uav, as setup.cfg's install_scripts puts them),
+# built by pip from setup.py without colcon, for
 # `AMENT_PREFIX_PATH=$$PWD/install ros2 launch fl_uav ...`. The nodes run the venv's fl_uav (the
 # editable install), so the prefix holds no second copy of the package.
 AMENT_PREFIX ?= $(CURDIR)/install
@@ -59,7 +60,8 @@ ament: $(STAMP)
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation \
 	  --ignore-installed --prefix $(AMENT_PREFIX) .
 	rm -rf $(AMENT_PREFIX)/lib/python3* build fl_uav.egg-info
-	mkdir -p $(AMENT_PREFIX)/lib/fl_uav && mv $(AMENT_PREFIX)/bin/*_node $(AMENT_PREFIX)/lib/fl_uav/
+	mkdir -p $(AMENT_PREFIX)/lib/fl_uav && mv $(AMENT_PREFIX)/bin/* $(AMENT_PREFIX)/lib/fl_uav/
+	rmdir $(AMENT_PREFIX)/bin
 	@echo "AMENT_PREFIX_PATH=$(AMENT_PREFIX) $(VENV)/bin/ros2 launch fl_uav fleet_sim.launch.py"
 
 lint: $(STAMP)

@@ -16,7 +16,7 @@ setup(
         ('share/ament_index/resource_index/packages', ['resource/' + PACKAGE]),
         ('share/' + PACKAGE, ['package.xml']),
         ('share/' + PACKAGE + '/launch', glob('launch/*.launch.py')),
-        ('share/' + PACKAGE + '/config', glob('config/*.yaml')),
+        ('share/' + PACKAGE + '/config', glob('config/*.yaml') + glob('config/*.rviz')),
         ('share/' + PACKAGE + '/config/experiments', glob('config/experiments/*.yaml')),
         ('share/' + PACKAGE + '/config/plans', glob('config/plans/*.yaml')),
         ('share/' + PACKAGE + '/sim', glob('sim/*.md')),
