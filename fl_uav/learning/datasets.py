@@ -339,16 +339,20 @@ def _is_image(path: Path) -> bool:
     return path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES
 
 
+def _refuse_loose_images(entries: list[Path], place: str) -> None:
+    stray = [p for p in entries if _is_image(p)]
+    if stray:
+        raise DatasetError(f'{stray[0]}: an image outside a class folder; images go in '
+                           f'{place}')
+
+
 def _class_files(folder: Path) -> dict[str, list[Path]]:
     """``folder/<class>/*.png|jpg|jpeg`` as {class name: sorted image files}; DatasetError for
     a folder without class folders, an empty class folder or an image outside a class."""
     if not folder.is_dir():
         raise DatasetError(f'{folder}: image folder not found')
     entries = _visible(folder)
-    stray = [p for p in entries if _is_image(p)]
-    if stray:
-        raise DatasetError(f'{stray[0]}: an image outside a class folder; images go in '
-                           f'{folder}/<class_name>/')
+    _refuse_loose_images(entries, f'{folder}/<class_name>/')
     classes = {}
     for class_dir in (p for p in entries if p.is_dir()):
         files = [p for p in _visible(class_dir) if _is_image(p)]
@@ -423,7 +427,9 @@ def scan_image_folder(root: str | Path) -> ImageFolderLayout:
     if 'train' in present:
         sources = {'train': _class_files(root / 'train')}
     else:
-        folders = [p for p in _visible(root / 'clients') if p.is_dir()]
+        entries = _visible(root / 'clients')
+        _refuse_loose_images(entries, f'{root / "clients"}/<folder>/<class_name>/')
+        folders = [p for p in entries if p.is_dir()]
         if not folders:
             raise DatasetError(f'{root / "clients"}: no client folders; expected '
                                f'{root / "clients"}/<folder>/<class_name>/*.png')
@@ -455,6 +461,7 @@ def scan_image_folder(root: str | Path) -> ImageFolderLayout:
 
 
 def _check_split_folders(root: Path, present: set[str]) -> None:
+    _refuse_loose_images(_visible(root), f'{root}/test/<class_name>/ (or train/, clients/)')
     others = [p.name for p in _visible(root) if p.is_dir() and p.name not in SPLIT_FOLDERS]
     if others:
         raise DatasetError(f'{root / others[0]}: a folder next to '

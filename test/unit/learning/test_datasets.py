@@ -328,6 +328,10 @@ TREE_ERRORS = [
     ({'train/a/x.png': RED, 'test/a/z.png': RED, 'train/loose.png': RED}, (),
      'an image outside a class folder', 'train/loose.png'),
     ({'a/x.png': RED, 'loose.jpg': RED}, (), 'an image outside a class folder', 'loose.jpg'),
+    ({'train/a/x.png': RED, 'test/a/z.png': RED, 'y.png': RED}, (),
+     'an image outside a class folder', 'y.png'),
+    ({'clients/s/a/x.png': RED, 'test/a/z.png': RED, 'clients/y.JPG': RED}, (),
+     'an image outside a class folder', 'clients/y.JPG'),
 ]
 
 
