@@ -25,9 +25,10 @@ from fl_uav.planning.config import (
 from fl_uav.planning.express import ExpressConfig
 
 DATASETS = ('digits', 'fashion_mnist', 'image_folder', 'world')
-PARTITIONS = ('iid', 'dirichlet', 'shards', 'location')
+PARTITIONS = ('iid', 'dirichlet', 'shards', 'location', 'folders')
 FILE_DATASETS = ('fashion_mnist', 'image_folder')   # the datasets data.path points at
-SPLIT_DATASETS = ('digits', 'image_folder')   # no test split of their own: data.test_fraction
+SPLIT_DATASETS = ('digits', 'image_folder')   # data.test_fraction (image_folder: unless the
+# folder has its own test/, which load_experiment_data checks)
 DATA_KEY_NEEDS: dict[str, tuple[str, tuple[Any, ...]]] = {
     'dirichlet_alpha': ('partition', ('dirichlet',)),
     'shards_per_client': ('partition', ('shards',)),
@@ -50,14 +51,19 @@ class DataConfig:
     dataset: the data the drones train on, digits | fashion_mnist | image_folder | world (the
         synthetic aerial world).
     path: dataset root of the datasets read from files, fashion_mnist and image_folder ('' =
-        the dataset's default location; digits ship with scikit-learn, world is rendered).
+        the dataset's default location; digits ship with scikit-learn, world is rendered; an
+        image_folder is path/<class>/*.png split at random, or path/test/<class>/ with
+        path/train/<class>/ or path/clients/<folder>/<class>/, docs/cli.md).
     partition: how the training set is split among the drones, iid | dirichlet | shards |
-        location (location needs a dataset with positions: world).
+        location (location needs a dataset with positions: world) | folders (image_folder
+        with path/clients/: drone k trains on the k-th client folder in name order, as many
+        drones as folders; the other partitions pool the folders).
     dirichlet_alpha (partition dirichlet): concentration α of each class's Dirichlet split
         over the drones; small α gives each drone few classes, large α tends to IID.
     shards_per_client (partition shards): single-class shards dealt to each drone, so the
         number of classes a drone holds.
-    test_fraction: held-out share for datasets without a test split (digits, image_folder).
+    test_fraction: held-out share for datasets without a test split (digits, an image_folder
+        without test/; with test/, a value other than the default is an error).
     A key that acts only under some partition, dataset, ``online`` or ``topup``
     (DATA_KEY_NEEDS) and is set to a non-default value under another is an error naming both
     keys, not silently ignored.
@@ -104,6 +110,9 @@ class DataConfig:
             raise ValueError('dataset image_folder needs data.path (a folder of class folders)')
         if self.partition == 'location' and self.dataset != 'world':
             raise ValueError('partition location needs dataset world (samples with positions)')
+        if self.partition == 'folders' and self.dataset != 'image_folder':
+            raise ValueError('partition folders needs dataset image_folder (with '
+                             'path/clients/<folder>/<class>/, one folder per drone)')
         if not self.dirichlet_alpha > 0:
             raise ValueError(f'dirichlet_alpha must be > 0, got {self.dirichlet_alpha}')
         if self.shards_per_client < 1:
@@ -189,6 +198,9 @@ def check_express(config: ExperimentConfig) -> None:
     if config.data.online or config.data.topup:
         raise ValueError('data.online and data.topup must be false with express.enabled '
                          '(FedEx clients hold fixed data)')
+    if e.partition == 'location' and config.data.partition == 'folders':
+        raise ValueError('express.partition location replaces data.partition folders (each '
+                         'ground client its folder): set express.partition engine')
     if e.num_uavs > config.num_drones:
         raise ValueError(f'express.num_uavs ({e.num_uavs}) must not exceed num_drones (the '
                          f'ground clients, {config.num_drones})')

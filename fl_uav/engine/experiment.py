@@ -49,7 +49,12 @@ from fl_uav.configschema import to_flat
 from fl_uav.engine.checkpoint import CheckpointMixin, plugin_snapshots
 from fl_uav.engine.clients import ClientsMixin
 from fl_uav.engine.config import ExperimentConfig
-from fl_uav.engine.data import TrainTestData, load_experiment_data, partition_data
+from fl_uav.engine.data import (
+    TrainTestData,
+    drone_folders,
+    load_experiment_data,
+    partition_data,
+)
 from fl_uav.engine.express import EngineExpress, plan_express
 from fl_uav.engine.results import (
     CHECKPOINT_FILE,
@@ -398,6 +403,8 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
         if created and not any(out_dir.iterdir()):
             out_dir.rmdir()     # nothing ran: leave no empty directory behind
         raise ExperimentError(f'cannot set up the run: {exc}') from exc
+    if engine.data.note:
+        echo(f'data: {engine.data.note}')
     rows_path = out_dir / ROUNDS_FILE
     if resume and not (out_dir / CHECKPOINT_FILE).is_file() and not read_rows(rows_path):
         echo(f'{out_dir}: no round was completed before the interruption; starting it over')
@@ -449,6 +456,7 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
     summary = write_summary(config, out_dir, rows, status, error,
                             time.perf_counter() - wall_start,
                             {**engine.resources.run_summary(),
+                             **drone_folders(config, engine.data, engine.parts),
                              'warnings': divergence.warnings})
     return summary
 

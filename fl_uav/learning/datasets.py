@@ -7,7 +7,9 @@ float32 images are accepted for datasets built elsewhere. Nothing here downloads
 * ``fashion_mnist``: the Debian package ``dataset-fashion-mnist`` (IDX files under
   ``/usr/share/datasets/fashion-mnist``), read by the strict :func:`load_idx`.
 * ``digits``: ``sklearn.datasets.load_digits`` (ships inside scikit-learn).
-* ``image_folder``: the user's own images, ``root/<class_name>/*.png|jpg``.
+* ``image_folder``: the user's own images, ``root/<class_name>/*.png|jpg``, or with a given
+  split: ``root/{train,test}/<class_name>/`` or ``root/clients/<folder>/<class_name>/`` and
+  ``root/test/<class_name>/`` (:func:`scan_image_folder`).
 
 Other sources (the synthetic aerial world) plug in through :func:`register_dataset`.
 """
@@ -319,43 +321,184 @@ def load_digits() -> Dataset:
 # --- image folder ----------------------------------------------------------------------------
 
 IMAGE_SUFFIXES = ('.png', '.jpg', '.jpeg')
-"""File suffixes (any case) that load_image_folder reads; other files are ignored."""
+"""File suffixes (any case) that the image folder loaders read; other files are ignored."""
+
+SPLIT_FOLDERS = ('train', 'test', 'clients')
+"""Names of an image folder root's sub-folders that hold a given split instead of a class."""
+
+IMAGE_FOLDER_LAYOUTS = ('classes', 'train_test', 'clients')
+"""An image folder's layouts: root/<class>/, root/{train,test}/<class>/, and
+root/clients/<folder>/<class>/ with root/test/<class>/ (docs/cli.md draws them)."""
 
 
-def load_image_folder(root: str | Path, image_px: int = 32, channels: int = 3) -> Dataset:
-    """The user's own images: ``root/<class_name>/*.png|jpg|jpeg``.
+def _visible(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if not p.name.startswith('.'))
 
-    Class names are the sub-folder names, sorted; labels follow that order. Files are read
-    in sorted order with OpenCV, converted to RGB (channels=3) or grayscale (channels=1) and
-    resized to image_px × image_px without keeping the aspect ratio (area interpolation when
-    shrinking, bilinear when enlarging). Hidden entries and files with other suffixes are
-    ignored. Returns uint8 N×C×image_px×image_px.
+
+def _is_image(path: Path) -> bool:
+    return path.is_file() and path.suffix.lower() in IMAGE_SUFFIXES
+
+
+def _refuse_loose_images(entries: list[Path], place: str) -> None:
+    stray = [p for p in entries if _is_image(p)]
+    if stray:
+        raise DatasetError(f'{stray[0]}: an image outside a class folder; images go in '
+                           f'{place}')
+
+
+def _class_files(folder: Path) -> dict[str, list[Path]]:
+    """``folder/<class>/*.png|jpg|jpeg`` as {class name: sorted image files}; DatasetError for
+    a folder without class folders, an empty class folder or an image outside a class."""
+    if not folder.is_dir():
+        raise DatasetError(f'{folder}: image folder not found')
+    entries = _visible(folder)
+    _refuse_loose_images(entries, f'{folder}/<class_name>/')
+    classes = {}
+    for class_dir in (p for p in entries if p.is_dir()):
+        files = [p for p in _visible(class_dir) if _is_image(p)]
+        if not files:
+            raise DatasetError(f'{class_dir}: class folder holds no '
+                               f'{"/".join(IMAGE_SUFFIXES)} images')
+        classes[class_dir.name] = files
+    if not classes:
+        raise DatasetError(f'{folder}: no class sub-folders; expected '
+                           f'{folder}/<class_name>/*.png')
+    return classes
+
+
+@dataclass(frozen=True, eq=False)
+class ImageFolderLayout:
+    """An image folder's files, found and checked by :func:`scan_image_folder` before any is
+    read.
+
+    layout: one of IMAGE_FOLDER_LAYOUTS. class_names: sorted; labels index them in every part.
+    train_files, train_labels: the training images ('classes': all images, 'clients': every
+    client folder's, folder after folder). test_files, test_labels: root/test's (empty for
+    'classes'). folder_names: the client folders, sorted ('clients' only); train_folders: each
+    training image's index into folder_names (None unless 'clients').
     """
+
+    root: Path
+    layout: str
+    class_names: tuple[str, ...]
+    train_files: tuple[Path, ...]
+    train_labels: np.ndarray
+    test_files: tuple[Path, ...] = ()
+    test_labels: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    folder_names: tuple[str, ...] = ()
+    train_folders: np.ndarray | None = None
+
+    def load(self, split: str = 'train', image_px: int = 32, channels: int = 3) -> Dataset:
+        """The 'train' or 'test' images read and resized (see :func:`load_image_folder`);
+        'test' of a 'classes' layout is an error (it has no test set of its own)."""
+        if split not in ('train', 'test'):
+            raise DatasetError(f'split {split!r} unknown; choices: train, test')
+        if split == 'test' and not self.test_files:
+            raise DatasetError(f'{self.root}: no test/ folder: split it with '
+                               f'train_test_split_stratified')
+        files, labels = ((self.train_files, self.train_labels) if split == 'train'
+                         else (self.test_files, self.test_labels))
+        name = f'image_folder/{self.root.name}' + ('' if self.layout == 'classes'
+                                                   else f'/{split}')
+        return Dataset(_read_images(files, image_px, channels), labels, self.class_names, name)
+
+
+def scan_image_folder(root: str | Path) -> ImageFolderLayout:
+    """Find and check an image folder's files (nothing is read yet).
+
+    A root with none of SPLIT_FOLDERS is ``root/<class>/*.png`` ('classes'). Otherwise it must
+    hold ``test/<class>/`` and exactly one of ``train/<class>/`` ('train_test') or
+    ``clients/<folder>/<class>/`` ('clients'), and nothing else. Every class of the training
+    side must have a test folder and every test class training images; a client folder may
+    lack classes. Hidden entries and files with other suffixes are ignored. Raises DatasetError
+    naming the folder or file.
+    """
+    root = Path(root)
+    if not root.is_dir():
+        raise DatasetError(f'{root}: image folder not found')
+    present = {p.name for p in _visible(root) if p.is_dir() and p.name in SPLIT_FOLDERS}
+    if not present:
+        classes = _class_files(root)
+        names = tuple(sorted(classes))
+        files, labels = _flatten(classes, names)
+        return ImageFolderLayout(root, 'classes', names, files, labels)
+    _check_split_folders(root, present)
+    test = _class_files(root / 'test')
+    if 'train' in present:
+        sources = {'train': _class_files(root / 'train')}
+    else:
+        entries = _visible(root / 'clients')
+        _refuse_loose_images(entries, f'{root / "clients"}/<folder>/<class_name>/')
+        folders = [p for p in entries if p.is_dir()]
+        if not folders:
+            raise DatasetError(f'{root / "clients"}: no client folders; expected '
+                               f'{root / "clients"}/<folder>/<class_name>/*.png')
+        sources = {f'clients/{p.name}': _class_files(p) for p in folders}
+    names = tuple(sorted(test))
+    for source, classes in sources.items():
+        extra = sorted(set(classes) - set(test))
+        if extra:
+            raise DatasetError(f'{root / source / extra[0]}: class {extra[0]!r} has no test '
+                               f'images: {root / "test"} has no folder {extra[0]!r} (its '
+                               f'classes: {", ".join(names)})')
+    trained = set().union(*sources.values())
+    untrained = [c for c in names if c not in trained]
+    if untrained:
+        where = root / ('train' if 'train' in present else 'clients/*')
+        raise DatasetError(f'{root / "test" / untrained[0]}: class {untrained[0]!r} has no '
+                           f'training images (no {where}/{untrained[0]}/)')
+    test_files, test_labels = _flatten(test, names)
+    parts = [_flatten(classes, names) for classes in sources.values()]
+    train_files = tuple(f for files, _ in parts for f in files)
+    train_labels = np.concatenate([labels for _, labels in parts])
+    if 'train' in present:
+        return ImageFolderLayout(root, 'train_test', names, train_files, train_labels,
+                                 test_files, test_labels)
+    folder_of = np.repeat(np.arange(len(parts), dtype=np.int64), [len(f) for f, _ in parts])
+    return ImageFolderLayout(root, 'clients', names, train_files, train_labels, test_files,
+                             test_labels, tuple(s.split('/', 1)[1] for s in sources),
+                             folder_of)
+
+
+def _check_split_folders(root: Path, present: set[str]) -> None:
+    _refuse_loose_images(_visible(root), f'{root}/test/<class_name>/ (or train/, clients/)')
+    others = [p.name for p in _visible(root) if p.is_dir() and p.name not in SPLIT_FOLDERS]
+    if others:
+        raise DatasetError(f'{root / others[0]}: a folder next to '
+                           f'{"/ and ".join(sorted(present))}/: with a given split every class '
+                           f'folder goes inside test/ and train/ (or clients/<folder>/)')
+    if {'train', 'clients'} <= present:
+        raise DatasetError(f'{root}: has both train/ and clients/: keep one (clients/ holds '
+                           f'the training images folder by folder; other partitions pool '
+                           f'them)')
+    if 'test' not in present:
+        raise DatasetError(f'{root}: has {"/ and ".join(sorted(present))}/ but no test/: add '
+                           f'{root / "test"}/<class_name>/ (or use one folder of class '
+                           f'folders, split at random)')
+    if present == {'test'}:
+        raise DatasetError(f'{root}: has test/ but no training images: add '
+                           f'{root / "train"}/<class_name>/ or '
+                           f'{root / "clients"}/<folder>/<class_name>/')
+
+
+def _flatten(classes: dict[str, list[Path]],
+             names: tuple[str, ...]) -> tuple[tuple[Path, ...], np.ndarray]:
+    label = {name: i for i, name in enumerate(names)}
+    pairs = [(path, label[name]) for name in sorted(classes) for path in classes[name]]
+    return tuple(p for p, _ in pairs), np.array([lab for _, lab in pairs], np.int64)
+
+
+def _read_images(files: Sequence[Path], image_px: int, channels: int) -> np.ndarray:
+    """The files read with OpenCV as uint8 N×C×image_px×image_px (see load_image_folder)."""
     import cv2
 
     if image_px < 1:
         raise DatasetError(f'image_px must be >= 1, got {image_px}')
     if channels not in (1, 3):
         raise DatasetError(f'channels must be 1 or 3, got {channels}')
-    root = Path(root)
-    if not root.is_dir():
-        raise DatasetError(f'{root}: image folder not found')
-    class_dirs = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith('.'))
-    if not class_dirs:
-        raise DatasetError(f'{root}: no class sub-folders; expected {root}/<class_name>/*.png')
-    files: list[tuple[Path, int]] = []
-    for label, class_dir in enumerate(class_dirs):
-        class_files = sorted(p for p in class_dir.iterdir() if p.is_file()
-                             and not p.name.startswith('.')
-                             and p.suffix.lower() in IMAGE_SUFFIXES)
-        if not class_files:
-            raise DatasetError(f'{class_dir}: class folder holds no '
-                               f'{"/".join(IMAGE_SUFFIXES)} images')
-        files += [(p, label) for p in class_files]
     images = np.empty((len(files), channels, image_px, image_px), np.uint8)
-    labels = np.empty(len(files), np.int64)
     flag = cv2.IMREAD_COLOR if channels == 3 else cv2.IMREAD_GRAYSCALE
-    for i, (path, label) in enumerate(files):
+    for i, path in enumerate(files):
         image = cv2.imread(str(path), flag)
         if image is None or image.size == 0:
             raise DatasetError(f'{path}: cannot read the image (corrupt or unsupported format)')
@@ -366,8 +509,20 @@ def load_image_folder(root: str | Path, image_px: int = 32, channels: int = 3) -
             images[i] = cv2.cvtColor(image, cv2.COLOR_BGR2RGB).transpose(2, 0, 1)
         else:
             images[i, 0] = image
-        labels[i] = label
-    return Dataset(images, labels, tuple(p.name for p in class_dirs), f'image_folder/{root.name}')
+    return images
+
+
+def load_image_folder(root: str | Path, image_px: int = 32, channels: int = 3,
+                      split: str = 'train') -> Dataset:
+    """The user's own images (layouts: :func:`scan_image_folder`): split 'train' or 'test';
+    'train' of a root of class folders (no split of its own) is every image.
+
+    Class names are the class folder names, sorted; labels follow that order. Files are read
+    in sorted order with OpenCV, converted to RGB (channels=3) or grayscale (channels=1) and
+    resized to image_px × image_px without keeping the aspect ratio (area interpolation when
+    shrinking, bilinear when enlarging). Returns uint8 N×C×image_px×image_px.
+    """
+    return scan_image_folder(root).load(split, image_px, channels)
 
 
 # --- registry --------------------------------------------------------------------------------

@@ -307,6 +307,27 @@ def _squared_distances(points: np.ndarray, centres: np.ndarray) -> np.ndarray:
     return np.maximum(squared, 0.0)
 
 
+def by_folder(folders: np.ndarray, k: int) -> list[np.ndarray]:
+    """Client c gets the samples of folder c (the data came split: a survey per drone).
+
+    folders: each sample's folder index; every index in [0, k) must occur and no other.
+    """
+    folders = np.asarray(folders)
+    if folders.ndim != 1 or not np.issubdtype(folders.dtype, np.integer):
+        raise ValueError(f'folders must be a 1-D integer array, got {folders.dtype} '
+                         f'{folders.shape}')
+    if k < 1:
+        raise ValueError(f'k must be >= 1, got {k}')
+    if len(folders) and (folders.min() < 0 or folders.max() >= k):
+        raise ValueError(f'folder indices span [{folders.min()}, {folders.max()}], outside '
+                         f'[0, {k}) for k={k} clients')
+    counts = np.bincount(folders, minlength=k)
+    if (counts == 0).any():
+        raise ValueError(f'folder {int(np.flatnonzero(counts == 0)[0])} holds no sample: '
+                         f'k={k} clients need {k} non-empty folders')
+    return _finish([np.flatnonzero(folders == c) for c in range(k)])
+
+
 @dataclass(frozen=True, eq=False)
 class PartitionStats:
     """How a partition spreads samples and classes over clients.

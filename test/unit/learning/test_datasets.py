@@ -1,4 +1,5 @@
 import gzip
+import re
 import struct
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from fl_uav.learning.datasets import (
     load_idx,
     load_image_folder,
     register_dataset,
+    scan_image_folder,
     train_test_split_stratified,
 )
 
@@ -251,6 +253,118 @@ def test_image_folder_unreadable_file_is_named(tmp_path):
 def test_image_folder_missing_root(tmp_path):
     with pytest.raises(DatasetError, match='not found'):
         load_image_folder(tmp_path / 'missing')
+
+
+def write_tree(root: Path, files: dict[str, tuple[int, int, int]]) -> None:
+    """A PNG of one BGR colour at each relative path."""
+    for relative, bgr in files.items():
+        write_png(root / relative, bgr)
+
+
+RED, GREEN, BLUE = (0, 0, 200), (0, 180, 0), (200, 0, 0)   # BGR on disk
+
+
+def test_image_folder_with_train_and_test_uses_them_with_one_class_order(tmp_path):
+    # Arrange: test/ lists its classes in another order on disk than train/ (sorted anyway)
+    write_tree(tmp_path, {'train/water/a.png': BLUE, 'train/grass/b.png': GREEN,
+                          'train/grass/c.png': GREEN, 'test/water/d.png': BLUE,
+                          'test/grass/e.png': GREEN})
+    # Act
+    layout = scan_image_folder(tmp_path)
+    train = load_image_folder(tmp_path, image_px=4, split='train')
+    test = load_image_folder(tmp_path, image_px=4, split='test')
+    # Assert
+    assert layout.layout == 'train_test' and layout.train_folders is None
+    assert train.class_names == test.class_names == ('grass', 'water')
+    assert train.labels.tolist() == [0, 0, 1] and test.labels.tolist() == [0, 1]
+    assert train.images[2, :, 0, 0].tolist() == [0, 0, 200]      # water is blue in RGB
+    assert test.images[0, :, 0, 0].tolist() == [0, 180, 0]
+    assert train.name.endswith('/train') and test.name.endswith('/test')
+
+
+def test_image_folder_clients_are_sorted_folders_and_may_lack_a_class(tmp_path):
+    # Arrange: site_b has no water; the class order is the union's
+    write_tree(tmp_path, {'clients/site_b/grass/a.png': GREEN,
+                          'clients/site_a/water/b.png': BLUE,
+                          'clients/site_a/grass/c.png': GREEN,
+                          'clients/site_a/road/d.png': RED,
+                          'test/grass/e.png': GREEN, 'test/road/f.png': RED,
+                          'test/water/g.png': BLUE})
+    # Act
+    layout = scan_image_folder(tmp_path)
+    train = layout.load('train', image_px=2)
+    # Assert: site_a's images first (its classes in order), then site_b's
+    assert layout.layout == 'clients'
+    assert layout.folder_names == ('site_a', 'site_b')
+    assert layout.class_names == ('grass', 'road', 'water')
+    assert layout.train_folders.tolist() == [0, 0, 0, 1]
+    assert train.labels.tolist() == [0, 1, 2, 0]
+    assert [p.name for p in layout.train_files] == ['c.png', 'd.png', 'b.png', 'a.png']
+    assert train.images[1, :, 0, 0].tolist() == [200, 0, 0]
+
+
+TREE_ERRORS = [
+    # (files, extra folders to make, expected text, the path it must name)
+    ({'train/a/x.png': RED, 'train/b/y.png': RED, 'test/a/z.png': RED}, (),
+     "class 'b' has no test images", 'train/b'),
+    ({'train/a/x.png': RED, 'test/a/z.png': RED, 'test/b/y.png': RED}, (),
+     "class 'b' has no training images", 'test/b'),
+    ({'clients/s1/a/x.png': RED, 'clients/s2/c/y.png': RED, 'test/a/z.png': RED}, (),
+     "class 'c' has no test images", 'clients/s2/c'),
+    ({'clients/s1/a/x.png': RED, 'test/a/z.png': RED}, ('clients/s2/a',),
+     'class folder holds no', 'clients/s2/a'),
+    ({'clients/s1/a/x.png': RED, 'test/a/z.png': RED}, ('clients/s2',),
+     'no class sub-folders', 'clients/s2'),
+    ({'test/a/z.png': RED}, ('clients',), 'no client folders', 'clients'),
+    ({'train/a/x.png': RED, 'test/a/z.png': RED, 'test/b/y.png': RED}, ('test/c',),
+     'class folder holds no', 'test/c'),
+    ({'train/a/x.png': RED}, (), 'no test/', ''),
+    ({'clients/s1/a/x.png': RED}, (), 'no test/', ''),
+    ({'test/a/x.png': RED}, (), 'no training images', ''),
+    ({'train/a/x.png': RED, 'test/a/z.png': RED, 'clients/s/a/y.png': RED}, (),
+     'both train/ and clients/', ''),
+    ({'train/a/x.png': RED, 'test/a/z.png': RED, 'cats/y.png': RED}, (),
+     'a folder next to', 'cats'),
+    ({'train/a/x.png': RED, 'test/a/z.png': RED, 'train/loose.png': RED}, (),
+     'an image outside a class folder', 'train/loose.png'),
+    ({'a/x.png': RED, 'loose.jpg': RED}, (), 'an image outside a class folder', 'loose.jpg'),
+    ({'train/a/x.png': RED, 'test/a/z.png': RED, 'y.png': RED}, (),
+     'an image outside a class folder', 'y.png'),
+    ({'clients/s/a/x.png': RED, 'test/a/z.png': RED, 'clients/y.JPG': RED}, (),
+     'an image outside a class folder', 'clients/y.JPG'),
+]
+
+
+@pytest.mark.parametrize(('files', 'folders', 'text', 'named'), TREE_ERRORS,
+                         ids=[e[2] + ':' + e[3] for e in TREE_ERRORS])
+def test_a_bad_image_folder_is_one_error_naming_the_folder_or_file(tmp_path, files, folders,
+                                                                   text, named):
+    # Arrange
+    write_tree(tmp_path, files)
+    for folder in folders:
+        (tmp_path / folder).mkdir(parents=True)
+    # Act / Assert: found by the scan, before any image is read
+    with pytest.raises(DatasetError, match=re.escape(text)) as info:
+        scan_image_folder(tmp_path)
+    assert str(tmp_path / named) in str(info.value)
+
+
+def test_an_unreadable_test_image_is_named(tmp_path):
+    write_tree(tmp_path, {'train/a/x.png': RED, 'test/a/z.png': RED})
+    bad = tmp_path / 'test' / 'a' / 'y.png'
+    bad.write_bytes(b'not a png')
+    layout = scan_image_folder(tmp_path)           # the scan reads no image
+    with pytest.raises(DatasetError, match='cannot read') as info:
+        layout.load('test', image_px=4)
+    assert str(bad) in str(info.value)
+
+
+def test_a_folder_of_classes_has_no_test_split_of_its_own(tmp_path):
+    write_png(tmp_path / 'a' / 'x.png', (0, 0, 0))
+    with pytest.raises(DatasetError, match='no test/ folder'):
+        load_image_folder(tmp_path, split='test')
+    with pytest.raises(DatasetError, match="split 'all' unknown"):
+        load_image_folder(tmp_path, split='all')
 
 
 # --- Dataset, registry, split ----------------------------------------------------------------

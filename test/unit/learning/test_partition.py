@@ -4,6 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fl_uav.learning.partition import (
+    by_folder,
     by_location,
     dirichlet,
     iid,
@@ -16,6 +17,7 @@ BALANCED = np.repeat(np.arange(10), 300).astype(np.int64)
 DIGITS_LIKE = np.random.default_rng(7).permutation(
     np.repeat(np.arange(10), [178, 182, 177, 183, 181, 182, 181, 179, 174, 180]))
 POSITIONS = np.random.default_rng(3).uniform(0.0, [400.0, 200.0], size=(3000, 2))
+FOLDERS = np.random.default_rng(5).integers(0, 7, 3000)   # each sample's folder, 7 folders
 
 PARTITIONERS = {
     'iid': lambda seed: iid(BALANCED, 7, seed),
@@ -24,9 +26,10 @@ PARTITIONERS = {
     'label_shards_straddling': lambda seed: label_shards(BALANCED, 3, 2, seed),
     'grid': lambda seed: by_location(POSITIONS, 7, seed, 'grid'),
     'kmeans': lambda seed: by_location(POSITIONS, 7, seed, 'kmeans'),
+    'folders': lambda seed: by_folder(FOLDERS, 7),
 }
 SIZES = {'iid': 3000, 'dirichlet': 3000, 'label_shards': len(DIGITS_LIKE),
-         'label_shards_straddling': 3000, 'grid': 3000, 'kmeans': 3000}
+         'label_shards_straddling': 3000, 'grid': 3000, 'kmeans': 3000, 'folders': 3000}
 
 
 @pytest.mark.parametrize('name', list(PARTITIONERS))
@@ -45,7 +48,7 @@ def test_partition_is_disjoint_complete_and_non_empty(name):
 def test_partition_is_deterministic_for_a_seed(name):
     first, again = PARTITIONERS[name](11), PARTITIONERS[name](11)
     assert all(np.array_equal(a, b) for a, b in zip(first, again, strict=True))
-    if name != 'grid':  # the grid split does not depend on the seed
+    if name not in ('grid', 'folders'):  # these splits do not depend on the seed
         other = PARTITIONERS[name](12)
         assert not all(np.array_equal(a, b) for a, b in zip(first, other, strict=True))
 
@@ -162,6 +165,24 @@ def test_location_rejects_bad_input():
         by_location(np.zeros((5, 2)), 2, 0, method='kmeans')
 
 
+def test_folder_partition_gives_client_c_exactly_folder_c():
+    parts = by_folder(np.array([2, 0, 2, 1, 0], np.int64), 3)
+    assert [p.tolist() for p in parts] == [[1, 4], [3], [0, 2]]
+
+
+@pytest.mark.parametrize(('folders', 'k', 'match'), [
+    ([0, 1, 1], 3, 'folder 2 holds no sample'),
+    ([0, 3], 3, r'outside \[0, 3\)'),
+    ([0, -1], 2, 'outside'),
+    ([[0, 1]], 2, '1-D integer'),
+    ([0.0, 1.0], 2, '1-D integer'),
+    ([0], 0, 'k must be >= 1'),
+])
+def test_folder_partition_needs_one_non_empty_folder_per_client(folders, k, match):
+    with pytest.raises(ValueError, match=match):
+        by_folder(np.array(folders), k)
+
+
 def test_partition_stats_by_hand():
     # Arrange: pooled mix is 50/50; client 0 is pure class 0, client 1 is 1:3
     labels = np.array([0, 0, 0, 1, 1, 1], np.int64)
@@ -200,6 +221,7 @@ def test_every_partitioner_is_a_partition(labels, data):
         'dirichlet': dirichlet(labels, k, 0.1, seed, min_size=1, max_retries=2),
         'grid': by_location(positions, k, seed, 'grid'),
         'kmeans': by_location(positions, k, seed, 'kmeans'),
+        'folders': by_folder(np.random.default_rng(seed).permutation(len(labels)) % k, k),
     }
     if 2 * k <= len(labels):
         parts_by_name['label_shards'] = label_shards(labels, k, 2, seed)
