@@ -34,6 +34,10 @@ CLASS_NAMES = ('water', 'forest', 'grass', 'crop', 'roof', 'road', 'sand')
 
 WATER, FOREST, GRASS, CROP, ROOF, ROAD, SAND = range(len(CLASS_NAMES))
 
+UNKNOWN = 255
+"""Cell value (and label) of unknown land cover: a raster's nodata, a code the class map leaves
+out, or ground outside the raster. A frame over it gets no label."""
+
 MIN_CLASS_SHARE = 0.04
 """Every class of a generated world covers at least this fraction of the map (best effort)."""
 
@@ -122,7 +126,8 @@ class LandCoverMap:
     ``class_grid`` is uint8 of shape (cells, cells); ``class_grid[row, col]`` covers
     ``east_m`` in ``[col, col + 1) * resolution_m`` and ``north_m`` in
     ``[row, row + 1) * resolution_m`` (row 0 is the south edge, see the module docstring).
-    The grid is read-only; maps compare and hash by content.
+    A cell holds a class id or :data:`UNKNOWN`. The grid is read-only; maps compare and hash by
+    content.
     """
 
     def __init__(self, class_grid: np.ndarray, resolution_m: float,
@@ -133,10 +138,12 @@ class LandCoverMap:
             raise ValueError(f'class_grid must be a square 2-D array, got shape {grid.shape}')
         if not resolution_m > 0:
             raise ValueError(f'resolution_m must be > 0, got {resolution_m}')
-        if len(class_names) < 1:
-            raise ValueError('class_names must not be empty')
-        if int(grid.max()) >= len(class_names):
-            raise ValueError(f'class_grid holds class {int(grid.max())} but only '
+        if not 1 <= len(class_names) < UNKNOWN:
+            raise ValueError(f'class_names must hold 1 to {UNKNOWN - 1} names, got '
+                             f'{len(class_names)}')
+        known = grid[grid != UNKNOWN]
+        if known.size and int(known.max()) >= len(class_names):
+            raise ValueError(f'class_grid holds class {int(known.max())} but only '
                              f'{len(class_names)} class names are given')
         grid.setflags(write=False)
         self.class_grid = grid
@@ -185,7 +192,8 @@ class LandCoverMap:
         return 0.0 <= east_m < self.size_m and 0.0 <= north_m < self.size_m
 
     def class_at(self, east_m: float, north_m: float) -> int:
-        """Class id of the cell containing a point; ValueError outside the world."""
+        """Class id (or :data:`UNKNOWN`) of the cell containing a point; ValueError outside the
+        world."""
         if not self.contains(east_m, north_m):
             raise ValueError(f'point (east_m={east_m}, north_m={north_m}) is outside the world '
                              f'[0, {self.size_m:g}) x [0, {self.size_m:g})')
@@ -194,9 +202,14 @@ class LandCoverMap:
         return int(self.class_grid[row, col])
 
     def class_fractions(self) -> np.ndarray:
-        """Share of the map covered by each class (float64, sums to 1)."""
+        """Share of the map covered by each class (float64; sums to 1 less
+        :meth:`unknown_fraction`)."""
         counts = np.bincount(self.class_grid.ravel(), minlength=self.num_classes)
-        return counts.astype(np.float64) / self.class_grid.size
+        return counts[:self.num_classes].astype(np.float64) / self.class_grid.size
+
+    def unknown_fraction(self) -> float:
+        """Share of the map whose land cover is :data:`UNKNOWN`."""
+        return float(np.count_nonzero(self.class_grid == UNKNOWN)) / self.class_grid.size
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the map to ``path`` as a compressed ``.npz`` (exactly that file name)."""
