@@ -73,7 +73,7 @@ from fl_uav.fleet.express_routes import express_layout
 from fl_uav.fleet.keys import load_ground_client_auth
 from fl_uav.fleet.messages import MAX_COUNT
 from fl_uav.fleet.round_gate import REPEAT, RoundGate
-from fl_uav.fleet.world_setup import world_map
+from fl_uav.fleet.world_setup import fleet_world
 from fl_uav.learning.models import build_model
 from fl_uav.learning.training import NonFiniteLossError, StopCondition, train_local
 from fl_uav.learning.weights import (
@@ -104,7 +104,7 @@ def client_dataset(config: FleetConfig, client_id: int,
     rendered at poses within ``data_radius_m`` of its position (clipped to the world), less
     those over unknown land cover."""
     g = config.ground_clients
-    world = world_map(config.world)
+    world = fleet_world(config)
     rng = np.random.default_rng(np.random.SeedSequence([g.data_seed, CLIENT_SEED_TAG,
                                                         client_id]))
     east, north = position_enu_m

@@ -38,6 +38,12 @@ UNKNOWN = 255
 """Cell value (and label) of unknown land cover: a raster's nodata, a code the class map leaves
 out, or ground outside the raster. A frame over it gets no label."""
 
+WORLDCOVER_CLASS_MAP = ('10:forest', '20:grass', '30:grass', '40:crop', '50:roof', '60:sand',
+                        '80:water', '90:grass', '95:forest')
+"""ESA WorldCover 10 m codes to :data:`CLASS_NAMES` (docs/field_guide.md, Configure): tree cover,
+shrubland, grassland, cropland, built-up, bare / sparse vegetation, permanent water, herbaceous
+wetland, mangroves. Snow and ice (70), moss and lichen (100) and nodata (0) stay unknown."""
+
 MIN_CLASS_SHARE = 0.04
 """Every class of a generated world covers at least this fraction of the map (best effort)."""
 
@@ -65,9 +71,13 @@ class WorldConfig:
     (rounded to a whole number of cells); resolution_m: side of one map cell in metres;
     num_regions: number of class regions (lakes, woods, dune fields, villages, paved lots...);
     region_radius_min_m / region_radius_max_m: range of a region's larger semi-axis in metres.
-    map_file: a land-cover raster of the real area (an ``.npz`` in :meth:`LandCoverMap.save`'s
-    layout) used instead of the generated world; its side and cell size must equal size_m and
-    resolution_m, and its classes :data:`CLASS_NAMES` ('' = generate from seed).
+    map_file: a land-cover raster of the real area used instead of the generated world ('' =
+    generate from seed): an ``.npz`` in :meth:`LandCoverMap.save`'s layout (side and cell size
+    equal to size_m and resolution_m, classes :data:`CLASS_NAMES`), or a GeoTIFF (any raster
+    GDAL reads) in any CRS, placed at ``autopilot.origin_*`` and resampled to the world's cells
+    (:mod:`fl_uav.world.raster`).
+    class_map: how a GeoTIFF's codes become classes, ``'code:class'`` entries (default: ESA
+    WorldCover, :data:`WORLDCOVER_CLASS_MAP`); codes it leaves out and nodata are unknown.
     """
 
     seed: int = 7
@@ -77,8 +87,10 @@ class WorldConfig:
     region_radius_min_m: float = 60.0
     region_radius_max_m: float = 220.0
     map_file: str = ''
+    class_map: tuple[str, ...] = WORLDCOVER_CLASS_MAP
 
     def __post_init__(self) -> None:
+        parse_class_map(self.class_map)
         if not (0 <= self.seed < 2 ** 32):
             raise ValueError(f'seed must be in [0, 2**32), got {self.seed}')
         if not (100.0 <= self.size_m <= 20000.0):
@@ -103,6 +115,27 @@ class WorldConfig:
     def cells_per_side(self) -> int:
         """Number of map cells along each side."""
         return int(round(self.size_m / self.resolution_m))
+
+
+def parse_class_map(entries: tuple[str, ...]) -> dict[int, int]:
+    """``('10:forest', ...)`` -> {raster code: class id}; ValueError naming the bad entry."""
+    codes: dict[int, int] = {}
+    for entry in entries:
+        code_text, colon, name = (part.strip() for part in str(entry).partition(':'))
+        if not colon:
+            raise ValueError(f"class_map entry {entry!r} is not 'code:class' (e.g. '10:forest')")
+        try:
+            code = int(code_text)
+        except ValueError:
+            raise ValueError(f'class_map entry {entry!r}: the code {code_text!r} is not an '
+                             f'integer') from None
+        if name not in CLASS_NAMES:
+            raise ValueError(f'class_map entry {entry!r} names the unknown class {name!r}; '
+                             f'classes: {", ".join(CLASS_NAMES)}')
+        if code in codes:
+            raise ValueError(f'class_map maps the code {code} twice (second: {entry!r})')
+        codes[code] = CLASS_NAMES.index(name)
+    return codes
 
 
 @dataclass(frozen=True)

@@ -16,11 +16,13 @@ from fl_uav.world.landcover import (
     SAND,
     UNKNOWN,
     WATER,
+    WORLDCOVER_CLASS_MAP,
     ClassRegion,
     LandCoverMap,
     MapFileError,
     WorldConfig,
     generate_world,
+    parse_class_map,
 )
 
 from .conftest import SMALL_CONFIG
@@ -248,3 +250,11 @@ def test_unknown_cells_survive_the_file_round_trip(tmp_path):
     LandCoverMap(grid, 1.0).save(tmp_path / 'area.npz')
     assert np.array_equal(LandCoverMap.load(tmp_path / 'area.npz').class_grid, grid)
 
+
+def test_the_worldcover_class_map_maps_the_esa_codes():
+    # Act
+    classes = {code: CLASS_NAMES[c] for code, c in parse_class_map(WORLDCOVER_CLASS_MAP).items()}
+    # Assert: snow and ice (70), moss and lichen (100) and nodata (0) stay unknown
+    assert classes == {10: 'forest', 20: 'grass', 30: 'grass', 40: 'crop', 50: 'roof',
+                       60: 'sand', 80: 'water', 90: 'grass', 95: 'forest'}
+    assert WorldConfig().class_map == WORLDCOVER_CLASS_MAP
