@@ -92,7 +92,7 @@ class GeoRaster:
                 self._src = rasterio.open(self.path)
         except rasterio.errors.RasterioError as error:
             raise MapFileError(f'land-cover raster {self.path!r} is not a readable raster '
-                               f'(GeoTIFF or another GDAL format, or an .npz map): '
+                               f'(a GeoTIFF or another format GDAL reads): '
                                f'{error}') from error
         try:
             self._check()
@@ -193,11 +193,17 @@ class GeoRaster:
         """(pixels per code over the whole raster, nodata pixels), read block by block."""
         counts: Counter = Counter()
         nodata = 0
+        small = np.dtype(self._src.dtypes[0]) in (np.dtype(np.uint8), np.dtype(np.uint16))
         for _, window in self._src.block_windows(1):
             data = self._src.read(1, window=window)
             valid = self._src.read_masks(1, window=window) != 0
             nodata += int(valid.size - np.count_nonzero(valid))
-            codes, numbers = np.unique(data[valid], return_counts=True)
+            if small:                                   # bincount: no sort
+                numbers = np.bincount(data[valid].ravel())
+                codes = np.flatnonzero(numbers)
+                numbers = numbers[codes]
+            else:
+                codes, numbers = np.unique(data[valid], return_counts=True)
             counts.update(dict(zip(codes.tolist(), numbers.tolist())))
         return counts, nodata
 
@@ -299,7 +305,7 @@ def load_raster_world(config: WorldConfig, origin: GeoOrigin,
         if fence_box is not None:
             raster.check_covers(fence_box)
         world = raster.to_world(config)
-        if fence_box is not None and not _known_inside(world, fence_box):
+        if fence_box is not None and not np.any(_cells_in(world, fence_box) != UNKNOWN):
             counts, _ = raster.code_counts()
             found = ', '.join(str(c) for c, _ in counts.most_common(12)) or 'none but nodata'
             raise MapFileError(
@@ -310,9 +316,70 @@ def load_raster_world(config: WorldConfig, origin: GeoOrigin,
     return world
 
 
-def _known_inside(world: LandCoverMap, box: Box) -> bool:
+def _cells_in(world: LandCoverMap, box: Box) -> np.ndarray:
+    """The world's cells that the box (ENU m) overlaps."""
     east_min, north_min, east_max, north_max = box
     res, cells = world.resolution_m, world.cells_per_side
     c0, c1 = int(max(0, east_min // res)), int(min(cells, -(-east_max // res)))
     r0, r1 = int(max(0, north_min // res)), int(min(cells, -(-north_max // res)))
-    return bool(np.any(world.class_grid[r0:r1, c0:c1] != UNKNOWN))
+    return world.class_grid[r0:r1, c0:c1]
+
+
+def raster_report(path: str | os.PathLike, world: WorldConfig, origin: GeoOrigin,
+                  fence_box: Box) -> tuple[str, bool]:
+    """``fl-uav map``'s account of a raster (size, CRS, extent, pixel size, code histogram,
+    the world's classes inside the fence) and whether it covers the fence box.
+
+    Raises as :class:`GeoRaster` does for a file that cannot be placed at all.
+    """
+    class_of_code = parse_class_map(world.class_map)
+    with GeoRaster(path, origin) as raster:
+        info = raster.info()
+        counts, nodata = raster.code_counts()
+        try:
+            raster.check_covers(fence_box)
+            covered, verdict = True, 'inside the raster'
+        except MapFileError as error:
+            covered, verdict = False, f'NOT covered: {error}'
+        land = raster.to_world(world)
+    left, bottom, right, top = info.bounds
+    west, south, east, north = info.lonlat_bounds
+    total = info.width * info.height
+    digits = 6 if info.crs_units.startswith('deg') else 2
+    lines = [
+        f'raster      {info.path} ({info.driver}, {info.width} x {info.height} px, '
+        f'{info.dtype}, nodata {"none" if info.nodata is None else f"{info.nodata:g}"})',
+        f'CRS         {info.crs}',
+        f'extent      x [{left:.{digits}f}, {right:.{digits}f}], y [{bottom:.{digits}f}, '
+        f'{top:.{digits}f}] {info.crs_units}',
+        f'            lat [{south:.6f}, {north:.6f}], lon [{west:.6f}, {east:.6f}]',
+        f'pixel size  {info.pixel_size[0]:.6g} x {info.pixel_size[1]:.6g} {info.crs_units}',
+        f'codes       {total} px   (world.class_map: code -> class)',
+    ]
+    for code, pixels in sorted(counts.items()):
+        name = (CLASS_NAMES[class_of_code[code]] if code in class_of_code
+                else 'unknown (not in world.class_map)')
+        lines.append(f'  {code:>8}  {pixels:>12}  {100 * pixels / total:5.1f} %  {name}')
+    if nodata:
+        lines.append(f'  {"nodata":>8}  {nodata:>12}  {100 * nodata / total:5.1f} %  unknown')
+    east_min, north_min, east_max, north_max = fence_box
+    lines += [
+        f'world       {land.size_m:g} m square of {land.resolution_m:g} m cells, south-west '
+        f'corner at lat {origin.lat_deg:.6f}, lon {origin.lon_deg:.6f} (autopilot.origin_*)',
+        f'geofence    east [{east_min:g}, {east_max:g}] m, north [{north_min:g}, '
+        f'{north_max:g}] m: {verdict}',
+        f'in fence    {_fence_shares(land, fence_box)}',
+    ]
+    return '\n'.join(lines) + '\n', covered
+
+
+def _fence_shares(world: LandCoverMap, box: Box) -> str:
+    """The world's classes inside the box, largest first, unknown last."""
+    inside = _cells_in(world, box)
+    if not inside.size:
+        return 'no cell of the world'
+    counts = np.bincount(inside.ravel(), minlength=UNKNOWN + 1)
+    shares = [(counts[c] / inside.size, name) for c, name in enumerate(world.class_names)
+              if counts[c]]
+    parts = [f'{name} {100 * share:.1f} %' for share, name in sorted(shares, reverse=True)]
+    return ', '.join([*parts, f'unknown {100 * counts[UNKNOWN] / inside.size:.1f} %'])
