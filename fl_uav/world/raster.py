@@ -328,7 +328,8 @@ def _cells_in(world: LandCoverMap, box: Box) -> np.ndarray:
 def raster_report(path: str | os.PathLike, world: WorldConfig, origin: GeoOrigin,
                   fence_box: Box) -> tuple[str, bool]:
     """``fl-uav map``'s account of a raster (size, CRS, extent, pixel size, code histogram,
-    the world's classes inside the fence) and whether it covers the fence box.
+    the world's classes inside the fence) and whether the fleet can use it: it covers the fence
+    box and some cell inside maps to a class.
 
     Raises as :class:`GeoRaster` does for a file that cannot be placed at all.
     """
@@ -370,7 +371,11 @@ def raster_report(path: str | os.PathLike, world: WorldConfig, origin: GeoOrigin
         f'{north_max:g}] m: {verdict}',
         f'in fence    {_fence_shares(land, fence_box)}',
     ]
-    return '\n'.join(lines) + '\n', covered
+    labelled = bool(np.any(_cells_in(land, fence_box) != UNKNOWN))
+    if not labelled:
+        lines.append('            no cell inside the fence maps to a class: the nodes refuse '
+                     'this raster with this world.class_map')
+    return '\n'.join(lines) + '\n', covered and labelled
 
 
 def _fence_shares(world: LandCoverMap, box: Box) -> str:

@@ -250,6 +250,19 @@ def test_map_says_when_a_raster_does_not_cover_the_geofence(tmp_path, capsys):
     assert "NOT covered: land-cover raster '" + str(path) in capsys.readouterr().out
 
 
+def test_map_says_when_no_code_inside_the_geofence_maps_to_a_class(tmp_path, capsys):
+    # Arrange: WorldCover codes in the file, a class map of other codes
+    from test.unit.world.test_raster import UTM_32N, write_raster
+    path = write_raster(tmp_path / 'area.tif', UTM_32N, span_m=(-100.0, 1300.0))
+    # Act
+    code = main(['map', str(path), '--set', "world.class_map=['311:forest']"])
+    out = capsys.readouterr().out
+    # Assert
+    assert code == 1
+    assert 'inside the raster' in out and 'in fence    unknown 100.0 %' in out
+    assert 'no cell inside the fence maps to a class' in out
+
+
 def test_map_refuses_a_raster_without_a_crs_naming_it(tmp_path, capsys):
     # Arrange
     import numpy as np
