@@ -302,6 +302,27 @@ def _record(args: argparse.Namespace) -> int:
     return 0
 
 
+def _map(args: argparse.Namespace) -> int:
+    from fl_uav.configschema import build_config
+    from fl_uav.fleet.config import FleetConfig
+    from fl_uav.fleet_run.launch_plan import merged_parameters
+    from fl_uav.world.landcover import MapFileError
+    from fl_uav.world.raster import raster_report
+
+    overrides = dict(parse_override(text) for text in args.set)
+    overrides['world.map_file'] = str(args.file)
+    config = build_config(FleetConfig, merged_parameters(args.config or _config_default(),
+                                                         overrides))
+    try:
+        text, covered = raster_report(args.file, config.world, config.autopilot.origin,
+                                      config.geofence_enu().box)
+    except (OSError, MapFileError) as exc:
+        print(f'fl-uav: {exc}', file=sys.stderr)
+        return 1
+    sys.stdout.write(text)
+    return 0 if covered else 1
+
+
 def _keys(args: argparse.Namespace) -> int:
     from fl_uav.config_reference import reference
 
@@ -418,6 +439,16 @@ def build_parser() -> argparse.ArgumentParser:
     rec.add_argument('--exclude', metavar='REGEX', help='never topics whose whole name '
                      'matches REGEX')
     rec.set_defaults(func=_record)
+    map_ = sub.add_parser('map', help="describe a land-cover raster (GeoTIFF) for world.map_file: "
+                          'CRS, extent, pixel size, code histogram and class mapping, and how '
+                          "it sits against the fleet's geofence (exit 1 if it does not cover it)")
+    map_.add_argument('file', type=Path, help='the raster (GeoTIFF or another GDAL format)')
+    map_.add_argument('--config', action='append', type=Path,
+                      help='ROS 2 parameter file(s) giving world.*, autopilot.origin_*, '
+                      'geofence.*, later ones win (default config/fleet.yaml)')
+    map_.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
+                      help='override one config key, e.g. --set autopilot.origin_lat_deg=47.4')
+    map_.set_defaults(func=_map)
     keys = sub.add_parser('keys', help='list every config key of a target: default, type or '
                           'choices, and meaning (docs/config_reference.md)')
     keys.add_argument('target', choices=(*TARGET_NAMES, ALL_TARGETS),

@@ -86,7 +86,7 @@ from fl_uav.streams import Stream, stream_rng, stream_seed
 from fl_uav.values import is_finite_number
 from fl_uav.world.dataset import to_model_input
 from fl_uav.world.labeler import MapLabeler
-from fl_uav.world.landcover import CLASS_NAMES
+from fl_uav.world.landcover import CLASS_NAMES, UNKNOWN
 
 _log = logging.getLogger(__name__)
 
@@ -222,6 +222,8 @@ class DroneAgent:
         self._pose_history_s = pose_history_s
         self.frames_received = 0
         self.frames_skipped = 0
+        # Frames over unknown land cover (a raster's nodata or unmapped codes): not labelled.
+        self.frames_unlabelled = 0
         # Camera messages that were no image (ros.conversions.ImageFormatError), by reason.
         self.camera_frames_rejected: Counter = Counter()
         self.waypoints_reached = 0      # in the current run (begin_flight starts it over)
@@ -308,6 +310,9 @@ class DroneAgent:
             label = self._labeler.label(pose.east_m, pose.north_m, pose.up_m, pose.yaw_rad)
         except ValueError:   # finite but absurd (e.g. a 1e30 m altitude): no cell to label
             self.frames_skipped += 1
+            return False
+        if label == UNKNOWN:
+            self.frames_unlabelled += 1
             return False
         px = self.config.learning.input_px
         small = cv2.resize(image_rgb, (px, px), interpolation=cv2.INTER_AREA)

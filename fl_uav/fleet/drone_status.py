@@ -155,6 +155,7 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
         ('global_frames_ignored', _counts(gate.ignored)),
         ('knobs_rejected', _counts(agent.knobs_rejected)),
         ('camera_frames_rejected', _counts(agent.camera_frames_rejected)),
+        ('frames_unlabelled', str(agent.frames_unlabelled)),
         ('telemetry_rejected', _counts(vehicle.telemetry_rejected)),
         ('uploads_rolled_back', str(agent.uploads_rolled_back)),
         ('rounds_dropped', str(agent.rounds_dropped)),

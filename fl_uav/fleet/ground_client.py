@@ -73,7 +73,7 @@ from fl_uav.fleet.express_routes import express_layout
 from fl_uav.fleet.keys import load_ground_client_auth
 from fl_uav.fleet.messages import MAX_COUNT
 from fl_uav.fleet.round_gate import REPEAT, RoundGate
-from fl_uav.fleet.world_setup import world_map
+from fl_uav.fleet.world_setup import fleet_world
 from fl_uav.learning.models import build_model
 from fl_uav.learning.training import NonFiniteLossError, StopCondition, train_local
 from fl_uav.learning.weights import (
@@ -90,6 +90,7 @@ from fl_uav.world.dataset import (
     render_dataset,
     sample_poses,
     to_model_input,
+    without_unknown,
 )
 from fl_uav.world.labeler import MapLabeler
 from fl_uav.world.landcover import CLASS_NAMES
@@ -100,9 +101,10 @@ CLIENT_SEED_TAG = 0x67636c69   # 'gcli': keeps the clients' data streams apart
 def client_dataset(config: FleetConfig, client_id: int,
                    position_enu_m: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
     """(model inputs float32 N x 3 x px x px, labels int64 N) of one ground client: frames
-    rendered at poses within ``data_radius_m`` of its position (clipped to the world)."""
+    rendered at poses within ``data_radius_m`` of its position (clipped to the world), less
+    those over unknown land cover."""
     g = config.ground_clients
-    world = world_map(config.world)
+    world = fleet_world(config)
     rng = np.random.default_rng(np.random.SeedSequence([g.data_seed, CLIENT_SEED_TAG,
                                                         client_id]))
     east, north = position_enu_m
@@ -110,8 +112,8 @@ def client_dataset(config: FleetConfig, client_id: int,
     poses = sample_poses(world, g.samples_per_client, rng, HELDOUT_ALTITUDE_RANGE_M,
                          (east - r, north - r, east + r, north + r))
     renderer = AerialRenderer(world, config.camera, seed=g.data_seed + client_id)
-    images, labels = render_dataset(world, renderer, MapLabeler(world, config.camera.fov_deg),
-                                    poses, rng)
+    images, labels = without_unknown(*render_dataset(
+        world, renderer, MapLabeler(world, config.camera.fov_deg), poses, rng))
     return to_model_input(images, config.learning.input_px), labels
 
 

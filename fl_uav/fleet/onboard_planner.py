@@ -94,7 +94,7 @@ from fl_uav.planning.trajectory import (
 from fl_uav.streams import Stream, stream_seed
 from fl_uav.world.camera import footprint_m
 from fl_uav.world.labeler import MapLabeler
-from fl_uav.world.landcover import CLASS_NAMES
+from fl_uav.world.landcover import CLASS_NAMES, UNKNOWN
 
 _log = logging.getLogger(__name__)
 
@@ -277,9 +277,13 @@ def pure_regions(regions: Sequence[GaussianRegion], positions_enu_m: np.ndarray,
 
 def map_geotags(labeler: MapLabeler, fence: Geofence, altitude_m: float) -> Geotags:
     """:func:`raster_geotags` of the drone's own labeler at the survey altitude, one label per
-    camera footprint (the label a nadir frame there gets)."""
-    return raster_geotags(lambda east_m, north_m: labeler.label(east_m, north_m, altitude_m),
-                          fence, footprint_m(altitude_m, labeler.fov_deg))
+    camera footprint (the label a nadir frame there gets; footprints over unknown land cover
+    are left out)."""
+    positions, labels = raster_geotags(
+        lambda east_m, north_m: labeler.label(east_m, north_m, altitude_m),
+        fence, footprint_m(altitude_m, labeler.fov_deg))
+    known = labels != UNKNOWN
+    return positions[known], labels[known]
 
 
 class OnboardPlanner:

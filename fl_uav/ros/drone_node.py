@@ -126,7 +126,7 @@ class DroneNode(Node):
         self.config, self.own = declare_config(self, FleetConfig, NODE_PARAMS)
         cfg: FleetConfig = self.config
         self.drone_id = self.own.drone_id
-        labeler = map_labeler(cfg.world, cfg.camera)
+        labeler = map_labeler(cfg.world, cfg.camera, cfg.autopilot.origin, cfg.geofence_enu())
         self.agent = DroneAgent(cfg, self.drone_id, labeler)
         origin = GeoOrigin(cfg.autopilot.origin_lat_deg, cfg.autopilot.origin_lon_deg,
                            cfg.autopilot.origin_alt_amsl_m)

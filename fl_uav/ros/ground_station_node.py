@@ -26,7 +26,7 @@ from fl_uav.fleet.run_log import RunLog
 from fl_uav.fleet.station_heartbeat import PhaseClock, StationPhase
 from fl_uav.fleet.station_status import station_status
 from fl_uav.fleet.update_inbox import INBOX_FULL, UpdateInbox, inbox_capacity_frames
-from fl_uav.fleet.world_setup import world_map
+from fl_uav.fleet.world_setup import fleet_world
 from fl_uav.ros import names
 from fl_uav.ros.conversions import (
     bytes_to_msg,
@@ -52,7 +52,7 @@ class GroundStationNode(Node):
                          automatically_declare_parameters_from_overrides=True)
         self.config, self.own = declare_config(self, FleetConfig, NODE_PARAMS)
         cfg: FleetConfig = self.config
-        images, labels = heldout_set(world_map(cfg.world), cfg.camera,
+        images, labels = heldout_set(fleet_world(cfg), cfg.camera,
                                      n=cfg.rounds.eval_samples, seed=cfg.rounds.eval_seed)
         self.station = GroundStation(cfg, to_model_input(images, cfg.learning.input_px), labels)
         self.log = RunLog(self.own.output_dir or None)
@@ -78,7 +78,7 @@ class GroundStationNode(Node):
                              for key in ROUND_METRIC_KEYS}
         self._markers_pub = self.create_publisher(MarkerArray, names.MARKERS_TOPIC,
                                                   names.MARKERS_QOS)
-        self._regions = world_map(cfg.world).regions
+        self._regions = fleet_world(cfg).regions
         self._plan_pubs = {d: self.create_publisher(Path, names.drone_topic(d, names.PLAN_TOPIC),
                                                     names.PLAN_QOS)
                            for d in self.station.drone_ids}

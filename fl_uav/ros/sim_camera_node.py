@@ -15,7 +15,7 @@ from sensor_msgs.msg import Image
 
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.messages import PoseSample
-from fl_uav.fleet.world_setup import world_map
+from fl_uav.fleet.world_setup import fleet_world
 from fl_uav.ros import names
 from fl_uav.ros.conversions import msg_to_pose, rgb_to_image
 from fl_uav.ros.params import declare_config
@@ -33,7 +33,7 @@ class SimCameraNode(Node):
         super().__init__('sim_camera', automatically_declare_parameters_from_overrides=True)
         self.config, _ = declare_config(self, FleetConfig, {})
         cfg: FleetConfig = self.config
-        self.renderer = AerialRenderer(world_map(cfg.world), cfg.camera, seed=cfg.sim_camera.seed)
+        self.renderer = AerialRenderer(fleet_world(cfg), cfg.camera, seed=cfg.sim_camera.seed)
         self._rng = np.random.default_rng(cfg.sim_camera.seed)
         self._poses: dict[int, PoseSample] = {}
         self._pubs = {}

@@ -14,7 +14,7 @@ import numpy as np
 
 from fl_uav.world.camera import AerialRenderer, CameraConfig
 from fl_uav.world.labeler import MapLabeler
-from fl_uav.world.landcover import LandCoverMap
+from fl_uav.world.landcover import UNKNOWN, LandCoverMap
 
 POSE_COLUMNS = ('east_m', 'north_m', 'altitude_m', 'yaw_rad')
 """Column order of a pose array."""
@@ -68,7 +68,8 @@ def render_dataset(world: LandCoverMap, renderer: AerialRenderer, labeler: MapLa
                    rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Render and label every pose: (images uint8 N×H×W×3 RGB, labels int64 N).
 
-    ``renderer`` and ``labeler`` must both be built over ``world``.
+    ``renderer`` and ``labeler`` must both be built over ``world``. A frame over unknown land
+    cover is labelled :data:`~fl_uav.world.landcover.UNKNOWN` (:func:`without_unknown`).
     """
     if renderer.world != world or labeler.world != world:
         raise ValueError('renderer and labeler must be built over the given world')
@@ -82,13 +83,20 @@ def render_dataset(world: LandCoverMap, renderer: AerialRenderer, labeler: MapLa
     return images, labels
 
 
+def without_unknown(images: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The frames and labels less those over unknown land cover (label UNKNOWN)."""
+    known = np.asarray(labels) != UNKNOWN
+    return images[known], labels[known]
+
+
 def heldout_set(world: LandCoverMap, camera: CameraConfig, n: int = 1000,
                 seed: int = 12345) -> tuple[np.ndarray, np.ndarray]:
     """The fixed held-out test set of a world: (images uint8 N×H×W×3, labels int64 N).
 
     Deterministic for (world, camera, n, seed); poses are uniform over the world less
-    :data:`HELDOUT_MARGIN_M`, in the :data:`HELDOUT_ALTITUDE_RANGE_M` band. Cached per process;
-    the returned arrays are read-only.
+    :data:`HELDOUT_MARGIN_M`, in the :data:`HELDOUT_ALTITUDE_RANGE_M` band; frames over unknown
+    land cover are left out (then N < n). Cached per process; the returned arrays are
+    read-only.
     """
     return _heldout_cached(world, camera, int(n), int(seed))
 
@@ -102,7 +110,7 @@ def _heldout_cached(world: LandCoverMap, camera: CameraConfig, n: int,
     poses = sample_poses(world, n, rng, HELDOUT_ALTITUDE_RANGE_M, region)
     renderer = AerialRenderer(world, camera, seed=seed)
     labeler = MapLabeler(world, camera.fov_deg)
-    images, labels = render_dataset(world, renderer, labeler, poses, rng)
+    images, labels = without_unknown(*render_dataset(world, renderer, labeler, poses, rng))
     images.setflags(write=False)
     labels.setflags(write=False)
     return images, labels

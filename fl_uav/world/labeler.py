@@ -1,7 +1,9 @@
 """Map-based labels: the land-cover class under a camera footprint.
 
 A frame's label is the majority class of the land-cover raster inside the ground square the
-camera sees (sampled on a regular grid of points, rotated with the yaw). In the simulator the
+camera sees (sampled on a regular grid of points, rotated with the yaw), or
+:data:`~fl_uav.world.landcover.UNKNOWN` when unknown cells outweigh every class: such a frame is
+not labelled (its caller drops it). In the simulator the
 raster is the generated world; in the field the same labeler runs over a georeferenced
 land-cover raster of the survey area loaded with :meth:`LandCoverMap.load`, and the drone's
 estimated pose.
@@ -14,7 +16,7 @@ import math
 import numpy as np
 
 from fl_uav.world.camera import check_pose, footprint_m
-from fl_uav.world.landcover import LandCoverMap
+from fl_uav.world.landcover import UNKNOWN, LandCoverMap
 
 _MAX_CELL_INDEX = 2.0 ** 62
 """Largest |cell index| a footprint point may have (beyond it, an int64 index overflows)."""
@@ -74,18 +76,23 @@ class MapLabeler:
 
     def label(self, east_m: float, north_m: float, altitude_m: float,
               yaw_rad: float = 0.0) -> int:
-        """Majority class id inside the footprint of a nadir camera at the pose.
+        """Majority class id inside the footprint of a nadir camera at the pose, or
+        :data:`~fl_uav.world.landcover.UNKNOWN` if unknown cells weigh at least as much as it.
 
         ValueError for a pose with no footprint (NaN or infinite values, altitude <= 0, a
         position too far out to index): there is no honest class for it, the caller decides.
         """
         classes, weights = self._sample(east_m, north_m, altitude_m, yaw_rad)
-        return int(np.argmax(np.bincount(classes, weights, minlength=self._num_classes)))
+        counts = np.bincount(classes, weights, minlength=self._num_classes)
+        best = int(np.argmax(counts[:self._num_classes]))
+        if counts[UNKNOWN:].sum() >= counts[best]:    # empty unless the map has UNKNOWN cells
+            return UNKNOWN
+        return best
 
     def label_fractions(self, east_m: float, north_m: float, altitude_m: float,
                         yaw_rad: float = 0.0) -> np.ndarray:
-        """Share of each class inside the footprint (float64, length num_classes, sums to 1);
-        ValueError as :meth:`label`."""
+        """Share of each class inside the footprint (float64, length num_classes; sums to 1 less
+        the unknown share); ValueError as :meth:`label`."""
         classes, _ = self._sample(east_m, north_m, altitude_m, yaw_rad)
         counts = np.bincount(classes, minlength=self._num_classes).astype(np.float64)
-        return counts / counts.sum()
+        return counts[:self._num_classes] / counts.sum()

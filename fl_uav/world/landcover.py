@@ -34,6 +34,16 @@ CLASS_NAMES = ('water', 'forest', 'grass', 'crop', 'roof', 'road', 'sand')
 
 WATER, FOREST, GRASS, CROP, ROOF, ROAD, SAND = range(len(CLASS_NAMES))
 
+UNKNOWN = 255
+"""Cell value (and label) of unknown land cover: a raster's nodata, a code the class map leaves
+out, or ground outside the raster. A frame over it gets no label."""
+
+WORLDCOVER_CLASS_MAP = ('10:forest', '20:grass', '30:grass', '40:crop', '50:roof', '60:sand',
+                        '80:water', '90:grass', '95:forest')
+"""ESA WorldCover 10 m codes to :data:`CLASS_NAMES` (docs/field_guide.md, Configure): tree cover,
+shrubland, grassland, cropland, built-up, bare / sparse vegetation, permanent water, herbaceous
+wetland, mangroves. Snow and ice (70), moss and lichen (100) and nodata (0) stay unknown."""
+
 MIN_CLASS_SHARE = 0.04
 """Every class of a generated world covers at least this fraction of the map (best effort)."""
 
@@ -61,9 +71,13 @@ class WorldConfig:
     (rounded to a whole number of cells); resolution_m: side of one map cell in metres;
     num_regions: number of class regions (lakes, woods, dune fields, villages, paved lots...);
     region_radius_min_m / region_radius_max_m: range of a region's larger semi-axis in metres.
-    map_file: a land-cover raster of the real area (an ``.npz`` in :meth:`LandCoverMap.save`'s
-    layout) used instead of the generated world; its side and cell size must equal size_m and
-    resolution_m, and its classes :data:`CLASS_NAMES` ('' = generate from seed).
+    map_file: a land-cover raster of the real area used instead of the generated world ('' =
+    generate from seed): an ``.npz`` in :meth:`LandCoverMap.save`'s layout (side and cell size
+    equal to size_m and resolution_m, classes :data:`CLASS_NAMES`), or a GeoTIFF (any raster
+    GDAL reads) in any CRS, placed at ``autopilot.origin_*`` and resampled to the world's cells
+    (:mod:`fl_uav.world.raster`).
+    class_map: how a GeoTIFF's codes become classes, ``'code:class'`` entries (default: ESA
+    WorldCover, :data:`WORLDCOVER_CLASS_MAP`); codes it leaves out and nodata are unknown.
     """
 
     seed: int = 7
@@ -73,8 +87,10 @@ class WorldConfig:
     region_radius_min_m: float = 60.0
     region_radius_max_m: float = 220.0
     map_file: str = ''
+    class_map: tuple[str, ...] = WORLDCOVER_CLASS_MAP
 
     def __post_init__(self) -> None:
+        parse_class_map(self.class_map)
         if not (0 <= self.seed < 2 ** 32):
             raise ValueError(f'seed must be in [0, 2**32), got {self.seed}')
         if not (100.0 <= self.size_m <= 20000.0):
@@ -101,6 +117,27 @@ class WorldConfig:
         return int(round(self.size_m / self.resolution_m))
 
 
+def parse_class_map(entries: tuple[str, ...]) -> dict[int, int]:
+    """``('10:forest', ...)`` -> {raster code: class id}; ValueError naming the bad entry."""
+    codes: dict[int, int] = {}
+    for entry in entries:
+        code_text, colon, name = (part.strip() for part in str(entry).partition(':'))
+        if not colon:
+            raise ValueError(f"class_map entry {entry!r} is not 'code:class' (e.g. '10:forest')")
+        try:
+            code = int(code_text)
+        except ValueError:
+            raise ValueError(f'class_map entry {entry!r}: the code {code_text!r} is not an '
+                             f'integer') from None
+        if name not in CLASS_NAMES:
+            raise ValueError(f'class_map entry {entry!r} names the unknown class {name!r}; '
+                             f'classes: {", ".join(CLASS_NAMES)}')
+        if code in codes:
+            raise ValueError(f'class_map maps the code {code} twice (second: {entry!r})')
+        codes[code] = CLASS_NAMES.index(name)
+    return codes
+
+
 @dataclass(frozen=True)
 class ClassRegion:
     """One class region of a generated world.
@@ -122,7 +159,8 @@ class LandCoverMap:
     ``class_grid`` is uint8 of shape (cells, cells); ``class_grid[row, col]`` covers
     ``east_m`` in ``[col, col + 1) * resolution_m`` and ``north_m`` in
     ``[row, row + 1) * resolution_m`` (row 0 is the south edge, see the module docstring).
-    The grid is read-only; maps compare and hash by content.
+    A cell holds a class id or :data:`UNKNOWN`. The grid is read-only; maps compare and hash by
+    content.
     """
 
     def __init__(self, class_grid: np.ndarray, resolution_m: float,
@@ -133,10 +171,12 @@ class LandCoverMap:
             raise ValueError(f'class_grid must be a square 2-D array, got shape {grid.shape}')
         if not resolution_m > 0:
             raise ValueError(f'resolution_m must be > 0, got {resolution_m}')
-        if len(class_names) < 1:
-            raise ValueError('class_names must not be empty')
-        if int(grid.max()) >= len(class_names):
-            raise ValueError(f'class_grid holds class {int(grid.max())} but only '
+        if not 1 <= len(class_names) < UNKNOWN:
+            raise ValueError(f'class_names must hold 1 to {UNKNOWN - 1} names, got '
+                             f'{len(class_names)}')
+        known = grid[grid != UNKNOWN]
+        if known.size and int(known.max()) >= len(class_names):
+            raise ValueError(f'class_grid holds class {int(known.max())} but only '
                              f'{len(class_names)} class names are given')
         grid.setflags(write=False)
         self.class_grid = grid
@@ -185,7 +225,8 @@ class LandCoverMap:
         return 0.0 <= east_m < self.size_m and 0.0 <= north_m < self.size_m
 
     def class_at(self, east_m: float, north_m: float) -> int:
-        """Class id of the cell containing a point; ValueError outside the world."""
+        """Class id (or :data:`UNKNOWN`) of the cell containing a point; ValueError outside the
+        world."""
         if not self.contains(east_m, north_m):
             raise ValueError(f'point (east_m={east_m}, north_m={north_m}) is outside the world '
                              f'[0, {self.size_m:g}) x [0, {self.size_m:g})')
@@ -194,9 +235,14 @@ class LandCoverMap:
         return int(self.class_grid[row, col])
 
     def class_fractions(self) -> np.ndarray:
-        """Share of the map covered by each class (float64, sums to 1)."""
+        """Share of the map covered by each class (float64; sums to 1 less
+        :meth:`unknown_fraction`)."""
         counts = np.bincount(self.class_grid.ravel(), minlength=self.num_classes)
-        return counts.astype(np.float64) / self.class_grid.size
+        return counts[:self.num_classes].astype(np.float64) / self.class_grid.size
+
+    def unknown_fraction(self) -> float:
+        """Share of the map whose land cover is :data:`UNKNOWN`."""
+        return float(np.count_nonzero(self.class_grid == UNKNOWN)) / self.class_grid.size
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the map to ``path`` as a compressed ``.npz`` (exactly that file name)."""

@@ -8,7 +8,9 @@ import time
 
 import numpy as np
 import pytest
+import rasterio
 import rclpy
+from affine import Affine
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
 from sensor_msgs.msg import Image
@@ -230,6 +232,23 @@ def test_a_bad_node_parameter_stops_the_node_with_an_error_naming_it(tmp_path, p
         # Act / Assert
         with pytest.raises(ConfigError, match=message):
             factory()
+    finally:
+        rclpy.try_shutdown()
+
+
+def test_a_raster_without_a_crs_stops_the_drone_node_naming_the_file(tmp_path, port_base):
+    # Arrange: world.map_file a GeoTIFF that cannot be placed on the ground
+    path = tmp_path / 'no_crs.tif'
+    with rasterio.open(path, 'w', driver='GTiff', width=8, height=8, count=1, dtype='uint8',
+                       transform=Affine(5.0, 0.0, 0.0, 0.0, -5.0, 0.0)) as out:
+        out.write(np.full((8, 8), 10, np.uint8), 1)
+    params = write_params_file({**tiny_fleet_overrides(1, port_base),
+                                'world.map_file': str(path)}, tmp_path / 'params.yaml')
+    rclpy.init(args=['--ros-args', '--params-file', str(params), '-p', 'drone_id:=0'])
+    try:
+        # Act / Assert
+        with pytest.raises(ConfigError, match=r"world\.map_file: .*no_crs\.tif' has no CRS"):
+            DroneNode()
     finally:
         rclpy.try_shutdown()
 

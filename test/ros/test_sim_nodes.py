@@ -19,8 +19,10 @@ from fl_uav.ros import names
 from fl_uav.ros.autopilot_sim_node import AutopilotSimNode
 from fl_uav.ros.conversions import image_to_rgb, msg_to_pose, pose_to_msg
 from fl_uav.ros.sim_camera_node import SimCameraNode
+from fl_uav.world.landcover import FOREST, UNKNOWN, WATER
 from test.conftest import free_udp_port_block, tiny_fleet_overrides
 from test.ros.rosutil import spin_until
+from test.unit.world.test_raster import UTM_32N, enu_of, write_raster
 
 pytestmark = pytest.mark.ros
 
@@ -80,6 +82,20 @@ def test_sim_camera_renders_at_the_ground_truth_pose(ros_node):
     assert rgb.shape == (side, side, 3) and images[-1].encoding == 'rgb8'
     assert rgb.std() > 1.0, 'frame is blank'
     assert images[-1].header.frame_id == 'uav0/camera_optical'
+
+
+def test_sim_camera_renders_a_geotiff_world_given_as_ros_parameters(ros_node, tmp_path):
+    # Arrange: world.map_file (a string) and world.class_map (a string array) as parameters
+    path = write_raster(tmp_path / 'area.tif', UTM_32N, span_m=(-100.0, 1300.0))
+    # Act
+    node, _, _ = ros_node(SimCameraNode, {**tiny_fleet_overrides(1, 14540),
+                                          'world.map_file': str(path),
+                                          'world.class_map': ['10:forest', '80:water']})
+    # Assert: the raster placed at autopilot.origin_*; crop (40) is not in this class map
+    world = node.renderer.world
+    assert world.class_at(*enu_of(300.0, 100.0)) == WATER
+    assert world.class_at(*enu_of(30.0, 30.0)) == FOREST
+    assert world.class_at(*enu_of(100.0, 250.0)) == UNKNOWN
 
 
 def test_sim_camera_survives_non_finite_ground_truth_and_counts_it(ros_node):

@@ -218,3 +218,62 @@ def test_record_refuses_an_existing_bag_directory(tmp_path, capsys):
 def test_sim_exit_code_says_a_finished_run_whose_recording_is_incomplete(summary, code):
     # Act / Assert
     assert sim_exit_code(summary) == code
+
+
+def test_map_describes_a_raster_and_how_it_sits_against_the_geofence(tmp_path, capsys):
+    # Arrange: the test pattern in UTM 32N over the default 1200 m world and its fence
+    from test.unit.world.test_raster import UTM_32N, write_raster
+    path = write_raster(tmp_path / 'area.tif', UTM_32N, span_m=(-100.0, 1300.0))
+    # Act
+    code = main(['map', str(path)])
+    out = capsys.readouterr().out
+    # Assert
+    assert code == 0
+    assert 'CRS         WGS 84 / UTM zone 32N (EPSG:32632)' in out
+    assert 'pixel size  5 x 5 metre' in out
+    assert '            lat [47.39' in out                   # the extent in lat/lon too
+    for row in ('10  ', '70  ', 'unknown (not in world.class_map)', 'nodata', 'forest'):
+        assert row in out
+    assert 'geofence    east [10, 1190] m, north [10, 1190] m: inside the raster' in out
+    assert 'in fence    roof ' in out and out.rstrip().endswith('%')
+
+
+def test_map_says_when_a_raster_does_not_cover_the_geofence(tmp_path, capsys):
+    # Arrange: the raster ends 500 m east and north of the origin; the fence at 1190 m
+    from test.unit.world.test_raster import UTM_32N, write_raster
+    path = write_raster(tmp_path / 'small.tif', UTM_32N)
+    # Act
+    code = main(['map', str(path), '--set', 'geofence.source=box', '--set',
+                 'geofence.east_max_m=600.0', '--set', 'geofence.north_max_m=300.0'])
+    # Assert
+    assert code == 1
+    assert "NOT covered: land-cover raster '" + str(path) in capsys.readouterr().out
+
+
+def test_map_says_when_no_code_inside_the_geofence_maps_to_a_class(tmp_path, capsys):
+    # Arrange: WorldCover codes in the file, a class map of other codes
+    from test.unit.world.test_raster import UTM_32N, write_raster
+    path = write_raster(tmp_path / 'area.tif', UTM_32N, span_m=(-100.0, 1300.0))
+    # Act
+    code = main(['map', str(path), '--set', "world.class_map=['311:forest']"])
+    out = capsys.readouterr().out
+    # Assert
+    assert code == 1
+    assert 'inside the raster' in out and 'in fence    unknown 100.0 %' in out
+    assert 'no cell inside the fence maps to a class' in out
+
+
+def test_map_refuses_a_raster_without_a_crs_naming_it(tmp_path, capsys):
+    # Arrange
+    import numpy as np
+    import rasterio
+    from affine import Affine
+    path = tmp_path / 'plain.tif'
+    with rasterio.open(path, 'w', driver='GTiff', width=4, height=4, count=1, dtype='uint8',
+                       transform=Affine(5.0, 0.0, 0.0, 0.0, -5.0, 0.0)) as out:
+        out.write(np.full((4, 4), 10, np.uint8), 1)
+    # Act
+    code = main(['map', str(path)])
+    # Assert
+    assert code == 1
+    assert f"fl-uav: land-cover raster '{path}' has no CRS" in capsys.readouterr().err

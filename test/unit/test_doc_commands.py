@@ -69,6 +69,9 @@ def check_config(argv: list[str]) -> None:
         flat = read_params_file(REPO / args.config)
         flat.update(dict(parse_override(text) for text in args.set))
         build_config(ExperimentConfig if args.command == 'experiment' else PlanConfig, flat)
+    elif args.command == 'map':
+        merged_parameters(args.config or [DEFAULT_CONFIG],
+                          dict(parse_override(text) for text in args.set))
     elif args.command == 'keys':
         reference(args.target, args.section)
 

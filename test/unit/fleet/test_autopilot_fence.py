@@ -38,7 +38,7 @@ class _Agent:
     """What the pilot and the status read of a DroneAgent."""
 
     buffered_samples = rounds_trained = uploads_rolled_back = rounds_dropped = 0
-    rounds_capped = rounds_stopped_at_deadline = 0
+    rounds_capped = rounds_stopped_at_deadline = frames_unlabelled = 0
 
     def __init__(self) -> None:
         self.waypoints_reached = 0

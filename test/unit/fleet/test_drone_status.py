@@ -33,6 +33,7 @@ class _Agent:
     rounds_dropped = 1
     rounds_capped = 3
     rounds_stopped_at_deadline = 4
+    frames_unlabelled = 5
 
     def __init__(self) -> None:
         self.rejected_reasons: Counter[str] = Counter()
@@ -79,6 +80,7 @@ def test_a_connected_drone_between_rounds_is_ok_with_its_numbers():
     assert values['armed'] == 'false' and values['last_error'] == 'none'
     assert (values['rounds_dropped'], values['rounds_capped'],
             values['rounds_stopped_at_deadline']) == ('1', '3', '4')
+    assert values['frames_unlabelled'] == '5'
 
 
 def test_rejected_frames_camera_messages_and_telemetry_are_counted_by_reason():

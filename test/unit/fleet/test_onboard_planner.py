@@ -26,6 +26,7 @@ from fl_uav.fleet.onboard_planner import (
     NO_POSITION,
     OnboardPlanner,
     OnboardTrajectory,
+    map_geotags,
     pure_regions,
     raster_geotags,
     region_sweep,
@@ -36,6 +37,9 @@ from fl_uav.planning.coverage import PlanInfeasibleError, PlanWaypoint, path_len
 from fl_uav.planning.geofence import plan_violations
 from fl_uav.planning.trajectory import GaussianRegion
 from fl_uav.vehicle.fake_vehicle import FakeVehicle
+from fl_uav.world.camera import footprint_m
+from fl_uav.world.labeler import MapLabeler
+from fl_uav.world.landcover import UNKNOWN, LandCoverMap
 from test.unit.fleet.test_roles import _eval_set, _update
 
 CLUSTERS = {0: (300.0, 300.0), 1: (700.0, 500.0), 2: (500.0, 850.0)}
@@ -355,6 +359,19 @@ def test_raster_geotags_label_one_point_per_cell_of_the_fence():
     assert positions[:, 0].max() < fence.east_max_m
     assert [_raster_label(e, n) for e, n in positions[:50]] == list(labels[:50])
     assert set(labels) == {0, 1, 2}
+
+
+def test_map_geotags_leave_out_footprints_over_unknown_land_cover():
+    # Arrange: unknown land cover north of 600 m (a raster's nodata), water south of it
+    grid = np.full((1200, 1200), 0, np.uint8)
+    grid[600:, :] = UNKNOWN
+    fence = _config().geofence_enu()
+    # Act
+    positions, labels = map_geotags(MapLabeler(LandCoverMap(grid, 1.0), 60.0), fence, 30.0)
+    # Assert: only the south half's footprints, all water
+    assert len(labels) > 0 and set(labels) == {0}
+    assert positions[:, 1].max() < 600.0 + footprint_m(30.0, 60.0) / 2
+    assert positions[:, 1].min() < 100.0
 
 
 def test_regions_whose_class_is_not_the_majority_in_their_circle_are_dropped():

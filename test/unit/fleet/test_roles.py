@@ -35,7 +35,8 @@ from fl_uav.fleet.messages import FinishCommand, PoseSample, RoundTask
 from fl_uav.fleet.world_setup import map_labeler
 from fl_uav.vehicle.fake_vehicle import FakeVehicle
 from fl_uav.vehicle.interface import VehicleError
-from fl_uav.world.landcover import CLASS_NAMES
+from fl_uav.world.labeler import MapLabeler
+from fl_uav.world.landcover import CLASS_NAMES, UNKNOWN, WATER, LandCoverMap
 
 CONFIG: FleetConfig = build_config(FleetConfig, {
     'num_drones': 2, 'learning.model': 'tiny_cnn', 'learning.min_samples_to_train': 4,
@@ -146,6 +147,23 @@ def test_agent_labels_frames_at_its_pose_and_skips_what_it_cannot_place(agent):
     assert agent.buffered_samples == 1 and agent.frames_skipped == 2
     expected = map_labeler(CONFIG.world, CONFIG.camera).label(300.0, 300.0, 30.0, 0.0)
     assert agent.class_counts()[expected] == 1
+
+
+def test_agent_does_not_label_a_frame_over_unknown_land_cover():
+    # Arrange: unknown land cover (a raster's nodata) west of 600 m, water east of it
+    grid = np.full((1200, 1200), WATER, np.uint8)
+    grid[:, :600] = UNKNOWN
+    agent = DroneAgent(CONFIG, 1, MapLabeler(LandCoverMap(grid, 1.0), CONFIG.camera.fov_deg))
+    image = np.full((64, 64, 3), 100, np.uint8)
+    agent.on_pose(PoseSample(300.0, 300.0, 30.0, 0.0, stamp_s=1.0))
+    agent.on_pose(PoseSample(900.0, 300.0, 30.0, 0.0, stamp_s=2.0))
+    # Act
+    over_unknown = agent.on_camera_frame(image, stamp_s=1.0)
+    over_water = agent.on_camera_frame(image, stamp_s=2.0)
+    # Assert: the first counted as unlabelled, not buffered; the second labelled water
+    assert not over_unknown and over_water
+    assert agent.frames_unlabelled == 1 and agent.frames_skipped == 0
+    assert agent.buffered_samples == 1 and agent.class_counts()[WATER] == 1
 
 
 @pytest.mark.parametrize('pose', [

@@ -15,6 +15,7 @@ from fl_uav.world.dataset import (
     to_model_input,
 )
 from fl_uav.world.labeler import MapLabeler
+from fl_uav.world.landcover import SAND, UNKNOWN, LandCoverMap
 
 
 def test_sample_poses_in_world_and_altitude_band(small_world):
@@ -110,6 +111,19 @@ def test_heldout_set_of_the_default_world_has_several_classes(default_world):
 
     # Assert
     assert len(np.unique(labels)) >= 6
+
+
+def test_heldout_set_leaves_out_frames_over_unknown_land_cover():
+    # Arrange: 200 m world, unknown land cover (a raster's nodata) west of 100 m, sand east
+    grid = np.full((200, 200), SAND, np.uint8)
+    grid[:, :100] = UNKNOWN
+    world = LandCoverMap(grid, 1.0)
+    camera = CameraConfig(image_px=32)
+    # Act
+    images, labels = heldout_set(world, camera, n=40, seed=3)
+    # Assert: about half the poses are over the unknown half; the rest are sand
+    assert 8 <= len(labels) <= 32 and len(images) == len(labels)
+    assert set(labels.tolist()) == {SAND}
 
 
 def test_to_model_input_shape_dtype_and_normalisation():

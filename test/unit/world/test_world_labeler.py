@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from fl_uav.world.labeler import MapLabeler
-from fl_uav.world.landcover import FOREST, SAND, WATER, LandCoverMap
+from fl_uav.world.landcover import FOREST, SAND, UNKNOWN, WATER, LandCoverMap
 
 
 @pytest.mark.parametrize('east_m, expected', [
@@ -121,3 +121,22 @@ def test_label_refuses_a_position_too_far_out_to_index(water_sand_map):
     # Act / Assert: finite, but its cell index would overflow an int64
     with pytest.raises(ValueError, match='out of range'):
         labeler.label(1e300, 50.0, 20.0, 0.0)
+
+
+@pytest.mark.parametrize('east_m, expected', [
+    (20.0, UNKNOWN),   # footprint all unknown
+    (44.0, UNKNOWN),   # 76 % unknown
+    (55.0, SAND),      # 28 % unknown, 72 % sand
+    (80.0, SAND),
+])
+def test_a_footprint_mostly_over_unknown_cells_gets_no_label(east_m, expected):
+    # Arrange: unknown west of 50 m (a raster's nodata), sand east of it
+    grid = np.full((200, 200), SAND, np.uint8)
+    grid[:, :100] = UNKNOWN
+    labeler = MapLabeler(LandCoverMap(grid, 0.5), fov_deg=60.0)
+    # Act
+    label = labeler.label(east_m, 50.0, 20.0, 0.0)
+    fractions = labeler.label_fractions(east_m, 50.0, 20.0, 0.0)
+    # Assert
+    assert label == expected
+    assert fractions.shape == (7,) and fractions[SAND] == pytest.approx(fractions.sum())

@@ -14,12 +14,15 @@ from fl_uav.world.landcover import (
     ROAD,
     ROOF,
     SAND,
+    UNKNOWN,
     WATER,
+    WORLDCOVER_CLASS_MAP,
     ClassRegion,
     LandCoverMap,
     MapFileError,
     WorldConfig,
     generate_world,
+    parse_class_map,
 )
 
 from .conftest import SMALL_CONFIG
@@ -226,3 +229,32 @@ def test_map_rejects_classes_beyond_its_names():
     # Act / Assert
     with pytest.raises(ValueError, match='class names'):
         LandCoverMap(np.full((4, 4), 9, np.uint8), 1.0)
+
+
+def test_map_holds_unknown_cells_and_counts_them_apart():
+    # Arrange: a quarter unknown, the rest water
+    grid = np.full((4, 4), WATER, np.uint8)
+    grid[:2, :2] = UNKNOWN
+    # Act
+    land = LandCoverMap(grid, 1.0)
+    # Assert
+    assert land.class_at(0.5, 0.5) == UNKNOWN and land.class_at(3.5, 3.5) == WATER
+    assert land.unknown_fraction() == 0.25
+    assert land.class_fractions().shape == (len(CLASS_NAMES),)
+    assert land.class_fractions()[WATER] == 0.75
+
+
+def test_unknown_cells_survive_the_file_round_trip(tmp_path):
+    grid = np.full((4, 4), ROAD, np.uint8)
+    grid[3, :] = UNKNOWN
+    LandCoverMap(grid, 1.0).save(tmp_path / 'area.npz')
+    assert np.array_equal(LandCoverMap.load(tmp_path / 'area.npz').class_grid, grid)
+
+
+def test_the_worldcover_class_map_maps_the_esa_codes():
+    # Act
+    classes = {code: CLASS_NAMES[c] for code, c in parse_class_map(WORLDCOVER_CLASS_MAP).items()}
+    # Assert: snow and ice (70), moss and lichen (100) and nodata (0) stay unknown
+    assert classes == {10: 'forest', 20: 'grass', 30: 'grass', 40: 'crop', 50: 'roof',
+                       60: 'sand', 80: 'water', 90: 'grass', 95: 'forest'}
+    assert WorldConfig().class_map == WORLDCOVER_CLASS_MAP
