@@ -39,7 +39,7 @@ MAIN_ARGUMENTS = {'launch': 2, 'run': 2, 'topic echo': 1, 'topic hz': 1, 'topic 
                   'pkg xml': 1, 'node info': 1}
 SINGLE_WORD_VERBS = {'launch', 'run'}
 _ROS2 = re.compile(r'(?<![\w./-])(?:[\w./-]*/)?ros2 +(?=[a-z])')
-_FENCE = re.compile(r'^```[^\n]*\n(.*?)^```', re.M | re.S)
+_FENCE = re.compile(r'^[ \t]*```[^\n]*\n(.*?)^[ \t]*```', re.M | re.S)   # indented too (in a list)
 _SPAN = re.compile(r'`([^`]+)`')
 
 
