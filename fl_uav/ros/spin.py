@@ -129,6 +129,54 @@ def forward_python_logs(handler: RosLogHandler,
 PR_SET_PDEATHSIG = 1   # linux/prctl.h
 
 
+class _ReaderSafeStream:
+    """sys.stdout or sys.stderr of a node: a write to a console whose reader has gone (ros2
+    launch ended by a service manager's SIGTERM, its nodes left to finish their clean-up) is
+    dropped and the descriptor pointed at /dev/null, instead of a BrokenPipeError that would
+    end the node's return to launch with exit code 1. The node's ROS log file keeps every
+    line (rcutils writes the console in C and ignores the broken pipe)."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._reader_gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._reader_gone()
+
+    def _reader_gone(self) -> None:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def reader_safe_console() -> Iterator[None]:
+    """sys.stdout and sys.stderr as :class:`_ReaderSafeStream` inside; flushed through it
+    (a lost reader then points the descriptor at /dev/null) before they are restored, so the
+    interpreter's own flush at exit cannot fail either."""
+    streams = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = _ReaderSafeStream(sys.stdout), _ReaderSafeStream(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        sys.stdout, sys.stderr = streams
+
+
 def stop_with_parent(sig: int = signal.SIGINT) -> bool:
     """Ask the kernel to send ``sig`` to this process when its parent ends (Linux
     prctl PR_SET_PDEATHSIG); a parent already gone sends it now. False where unsupported."""
@@ -209,7 +257,7 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> None
     """Create the node with ``factory`` and run it until shutdown (or until ``node.done``);
     Python log records of the fleet's code go to its rclpy logger meanwhile."""
     stop_with_parent()
-    with StopSignals() as signals:
+    with reader_safe_console(), StopSignals() as signals:
         rclpy.init(args=args)
         handler = RosLogHandler()
         with forward_python_logs(handler):

@@ -4,6 +4,7 @@ the node's ``shutdown()`` and destroys it."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -177,3 +178,53 @@ def test_python_log_records_of_the_fleet_reach_rosout_once_at_their_severity(cap
         logger = logging.getLogger(name)
         assert logger.propagate and logger.level == logging.NOTSET
         assert not [h for h in logger.handlers if isinstance(h, RosLogHandler)]
+
+
+# A node whose shutdown() prints (as a library might) once its console's reader is gone;
+# argv[1] 'run_node': through run_node, 'bare': the same prints without it
+_PRINTS_AFTER_READER_GONE = """
+import os, sys, threading, time
+import rclpy
+from rclpy.node import Node
+from fl_uav.ros.spin import run_node
+
+def wait_for_reader_gone():
+    while os.read(int(sys.argv[2]), 1):
+        pass
+
+class Printing(Node):
+    def __init__(self):
+        super().__init__('printing_node')
+        self.done = threading.Event()
+        self.create_timer(0.05, self.done.set)
+
+    def shutdown(self):
+        wait_for_reader_gone()
+        print('returning to launch', flush=True)
+        print('landed', file=sys.stderr, flush=True)
+
+if sys.argv[1] == 'run_node':
+    run_node(Printing, args=[])
+else:
+    wait_for_reader_gone()
+    print('returning to launch', flush=True)
+"""
+
+
+@pytest.mark.parametrize(('how', 'exit_code'), [('run_node', 0), ('bare', 1)])
+def test_a_node_whose_console_reader_is_gone_still_exits_cleanly(tmp_path, how, exit_code):
+    # Arrange: the node's console is a pipe; a second pipe tells the node when its reader
+    # closed (as ros2 launch ended by SIGTERM leaves its nodes)
+    console_read, console_write = os.pipe()
+    told_read, told_write = os.pipe()
+    process = subprocess.Popen([sys.executable, '-c', _PRINTS_AFTER_READER_GONE, how,
+                                str(told_read)], stdout=console_write, stderr=console_write,
+                               pass_fds=(told_read,), cwd=REPO)
+    os.close(console_write)
+    os.close(told_read)
+    # Act: the reader goes, then the node prints
+    os.close(console_read)
+    os.close(told_write)
+    code = process.wait(timeout=20)
+    # Assert: run_node drops the lost console's lines; a bare print dies of the broken pipe
+    assert code == exit_code
