@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import shutil
+import subprocess
 from pathlib import Path
 from xml.etree import ElementTree
 
@@ -152,3 +154,22 @@ def test_the_sdf_origin_is_the_embedded_simulators(ground, fleet):
     assert math.isclose(float(coords.find('elevation').text),
                         fleet.autopilot.origin_alt_amsl_m, abs_tol=0.05)
     assert root.get('version') == '1.9' and root.find('world').get('name') == WORLD_NAME
+
+
+def _ign_sdf_check(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(['ign', 'sdf', '-k', str(path)], capture_output=True, text=True,
+                          timeout=120, check=False)
+
+
+@pytest.mark.skipif(shutil.which('ign') is None,
+                    reason='ign sdf (Debian: apt-get install ignition-tools libsdformat-dev)')
+def test_ign_sdf_check_passes_the_shipped_world_and_fails_a_broken_one(tmp_path):
+    # Arrange: a copy with a pose that is not six numbers
+    broken = tmp_path / 'broken.sdf'
+    broken.write_text(SDF.read_text().replace('<pose>600 600 0 0 0 0</pose>',
+                                              '<pose>600 600 zero</pose>'))
+    # Act
+    shipped, wrong = _ign_sdf_check(SDF), _ign_sdf_check(broken)
+    # Assert
+    assert shipped.returncode == 0 and 'Valid.' in shipped.stdout, shipped.stderr
+    assert wrong.returncode != 0
