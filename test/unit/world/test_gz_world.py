@@ -18,6 +18,7 @@ from xml.etree import ElementTree
 import numpy as np
 import pytest
 
+from fl_uav.cli import main
 from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet_run.launch_plan import merged_parameters
@@ -173,3 +174,29 @@ def test_ign_sdf_check_passes_the_shipped_world_and_fails_a_broken_one(tmp_path)
     # Assert
     assert shipped.returncode == 0 and 'Valid.' in shipped.stdout, shipped.stderr
     assert wrong.returncode != 0
+
+
+SMALL = ['--set', 'world.size_m=200.0', '--set', 'world.resolution_m=1.0',
+         '--set', 'world.region_radius_min_m=20.0', '--set', 'world.region_radius_max_m=60.0',
+         '--set', 'world.num_regions=8']
+
+
+def test_the_command_writes_a_worlds_sdf_and_texture_at_its_size(tmp_path, capsys):
+    # Act: a 200 m world at 1 m cells, one pixel per 2 x 2 cells
+    code = main(['gz-world', '--out', str(tmp_path), *SMALL])
+    # Assert: the plane spans the world from the origin; the texture is 100 x 100, 2 m/px
+    root = ElementTree.parse(tmp_path / f'{WORLD_NAME}.sdf').getroot()
+    model = root.find("world/model[@name='landcover_ground']")
+    assert code == 0
+    assert model.find('pose').text == '100 100 0 0 0 0'
+    assert model.find('link/visual/geometry/plane/size').text == '200 200'
+    image = read_png(tmp_path / model.find('link/visual/material/pbr/metal/albedo_map').text)
+    assert image.shape == (100, 100, 3)
+    assert '2 m per pixel' in capsys.readouterr().out
+
+
+def test_the_command_refuses_a_stride_that_does_not_divide_the_map(tmp_path, capsys):
+    code = main(['gz-world', '--out', str(tmp_path), '--stride', '3', *SMALL])
+    assert code == 2
+    assert "--stride 3: stride must divide the map's 200 cells" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
