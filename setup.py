@@ -20,7 +20,10 @@ setup(
         ('share/' + PACKAGE + '/config/experiments', glob('config/experiments/*.yaml')),
         ('share/' + PACKAGE + '/config/plans', glob('config/plans/*.yaml')),
         ('share/' + PACKAGE + '/sim', glob('sim/*.md')),
-        ('share/' + PACKAGE + '/sim/worlds', glob('sim/worlds/*')),
+        ('share/' + PACKAGE + '/sim/worlds', glob('sim/worlds/*.sdf')),
+        # the ground texture, where the world's SDF names it (relative to the SDF file)
+        ('share/' + PACKAGE + '/sim/worlds/landcover_ground/materials/textures',
+         glob('sim/worlds/landcover_ground/materials/textures/*.png')),
     ],
     install_requires=['setuptools'],
     zip_safe=False,

@@ -323,6 +323,33 @@ def _map(args: argparse.Namespace) -> int:
     return 0 if covered else 1
 
 
+def _gz_world(args: argparse.Namespace) -> int:
+    from fl_uav.configschema import build_config
+    from fl_uav.fleet.config import FleetConfig
+    from fl_uav.fleet.world_setup import world_map
+    from fl_uav.fleet_run.launch_plan import merged_parameters
+    from fl_uav.world.gz_world import MAX_PNG_BYTES, write_world
+
+    overrides = dict(parse_override(text) for text in args.set)
+    config = build_config(FleetConfig, merged_parameters(args.config or _config_default(),
+                                                         overrides))
+    origin = config.autopilot.origin
+    world = world_map(config.world, origin, config.geofence_enu().box)
+    try:
+        sdf, png = write_world(args.out, world, config.autopilot.origin_lat_deg,
+                               config.autopilot.origin_lon_deg,
+                               config.autopilot.origin_alt_amsl_m, stride=args.stride)
+    except ValueError as exc:
+        raise ConfigError(f'--stride {args.stride}: {exc}') from None
+    size = png.stat().st_size
+    metres = world.resolution_m * args.stride
+    print(f'{sdf}\n{png} ({size / 1e6:.1f} MB, {metres:g} m per pixel)')
+    if size > MAX_PNG_BYTES:
+        print(f'fl-uav: the texture is {size / 1e6:.1f} MB: raise --stride to ship it',
+              file=sys.stderr)
+    return 0
+
+
 def _keys(args: argparse.Namespace) -> int:
     from fl_uav.config_reference import reference
 
@@ -449,6 +476,21 @@ def build_parser() -> argparse.ArgumentParser:
     map_.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                       help='override one config key, e.g. --set autopilot.origin_lat_deg=47.4')
     map_.set_defaults(func=_map)
+    gzw = sub.add_parser('gz-world', help="write the Gazebo world of the fleet config's "
+                         'land-cover map: the SDF and its ground texture, the one the embedded '
+                         'camera renders from (sim/README.md)')
+    gzw.add_argument('--out', type=Path, default=Path('sim/worlds'),
+                     help='directory for fl_uav_landcover.sdf and '
+                     'landcover_ground/materials/textures/landcover.png (default sim/worlds)')
+    gzw.add_argument('--config', action='append', type=Path,
+                     help='ROS 2 parameter file(s) giving world.* and autopilot.origin_*, later '
+                     'ones win (default config/fleet.yaml)')
+    gzw.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
+                     help='override one config key, e.g. --set world.seed=3')
+    gzw.add_argument('--stride', type=int, default=2, metavar='K',
+                     help='one texture pixel per K x K map cells (default 2: 1 m per pixel '
+                     'with 0.5 m cells)')
+    gzw.set_defaults(func=_gz_world)
     keys = sub.add_parser('keys', help='list every config key of a target: default, type or '
                           'choices, and meaning (docs/config_reference.md)')
     keys.add_argument('target', choices=(*TARGET_NAMES, ALL_TARGETS),
