@@ -19,6 +19,9 @@ $(STAMP): requirements.txt setup.py package.xml
 	@test -d $(FMNIST_DIR) || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 	  apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist >/dev/null; } || \
 	  echo "note: Debian package dataset-fashion-mnist not installed (FMNIST tests will skip)"
+	@command -v ign >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	  apt-get update -qq && apt-get install -y -qq ignition-tools libsdformat-dev >/dev/null; } || \
+	  echo "note: ign sdf (Debian ignition-tools, libsdformat-dev) not installed (the Gazebo world check will skip)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -U pip
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
