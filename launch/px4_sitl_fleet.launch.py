@@ -15,7 +15,7 @@ The specs and their sources: fl_uav/fleet_run/px4_sitl.py.
 
 from pathlib import Path
 
-from ament_index_python.packages import get_package_share_directory
+from ament_index_python.packages import PackageNotFoundError, get_package_share_directory
 from launch import LaunchDescription
 from launch.actions import (
     DeclareLaunchArgument,
@@ -27,7 +27,7 @@ from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
-from fl_uav.configschema import build_config
+from fl_uav.configschema import ConfigError, build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet_run.launch_plan import (
     PACKAGE,
@@ -49,10 +49,17 @@ def _sitl(context):
     actions = []
     if launch_bool('bridges', args.get('bridges', 'true')):
         template = args.get('gz_camera_topic') or CAMERA_TOPIC
+        bridges = camera_bridges(num_drones, WORLD_NAME, template)
+        try:
+            get_package_share_directory(bridges[0].package)
+        except PackageNotFoundError:
+            raise ConfigError(f'launch argument bridges:=true needs the {bridges[0].package} '
+                              f'package (apt install ros-$ROS_DISTRO-ros-gz-bridge); '
+                              f'bridges:=false if the cameras are bridged already') from None
         actions += [Node(package=b.package, executable=b.executable, name=b.name,
                          output='screen', arguments=list(b.arguments),
                          remappings=list(b.remappings), parameters=[dict(b.parameters)])
-                    for b in camera_bridges(num_drones, WORLD_NAME, template)]
+                    for b in bridges]
     px4_dir = args.get('px4_dir', '')
     if px4_dir:
         config_file = launch_config_file('config', args.get('config', ''),

@@ -92,7 +92,8 @@ def test_px4_sitl_fleet_launch_flies_the_vehicles_it_is_given(start, tmp_path):
     simulators = _simulators(start, config, run_dir)
     # Act
     launch = start('launch', 'launch', 'fl_uav', 'px4_sitl_fleet.launch.py', 'num_drones:=2',
-                   f'config:={config}', f'output_dir:={run_dir}', 'exit_on_finish:=true')
+                   f'config:={config}', f'output_dir:={run_dir}', 'exit_on_finish:=true',
+                   'bridges:=false')     # sim_camera publishes /uav<i>/camera/image_raw
     code = launch.wait(RUN_TIMEOUT_S)
     sim_codes = _stop(simulators)
     # Assert: it started the station and the drones only, and the run finished

@@ -9,12 +9,17 @@ import os
 from pathlib import Path
 
 import pytest
-from launch import LaunchContext, LaunchDescription
-from launch.actions import ExecuteProcess, OpaqueFunction
-from launch_ros.actions import Node
 
-from fl_uav.configschema import ConfigError
-from fl_uav.fleet_run.px4_sitl import camera_bridges, gz_server, px4_instances
+# the real launch system comes from ../shared/ros2_tools (make install); without it, skip
+pytest.importorskip('launch_ros', reason='no launch_ros: ../shared/ros2_tools not installed')
+
+from ament_index_python.packages import PackageNotFoundError  # noqa: E402
+from launch import LaunchContext, LaunchDescription  # noqa: E402
+from launch.actions import ExecuteProcess, OpaqueFunction  # noqa: E402
+from launch_ros.actions import Node  # noqa: E402
+
+from fl_uav.configschema import ConfigError  # noqa: E402
+from fl_uav.fleet_run.px4_sitl import camera_bridges, gz_server, px4_instances  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[3]
 PX4 = '/opt/PX4-Autopilot'
@@ -159,3 +164,19 @@ def test_a_custom_camera_topic_template_is_used(launch_file):
 def test_a_bad_bridges_argument_is_refused_naming_it(launch_file):
     with pytest.raises(ConfigError, match='launch argument bridges:='):
         launch_file._sitl(_context(bridges='maybe'))
+
+
+def test_bridges_without_ros_gz_bridge_end_the_launch_with_one_line_naming_the_argument(
+        launch_file, monkeypatch):
+    # Arrange: no ros_gz_bridge installed (the share directory lookup fails for it)
+    def share(package):
+        if package == 'ros_gz_bridge':
+            raise PackageNotFoundError(package)
+        return str(REPO)
+
+    monkeypatch.setattr(launch_file, 'get_package_share_directory', share)
+    # Act / Assert
+    with pytest.raises(ConfigError, match=r'launch argument bridges:=true needs the '
+                                          r'ros_gz_bridge package .* bridges:=false'):
+        launch_file._sitl(_context())
+    assert [a for a in launch_file._sitl(_context(bridges='false'))] == []
