@@ -244,7 +244,9 @@ def _launch_file_module(monkeypatch, file_name: str, made: list):
                          ('launch.event_handlers', event_handlers), ('launch.events', events),
                          ('launch_ros', launch_ros), ('launch_ros.actions', ros_actions)):
         monkeypatch.setitem(sys.modules, name, module)
-    monkeypatch.delitem(sys.modules, 'fl_uav.ros.respawn', raising=False)   # on the stand-ins
+    # fl_uav.ros.respawn loaded afresh on the stand-ins, and that copy gone after the test
+    monkeypatch.setitem(sys.modules, 'fl_uav.ros.respawn', None)
+    del sys.modules['fl_uav.ros.respawn']
     spec = importlib.util.spec_from_file_location(file_name.replace('.', '_'),
                                                   REPO / 'launch' / file_name)
     launch_file = importlib.util.module_from_spec(spec)

@@ -5,21 +5,14 @@ launch is built with the real launch and launch_ros packages of the venv)."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import os
 from pathlib import Path
 
 import pytest
 
-# the real launch system comes from ../shared/ros2_tools (make install); without it, skip
-pytest.importorskip('launch_ros', reason='no launch_ros: ../shared/ros2_tools not installed')
-
-from ament_index_python.packages import PackageNotFoundError  # noqa: E402
-from launch import LaunchContext, LaunchDescription  # noqa: E402
-from launch.actions import ExecuteProcess, OpaqueFunction  # noqa: E402
-from launch_ros.actions import Node  # noqa: E402
-
-from fl_uav.configschema import ConfigError  # noqa: E402
-from fl_uav.fleet_run.px4_sitl import camera_bridges, gz_server, px4_instances  # noqa: E402
+from fl_uav.configschema import ConfigError
+from fl_uav.fleet_run.px4_sitl import camera_bridges, gz_server, px4_instances
 
 REPO = Path(__file__).resolve().parents[3]
 PX4 = '/opt/PX4-Autopilot'
@@ -78,8 +71,21 @@ def test_the_gazebo_server_runs_our_world_as_px4_would_run_its_own():
         'GZ_SIM_SYSTEM_PLUGIN_PATH': f'{PX4}/build/px4_sitl_default/build_gz-sim_plugins'}
 
 
+@pytest.fixture(scope='module')
+def real_launch():
+    """The real launch packages (../shared/ros2_tools; skip without them), imported here and
+    not at collection: importing launch sets its logger class and the root level for the whole
+    process, which the logging tests of other modules would see; both are put back after."""
+    logger_class, root_level = logging.getLoggerClass(), logging.root.level
+    pytest.importorskip('launch_ros', reason='no launch_ros: ../shared/ros2_tools not '
+                        'installed (make install)')
+    yield
+    logging.setLoggerClass(logger_class)
+    logging.root.setLevel(root_level)
+
+
 @pytest.fixture
-def launch_file(monkeypatch, tmp_path):
+def launch_file(real_launch, monkeypatch, tmp_path):
     """px4_sitl_fleet.launch.py on the real launch packages, its share directory the
     repository; a stand-in ros_gz_bridge install (an ament index entry and an executable), so
     launch_ros can resolve the bridge's command line."""
@@ -98,13 +104,17 @@ def launch_file(monkeypatch, tmp_path):
     return module
 
 
-def _context(**arguments) -> LaunchContext:
+def _context(**arguments):
+    from launch import LaunchContext
+
     context = LaunchContext()
     context.launch_configurations.update({'num_drones': '2', **arguments})
     return context
 
 
 def _final(action, context):
+    from launch_ros.actions import Node
+
     if isinstance(action, Node):   # what Node.execute does before its command is prepared
         action._perform_substitutions(context)
         context.extend_locals({'ros_specific_arguments': {
@@ -114,6 +124,9 @@ def _final(action, context):
 
 
 def test_the_launch_description_builds_with_its_arguments(launch_file):
+    from launch import LaunchDescription
+    from launch.actions import OpaqueFunction
+
     description = launch_file.generate_launch_description()
     assert isinstance(description, LaunchDescription)
     names = {a.name for a in description.get_launch_arguments()}
@@ -122,6 +135,9 @@ def test_the_launch_description_builds_with_its_arguments(launch_file):
 
 
 def test_the_launch_bridges_each_camera_and_starts_gazebo_and_px4_given_px4_dir(launch_file):
+    from launch.actions import ExecuteProcess
+    from launch_ros.actions import Node
+
     # Arrange
     context = _context(px4_dir=PX4)
     # Act
@@ -148,6 +164,8 @@ def test_the_launch_bridges_each_camera_and_starts_gazebo_and_px4_given_px4_dir(
 
 
 def test_without_px4_dir_only_bridges_and_without_bridges_none(launch_file):
+    from launch_ros.actions import Node
+
     assert all(isinstance(a, Node) for a in launch_file._sitl(_context()))
     assert launch_file._sitl(_context(bridges='false')) == []
 
@@ -168,6 +186,8 @@ def test_a_bad_bridges_argument_is_refused_naming_it(launch_file):
 
 def test_bridges_without_ros_gz_bridge_end_the_launch_with_one_line_naming_the_argument(
         launch_file, monkeypatch):
+    from ament_index_python.packages import PackageNotFoundError
+
     # Arrange: no ros_gz_bridge installed (the share directory lookup fails for it)
     def share(package):
         if package == 'ros_gz_bridge':
