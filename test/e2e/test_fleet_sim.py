@@ -46,21 +46,27 @@ def _processes_mentioning(text: str) -> list[int]:
     return found
 
 
+def _sim_command(out: Path, drones: int, rounds: int, *extra: str) -> list[str]:
+    """`fl-uav sim` on free ports and this test session's ROS_DOMAIN_ID; ``extra`` options
+    (KEY=VALUE items become --set)."""
+    cmd = [sys.executable, '-m', 'fl_uav.cli', 'sim', '--drones', str(drones), '--rounds',
+           str(rounds), '--out', str(out), '--port-base', str(free_udp_port_block(drones)),
+           '--domain-id', os.environ['ROS_DOMAIN_ID']]
+    for item in extra:
+        cmd += ['--set', item] if '=' in item else [item]
+    return cmd
+
+
 def test_two_drones_two_rounds_end_to_end(tmp_path):
     # Prepare
     out = tmp_path / 'run'
-    port_base = free_udp_port_block(2)
     overrides = ['learning.model=tiny_cnn', 'learning.lr=0.005', 'learning.local_epochs=3',
                  'rounds.eval_samples=300', 'coverage.box_m=80.0', 'rounds.deadline_s=90.0',
                  'autopilot.time_factor=10.0', 'learning.structured_keep=0.5',
                  'compression.method=range', 'compression.range_bits=4',
                  'compression.per_layer=true']
     dense_update_bytes = encoded_size(get_weights(build_model('tiny_cnn', len(CLASS_NAMES), 32)))
-    cmd = [sys.executable, '-m', 'fl_uav.cli', 'sim', '--drones', '2', '--rounds', '2',
-           '--out', str(out), '--port-base', str(port_base), '--timeout', '300',
-           '--domain-id', os.environ['ROS_DOMAIN_ID']]
-    for item in overrides:
-        cmd += ['--set', item]
+    cmd = _sim_command(out, 2, 2, '--timeout', '300', *overrides)
     # Execute
     result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=360)
     # Assert: the run
@@ -100,10 +106,7 @@ def test_two_drones_two_rounds_end_to_end(tmp_path):
 def test_sigterm_stops_the_fleet_like_ctrl_c(tmp_path):
     # Arrange: a long run started as `timeout` or a job scheduler would, its nodes up
     out = tmp_path / 'run'
-    port_base = free_udp_port_block(1)
-    cmd = [sys.executable, '-m', 'fl_uav.cli', 'sim', '--drones', '1', '--rounds', '50',
-           '--out', str(out), '--port-base', str(port_base), '--timeout', '300',
-           '--domain-id', os.environ['ROS_DOMAIN_ID'], '--set', 'learning.model=tiny_cnn']
+    cmd = _sim_command(out, 1, 50, '--timeout', '300', 'learning.model=tiny_cnn')
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)   # its nodes: one group
     try:
@@ -129,13 +132,10 @@ def test_a_killed_drone_node_is_restarted_and_the_run_finishes(tmp_path):
     # Arrange: two drones, four rounds of 30 s at most; a dead drone comes back after 30 s,
     # so the round it dies in closes at its deadline without it
     out = tmp_path / 'run'
-    port_base = free_udp_port_block(2)
-    cmd = [sys.executable, '-m', 'fl_uav.cli', 'sim', '--drones', '2', '--rounds', '4',
-           '--out', str(out), '--port-base', str(port_base), '--timeout', '400',
-           '--domain-id', os.environ['ROS_DOMAIN_ID'], '--respawn-delay', '30']
-    for item in ('learning.model=tiny_cnn', 'rounds.eval_samples=300', 'coverage.box_m=80.0',
-                 'rounds.deadline_s=30.0', 'autopilot.time_factor=10.0'):
-        cmd += ['--set', item]
+    cmd = _sim_command(out, 2, 4, '--timeout', '400', '--respawn-delay', '30',
+                       'learning.model=tiny_cnn', 'rounds.eval_samples=300',
+                       'coverage.box_m=80.0', 'rounds.deadline_s=30.0',
+                       'autopilot.time_factor=10.0')
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
