@@ -24,7 +24,11 @@ from fl_uav.autopilot_sim.stop_hold import StopHold
 from fl_uav.fleet.config import AutopilotSimNodeParams, FleetConfig
 from fl_uav.fleet.messages import PoseSample
 from fl_uav.fleet.recording import StopSignals
-from fl_uav.fleet_run.launch_plan import autopilot_stop_hold_s, sim_autopilot_config
+from fl_uav.fleet_run.launch_plan import (
+    autopilot_stop_grace_s,
+    autopilot_stop_hold_s,
+    sim_autopilot_config,
+)
 from fl_uav.ros import names
 from fl_uav.ros.conversions import pose_to_msg
 from fl_uav.ros.params import declare_config
@@ -43,6 +47,8 @@ class AutopilotSimNode(Node):
         cfg: FleetConfig = self.config
         sim_config = sim_autopilot_config(cfg)
         self.sim = AutopilotSim(sim_config)
+        # its stop may hold while the drones land (StopHold); longer is a hang (spin.watch_stop)
+        self.stop_budget_s = autopilot_stop_grace_s(cfg.flight.shutdown_rtl_timeout_s)
         self._handle = self.sim.run_in_thread()
         self._pubs = [self.create_publisher(PoseStamped,
                                             names.drone_topic(d, names.GROUND_TRUTH_POSE_TOPIC),

@@ -69,6 +69,7 @@ from fl_uav.fleet.onboard_planner import (
 from fl_uav.fleet.round_gate import NEW_RUN, REPEAT, RoundGate
 from fl_uav.fleet.station_watchdog import StationWatchdog
 from fl_uav.fleet.world_setup import map_labeler
+from fl_uav.fleet_run.launch_plan import drone_stop_grace_s
 from fl_uav.ros import names
 from fl_uav.ros.conversions import (
     ImageFormatError,
@@ -386,6 +387,12 @@ class DroneNode(Node):
             log.info('run finished: the vehicle was on the ground already')
         if self.own.exit_on_finish:
             self.done.set()
+
+    @property
+    def stop_budget_s(self) -> float:
+        """How long its stop may take (the return to launch): longer is a hang
+        (fl_uav.ros.spin.watch_stop)."""
+        return drone_stop_grace_s(self.config.flight.shutdown_rtl_timeout_s)
 
     def shutdown(self) -> None:
         """Stop the round or tour in progress; a vehicle in flight returns to launch (waited

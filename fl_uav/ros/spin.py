@@ -19,6 +19,10 @@ installed before rclpy.init, whose own handlers call it after shutting the conte
 A node whose parent dies (ros2 launch ends at once on SIGTERM, leaving its processes behind, by
 its own account) gets a SIGINT from the kernel and stops as at a Ctrl-C
 (:func:`stop_with_parent`), so no node outlives its launcher by more than its clean-up.
+A stop that takes longer than the node's ``stop_budget_s`` (default DEFAULT_STOP_BUDGET_S)
+prints every thread's stack to stderr (:func:`faulthandler.dump_traceback_later`, from a C
+thread that needs neither the GIL nor the main thread), so a stop that hangs says where before
+ros2 launch's SIGKILL ends it.
 
 While a node runs, the Python ``logging`` records of the fleet's code (the ``fl_uav.*`` and
 ``mavsdk`` loggers: pilot, vehicle, agent, MAVSDK's own lines) go to the node's rclpy logger at
@@ -30,6 +34,7 @@ node ends.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import logging
 import os
 import signal
@@ -47,6 +52,9 @@ from rclpy.node import Node
 from fl_uav.configschema import ConfigError
 
 SPIN_SLICE_S = 0.1   # how often a node with a ``done`` event checks it
+#: a node's stop (its ``shutdown()``, its destruction, rclpy's shutdown) that takes longer
+#: than this prints every thread's stack (nodes with a longer clean-up set ``stop_budget_s``)
+DEFAULT_STOP_BUDGET_S = 10.0
 CONFIG_ERROR_EXIT_STATUS = 2
 #: Python loggers whose records a running node forwards to its rclpy logger.
 FORWARDED_LOGGERS = ('fl_uav', 'mavsdk')
@@ -207,12 +215,14 @@ class StopSignals:
         self.stopping = False
         self.signalled = False
         self.repeated_sigints = 0
+        self.stop_budget_s = DEFAULT_STOP_BUDGET_S
         self._previous: dict[int, object] = {}
 
     def _handle(self, signum: int, _frame: object) -> None:
         self.signalled = True
         if not self.stopping:
             self.stopping = True
+            watch_stop(self.stop_budget_s)
             raise KeyboardInterrupt
         if signum == signal.SIGTERM:
             raise Hurried
@@ -235,10 +245,18 @@ class StopSignals:
         self._previous = {}
 
 
+def watch_stop(budget_s: float) -> None:
+    """From now on, if the process is still here after ``budget_s``, print every thread's
+    stack to stderr (once; the process goes on). Replaces an earlier watch."""
+    with contextlib.suppress(ValueError, RuntimeError, OSError):   # e.g. stderr closed
+        faulthandler.dump_traceback_later(budget_s, exit=False)
+
+
 def _clean_up(node: Node, handler: RosLogHandler, signals: StopSignals) -> None:
     """The node's ``shutdown()`` then its destruction; a SIGTERM meanwhile ends the process at
     once with status 0 (what is left, e.g. a drone's return to launch, is the autopilot's)."""
     signals.stopping = True
+    watch_stop(signals.stop_budget_s)
     try:
         shutdown = getattr(node, 'shutdown', None)
         if callable(shutdown):
@@ -271,6 +289,7 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> None
                 rclpy.try_shutdown()
                 return
             handler.attach(node)
+            signals.stop_budget_s = float(getattr(node, 'stop_budget_s', DEFAULT_STOP_BUDGET_S))
             done = getattr(node, 'done', None)
             try:
                 if done is None:
@@ -288,3 +307,4 @@ def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> None
             finally:
                 _clean_up(node, handler, signals)
         rclpy.try_shutdown()
+        faulthandler.cancel_dump_traceback_later()

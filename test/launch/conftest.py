@@ -172,6 +172,19 @@ def node_exits(text: str) -> dict[str, str]:
     return {m.group(1): m.group(2) for m in map(_EXIT_LINE.match, text.splitlines()) if m}
 
 
+def unclean_exits(text: str, last_lines: int = 80) -> str:
+    """For an assertion message: the last lines of each process that did not finish cleanly
+    (its own output, e.g. the stacks a hung stop prints, and launch's lines about it), then
+    the log's tail."""
+    parts = []
+    for process, how in node_exits(text).items():
+        if how != 'finished cleanly':
+            own = [line for line in text.splitlines() if f'[{process}]' in line]
+            parts.append(f'--- {process} ({how}), its last {last_lines} lines:\n'
+                         + '\n'.join(own[-last_lines:]))
+    return '\n'.join([*parts, "--- the log's tail:", text[-3000:]])
+
+
 def autopilot_events(run_dir: Path) -> list[tuple[int | None, str]]:
     """(vehicle, event) from the simulator's event log, in order."""
     log = json.loads((run_dir / 'autopilot_log.json').read_text())

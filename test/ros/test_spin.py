@@ -228,3 +228,40 @@ def test_a_node_whose_console_reader_is_gone_still_exits_cleanly(tmp_path, how, 
     code = process.wait(timeout=20)
     # Assert: run_node drops the lost console's lines; a bare print dies of the broken pipe
     assert code == exit_code
+
+
+_HANGS_IN_SHUTDOWN = """
+import threading, time
+from rclpy.node import Node
+from fl_uav.ros.spin import run_node
+
+class Hanging(Node):
+    stop_budget_s = 0.5
+
+    def __init__(self):
+        super().__init__('hanging_node')
+        self.done = threading.Event()
+        self.create_timer(0.05, self.done.set)
+
+    def shutdown(self):
+        a_stop_that_hangs()
+
+def a_stop_that_hangs():
+    time.sleep(HANG_S)
+
+HANG_S = float(__import__('sys').argv[1])
+run_node(Hanging, args=[])
+print('ended', flush=True)
+"""
+
+
+@pytest.mark.parametrize(('hang_s', 'dumped'), [(3.0, True), (0.0, False)])
+def test_a_stop_longer_than_the_node_budget_prints_where_it_hangs(hang_s, dumped):
+    # Act: the node's clean-up takes 3 s (or nothing) against a budget of 0.5 s
+    ended = subprocess.run([sys.executable, '-c', _HANGS_IN_SHUTDOWN, str(hang_s)],
+                           capture_output=True, text=True, timeout=25.0, cwd=REPO)
+    # Assert: the dump names the hanging function; the node still ends by itself, status 0
+    assert ended.returncode == 0, ended.stderr[-2000:]
+    assert 'ended' in ended.stdout
+    assert ('in a_stop_that_hangs' in ended.stderr) is dumped, ended.stderr[-2000:]
+    assert ('Timeout (0:00:00.500000)!' in ended.stderr) is dumped
