@@ -18,57 +18,15 @@ from fl_uav.fleet.camera_frames import (
     compressed_to_rgb,
     raw_to_rgb,
 )
-
-# 2 rows x 4 columns of distinct colours
-RGB = np.array([[[255, 0, 0], [0, 255, 0], [0, 0, 255], [10, 20, 30]],
-                [[0, 0, 0], [255, 255, 255], [128, 64, 32], [1, 2, 3]]], np.uint8)
-ALPHA = np.array([[0, 50, 100, 255], [7, 8, 9, 10]], np.uint8)[:, :, None]
-GREY = np.array([[0, 17, 128, 255], [1, 2, 3, 250]], np.uint8)
-# YUV 4:2:2: one (Y0, Y1, U, V) per pixel pair, Y0 != Y1 so that their order shows
-YUV_PAIRS = np.array([[[16, 235, 128, 128], [81, 90, 90, 240]],
-                      [[145, 150, 54, 34], [41, 60, 240, 110]]], np.uint8)
-
-
-def _bt601_rgb(pairs: np.ndarray) -> np.ndarray:
-    """RGB of YUV 4:2:2 pairs by ITU-R BT.601 (video range), computed here independently."""
-    y = pairs[:, :, :2].astype(float).reshape(pairs.shape[0], -1)     # Y0 Y1 per pair
-    u = np.repeat(pairs[:, :, 2].astype(float), 2, axis=1) - 128.0
-    v = np.repeat(pairs[:, :, 3].astype(float), 2, axis=1) - 128.0
-    c = 1.164 * (y - 16.0)
-    rgb = np.stack([c + 1.596 * v, c - 0.391 * u - 0.813 * v, c + 2.018 * u], axis=-1)
-    return np.clip(np.rint(rgb), 0, 255)
-
-
-def _yuv_bytes(order: str) -> np.ndarray:
-    """The pairs' bytes in a byte order ('uyvy' or 'yuyv'), one row of 2 x width bytes each."""
-    y0, y1, u, v = (YUV_PAIRS[:, :, i] for i in range(4))
-    planes = (u, y0, v, y1) if order == 'uyvy' else (y0, u, y1, v)
-    return np.stack(planes, axis=-1).reshape(YUV_PAIRS.shape[0], -1)
-
-
-def _rows(encoding: str) -> tuple[np.ndarray, np.ndarray]:
-    """(rows of bytes as the encoding carries them, height x width x bytes, the RGB
-    expected)."""
-    if encoding == 'mono8':
-        return GREY[:, :, None], np.repeat(GREY[:, :, None], 3, axis=2)
-    if encoding in ('uyvy', 'yuv422', 'yuyv', 'yuv422_yuy2'):
-        order = 'uyvy' if encoding in ('uyvy', 'yuv422') else 'yuyv'
-        return _yuv_bytes(order).reshape(2, 4, 2), _bt601_rgb(YUV_PAIRS)
-    pixels = {'rgb8': RGB, 'bgr8': RGB[:, :, ::-1],
-              'rgba8': np.concatenate([RGB, ALPHA], axis=2),
-              'bgra8': np.concatenate([RGB[:, :, ::-1], ALPHA], axis=2)}[encoding]
-    return pixels, RGB
-
-
-def _frame(encoding: str, padding: int = 0) -> tuple[dict, np.ndarray]:
-    """raw_to_rgb's arguments for the test image in ``encoding`` (rows padded by ``padding``
-    bytes of 0xAB), and the RGB expected."""
-    pixels, expected = _rows(encoding)
-    height, width = pixels.shape[:2]
-    rows = pixels.reshape(height, -1)
-    rows = np.concatenate([rows, np.full((height, padding), 0xAB, np.uint8)], axis=1)
-    return dict(encoding=encoding, width=width, height=height, step=rows.shape[1],
-                data=rows.tobytes()), expected
+from test.camera_samples import (
+    ALPHA,
+    GREY,
+    RGB,
+    YUV422_ENCODINGS,
+    encode,
+    raw_frame,
+    smooth_rgb,
+)
 
 
 def test_the_encodings_are_ros_names():
@@ -83,12 +41,12 @@ def test_the_encodings_are_ros_names():
 @pytest.mark.parametrize('encoding', RAW_ENCODINGS)
 def test_each_encoding_decodes_to_its_rgb_pixels(encoding, padding):
     # Arrange
-    frame, expected = _frame(encoding, padding)
+    frame, expected = raw_frame(encoding, padding)
     # Act
     rgb = raw_to_rgb(**frame)
     # Assert: exact, except YUV within 1 of BT.601 (OpenCV's fixed-point rounding)
     assert rgb.dtype == np.uint8 and rgb.shape == (2, 4, 3)
-    tolerance = 1 if encoding in ('uyvy', 'yuv422', 'yuyv', 'yuv422_yuy2') else 0
+    tolerance = 1 if encoding in YUV422_ENCODINGS else 0
     np.testing.assert_allclose(rgb, expected, atol=tolerance)
 
 
@@ -108,7 +66,7 @@ def test_yuv_colours_are_those_of_bt601_video_range():
 
 def test_the_image_is_a_copy_not_a_view_of_the_message():
     # Arrange
-    frame, _ = _frame('rgb8')
+    frame, _ = raw_frame('rgb8')
     data = bytearray(frame['data'])
     # Act
     rgb = raw_to_rgb(**{**frame, 'data': data})
@@ -129,7 +87,7 @@ def test_the_image_is_a_copy_not_a_view_of_the_message():
 ])
 def test_an_unreadable_raw_frame_names_its_reason(change, reason, words):
     # Arrange
-    frame, _ = _frame('rgb8')
+    frame, _ = raw_frame('rgb8')
     # Act
     with pytest.raises(ImageFormatError) as info:
         raw_to_rgb(**{**frame, **change})
@@ -137,7 +95,7 @@ def test_an_unreadable_raw_frame_names_its_reason(change, reason, words):
     assert info.value.reason == reason and words in str(info.value)
 
 
-@pytest.mark.parametrize('encoding', ['uyvy', 'yuv422', 'yuyv', 'yuv422_yuy2'])
+@pytest.mark.parametrize('encoding', YUV422_ENCODINGS)
 def test_an_odd_width_in_yuv422_is_a_geometry_error(encoding):
     with pytest.raises(ImageFormatError, match='odd width 3') as info:
         raw_to_rgb(encoding, 3, 1, 8, bytes(8))
@@ -146,25 +104,12 @@ def test_an_odd_width_in_yuv422_is_a_geometry_error(encoding):
 
 # --- compressed --------------------------------------------------------------------------
 
-def _encode(extension: str, pixels: np.ndarray) -> bytes:
-    ok, data = cv2.imencode(extension, pixels)
-    assert ok
-    return data.tobytes()
-
-
-def _smooth_rgb(height: int = 32, width: int = 48) -> np.ndarray:
-    """Gradients, which jpeg keeps within a few levels (noise it does not)."""
-    rows, cols = np.mgrid[0:height, 0:width]
-    return np.stack([rows * 255 // (height - 1), cols * 255 // (width - 1),
-                     np.full_like(rows, 90)], axis=-1).astype(np.uint8)
-
-
 @pytest.mark.parametrize('image_format', ['png', 'rgb8; png compressed bgr8',
                                           'bgr8; png compressed bgr8'])
 def test_a_png_decodes_to_its_exact_rgb(image_format):
     # Arrange: as compressed_image_transport writes it (cv::imencode of the bgr8 image)
-    rgb = _smooth_rgb()
-    data = _encode('.png', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    rgb = smooth_rgb()
+    data = encode('.png', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
     # Act / Assert
     np.testing.assert_array_equal(compressed_to_rgb(image_format, data), rgb)
 
@@ -173,8 +118,8 @@ def test_a_png_decodes_to_its_exact_rgb(image_format):
                                           'yuv422; jpeg compressed bgr8'])
 def test_a_jpeg_decodes_to_its_rgb_within_a_few_levels(image_format):
     # Arrange
-    rgb = _smooth_rgb()
-    data = _encode('.jpg', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    rgb = smooth_rgb()
+    data = encode('.jpg', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
     # Act
     got = compressed_to_rgb(image_format, data)
     # Assert: the right channels (a swap would be off by ~100 levels), jpeg's loss small
@@ -193,7 +138,7 @@ def test_grey_and_alpha_compressed_frames_decode_to_rgb(image_format, pixels):
     extension = '.jpg' if 'jpeg' in image_format else '.png'
     expected = (np.repeat(GREY[:, :, None], 3, axis=2) if pixels.ndim == 2 else RGB)
     # Act
-    got = compressed_to_rgb(image_format, _encode(extension, pixels))
+    got = compressed_to_rgb(image_format, encode(extension, pixels))
     # Assert
     tolerance = 3 if extension == '.jpg' else 0
     np.testing.assert_allclose(got, expected, atol=tolerance)
@@ -203,12 +148,12 @@ def test_a_16_bit_png_decodes_to_8_bit_rgb():
     # Arrange: 'bgr16' (a 16-bit colour image through the png plug-in)
     bgr16 = RGB[:, :, ::-1].astype(np.uint16) * 257
     # Act
-    got = compressed_to_rgb('rgb16; png compressed bgr16', _encode('.png', bgr16))
+    got = compressed_to_rgb('rgb16; png compressed bgr16', encode('.png', bgr16))
     # Assert
     np.testing.assert_array_equal(got, RGB)
 
 
-PNG_OF_RGB = _encode('.png', RGB[:, :, ::-1])
+PNG_OF_RGB = encode('.png', RGB[:, :, ::-1])
 
 
 @pytest.mark.parametrize(('image_format', 'data', 'reason'), [
@@ -236,7 +181,7 @@ def test_an_unreadable_compressed_frame_names_its_reason(image_format, data, rea
 
 def test_a_garbled_png_body_is_a_decode_error():
     # Arrange: a valid header, then the image data corrupted
-    data = bytearray(_encode('.png', _smooth_rgb()))
+    data = bytearray(encode('.png', smooth_rgb()))
     data[40:] = bytes(len(data) - 40)
     # Act / Assert
     with pytest.raises(ImageFormatError) as info:
