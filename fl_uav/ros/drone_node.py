@@ -180,8 +180,8 @@ class DroneNode(Node):
             self.link = RosExpressLink(self, cfg.ground_clients.num_clients, CluInbox(
                 self.runner.loop, self.carrier.rejected))
         else:
-            self.create_subscription(camera_msg, self.camera_topic, self._on_image,
-                                     names.IMAGE_QOS)
+            self.camera_topic = self.create_subscription(   # as remapped
+                camera_msg, self.camera_topic, self._on_image, names.IMAGE_QOS).topic_name
         self.create_subscription(UInt8MultiArray, names.GLOBAL_MODEL_TOPIC, self._on_global,
                                  names.GLOBAL_MODEL_QOS)
         self.create_subscription(DiagnosticArray, names.STATION_HEARTBEAT_TOPIC,

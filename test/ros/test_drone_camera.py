@@ -154,6 +154,11 @@ def test_an_unknown_encoding_is_counted_logged_and_the_drone_goes_on(camera):
 
 
 @pytest.mark.parametrize('camera', ['compressed'], indirect=True)
+def test_the_compressed_transport_is_read_where_image_transport_publishes_it(camera):
+    assert camera.node.camera_topic == '/uav0/camera/image_raw/compressed'
+
+
+@pytest.mark.parametrize('camera', ['compressed'], indirect=True)
 @pytest.mark.parametrize('image_format', ['rgb8; png compressed bgr8', 'png'])
 def test_a_png_frame_reaches_the_agent_as_its_exact_rgb(camera, image_format):
     rgb = np.repeat(np.repeat(RGB, 4, axis=0), 4, axis=1)
