@@ -665,16 +665,28 @@ def _require_positive(key: str, value: float, max_value: float) -> None:
         raise ValueError(f'{key} must be in (0, {max_value:g}], got {value}')
 
 
+CAMERA_TRANSPORTS = ('raw', 'compressed')   # image_transport's names of the two
+
+
 @dataclass(frozen=True)
 class DroneNodeParams:
     """The drone node's own parameters: drone_id (0..num_drones-1: its autopilot port is
     flight.port_base + drone_id and the station plans for drones 0..num_drones-1 only),
     exit_on_finish (end the node once landed at the end of the run), output_dir (where the
-    onboard planner's record is written; '' = nowhere)."""
+    onboard planner's record is written; '' = nowhere), camera_topic (the camera's image
+    topic, relative to the drone's namespace /uav<i> unless it starts with '/'),
+    camera_transport (raw: sensor_msgs/Image on camera_topic; compressed:
+    sensor_msgs/CompressedImage, jpeg or png, on camera_topic + '/compressed' as image_transport
+    names it)."""
 
     drone_id: int = 0
     exit_on_finish: bool = False
     output_dir: str = ''
+    camera_topic: str = 'camera/image_raw'
+    camera_transport: str = 'raw'
+
+    def __post_init__(self) -> None:
+        require_choice('camera_transport', self.camera_transport, CAMERA_TRANSPORTS)
 
     def check(self, config: FleetConfig) -> None:
         """ValueError unless drone_id is one of the fleet's drones and, in standard mode, the

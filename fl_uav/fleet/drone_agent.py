@@ -224,7 +224,7 @@ class DroneAgent:
         self.frames_skipped = 0
         # Frames over unknown land cover (a raster's nodata or unmapped codes): not labelled.
         self.frames_unlabelled = 0
-        # Camera messages that were no image (ros.conversions.ImageFormatError), by reason.
+        # Camera messages that were no image (fleet.camera_frames.ImageFormatError), by reason.
         self.camera_frames_rejected: Counter = Counter()
         self.waypoints_reached = 0      # in the current run (begin_flight starts it over)
         self._flight_epoch = 0          # the run (RoundTask.run_epoch) the figures belong to
@@ -293,7 +293,7 @@ class DroneAgent:
 
     def reject_camera_frame(self, reason: str) -> None:
         """Count a camera message that could not be read as an image (by ``reason``:
-        'encoding', 'geometry', 'size'); the drone's status shows the counts."""
+        'encoding', 'geometry', 'size', 'decode'); the drone's status shows the counts."""
         self.camera_frames_rejected[reason] += 1
 
     def on_camera_frame(self, image_rgb: np.ndarray, stamp_s: float) -> bool:

@@ -10,22 +10,15 @@ from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Path
-from sensor_msgs.msg import BatteryState, Image
+from sensor_msgs.msg import BatteryState, CompressedImage, Image
 from std_msgs.msg import UInt8MultiArray
 
+from fl_uav.fleet import camera_frames
+from fl_uav.fleet.camera_frames import ImageFormatError as ImageFormatError  # the nodes' catch
 from fl_uav.fleet.drone_status import StatusReport
 from fl_uav.fleet.messages import PoseSample
 from fl_uav.fleet.station_heartbeat import HEARTBEAT_NAME, Heartbeat
 from fl_uav.planning.coverage import PlanWaypoint
-
-
-class ImageFormatError(ValueError):
-    """An Image message this pipeline cannot read; ``reason`` names what is wrong with it
-    ('encoding', 'geometry' or 'size', the drone's count key)."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
 
 
 def stamp_to_s(stamp: Time) -> float:
@@ -120,20 +113,16 @@ def rgb_to_image(image: np.ndarray, frame_id: str, stamp_s: float) -> Image:
 
 
 def image_to_rgb(msg: Image) -> np.ndarray:
-    """sensor_msgs/Image (rgb8 or bgr8) to a uint8 H×W×3 RGB array; raises on anything else."""
-    if msg.encoding not in ('rgb8', 'bgr8'):
-        raise ImageFormatError('encoding', f'unsupported image encoding {msg.encoding!r} '
-                                           f'(rgb8, bgr8)')
-    if msg.height == 0 or msg.width == 0 or msg.step < msg.width * 3:
-        raise ImageFormatError('geometry', f'bad image geometry {msg.width}x{msg.height} '
-                                           f'step {msg.step}')
-    data = np.frombuffer(bytes(msg.data), np.uint8)
-    if data.size != msg.step * msg.height:
-        raise ImageFormatError('size', f'image data has {data.size} bytes, expected '
-                                       f'{msg.step * msg.height}')
-    rows = data.reshape(msg.height, msg.step)[:, :msg.width * 3]
-    image = rows.reshape(msg.height, msg.width, 3)
-    return image[:, :, ::-1].copy() if msg.encoding == 'bgr8' else image.copy()
+    """sensor_msgs/Image to a new uint8 H×W×3 RGB array (the encodings of
+    fl_uav.fleet.camera_frames); ImageFormatError naming the reason for any other."""
+    return camera_frames.raw_to_rgb(msg.encoding, msg.width, msg.height, msg.step, msg.data,
+                                    bool(msg.is_bigendian))
+
+
+def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
+    """sensor_msgs/CompressedImage (jpeg or png, as image_transport's compressed plug-in
+    writes it) to a new uint8 H×W×3 RGB array; ImageFormatError naming the reason otherwise."""
+    return camera_frames.compressed_to_rgb(msg.format, msg.data)
 
 
 def battery_to_msg(remaining_fraction: float, voltage_v: float, stamp_s: float) -> BatteryState:

@@ -35,8 +35,15 @@ the node commands return to launch, waits at most ``flight.shutdown_rtl_timeout_
 landing, then closes the link.
 
 Its own parameters (:class:`~fl_uav.fleet.config.DroneNodeParams`) are checked at start-up like
-the config: a bad ``drone_id`` (not an integer, or not in 0..num_drones-1) stops the node with
-an error naming the key.
+the config: a bad ``drone_id`` (not an integer, or not in 0..num_drones-1), ``camera_transport``
+(not raw or compressed) or ``camera_topic`` (no ROS topic name) stops the node with an error
+naming the key.
+
+The camera: sensor_msgs/Image on ``camera_topic`` (``camera_transport: raw``; mono8, rgb8, bgr8,
+rgba8, bgra8, uyvy/yuv422, yuyv/yuv422_yuy2) or sensor_msgs/CompressedImage (jpeg, png) on
+``<camera_topic>/compressed`` (``compressed``), decoded by :mod:`fl_uav.fleet.camera_frames`. A
+frame it cannot read is dropped, counted by reason (its status' ``camera_frames_rejected``) and
+logged: the first of each reason at once, then at most every CAMERA_LOG_THROTTLE_S.
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 from nav_msgs.msg import Path
 from rclpy.node import Node
-from sensor_msgs.msg import BatteryState, Image
+from sensor_msgs.msg import BatteryState, CompressedImage, Image
 from std_msgs.msg import UInt8MultiArray
 from visualization_msgs.msg import MarkerArray
 
@@ -75,6 +82,7 @@ from fl_uav.ros.conversions import (
     ImageFormatError,
     battery_to_msg,
     bytes_to_msg,
+    compressed_to_rgb,
     image_to_rgb,
     msg_to_bytes,
     msg_to_heartbeat,
@@ -84,7 +92,7 @@ from fl_uav.ros.conversions import (
 )
 from fl_uav.ros.diagnostics import publish_status, status_publisher
 from fl_uav.ros.markers import class_region_markers, clear_markers, planned_path_markers
-from fl_uav.ros.params import declare_config
+from fl_uav.ros.params import declare_config, topic_parameter
 from fl_uav.ros.spin import node_logger, run_node
 from fl_uav.vehicle.interface import BatteryStatus
 from fl_uav.vehicle.mavsdk_vehicle import MavsdkVehicle
@@ -94,6 +102,10 @@ from fl_uav.world.geo import GeoOrigin
 NODE_PARAMS = DroneNodeParams
 IGNORED_LOG_THROTTLE_S = 5.0   # the latched model topic may re-deliver a round: log it rarely
 HEARTBEAT_LOG_THROTTLE_S = 60.0   # a malformed heartbeat (one a second): said once a minute
+CAMERA_LOG_THROTTLE_S = 5.0       # unreadable camera frames (tens a second): said every 5 s
+#: camera_transport -> the message it carries and its decoder to RGB
+CAMERA_TRANSPORTS = {'raw': (Image, image_to_rgb), 'compressed': (CompressedImage,
+                                                                   compressed_to_rgb)}
 
 
 class RosExpressLink:
@@ -126,6 +138,9 @@ class DroneNode(Node):
                          automatically_declare_parameters_from_overrides=True)
         self.config, self.own = declare_config(self, FleetConfig, NODE_PARAMS)
         cfg: FleetConfig = self.config
+        self.camera_topic = topic_parameter(self, 'camera_topic', names.camera_transport_topic(
+            self.own.camera_topic, self.own.camera_transport))
+        camera_msg, self._camera_to_rgb = CAMERA_TRANSPORTS[self.own.camera_transport]
         self.drone_id = self.own.drone_id
         labeler = map_labeler(cfg.world, cfg.camera, cfg.autopilot.origin, cfg.geofence_enu())
         self.agent = DroneAgent(cfg, self.drone_id, labeler)
@@ -166,8 +181,8 @@ class DroneNode(Node):
             self.link = RosExpressLink(self, cfg.ground_clients.num_clients, CluInbox(
                 self.runner.loop, self.carrier.rejected))
         else:
-            self.create_subscription(Image, names.IMAGE_TOPIC, self._on_image,
-                                     names.IMAGE_QOS)
+            self.camera_topic = self.create_subscription(   # as remapped
+                camera_msg, self.camera_topic, self._on_image, names.IMAGE_QOS).topic_name
         self.create_subscription(UInt8MultiArray, names.GLOBAL_MODEL_TOPIC, self._on_global,
                                  names.GLOBAL_MODEL_QOS)
         self.create_subscription(DiagnosticArray, names.STATION_HEARTBEAT_TOPIC,
@@ -175,9 +190,11 @@ class DroneNode(Node):
         self._telemetry = self.runner.submit(
             self.pilot.stream_telemetry(self._publish_pose, self._on_battery))
         self._telemetry.add_done_callback(self._on_telemetry_end)
+        camera = ('' if self.express else f', camera {self.camera_topic} '
+                                           f'({self.own.camera_transport})')
         self.get_logger().info(f'drone {self.drone_id}: autopilot at '
                                f'{cfg.flight.url_for(self.drone_id)}, geofence '
-                               f'{self.pilot.geofence.describe()}')
+                               f'{self.pilot.geofence.describe()}{camera}')
 
     def _on_status_tick(self) -> None:
         """Every status.period_s: the station watchdog, then the status on /diagnostics."""
@@ -244,14 +261,28 @@ class DroneNode(Node):
                                f'waypoints from round {plan.first_round}, '
                                f'{len(plan.regions)} fitted class regions')
 
-    def _on_image(self, msg: Image) -> None:
+    def _on_image(self, msg: Image | CompressedImage) -> None:
+        """A camera frame: decoded to RGB and handed to the agent; an unreadable one is
+        counted by reason and dropped (never raised: the node would end)."""
         try:
-            self.agent.on_camera_frame(image_to_rgb(msg), stamp_to_s(msg.header.stamp))
+            image = self._camera_to_rgb(msg)
         except ImageFormatError as exc:
-            self.agent.reject_camera_frame(exc.reason)
-            self.get_logger().warning(
-                f'camera frame dropped: {exc}; dropped so far, by reason: '
-                f'{dict(self.agent.camera_frames_rejected)}', throttle_duration_sec=5.0)
+            self._drop_camera_frame(exc.reason, str(exc))
+            return
+        except Exception as exc:  # noqa: BLE001 - a decoder's surprise must not end the node
+            self._drop_camera_frame('decode', repr(exc))
+            return
+        self.agent.on_camera_frame(image, stamp_to_s(msg.header.stamp))
+
+    def _drop_camera_frame(self, reason: str, detail: str) -> None:
+        """Count it; say so, the first of each reason at once, the others throttled."""
+        self.agent.reject_camera_frame(reason)
+        message = (f'camera frame dropped ({reason}): {detail}; dropped so far, by reason: '
+                   f'{dict(self.agent.camera_frames_rejected)}')
+        if self.agent.camera_frames_rejected[reason] == 1:
+            self.get_logger().warning(message)
+        else:
+            self.get_logger().warning(message, throttle_duration_sec=CAMERA_LOG_THROTTLE_S)
 
     def _on_global(self, msg: UInt8MultiArray) -> None:
         work = self.agent.accept_global_frame(msg_to_bytes(msg))

@@ -22,7 +22,7 @@ TRAJECTORY_TOPIC = 'trajectory'           # the drone's own 2CEOAFL plan, q_t pe
 TRAJECTORY_MARKERS_TOPIC = 'trajectory/markers'   # its fitted class regions and path (rviz)
 POSE_TOPIC = 'pose'
 BATTERY_TOPIC = 'battery'
-IMAGE_TOPIC = 'camera/image_raw'
+IMAGE_TOPIC = 'camera/image_raw'        # the default of the drone's camera_topic
 GROUND_TRUTH_POSE_TOPIC = 'ground_truth/pose'
 # FedEx express mode: UAV k -> client j on /gc<j>/express/model, j -> k on /uav<k>/express/clu.
 EXPRESS_MODEL_TOPIC = 'express/model'
@@ -34,6 +34,12 @@ MAP_FRAME = 'map'
 DRONE_NODE_NAME = 'drone'
 GROUND_STATION_NODE_NAME = 'ground_station'
 GROUND_CLIENT_NODE_NAME = 'ground_client'
+
+
+def camera_transport_topic(topic: str, transport: str) -> str:
+    """Where image_transport publishes an image topic's ``transport``: the topic itself for
+    raw, ``<topic>/<transport>`` for the others (``camera/image_raw/compressed``)."""
+    return topic if transport == 'raw' else f'{topic}/{transport}'
 
 
 def drone_namespace(drone_id: int) -> str:

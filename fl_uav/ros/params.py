@@ -6,8 +6,11 @@ import dataclasses
 from typing import Any
 
 from rcl_interfaces.msg import ParameterDescriptor, SetParametersResult
+from rclpy.exceptions import InvalidTopicNameException
+from rclpy.expand_topic_name import expand_topic_name
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.validate_full_topic_name import validate_full_topic_name
 
 from fl_uav.config_reference import key_descriptions
 from fl_uav.configschema import ConfigError, build_config, default_flat
@@ -60,6 +63,19 @@ def declare_config(node: Node, config_cls: type, node_params: dict[str, Any] | t
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
     return config, own_params
+
+
+def topic_parameter(node: Node, key: str, topic: str) -> str:
+    """``topic`` (the value of parameter ``key``) as the node resolves it (its namespace,
+    ``~``); ConfigError naming the key if it is no valid ROS topic name."""
+    try:
+        full = expand_topic_name(topic, node.get_name(), node.get_namespace())
+        validate_full_topic_name(full)
+    except (ValueError, InvalidTopicNameException) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else repr(exc)
+        reason = first.split(', at /')[0].rstrip(':').split(': ', 1)[-1]   # rcl's own words
+        raise ConfigError(f'{key} {topic!r} is no valid ROS topic name: {reason}') from None
+    return full
 
 
 def _ros_default(value: Any) -> Any:

@@ -5,16 +5,18 @@ from __future__ import annotations
 import math
 import random
 
+import cv2
 import numpy as np
 import pytest
 from diagnostic_msgs.msg import DiagnosticArray
-from sensor_msgs.msg import BatteryState
+from sensor_msgs.msg import BatteryState, CompressedImage
 
 from fl_uav.fleet.drone_status import StatusReport
 from fl_uav.fleet.station_heartbeat import Heartbeat, StationPhase
 from fl_uav.ros.conversions import (
     ImageFormatError,
     battery_to_msg,
+    compressed_to_rgb,
     heartbeat_to_msg,
     image_to_rgb,
     msg_to_heartbeat,
@@ -45,8 +47,9 @@ def test_rgb8_and_bgr8_images_are_read_back():
 
 
 @pytest.mark.parametrize(('change', 'reason'), [
-    (dict(encoding='mono8'), 'encoding'),
+    (dict(encoding='bayer_rggb8'), 'encoding'),
     (dict(encoding=''), 'encoding'),
+    (dict(encoding='yuyv'), 'geometry'),          # odd width 5
     (dict(height=0), 'geometry'),
     (dict(width=0), 'geometry'),
     (dict(step=3), 'geometry'),
@@ -65,6 +68,22 @@ def test_an_unreadable_image_names_its_reason(change, reason):
         image_to_rgb(msg)
     # Assert: the reason is the drone's count key (DroneAgent.camera_frames_rejected)
     assert info.value.reason == reason
+
+
+def test_a_compressed_image_is_read_and_garbage_is_named():
+    # Arrange: a png of the test image, as image_transport's compressed plug-in writes it
+    rgb, _ = _image()
+    ok, png = cv2.imencode('.png', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+    msg = CompressedImage(format='rgb8; png compressed bgr8', data=png.tobytes())
+    garbage = CompressedImage(format='jpeg', data=b'not a jpeg')
+    # Act
+    image = compressed_to_rgb(msg)
+    with pytest.raises(ImageFormatError) as info:
+        compressed_to_rgb(garbage)
+    # Assert
+    assert ok
+    np.testing.assert_array_equal(image, rgb)
+    assert info.value.reason == 'decode'
 
 
 def test_mutated_image_messages_are_images_or_named_rejections():

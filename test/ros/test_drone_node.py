@@ -96,7 +96,7 @@ def test_drone_flies_samples_trains_uploads_and_lands(drone):
                               lambda m: statuses.extend(m.status), names.DIAGNOSTICS_QOS)
     wide = {n: np.full(w.shape, 1e300) for n, w in weights.items()}    # +inf in float32
     not_an_image = rgb_to_image(np.zeros((8, 8, 3), np.uint8), 'uav0/camera_optical', 0.0)
-    not_an_image.encoding = 'mono8'
+    not_an_image.encoding = 'bayer_rggb8'     # a ROS encoding the drone does not read
 
     def counted(key: str, value: str) -> bool:
         return any(dict((kv.key, kv.value) for kv in st.values).get(key) == value

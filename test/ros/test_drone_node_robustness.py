@@ -218,6 +218,13 @@ def test_a_new_run_id_starts_over_and_a_replay_of_the_run_left_is_ignored(tmp_pa
 @pytest.mark.parametrize('factory, key, value, message', [
     (DroneNode, 'drone_id', 'abc', "'drone_id': expected an integer"),
     (DroneNode, 'drone_id', '5', r'drone_id must be in \[0, 0\] \(num_drones 1\)'),
+    (DroneNode, 'camera_transport', 'theora',
+     r"camera_transport 'theora' unknown; choices: raw, compressed"),
+    (DroneNode, 'camera_topic', 'camera/image raw',
+     r"camera_topic 'camera/image raw' is no valid ROS topic name: topic name must not "
+     r'contain characters other than'),
+    (DroneNode, 'camera_topic', 'camera/', r"camera_topic 'camera/' is no valid ROS topic "
+                                          r'name: topic name must not end with a forward'),
     (GroundStationNode, 'tick_period_s', '-1.0', r'tick_period_s must be in \(0, 60\]'),
     (AutopilotSimNode, 'ground_truth_rate_hz', '0.0',
      r'ground_truth_rate_hz must be in \(0, 1000\]'),

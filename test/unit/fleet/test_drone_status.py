@@ -87,13 +87,13 @@ def test_rejected_frames_camera_messages_and_telemetry_are_counted_by_reason():
     # Arrange: what the drone counts for bad station frames, camera messages and telemetry
     pilot = _pilot()
     pilot.agent.rejected_reasons.update({'crc': 2, 'nonfinite': 1})
-    pilot.agent.camera_frames_rejected.update({'size': 3, 'encoding': 1})
+    pilot.agent.camera_frames_rejected.update({'size': 3, 'encoding': 1, 'decode': 2})
     pilot.vehicle.telemetry_rejected.update({'position': 2})
     # Act
     values = _values(drone_status(0, pilot, pilot.agent, _gate(1), None, CONFIG))
     # Assert
     assert values['global_frames_rejected'] == 'crc=2, nonfinite=1'
-    assert values['camera_frames_rejected'] == 'encoding=1, size=3'
+    assert values['camera_frames_rejected'] == 'decode=2, encoding=1, size=3'
     assert values['telemetry_rejected'] == 'position=2'
 
 

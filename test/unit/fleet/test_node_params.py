@@ -16,6 +16,7 @@ from fl_uav.fleet.config import (
 @pytest.mark.parametrize('cls, key, value, expected', [
     (DroneNodeParams, 'drone_id', 'abc', 'expected an integer'),
     (DroneNodeParams, 'drone_id', 1.5, 'expected an integer'),
+    (DroneNodeParams, 'camera_transport', 'theora', 'unknown; choices: raw, compressed'),
     (GroundStationNodeParams, 'tick_period_s', -1.0, r'\(0, 60\]'),
     (GroundStationNodeParams, 'tick_period_s', 0.0, r'\(0, 60\]'),
     (GroundStationNodeParams, 'finish_linger_s', -1.0, '>= 0'),

@@ -269,6 +269,22 @@ def test_drone_launch_gives_the_drone_node_its_rtl_wait_before_sigterm(monkeypat
         REPO / 'config' / 'drone.yaml') == 30.0 + DRONE_SHUTDOWN_MARGIN_S
 
 
+def test_drone_launch_passes_the_camera_topic_and_transport_to_the_drone_node(monkeypatch):
+    # Arrange
+    made: list = []
+    module = _launch_file_module(monkeypatch, 'drone.launch.py', made)
+    context = types.SimpleNamespace(launch_configurations={
+        'config': str(REPO / 'config' / 'drone.yaml'), 'drone_id': '1',
+        'camera_topic': '/camera/image_raw', 'camera_transport': 'compressed'})
+    # Act
+    module._nodes(context)
+    # Assert: the remap covers either transport's topic; the transport is the node's parameter
+    (node,) = made
+    assert node['remappings'] == [('camera/image_raw', '/camera/image_raw'),
+                                  ('camera/image_raw/compressed', '/camera/image_raw/compressed')]
+    assert node['parameters'][1]['camera_transport'] == 'compressed'
+
+
 def test_fleet_launch_gives_the_autopilot_simulator_the_drones_return_before_sigterm(
         monkeypatch, tmp_path, port_base):
     # Arrange: the fleet launch file with stand-in launch modules, on free ports
