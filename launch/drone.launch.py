@@ -9,6 +9,13 @@ camera_transport:=compressed reads jpeg/png on <topic>/compressed instead). With
 drone writes its trajectory record (trajectory_uav<id>.json: plan, missions, fallbacks) there.
 A drone node that dies (a crash, a SIGKILL) is started again after respawn_delay seconds and
 rejoins the station's run (fl_uav.ros.respawn); a clean exit is not restarted.
+
+camera:=opencv camera_source:=/dev/video0 also starts the camera node (fl_uav.ros.camera_node)
+in /uav<drone_id>: it reads a V4L2 device, a stream URL, a GStreamer pipeline or a video file
+and publishes /uav<drone_id>/camera/image_raw and camera_info, where the drone node reads;
+camera_rate_hz, camera_width, camera_height, camera_loop and camera_info_url set its rate_hz,
+width, height, loop and camera_info_url (docs/config_reference.md, camera-node). camera:=none
+(the default) starts no camera: another driver publishes the frames.
 """
 
 from pathlib import Path
@@ -18,8 +25,55 @@ from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, OpaqueFunction
 from launch_ros.actions import Node
 
-from fl_uav.fleet_run.launch_plan import drone_file_stop_grace_s, launch_config_file, launch_int
+from fl_uav.configschema import ConfigError
+from fl_uav.fleet_run.launch_plan import (
+    drone_file_stop_grace_s,
+    launch_bool,
+    launch_config_file,
+    launch_float,
+    launch_int,
+)
 from fl_uav.ros.respawn import respawn_arguments, respawn_policy, respawning
+
+CAMERAS = ('none', 'opencv')
+# the camera node's parameters the launch arguments set: {argument: (parameter, parse)}
+CAMERA_ARGUMENTS = {
+    'camera_rate_hz': ('rate_hz', launch_float),
+    'camera_width': ('width', launch_int),
+    'camera_height': ('height', launch_int),
+    'camera_loop': ('loop', launch_bool),
+    'camera_info_url': ('camera_info_url', lambda name, text: text),
+}
+
+
+def _camera(context, config: str, drone_id: int, respawn) -> list:
+    """camera:=opencv: the camera node in the drone's namespace, reading camera_source
+    (ConfigError naming a bad or missing argument, before anything starts)."""
+    args = context.launch_configurations
+    camera, source = args.get('camera', 'none') or 'none', args.get('camera_source', '')
+    if camera not in CAMERAS:
+        raise ConfigError(f'launch argument camera:={camera!r}: expected one of '
+                          f'{", ".join(CAMERAS)}')
+    if camera == 'none':
+        if source:
+            raise ConfigError(f'launch argument camera_source:={source!r} needs camera:=opencv')
+        return []
+    if not source:
+        raise ConfigError('launch argument camera:=opencv needs camera_source:=... (a V4L2 '
+                          'device /dev/video0, a stream URL, a GStreamer pipeline or a video '
+                          'file)')
+    params = {'source': source}
+    for argument, (key, parse) in CAMERA_ARGUMENTS.items():
+        if args.get(argument, ''):
+            params[key] = parse(argument, args[argument])
+
+    def _node():
+        return Node(package='fl_uav', executable='camera_node', name='camera',
+                    namespace=f'/uav{drone_id}', output='screen',
+                    ros_arguments=['--log-file-name', f'uav{drone_id}_camera'],
+                    parameters=[config, params])
+
+    return respawning(_node, respawn, f'uav{drone_id}_camera')
 
 
 def _nodes(context):
@@ -30,6 +84,7 @@ def _nodes(context):
     camera_topic = context.launch_configurations.get('camera_topic', '')
     output_dir = context.launch_configurations.get('output_dir', '')
     respawn = respawn_policy(context.launch_configurations)
+    camera = _camera(context, config, drone_id, respawn)
     remaps = ([('camera/image_raw', camera_topic),   # either transport's topic
                ('camera/image_raw/compressed', f'{camera_topic}/compressed')]
               if camera_topic else [])
@@ -47,7 +102,7 @@ def _nodes(context):
                                          **({'camera_transport': transport} if transport
                                             else {})}])
 
-    return respawning(_node, respawn, f'uav{drone_id}_drone')
+    return [*respawning(_node, respawn, f'uav{drone_id}_drone'), *camera]
 
 
 def generate_launch_description():
@@ -57,6 +112,15 @@ def generate_launch_description():
         DeclareLaunchArgument('camera_topic', default_value=''),
         DeclareLaunchArgument('camera_transport', default_value=''),
         DeclareLaunchArgument('output_dir', default_value=''),
+        DeclareLaunchArgument('camera', default_value='none',
+                              description='opencv: start the camera node (camera_source:=...); '
+                              'none: another driver publishes the frames'),
+        DeclareLaunchArgument('camera_source', default_value='',
+                              description='with camera:=opencv: /dev/video0, a stream URL, a '
+                              'GStreamer pipeline or a video file'),
+        *(DeclareLaunchArgument(argument, default_value='',
+                                description=f"the camera node's {key} ('': its default)")
+          for argument, (key, _) in CAMERA_ARGUMENTS.items()),
         *respawn_arguments(),
         OpaqueFunction(function=_nodes),
     ])
