@@ -14,8 +14,9 @@ camera:=opencv camera_source:=/dev/video0 also starts the camera node (fl_uav.ro
 in /uav<drone_id>: it reads a V4L2 device, a stream URL, a GStreamer pipeline or a video file
 and publishes /uav<drone_id>/camera/image_raw and camera_info, where the drone node reads;
 camera_rate_hz, camera_width, camera_height, camera_loop and camera_info_url set its rate_hz,
-width, height, loop and camera_info_url (docs/config_reference.md, camera-node). camera:=none
-(the default) starts no camera: another driver publishes the frames.
+width, height, loop and camera_info_url, and camera_config:=FILE gives it a parameter file of
+its own keys besides (docs/config_reference.md, camera-node). camera:=none (the default)
+starts no camera: another driver publishes the frames.
 """
 
 from pathlib import Path
@@ -66,12 +67,15 @@ def _camera(context, config: str, drone_id: int, respawn) -> list:
     for argument, (key, parse) in CAMERA_ARGUMENTS.items():
         if args.get(argument, ''):
             params[key] = parse(argument, args[argument])
+    own_file = args.get('camera_config', '')
+    files = [config, *([str(launch_config_file('camera_config', own_file, Path()))]
+                       if own_file else [])]
 
     def _node():
         return Node(package='fl_uav', executable='camera_node', name='camera',
                     namespace=f'/uav{drone_id}', output='screen',
                     ros_arguments=['--log-file-name', f'uav{drone_id}_camera'],
-                    parameters=[config, params])
+                    parameters=[*files, params])
 
     return respawning(_node, respawn, f'uav{drone_id}_camera')
 
@@ -121,6 +125,9 @@ def generate_launch_description():
         *(DeclareLaunchArgument(argument, default_value='',
                                 description=f"the camera node's {key} ('': its default)")
           for argument, (key, _) in CAMERA_ARGUMENTS.items()),
+        DeclareLaunchArgument('camera_config', default_value='',
+                              description="a parameter file of the camera node's own keys "
+                              '(reconnect_period_s, timeout_s, frame_id, encoding, ...)'),
         *respawn_arguments(),
         OpaqueFunction(function=_nodes),
     ])

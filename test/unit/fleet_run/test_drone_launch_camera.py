@@ -54,6 +54,21 @@ def test_a_video_file_source_keeps_the_nodes_defaults_for_what_is_not_given(monk
     assert camera['parameters'][1] == {'source': '/data/flight.mp4', 'loop': True}
 
 
+def test_camera_config_gives_the_camera_node_a_parameter_file_of_its_own(monkeypatch,
+                                                                        tmp_path):
+    # Arrange
+    own = tmp_path / 'camera.yaml'
+    own.write_text('/**:\n  ros__parameters:\n    reconnect_period_s: 5.0\n')
+    # Act
+    made = _launch(monkeypatch, camera='opencv', camera_source='rtsp://10.0.0.5/cam',
+                   camera_config=str(own))
+    # Assert: after the drone's config, before the launch arguments; not the drone's
+    by_executable = {node['executable']: node for node in made}
+    assert by_executable['camera_node']['parameters'] == [
+        DRONE_YAML, str(own), {'source': 'rtsp://10.0.0.5/cam'}]
+    assert str(own) not in by_executable['drone_node']['parameters']
+
+
 @pytest.mark.parametrize(('arguments', 'match'), [
     ({'camera': 'usb'}, r"launch argument camera:='usb': expected one of none, opencv"),
     ({'camera': 'opencv'}, r'camera:=opencv needs camera_source:='),
@@ -64,6 +79,8 @@ def test_a_video_file_source_keeps_the_nodes_defaults_for_what_is_not_given(monk
      r'launch argument camera_width:=-5: must be >= 0'),
     ({'camera': 'opencv', 'camera_source': '0', 'camera_loop': 'maybe'},
      r"launch argument camera_loop:='maybe': expected true or false"),
+    ({'camera': 'opencv', 'camera_source': '0', 'camera_config': '/no/camera.yaml'},
+     r"launch argument camera_config:='/no/camera.yaml': no such config file"),
 ])
 def test_a_bad_camera_argument_is_refused_naming_it_before_any_node(monkeypatch, arguments,
                                                                     match):
