@@ -36,6 +36,8 @@ CAMERA_NODE_NAME = 'camera'
 OPTICAL_FRAME = 'camera_optical'
 PUBLISH_ERROR_LOG_THROTTLE_S = 10.0
 """A frame that could not be published is said at most once per this many seconds."""
+STOP_MARGIN_S = 1.0
+"""At shutdown the capture thread gets timeout_s plus this to end its read."""
 
 
 def default_frame_id(namespace: str) -> str:
@@ -145,7 +147,7 @@ class CameraNode(Node):
         """Stop the capture and wait for its thread (a blocked stream read returns within
         timeout_s; the daemon thread is left behind after that)."""
         self.capture.stop()
-        self._thread.join(timeout=self.settings.timeout_s + 1.0)
+        self._thread.join(timeout=self.settings.timeout_s + STOP_MARGIN_S)
 
 
 def main(args: list[str] | None = None) -> None:
