@@ -223,20 +223,13 @@ class CameraCapture:
     # --- start and stop ---------------------------------------------------------------------
 
     def start(self) -> None:
-        """Open the source. A file that cannot be opened or whose first frame cannot be
-        decoded raises CameraSourceError naming it; a live source that cannot be opened yet
-        is retried every reconnect_period_s (state reconnecting)."""
-        video = self._open()
+        """Check a file: one that cannot be opened or whose first frame cannot be decoded
+        raises CameraSourceError naming it. A live source is opened by the reading thread
+        (:meth:`next_frame`: an unreachable stream would block for timeout_s), and one that
+        cannot be opened yet is retried every reconnect_period_s (state reconnecting)."""
         if self.source.live:
-            if video is None:
-                self.open_failures += 1
-                self._set_state(RECONNECTING, f'cannot open {self.source.describe()}'
-                                f'{self._error_suffix()}: retrying every '
-                                f'{self.settings.reconnect_period_s:g} s')
-                self._retry_at_s = self._clock() + self.settings.reconnect_period_s
-            else:
-                self._video = video
             return
+        video = self._open()
         where = f'source {self.source.location!r}'
         if video is None:
             raise CameraSourceError(f'{where}: OpenCV cannot open this file as a video (not a '
@@ -427,7 +420,9 @@ class CameraCapture:
         self.open_failures += 1
         if self.source.live:
             self._retry_at_s = self._clock() + self.settings.reconnect_period_s
-            self.state = RECONNECTING
+            self._set_state(RECONNECTING, f'cannot open {self.source.describe()}'
+                            f'{self._error_suffix()}: retrying every '
+                            f'{self.settings.reconnect_period_s:g} s')
         else:
             self._set_state(ENDED, f'{self.source.describe()} cannot be opened again for its '
                             f'replay{self._error_suffix()}')

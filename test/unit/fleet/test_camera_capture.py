@@ -18,6 +18,7 @@ from fl_uav.fleet.camera_capture import (
     FILE,
     GSTREAMER,
     OK,
+    OPENING,
     RATE_WINDOW_S,
     RECONNECTING,
     STOPPED,
@@ -339,14 +340,17 @@ def test_a_camera_not_there_at_start_is_waited_for_not_refused():
     clock = FakeClock()
     cam = capture(LIVE, [FakeVideo(opened=False), FakeVideo([solid(BLUE)], clock, 0.25)],
                   clock, reconnect_period_s=1.5)
+    states = []
+    cam._sleep = lambda s: states.append((cam.state, cam.open_failures)) or clock.sleep(s)
     # Act
     cam.start()
     before = cam.stats()
     frame = cam.next_frame()
-    # Assert
-    assert before.state == RECONNECTING and before.open_failures == 1
+    # Assert: opened by the reading thread, not at start; retried after the period
+    assert before.state == OPENING and before.open_failures == 0
+    assert states == [(RECONNECTING, 1)]
     assert colour_of(frame) == BLUE and clock.now_s == pytest.approx(1.75)
-    assert cam.state == STREAMING and cam.reconnects == 0
+    assert cam.state == STREAMING and cam.reconnects == 0 and cam.open_failures == 1
 
 
 def test_an_error_inside_opencv_is_a_lost_stream_not_a_dead_thread():
