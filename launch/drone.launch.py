@@ -63,6 +63,11 @@ def _camera(context, config: str, drone_id: int, respawn) -> list:
         raise ConfigError('launch argument camera:=opencv needs camera_source:=... (a V4L2 '
                           'device /dev/video0, a stream URL, a GStreamer pipeline or a video '
                           'file)')
+    for other, harmless in (('camera_topic', ''), ('camera_transport', 'raw')):
+        if args.get(other, '') not in ('', harmless):
+            raise ConfigError(f'launch argument {other}:={args[other]!r} with camera:=opencv: '
+                              f'the camera node publishes raw frames on /uav{drone_id}/camera/'
+                              f'image_raw, where the drone reads by default; leave {other} out')
     params = {'source': source}
     for argument, (key, parse) in CAMERA_ARGUMENTS.items():
         if args.get(argument, ''):

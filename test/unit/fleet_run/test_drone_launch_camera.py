@@ -47,6 +47,11 @@ def test_camera_opencv_starts_the_camera_node_in_the_drones_namespace(monkeypatc
     assert sorted(node['executable'] for node in made) == ['camera_node', 'drone_node']
 
 
+def test_camera_transport_raw_goes_with_the_camera_node(monkeypatch):
+    made = _launch(monkeypatch, camera='opencv', camera_source='0', camera_transport='raw')
+    assert sorted(node['executable'] for node in made) == ['camera_node', 'drone_node']
+
+
 def test_a_video_file_source_keeps_the_nodes_defaults_for_what_is_not_given(monkeypatch):
     made = _launch(monkeypatch, camera='opencv', camera_source='/data/flight.mp4',
                    camera_loop='true')
@@ -81,6 +86,12 @@ def test_camera_config_gives_the_camera_node_a_parameter_file_of_its_own(monkeyp
      r"launch argument camera_loop:='maybe': expected true or false"),
     ({'camera': 'opencv', 'camera_source': '0', 'camera_config': '/no/camera.yaml'},
      r"launch argument camera_config:='/no/camera.yaml': no such config file"),
+    ({'camera': 'opencv', 'camera_source': '0', 'camera_transport': 'compressed'},
+     r"launch argument camera_transport:='compressed' with camera:=opencv: .* leave "
+     r'camera_transport out'),
+    ({'camera': 'opencv', 'camera_source': '0', 'camera_topic': '/usb_cam/image_raw'},
+     r"camera_topic:='/usb_cam/image_raw' with camera:=opencv: the camera node publishes raw "
+     r'frames on /uav1/camera/image_raw'),
 ])
 def test_a_bad_camera_argument_is_refused_naming_it_before_any_node(monkeypatch, arguments,
                                                                     match):
