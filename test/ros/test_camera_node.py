@@ -21,8 +21,8 @@ from fl_uav.configschema import ConfigError
 from fl_uav.fleet.camera_capture import RECONNECTING, STREAMING, gstreamer_available
 from fl_uav.fleet_run.launch_plan import write_params_file
 from fl_uav.ros import names
-from fl_uav.ros.camera_node import CameraNode
-from fl_uav.ros.conversions import stamp_to_s
+from fl_uav.ros.camera_node import CameraNode, frame_to_image
+from fl_uav.ros.conversions import image_to_rgb, stamp_to_s
 from test.ros.rosutil import VIEWER_QOS, node_with_probe, spin_until
 from test.unit.fleet.test_camera_capture import BLUE, GREEN, RED, write_test_video
 
@@ -132,6 +132,18 @@ def test_a_file_without_loop_ends_and_says_so(tmp_path):
     assert {_colour(m) for m in heard.images} == {'green'}
     assert {(m.encoding, m.header.frame_id) for m in heard.images} == {('rgb8', 'down_cam')}
     assert heard.status()['level'] == 1 and heard.status()['message'] == 'video file ended'
+
+
+@pytest.mark.parametrize('encoding', ['bgr8', 'rgb8'])
+def test_the_drone_reads_the_camera_nodes_frames_in_either_encoding(encoding):
+    # Arrange: a BGR frame with a distinct colour per corner
+    bgr = np.zeros((4, 6, 3), np.uint8)
+    bgr[0, 0], bgr[-1, -1] = RED, BLUE
+    # Act: the camera node's message, read by the drone's decoder
+    rgb = image_to_rgb(frame_to_image(bgr, encoding, 'uav0/camera_optical', 12.5))
+    # Assert
+    assert rgb.shape == (4, 6, 3)
+    assert tuple(rgb[0, 0]) == (255, 0, 0) and tuple(rgb[-1, -1]) == (0, 0, 255)
 
 
 @pytest.mark.parametrize(('params', 'match'), [
