@@ -6,7 +6,7 @@ from setuptools import find_packages, setup
 
 PACKAGE = 'fl_uav'
 NODES = ['ground_station_node', 'drone_node', 'sim_camera_node', 'autopilot_sim_node',
-         'ground_client_node']
+         'ground_client_node', 'camera_node']
 
 setup(
     name=PACKAGE,

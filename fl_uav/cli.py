@@ -495,7 +495,8 @@ def build_parser() -> argparse.ArgumentParser:
                           'choices, and meaning (docs/config_reference.md)')
     keys.add_argument('target', choices=(*TARGET_NAMES, ALL_TARGETS),
                       help="fleet (fl-uav sim, ros2 launch), experiment, plan, or a node's own "
-                      'parameters (drone-node, station-node, autopilot-node); all: every target')
+                      'parameters (drone-node, station-node, autopilot-node, camera-node); all: '
+                      'every target')
     keys.add_argument('--section', metavar='S', help='only the keys of section S, e.g. learning '
                       '(learning.*), or one top-level key')
     keys.add_argument('--markdown', action='store_true', help='Markdown tables instead of text '

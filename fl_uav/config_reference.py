@@ -61,6 +61,9 @@ TARGETS = (
            "the ground station node's own parameters, beside every `fleet` key"),
     Target('autopilot-node', 'fl_uav.fleet.config:AutopilotSimNodeParams',
            "the autopilot simulator node's own parameters, beside every `fleet` key"),
+    Target('camera-node', 'fl_uav.fleet.config:CameraNodeParams',
+           "the camera node's own parameters (a real camera through OpenCV), beside every "
+           '`fleet` key'),
 )
 TARGET_NAMES = tuple(t.name for t in TARGETS)
 ALL_TARGETS = 'all'

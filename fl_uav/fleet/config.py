@@ -745,3 +745,65 @@ class AutopilotSimNodeParams:
     def __post_init__(self) -> None:
         _require_positive('ground_truth_rate_hz', self.ground_truth_rate_hz,
                           MAX_TIMER_RATE_HZ)
+
+
+CAMERA_ENCODINGS = ('bgr8', 'rgb8')
+MAX_CAMERA_RATE_HZ = 120.0
+MAX_CAMERA_SIDE_PX = 8192
+
+
+@dataclass(frozen=True)
+class CameraNodeParams:
+    """The camera node's own parameters (fl_uav/ros/camera_node.py: a real camera through
+    OpenCV, fl_uav/fleet/camera_capture.py).
+
+    source: what the node reads, one of: a V4L2 device, by path ('/dev/video0') or index
+        ('0'); a GStreamer pipeline (text with '!'; needs an OpenCV built with GStreamer,
+        e.g. python3-opencv from apt; the opencv-python wheel has none); a network stream
+        URL (rtsp://, http(s)://, udp://, tcp://, rtmp://, srt://; OpenCV's FFmpeg); else a
+        video file, replayed at rate_hz. A file that is missing or does not decode stops the
+        node at start; a live source that is not there yet or goes away is reopened every
+        reconnect_period_s.
+    rate_hz: frames published per second at most, in (0, 120] (a file is replayed at it).
+    width: width of the published frames in pixels; the source's frames are resized (0 with
+        height 0: the source's own size).
+    height: height of the published frames in pixels (0 with width 0: the source's own).
+    loop: a video file starts again at its end (false: the node then publishes no more frames
+        and reports 'ended' on /diagnostics).
+    frame_id: the frames' and camera_info's header frame_id ('' = '<namespace>/camera_optical',
+        e.g. 'uav0/camera_optical' in /uav0, as the simulated camera's; 'camera_optical' at
+        the root).
+    encoding: the published Image encoding, bgr8 (OpenCV's own order) or rgb8.
+    reconnect_period_s: a live source that cannot be opened or stops giving frames is
+        closed and opened again this often, in [0.1, 600] s.
+    timeout_s: how long a network stream may take to open or to give a frame before it counts
+        as lost, in [0.5, 600] s.
+    camera_info_url: the camera's calibration for camera/camera_info: a
+        camera_calibration_parsers YAML file ('file:///path/camera.yaml' or a path), scaled
+        to width x height; '' = an ideal pinhole camera of horizontal field of view
+        camera.fov_deg, no distortion.
+    """
+
+    source: str = ''
+    rate_hz: float = 10.0
+    width: int = 640
+    height: int = 480
+    loop: bool = False
+    frame_id: str = ''
+    encoding: str = 'bgr8'
+    reconnect_period_s: float = 2.0
+    timeout_s: float = 5.0
+    camera_info_url: str = ''
+
+    def __post_init__(self) -> None:
+        _require_positive('rate_hz', self.rate_hz, MAX_CAMERA_RATE_HZ)
+        if (self.width == 0) != (self.height == 0) or not (
+                0 <= self.width <= MAX_CAMERA_SIDE_PX and 0 <= self.height <= MAX_CAMERA_SIDE_PX):
+            raise ValueError(f'width and height must both be in [1, {MAX_CAMERA_SIDE_PX}] px, or '
+                             f'both 0 (the source size), got {self.width} and {self.height}')
+        require_choice('encoding', self.encoding, CAMERA_ENCODINGS)
+        if not (math.isfinite(self.reconnect_period_s) and 0.1 <= self.reconnect_period_s <= 600):
+            raise ValueError(f'reconnect_period_s must be in [0.1, 600] s, got '
+                             f'{self.reconnect_period_s}')
+        if not (math.isfinite(self.timeout_s) and 0.5 <= self.timeout_s <= 600):
+            raise ValueError(f'timeout_s must be in [0.5, 600] s, got {self.timeout_s}')

@@ -105,3 +105,6 @@ TELEMETRY_PUB_QOS = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE,
 IMAGE_QOS = QoSProfile(depth=5, reliability=ReliabilityPolicy.BEST_EFFORT)
 IMAGE_PUB_QOS = QoSProfile(depth=5, reliability=ReliabilityPolicy.RELIABLE,
                            durability=DurabilityPolicy.VOLATILE)
+# The camera node's calibration beside its frames (relative: /uav<i>/camera/camera_info), with
+# IMAGE_PUB_QOS as the frames.
+CAMERA_INFO_TOPIC = 'camera/camera_info'

@@ -30,7 +30,7 @@ ROS_TOPICS = {'/parameter_events', '/rosout'}
 EXPRESS_ONLY = ('/express/',)
 # what `ros2 pkg executables fl_uav` lists: docs/field_guide.md's "Executables:"
 EXECUTABLES = {'ground_station_node', 'drone_node', 'sim_camera_node', 'autopilot_sim_node',
-               'ground_client_node', 'fl-uav'}
+               'ground_client_node', 'camera_node', 'fl-uav'}
 COMMAND_TIMEOUT_S = 90.0
 
 

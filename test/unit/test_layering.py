@@ -216,7 +216,7 @@ def test_the_documented_order_is_read_top_first():
 # starts at once on 2 cores). Imported in a fresh interpreter, since this one has them loaded.
 LIGHT_MODULES = (
     'fl_uav.ros.autopilot_sim_node', 'fl_uav.ros.sim_camera_node', 'fl_uav.ros.recorder_node',
-    'fl_uav.configschema',
+    'fl_uav.ros.camera_node', 'fl_uav.configschema',
     *sorted(f'fl_uav.{p.parent.name}.config' for p in PACKAGE.glob('*/config.py')),
 )
 HEAVY_ROOTS = ('torch', 'scipy')
