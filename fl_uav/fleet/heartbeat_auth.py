@@ -27,9 +27,9 @@ What a drone takes (:meth:`HeartbeatVerifier.open`), in this order; a refused be
 reaches the watchdog and is counted by its reason (``heartbeats_refused`` on the drone's
 /diagnostics status, fl_uav/fleet/drone_status.py):
 
-1. ``malformed``: not one status, a key twice, a beat field missing or out of range
-   (:meth:`Heartbeat.from_values`), or with a signature a missing or malformed boot, counter
-   or stamp;
+1. ``malformed``: not one status, a key twice, with a signature a missing or malformed boot,
+   counter, stamp or signature; a beat field missing or out of range
+   (:meth:`Heartbeat.from_values`: checked after the signature, step 3, in a signed beat);
 2. ``unsigned``: no signature, and the drone requires signatures
    (``security.require_signatures``), or it has taken a signed beat before (a station with keys
    signs every beat, so a plain one after it is someone else's; a restart forgets it, as for
