@@ -16,7 +16,7 @@ What a signed beat carries (docs/wire_format.md, "Signed heartbeats"): the beat'
 * ``counter``: 1 for the first beat of the boot, one more for each next beat (decimal);
 * ``stamp_ms``: the station's wall clock when it signed, UNIX milliseconds (decimal);
 * ``signature``: Ed25519 by ``station.key`` (the key the drones already trust for the global
-  model), 128 hex digits, over :func:`signed_bytes`: the UTF-8 of the compact JSON array
+  model), 128 hex digits, over :func:`signed_bytes`: the compact ASCII JSON array
   ``["fl_uav.heartbeat.v1", <status name>, [[key, value], ...]]`` of every other key/value
   pair the status carries, sorted by key, as carried (strings). Any value altered, added or
   removed after signing, the status name included, fails the signature. The status' message
@@ -27,9 +27,10 @@ What a drone takes (:meth:`HeartbeatVerifier.open`), in this order; a refused be
 reaches the watchdog and is counted by its reason (``heartbeats_refused`` on the drone's
 /diagnostics status, fl_uav/fleet/drone_status.py):
 
-1. ``malformed``: not one status, a key twice, with a signature a missing or malformed boot,
-   counter, stamp or signature; a beat field missing or out of range
-   (:meth:`Heartbeat.from_values`: checked after the signature, step 3, in a signed beat);
+1. ``malformed``: not one status, more than MAX_PAIRS key/values, a key twice, with a
+   signature a missing or malformed boot, counter, stamp or signature; a beat field missing
+   or out of range (:meth:`Heartbeat.from_values`: checked after the signature, step 3, in a
+   signed beat);
 2. ``unsigned``: no signature, and the drone requires signatures
    (``security.require_signatures``), or it has taken a signed beat before (a station with keys
    signs every beat, so a plain one after it is someone else's; a restart forgets it, as for
@@ -100,6 +101,9 @@ MALFORMED, UNSIGNED, FORGED, REPLAYED, STALE = (
 REFUSAL_REASONS = (MALFORMED, UNSIGNED, FORGED, REPLAYED, STALE)
 #: Boots a drone remembers having left for a later one (a station restarts rarely).
 LEFT_BOOTS_KEPT = 64
+#: The most key/value pairs a beat may carry (a signed one carries 10): more is malformed,
+#: refused before anything is sorted or verified.
+MAX_PAIRS = 32
 
 _BOOT = re.compile(f'[0-9a-f]{{{BOOT_HEX_CHARS}}}')
 _COUNTER = re.compile('[1-9][0-9]{0,17}')       # 1 .. < 10^18: never wraps
@@ -118,10 +122,12 @@ class HeartbeatRefused(ValueError):
 
 def signed_bytes(name: str, values: Iterable[tuple[str, str]]) -> bytes:
     """What the signature covers: the compact JSON ``[SIGNED_DOMAIN, name, [[key, value],
-    ...]]`` of every pair but the signature, sorted by key, as UTF-8 (keys are unique)."""
+    ...]]`` of every pair but the signature, sorted by key, ASCII (anything else escaped as
+    ``\\uXXXX``, so no string, not even a lone surrogate, fails to encode; keys are
+    unique)."""
     pairs = sorted([k, v] for k, v in values if k != SIGNATURE_KEY)
-    return json.dumps([SIGNED_DOMAIN, name, pairs], ensure_ascii=False,
-                      separators=(',', ':')).encode()
+    return json.dumps([SIGNED_DOMAIN, name, pairs], ensure_ascii=True,
+                      separators=(',', ':')).encode('ascii')
 
 
 class HeartbeatSigner:
@@ -186,10 +192,12 @@ class HeartbeatVerifier:
         """The beat a status (its name and key/value pairs) carries, if it counts as the
         station heard; HeartbeatRefused (counted) naming the problem otherwise. The drone's
         state (last boot, counter and stamp) moves only with a beat taken."""
+        if len(values) > MAX_PAIRS:
+            raise self.refuse(MALFORMED, f'heartbeat with {len(values)} key/value pairs, more '
+                                         f'than {MAX_PAIRS}')
         fields = dict(values)
         if len(fields) != len(values):
-            keys = [k for k, _ in values]
-            twice = sorted({k for k in keys if keys.count(k) > 1})
+            twice = sorted(k for k, n in Counter(k for k, _ in values).items() if n > 1)
             raise self.refuse(MALFORMED, f'heartbeat with keys {twice} more than once')
         if SIGNATURE_KEY not in fields or self._key is None:
             return self._plain(name, fields)

@@ -234,6 +234,9 @@ class DroneNode(Node):
         except HeartbeatRefused as exc:
             self._refuse_heartbeat(exc)
             return
+        except Exception as exc:  # noqa: BLE001 - a verifier's surprise must not end the node
+            self._refuse_heartbeat(self.heartbeats.refuse(MALFORMED, repr(exc)))
+            return
         period_problem = self.watchdog.heartbeat(self._now(), beat)
         if period_problem:
             self.get_logger().warning(period_problem)

@@ -270,6 +270,17 @@ def test_a_malformed_beat_is_refused_naming_the_problem(alter, message):
     assert caught.value.reason == 'malformed' and dict(verifier.refused) == {'malformed': 1}
 
 
+@pytest.mark.parametrize('values, reason', [
+    (tuple((f'k{i}', 'v') for i in range(33)), 'malformed'),      # more than 32 pairs
+    ((*_signer(Clock()).sign(BEAT), ('note', '\ud800')), 'forged'),  # a lone surrogate
+    ((*_signer(Clock()).sign(BEAT)[:-1], ('note', 'é'), _signer(Clock()).sign(BEAT)[-1]),
+     'forged'),
+    (_replace(BEAT.values(), 'run_id', '\ud800'), 'unsigned'),
+], ids=['many', 'surrogate', 'non-ascii', 'unsigned-surrogate'])
+def test_odd_strings_and_too_many_pairs_are_refused_never_raised_otherwise(values, reason):
+    assert _refused(_verifier(Clock()), values) == reason
+
+
 def test_a_genuine_beat_with_a_bad_field_is_malformed_and_moves_nothing():
     # Arrange: a station bug signs a phase no drone knows
     clock = Clock()
