@@ -183,29 +183,36 @@ class SecurityConfig:
         (fl_uav/fleet/keys.py): the station reads ``station.key`` and every ``drone<i>.pub``,
         drone i reads ``drone<i>.key`` and ``station.pub`` (in ``mode: express`` also every
         ground client's ``gc<j>.pub``), ground client j reads ``gc<j>.key`` and every
-        ``drone<i>.pub``. '' = no keys: frames go out unsigned. With keys, a node signs every
-        global-model, control, update and express visit frame it sends and verifies every
-        signed frame it receives.
-    require_signatures: reject (count by reason ``unsigned``) plain v1/v2 frames; needs
-        keys_dir. False (the default) accepts them as before signing existed.
+        ``drone<i>.pub``. '' = no keys: frames and heartbeats go out unsigned. With keys, a
+        node signs every global-model, control, update and express visit frame it sends (the
+        station also its heartbeats) and verifies every signed frame (and heartbeat) it
+        receives.
+    require_signatures: reject (count by reason ``unsigned``) plain v1/v2 frames and
+        unsigned station heartbeats; needs keys_dir. False (the default) accepts them as
+        before signing existed.
     max_frame_age_s: a signed frame issued longer ago than this (on the receiver's clock) is
         rejected as ``stale``: a recording replayed later. Longer than a round (a drone that
         joins late takes the latched model of the round in progress).
-    max_clock_skew_s: a signed frame issued further in the future than this is ``stale``
-        too (the sender's clock is ahead). Node clocks must agree to within it (GPS time,
-        chrony).
+    max_clock_skew_s: a signed frame or station heartbeat issued further in the future than
+        this is ``stale`` too (the sender's clock is ahead). Node clocks must agree to within
+        it (GPS time, chrony).
+    heartbeat_max_age_s: a drone refuses a signed station heartbeat signed longer ago than
+        this on its clock (``stale``: a capture played back; fl_uav/fleet/heartbeat_auth.py).
+        The clock skew between drone and station plus a beat's delivery must fit in it; it is
+        also the most a genuine beat played back late can delay a drone's return to launch.
     """
 
     keys_dir: str = ''
     require_signatures: bool = False
     max_frame_age_s: float = 300.0
     max_clock_skew_s: float = 10.0
+    heartbeat_max_age_s: float = 15.0
 
     def __post_init__(self) -> None:
         if self.require_signatures and not self.keys_dir:
             raise ValueError('security.require_signatures needs security.keys_dir (the '
                              'directory fl-uav keygen wrote the keys to)')
-        for name in ('max_frame_age_s', 'max_clock_skew_s'):
+        for name in ('max_frame_age_s', 'max_clock_skew_s', 'heartbeat_max_age_s'):
             value = getattr(self, name)
             if not 0.0 < value < math.inf:
                 raise ValueError(f'security.{name} must be a positive number of seconds, '

@@ -3,7 +3,9 @@
 The drone node publishes it every ``status.period_s`` as a diagnostic_msgs/DiagnosticStatus on
 ``/diagnostics`` (rqt_runtime_monitor, Foxglove's diagnostics panel, ``ros2 topic echo``), one
 status per drone named ``fl_uav: uav<i>``. ROS-free: :func:`drone_status` reads the pilot, the
-agent and the round gate and returns a :class:`StatusReport`; the node converts it.
+agent and the round gate and returns a :class:`StatusReport`; the node converts it. Among its
+values, ``heartbeats_refused`` counts the station heartbeats not taken as the station heard,
+by reason (fl_uav/fleet/heartbeat_auth.py: malformed, unsigned, forged, replayed, stale).
 
 Levels (diagnostic_msgs' OK / WARN / ERROR):
 - ERROR: the autopilot link was up and is lost now; battery at or below
@@ -74,11 +76,13 @@ def _counts(counter: Mapping[str, int]) -> str:
 def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: RoundGate,
                  battery: BatteryStatus | None, config: StatusConfig,
                  station_silent_s: float = math.nan, station_beat: Heartbeat | None = None,
-                 station_phase_age_s: float = math.nan) -> StatusReport:
+                 station_phase_age_s: float = math.nan,
+                 heartbeats_refused: Mapping[str, int] | None = None) -> StatusReport:
     """The drone's status now (module docstring for the levels); ``station_silent_s``:
     seconds since the ground station was last heard (NaN: not tracked); ``station_beat``:
     the station's last heartbeat (None: none yet), in its phase for ``station_phase_age_s``
-    as of now."""
+    as of now; ``heartbeats_refused``: station heartbeats not counted as heard, by reason
+    (fl_uav/fleet/heartbeat_auth.py)."""
     vehicle, state = pilot.vehicle, pilot.state
     link_up = vehicle.link_up
     if not state.connected:
@@ -149,6 +153,7 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
         ('station_phase', 'no heartbeat' if station_beat is None else station_beat.phase),
         ('station_phase_age_s', 'unknown' if math.isnan(station_phase_age_s)
          else f'{station_phase_age_s:.0f}'),
+        ('heartbeats_refused', _counts(heartbeats_refused or {})),
         ('last_error', state.last_error or 'none'),
         ('plans_rejected', _counts(pilot.plans_rejected)),
         ('global_frames_rejected', _counts(agent.rejected_reasons)),

@@ -57,7 +57,7 @@ from fl_uav.compression.codec import (
 from fl_uav.compression.codec_v2 import VERSION_V2, FrameKindV2, LgcPart, decode_v2
 from fl_uav.compression.lgc import decode as lgc_sum
 from fl_uav.compression.quantization import flatten, unflatten
-from fl_uav.compression.signing import now_ms
+from fl_uav.compression.signing import FrameAuth, now_ms
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.express_routes import ExpressRoutes, plan_express_routes
 from fl_uav.fleet.keys import load_frame_auth
@@ -273,6 +273,12 @@ class GroundStation:
         self.divergence = DivergenceMonitor(len(CLASS_NAMES), config.rounds.num_rounds)
 
     # --- state ---------------------------------------------------------------------------
+    @property
+    def auth(self) -> FrameAuth:
+        """The station's signing identity (security.*): ``station.key`` signs its frames and
+        its heartbeats (fl_uav/fleet/heartbeat_auth.py)."""
+        return self._auth
+
     @property
     def next_round_index(self) -> int:
         """Index of the next round to open (1-based)."""

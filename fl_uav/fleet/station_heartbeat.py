@@ -12,11 +12,15 @@ which phase the station is and for how long (``phase_age_s``). A worker stuck in
 (planning that never ends) keeps the heartbeats coming: the drones do not act on it, their
 status on /diagnostics says it (fl_uav/fleet/drone_status.py).
 
-Heartbeats are not signed: one only proves life (it keeps a drone's return from being
-commanded, as a frame would); it commands nothing, and its run id and round never move a
-drone's round gate. A forged heartbeat can at worst keep a drone hovering between rounds
-until PX4's battery failsafe, as a forged node named ``ground_station`` on the graph could
-before heartbeats existed. ROS-free: the node converts (fl_uav/ros/conversions.py).
+A heartbeat commands nothing, and its run id and round never move a drone's round gate; but
+it keeps a drone's return from being commanded, as a frame would, so a forged one could keep
+the drones hovering between rounds after the station died, until PX4's battery failsafe.
+With keys (``security.keys_dir``) the station therefore signs each beat with ``station.key``
+over its fields, its boot id, a counter and a stamp, and a drone that requires signatures
+(``security.require_signatures``) counts only genuine, new and fresh beats as heard:
+unsigned, forged, replayed and stale ones are refused and counted by reason
+(fl_uav/fleet/heartbeat_auth.py has the rules). Without keys a beat proves nothing: anyone on
+the DDS domain can send one. ROS-free: the node converts (fl_uav/ros/conversions.py).
 """
 
 from __future__ import annotations

@@ -25,8 +25,11 @@ period (``period_s``), and the drone checks it against its own timeout
 (:func:`heartbeat_period_problem`): it warns on /diagnostics and logs it once per period.
 
 ROS-free: the drone node feeds :meth:`StationWatchdog.heard` (valid frames) and
-:meth:`StationWatchdog.heartbeat` (valid heartbeats) and asks
-:meth:`StationWatchdog.should_return` on its status timer.
+:meth:`StationWatchdog.heartbeat` (the heartbeats its verifier took: with keys only genuine,
+new and fresh ones, fl_uav/fleet/heartbeat_auth.py; refused ones never reset the watchdog, so
+a rogue node beating in the station's name, or playing back a capture of its beats, does not
+keep a drone from returning) and asks :meth:`StationWatchdog.should_return` on its status
+timer.
 """
 
 from __future__ import annotations

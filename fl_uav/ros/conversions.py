@@ -157,24 +157,36 @@ def metrics_to_msg(name: str, values: Mapping[str, object], stamp_s: float) -> D
     return msg
 
 
-def heartbeat_to_msg(beat: Heartbeat, stamp_s: float) -> DiagnosticArray:
-    """The station's heartbeat as a one-status DiagnosticArray (/fl/station_heartbeat)."""
+def heartbeat_to_msg(beat: Heartbeat, stamp_s: float,
+                     values: Sequence[tuple[str, str]] | None = None) -> DiagnosticArray:
+    """The station's heartbeat as a one-status DiagnosticArray (/fl/station_heartbeat);
+    ``values``: the key/value pairs it carries (a signed beat's,
+    fl_uav/fleet/heartbeat_auth.py; None: the beat's own)."""
     msg = DiagnosticArray()
     msg.header.stamp = s_to_stamp(stamp_s)
     status = DiagnosticStatus(level=DiagnosticStatus.OK, name=HEARTBEAT_NAME,
                               hardware_id='ground_station', message=beat.describe())
-    status.values = [KeyValue(key=k, value=v) for k, v in beat.values()]
+    status.values = [KeyValue(key=k, value=v)
+                     for k, v in (beat.values() if values is None else values)]
     msg.status = [status]
     return msg
 
 
-def msg_to_heartbeat(msg: DiagnosticArray) -> Heartbeat:
-    """The heartbeat a message carries; ValueError naming the problem for any other message
-    (not one status, another name, a malformed value)."""
+def msg_to_heartbeat_fields(msg: DiagnosticArray) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The status name and key/value pairs (in order, as carried) of a heartbeat message;
+    ValueError naming the problem for a message of not one status."""
     if len(msg.status) != 1:
         raise ValueError(f'heartbeat message with {len(msg.status)} statuses, not 1')
     status = msg.status[0]
-    return Heartbeat.from_values(status.name, {kv.key: kv.value for kv in status.values})
+    return status.name, tuple((kv.key, kv.value) for kv in status.values)
+
+
+def msg_to_heartbeat(msg: DiagnosticArray) -> Heartbeat:
+    """The heartbeat a message carries, unverified (a signed beat's signature fields are
+    ignored); ValueError naming the problem for any other message (not one status, another
+    name, a malformed value)."""
+    name, values = msg_to_heartbeat_fields(msg)
+    return Heartbeat.from_values(name, dict(values))
 
 
 def status_to_msg(report: StatusReport, stamp_s: float) -> DiagnosticArray:

@@ -28,6 +28,12 @@ rounds.num_rounds) is rejected as implausible, counted by reason and logged, and
 the gate (a forged round 4000000000 neither runs nor locks the drone out). Signed frames
 older than ``security.max_frame_age_s`` are refused before any of this (``stale``).
 
+The station's heartbeats on /fl/station_heartbeat keep its station watchdog from returning it
+to launch between rounds; with keys it verifies them (fl_uav/fleet/heartbeat_auth.py), and a
+beat it refuses (``malformed``, ``unsigned``, ``forged``, ``replayed``, ``stale``) never counts
+as the station heard: counted by reason (its status' ``heartbeats_refused``) and logged, the
+first of each reason at once, then at most every HEARTBEAT_LOG_THROTTLE_S.
+
 Telemetry (/uav<i>/pose, /uav<i>/battery and the poses the camera frames are labelled with)
 starts whenever the autopilot link is established: at start-up, or later when a round connects
 (an autopilot that comes up after the node). Shut down (Ctrl-C) while the vehicle is in flight,
@@ -66,6 +72,7 @@ from fl_uav.fleet.drone_agent import DroneAgent, UpdateReport
 from fl_uav.fleet.drone_pilot import DronePilot
 from fl_uav.fleet.drone_status import drone_status
 from fl_uav.fleet.express_carrier import CluInbox, ExpressCarrier
+from fl_uav.fleet.heartbeat_auth import MALFORMED, HeartbeatRefused, heartbeat_verifier
 from fl_uav.fleet.messages import EXPRESS_KNOB, FinishCommand, PoseSample, RoundTask
 from fl_uav.fleet.onboard_planner import (
     OnboardPlanner,
@@ -85,7 +92,7 @@ from fl_uav.ros.conversions import (
     compressed_to_rgb,
     image_to_rgb,
     msg_to_bytes,
-    msg_to_heartbeat,
+    msg_to_heartbeat_fields,
     plan_to_path,
     pose_to_msg,
     stamp_to_s,
@@ -101,7 +108,7 @@ from fl_uav.world.geo import GeoOrigin
 
 NODE_PARAMS = DroneNodeParams
 IGNORED_LOG_THROTTLE_S = 5.0   # the latched model topic may re-deliver a round: log it rarely
-HEARTBEAT_LOG_THROTTLE_S = 60.0   # a malformed heartbeat (one a second): said once a minute
+HEARTBEAT_LOG_THROTTLE_S = 60.0   # refused heartbeats (one a second): said once a minute
 CAMERA_LOG_THROTTLE_S = 5.0       # unreadable camera frames (tens a second): said every 5 s
 #: camera_transport -> the message it carries and its decoder to RGB
 CAMERA_TRANSPORTS = {'raw': (Image, image_to_rgb), 'compressed': (CompressedImage,
@@ -171,6 +178,7 @@ class DroneNode(Node):
                                                  names.UPDATES_QOS)
         self._battery: BatteryStatus | None = None
         self.watchdog = StationWatchdog(cfg.flight.station_timeout_s, self._now())
+        self.heartbeats = heartbeat_verifier(self.agent.auth, cfg.security)   # station.pub
         self._return: Future | None = None
         self._status_pub = status_publisher(self)
         self.create_timer(cfg.status.period_s, self._on_status_tick)
@@ -211,19 +219,37 @@ class DroneNode(Node):
         publish_status(self, self._status_pub, lambda: drone_status(
             self.drone_id, self.pilot, self.agent, self.rounds, self._battery,
             self.config.status, self.watchdog.silent_for_s(now),
-            self.watchdog.last_beat, self.watchdog.station_phase_age_s(now)), now)
+            self.watchdog.last_beat, self.watchdog.station_phase_age_s(now),
+            self.heartbeats.refused), now)
 
     def _on_heartbeat(self, msg: DiagnosticArray) -> None:
-        """The station's heartbeat: it is alive (a malformed one does not count)."""
+        """The station's heartbeat: it is alive (a refused one does not count)."""
         try:
-            beat = msg_to_heartbeat(msg)
+            name, values = msg_to_heartbeat_fields(msg)
         except ValueError as exc:
-            self.get_logger().warning(f'station heartbeat refused: {exc}',
-                                      throttle_duration_sec=HEARTBEAT_LOG_THROTTLE_S)
+            self._refuse_heartbeat(self.heartbeats.refuse(MALFORMED, str(exc)))
+            return
+        try:
+            beat = self.heartbeats.open(name, values)
+        except HeartbeatRefused as exc:
+            self._refuse_heartbeat(exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - a verifier's surprise must not end the node
+            self._refuse_heartbeat(self.heartbeats.refuse(MALFORMED, repr(exc)))
             return
         period_problem = self.watchdog.heartbeat(self._now(), beat)
         if period_problem:
             self.get_logger().warning(period_problem)
+
+    def _refuse_heartbeat(self, refused: HeartbeatRefused) -> None:
+        """Say so: the first of each reason at once, the others throttled."""
+        counts = self.heartbeats.refused
+        message = (f'station heartbeat refused ({refused.reason}): {refused}; not counted as '
+                   f'the station heard; refused so far, by reason: {dict(counts)}')
+        if counts[refused.reason] == 1:
+            self.get_logger().warning(message)
+        else:
+            self.get_logger().warning(message, throttle_duration_sec=HEARTBEAT_LOG_THROTTLE_S)
 
     def _on_battery(self, battery: BatteryStatus) -> None:
         self._battery = battery

@@ -1,11 +1,12 @@
 """ground_station node: publishes the global model and plans, collects updates, aggregates.
 
 Every ``status.heartbeat_period_s`` it publishes its heartbeat (run, round, phase and seconds
-in it: fl_uav/fleet/station_heartbeat.py) on /fl/station_heartbeat from a timer on the
-executor thread; closing a round and the resource planner run on the worker thread, so the
-beats go on while it aggregates or plans, and stop when the process hangs. No executor callback
-waits for the lock the worker holds while it aggregates: an update arriving meanwhile goes to
-a bounded inbox (fl_uav/fleet/update_inbox.py) that the worker takes in right after the close.
+in it: fl_uav/fleet/station_heartbeat.py; with keys signed with ``station.key``:
+fl_uav/fleet/heartbeat_auth.py) on /fl/station_heartbeat from a timer on the executor thread;
+closing a round and the resource planner run on the worker thread, so the beats go on while it
+aggregates or plans, and stop when the process hangs. No executor callback waits for the lock
+the worker holds while it aggregates: an update arriving meanwhile goes to a bounded inbox
+(fl_uav/fleet/update_inbox.py) that the worker takes in right after the close.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from visualization_msgs.msg import MarkerArray
 
 from fl_uav.fleet.config import FleetConfig, GroundStationNodeParams
 from fl_uav.fleet.ground_station import GroundStation, RoundRecord
+from fl_uav.fleet.heartbeat_auth import heartbeat_signer
 from fl_uav.fleet.round_metrics import ROUND_METRIC_KEYS, metrics_text, round_metrics
 from fl_uav.fleet.run_log import RunLog
 from fl_uav.fleet.station_heartbeat import PhaseClock, StationPhase
@@ -65,6 +67,7 @@ class GroundStationNode(Node):
         self.done = threading.Event()
         self.phase = PhaseClock(self.station.run_id, cfg.rounds.num_rounds,
                                 cfg.status.heartbeat_period_s, self._started_s)
+        self._heartbeat_signer = heartbeat_signer(self.station.auth)   # None: no keys
         self._heartbeat_pub = self.create_publisher(DiagnosticArray,
                                                     names.STATION_HEARTBEAT_TOPIC,
                                                     names.STATION_HEARTBEAT_QOS)
@@ -132,7 +135,10 @@ class GroundStationNode(Node):
     def _beat(self) -> None:
         """The heartbeat: never waits for the station's lock (the worker may hold it)."""
         now = self._now()
-        self._heartbeat_pub.publish(heartbeat_to_msg(self.phase.beat(now), now))
+        beat = self.phase.beat(now)
+        signer = self._heartbeat_signer
+        self._heartbeat_pub.publish(heartbeat_to_msg(
+            beat, now, None if signer is None else signer.sign(beat)))
 
     def _tick(self) -> None:
         now = self._now()

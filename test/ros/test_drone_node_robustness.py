@@ -11,6 +11,7 @@ import pytest
 import rasterio
 import rclpy
 from affine import Affine
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
 from sensor_msgs.msg import Image
@@ -21,6 +22,9 @@ from fl_uav.autopilot_sim.autopilot import AutopilotSim
 from fl_uav.autopilot_sim.config import AutopilotSimConfig
 from fl_uav.compression.codec import GROUND_STATION_ID, FrameKind, decode_frame, encode_frame
 from fl_uav.configschema import ConfigError
+from fl_uav.fleet.config import SecurityConfig
+from fl_uav.fleet.heartbeat_auth import HeartbeatSigner, heartbeat_signer
+from fl_uav.fleet.keys import generate_fleet_keys, load_frame_auth
 from fl_uav.fleet.station_heartbeat import PhaseClock, StationPhase
 from fl_uav.fleet_run.launch_plan import write_params_file
 from fl_uav.learning.models import build_model
@@ -263,19 +267,25 @@ def test_a_raster_without_a_crs_stops_the_drone_node_naming_the_file(tmp_path, p
 class _StandInStation:
     """A ground station stand-in in the test process: a node named ``ground_station`` that
     subscribes to the updates (on the ROS graph as the real one is) and publishes a
-    heartbeat every ``period_s`` until :meth:`hang`, after which it stays on the graph silent,
-    as a hung station process does (the drone looks at beats and frames, not the graph)."""
+    heartbeat every ``period_s`` (signed by ``signer``, as the station node signs them) until
+    :meth:`hang`, after which it stays on the graph silent, as a hung station process does
+    (the drone looks at beats and frames, not the graph)."""
 
-    def __init__(self, executor, period_s: float) -> None:
+    def __init__(self, executor, period_s: float, signer: HeartbeatSigner | None = None
+                 ) -> None:
         self.node = rclpy.create_node(names.GROUND_STATION_NODE_NAME)
         self.node.create_subscription(UInt8MultiArray, names.UPDATES_TOPIC, lambda m: None,
                                       names.UPDATES_QOS)
         beats = self.node.create_publisher(DiagnosticArray, names.STATION_HEARTBEAT_TOPIC,
                                            names.STATION_HEARTBEAT_QOS)
         clock = PhaseClock('a1b2', RUN_ROUNDS, period_s, self._now())
-        self._timer = self.node.create_timer(
-            period_s, lambda: beats.publish(heartbeat_to_msg(clock.beat(self._now()),
-                                                             self._now())))
+
+        def beat() -> None:
+            now, heartbeat = self._now(), clock.beat(self._now())
+            beats.publish(heartbeat_to_msg(heartbeat, now, None if signer is None
+                                           else signer.sign(heartbeat)))
+
+        self._timer = self.node.create_timer(period_s, beat)
         self._executor = executor
         executor.add_node(self.node)
 
@@ -340,6 +350,91 @@ def test_a_drone_returns_when_the_station_hangs_on_the_graph_and_takes_off_again
             assert flown and len(sim.events_of(0, 'takeoff')) == takeoffs + 1
         finally:
             station.close()
+
+
+def _status_values(status) -> dict[str, str]:
+    return {kv.key: kv.value for kv in status.values}
+
+
+def test_a_rogue_beating_for_a_killed_station_does_not_keep_a_drone_from_returning(tmp_path,
+                                                                                    port_base):
+    # Arrange: keys, signatures required; rounds of 3 s, the station watchdog at 6 s, beats
+    # older than 2 s stale; a stand-in station signing its beats with station.key every 0.5 s
+    # (captured by the probe as a rogue would capture them off the air); round 1 flown
+    timeout_s, max_age_s = 6.0, 2.0
+    keys = tmp_path / 'keys'
+    generate_fleet_keys(keys, 1)
+    overrides = {'flight.takeoff_altitude_m': 20.0, 'rounds.deadline_s': 3.0,
+                 'rounds.first_round_extra_s': 0.0, 'flight.station_timeout_s': timeout_s,
+                 'status.period_s': 0.5, 'security.keys_dir': str(keys),
+                 'security.require_signatures': True,
+                 'security.heartbeat_max_age_s': max_age_s}
+    station_auth = load_frame_auth(SecurityConfig(str(keys)), GROUND_STATION_ID, [0])
+    with drone_under_test(tmp_path, port_base, HOME, overrides, {}) as (sim, node, probe,
+                                                                         executor):
+        station = _StandInStation(executor, 0.5, heartbeat_signer(station_auth))
+        captured: list[DiagnosticArray] = []
+        probe.create_subscription(DiagnosticArray, names.STATION_HEARTBEAT_TOPIC,
+                                  captured.append, names.STATION_HEARTBEAT_QOS)
+        statuses: list = []
+        probe.create_subscription(DiagnosticArray, names.DIAGNOSTICS_TOPIC,
+                                  lambda m: statuses.extend(m.status), names.DIAGNOSTICS_QOS)
+        uploads, model_pub = _uploads_and_model_pub(probe)
+        near = [[HOME[0] + 30.0, HOME[1], 20.0]]
+        assert spin_until(executor, lambda: node.watchdog.last_beat is not None, 20.0)
+        model_pub.publish(frame_msg(station_auth.seal(_round_frame(1, near))))
+        assert spin_until(executor, lambda: bool(uploads), 60.0), 'round 1 not uploaded'
+        # Act (0): no frame for longer than the timeout, but the station's signed beats
+        returned_early = spin_until(executor, lambda: sim.events_of(0, 'rtl'), 8.0)
+        refused_while_alive = dict(node.heartbeats.refused)
+        # Act (a): the station is killed (it leaves the graph); a rogue publishes in its name
+        # every 0.1 s: unsigned beats, beats signed with its own key, the capture played back
+        # in a loop, and a message that is no heartbeat
+        station.close()
+        killed_at, killed_at_node_s = time.monotonic(), node._now()
+        capture = list(captured)
+        rogue_clock = PhaseClock('a1b2', RUN_ROUNDS, 0.5, 0.0)
+        forger = HeartbeatSigner(Ed25519PrivateKey.generate())
+
+        def unsigned() -> DiagnosticArray:
+            return heartbeat_to_msg(rogue_clock.beat(1.0), 0.0)
+
+        def self_signed() -> DiagnosticArray:
+            beat = rogue_clock.beat(1.0)
+            return heartbeat_to_msg(beat, 0.0, forger.sign(beat))
+
+        sent = iter(range(1_000_000))
+        kinds = [unsigned, self_signed, lambda: capture[next(sent) % len(capture)],
+                 lambda: DiagnosticArray()]
+        rogue = probe.create_publisher(DiagnosticArray, names.STATION_HEARTBEAT_TOPIC,
+                                       names.STATION_HEARTBEAT_QOS)
+        beat_count = iter(range(1_000_000))
+        probe.create_timer(0.1, lambda: rogue.publish(kinds[next(beat_count) % len(kinds)]()))
+        commanded = spin_until(executor, lambda: sim.events_of(0, 'rtl'), 15.0)
+        commanded_after_s = time.monotonic() - killed_at
+        heard_after_kill_s = node.watchdog.last_heard_s - killed_at_node_s
+        counted = spin_until(executor, lambda: statuses and all(
+            f'{reason}=' in _status_values(statuses[-1])['heartbeats_refused']
+            for reason in ('malformed', 'unsigned', 'forged', 'replayed')), 5.0)
+        returned = spin_until(executor, lambda: sim.events_of(0, 'landed')
+                              and not sim.snapshots()[0].armed, 60.0)
+        # Assert (0): the genuine beats kept it up, none refused
+        assert not returned_early, 'returned while the station sent signed heartbeats'
+        assert refused_while_alive == {}, refused_while_alive
+        # Assert (a): the return commanded after the timeout: no rogue beat was heard (at
+        # most a genuine beat the drone had missed, played back within heartbeat_max_age_s)
+        assert len(capture) >= 10, len(capture)
+        assert commanded, (f'no return {commanded_after_s:.0f} s after the station was '
+                           f'killed; refused {dict(node.heartbeats.refused)}')
+        assert timeout_s - 1.0 <= commanded_after_s <= timeout_s + max_age_s + 2.0, \
+            commanded_after_s
+        assert heard_after_kill_s <= max_age_s, heard_after_kill_s
+        # ... counted by reason on /diagnostics, as the drone counts them
+        assert counted, [_status_values(st)['heartbeats_refused'] for st in statuses[-3:]]
+        refused = dict(node.heartbeats.refused)
+        assert set(refused) == {'malformed', 'unsigned', 'forged', 'replayed'}, refused
+        assert min(refused.values()) >= 10, refused
+        assert returned, [e['event'] for e in sim.events_of(0)]
 
 
 def test_a_round_arriving_while_the_previous_still_flies_ends_that_flight(tmp_path, port_base):

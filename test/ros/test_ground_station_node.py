@@ -24,12 +24,13 @@ from fl_uav.compression.codec import (
 )
 from fl_uav.compression.signing import sign_frame
 from fl_uav.fleet.config import SecurityConfig
+from fl_uav.fleet.heartbeat_auth import HeartbeatRefused, heartbeat_verifier
 from fl_uav.fleet.keys import generate_fleet_keys, load_frame_auth
 from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
 from fl_uav.fleet.station_heartbeat import Heartbeat, StationPhase
 from fl_uav.fleet_run.launch_plan import write_params_file
 from fl_uav.ros import names
-from fl_uav.ros.conversions import msg_to_heartbeat
+from fl_uav.ros.conversions import msg_to_heartbeat, msg_to_heartbeat_fields
 from fl_uav.ros.ground_station_node import GroundStationNode
 from fl_uav.ros.markers import PATH_NS, WORLD_REGION_NS
 from test.conftest import tiny_fleet_overrides
@@ -368,3 +369,25 @@ def test_signed_station_counts_forged_updates_by_reason_and_keeps_going(signed_s
     assert closed, 'round never closed'
     assert dict(node.station.rejected_total) == {'unsigned': 1, 'signature': 1}
     assert node.station.records[0].participants == [0]
+
+
+def test_a_station_with_keys_signs_its_heartbeats_and_a_drone_takes_them(signed_station):
+    # Prepare: drone 0's identity (station.pub), requiring signatures
+    node, probe, executor, keys = signed_station
+    security = SecurityConfig(str(keys), require_signatures=True)
+    verifier = heartbeat_verifier(load_frame_auth(security, 0, [GROUND_STATION_ID]), security)
+    carried: list = []
+    probe.create_subscription(DiagnosticArray, names.STATION_HEARTBEAT_TOPIC,
+                              lambda m: carried.append(msg_to_heartbeat_fields(m)),
+                              names.STATION_HEARTBEAT_QOS)
+    # Execute
+    assert spin_until(executor, lambda: len(carried) >= 3, 10.0), 'no heartbeats'
+    beats = [verifier.open(name, values) for name, values in carried]
+    # Assert: every beat verifies, one boot, counters rising; the same beat again is a replay
+    assert {b.run_id for b in beats} == {node.station.run_id}
+    boots = {dict(values)['boot'] for _, values in carried}
+    counters = [int(dict(values)['counter']) for _, values in carried]
+    assert len(boots) == 1 and counters == sorted(set(counters)), counters
+    with pytest.raises(HeartbeatRefused, match='not after the last taken'):
+        verifier.open(*carried[-1])
+    assert dict(verifier.refused) == {'replayed': 1}

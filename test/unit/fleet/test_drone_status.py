@@ -197,6 +197,19 @@ def test_no_heartbeat_yet_is_shown_as_such():
                           station_silent_s=1.0)
     assert _values(report)['station_phase'] == 'no heartbeat'
     assert _values(report)['station_phase_age_s'] == 'unknown'
+    assert _values(report)['heartbeats_refused'] == 'none'
+
+
+def test_refused_station_heartbeats_are_shown_by_reason():
+    # Arrange: a rogue node beats in the station's name (fl_uav/fleet/heartbeat_auth.py)
+    pilot = _pilot()
+    refused = Counter({'unsigned': 12, 'forged': 3, 'replayed': 40})
+    # Act
+    report = drone_status(3, pilot, pilot.agent, _gate(2), BatteryStatus(0.8, 15.9), CONFIG,
+                          station_silent_s=1.0, heartbeats_refused=refused)
+    # Assert: counted, sorted by reason; the level is the watchdog's business
+    assert _values(report)['heartbeats_refused'] == 'forged=3, replayed=40, unsigned=12'
+    assert report.level == OK
 
 
 @pytest.mark.parametrize('period_s, level', [(61.0, WARN), (60.0, OK)])
