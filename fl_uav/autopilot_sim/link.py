@@ -2,8 +2,11 @@
 
 :class:`VehicleLink` parses datagrams with pymavlink, answers commands, the parameter and
 mission protocols, and streams telemetry from a :class:`~.flight.FlightController`.
-It replies to whoever sent it the last packet (as PX4 does) and never lets bad input escape:
-malformed datagrams are counted and dropped, unknown commands get COMMAND_ACK UNSUPPORTED.
+As PX4's receiver does, it takes its first sender as its partner (at once when its configured
+partner is on localhost, else after PARTNER_LATCH_AFTER_S) and sends telemetry and answers there
+for good: a second client on the port is heard but gets nothing. It never lets bad input
+escape: malformed datagrams are counted and dropped, unknown commands get COMMAND_ACK
+UNSUPPORTED.
 """
 
 from __future__ import annotations
@@ -92,6 +95,13 @@ UINT16_MAX = 2**16 - 1
 _POSITION_IGNORE = (mavlink.POSITION_TARGET_TYPEMASK_X_IGNORE
                     | mavlink.POSITION_TARGET_TYPEMASK_Y_IGNORE
                     | mavlink.POSITION_TARGET_TYPEMASK_Z_IGNORE)
+#: PX4's mavlink receiver (UDP): with its partner at localhost (SITL's default) it takes the
+#: first sender as its partner at once, with any other only after this long since its start;
+#: until then it handles nothing; from then on it sends to that partner only, for good
+#: (src/modules/mavlink/mavlink_receiver.cpp, MavlinkReceiver::run).
+PARTNER_LATCH_AFTER_S = 3.0
+_LOCALHOST = ('127.0.0.1', 'localhost')
+
 _VELOCITY_IGNORE = (mavlink.POSITION_TARGET_TYPEMASK_VX_IGNORE
                     | mavlink.POSITION_TARGET_TYPEMASK_VY_IGNORE
                     | mavlink.POSITION_TARGET_TYPEMASK_VZ_IGNORE)
@@ -189,7 +199,11 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
         self.controller = controller
         self.sysid = sysid
         self.settings = settings
+        #: where telemetry goes: the configured client until the first sender is taken as the
+        #: partner (PX4's rule, PARTNER_LATCH_AFTER_S), then that sender for good
         self.peer: tuple[str, int] = (settings.host, settings.remote_port)
+        self.partner_latched = False
+        self._started_wall_s: float | None = None
         self.transport: asyncio.DatagramTransport | None = None
         self.rx_messages = 0
         self.rx_errors = 0
@@ -266,6 +280,7 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self._started_wall_s = self._wall_clock()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -285,7 +300,8 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
             _log.debug('vehicle %d: sendto failed: %s', self.sysid, exc)
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        self.peer = addr
+        if not self.partner_latched and not self._latch_partner(addr):
+            return
         for msg in self._parse(data):
             self.rx_messages += 1
             handler = self._handlers.get(msg.get_type())
@@ -296,6 +312,20 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
             except Exception:  # noqa: BLE001 - a bad message must never stop the sim
                 self.rx_errors += 1
                 _log.exception('vehicle %d: error handling %s', self.sysid, msg.get_type())
+
+    def _latch_partner(self, addr: tuple[str, int]) -> bool:
+        """PX4's partner rule: take ``addr`` as the partner now if the configured one is on
+        localhost or PARTNER_LATCH_AFTER_S have passed since the start; False: not yet (the
+        datagram is dropped). A later sender never takes the telemetry over (it is heard,
+        as by PX4, and answered only through the partner)."""
+        started_s = self._started_wall_s
+        waited_s = 0.0 if started_s is None else self._wall_clock() - started_s
+        if self.peer[0] not in _LOCALHOST and waited_s <= PARTNER_LATCH_AFTER_S:
+            return False
+        self.peer = addr
+        self.partner_latched = True
+        _log.info('vehicle %d: partner %s:%d', self.sysid, addr[0], addr[1])
+        return True
 
     def _parse(self, data: bytes) -> list:
         # Each datagram is parsed on its own: a truncated frame must not swallow the next one.

@@ -700,3 +700,45 @@ def _int32_as_float(value: int) -> float:
 
 def _float_as_int32(value: float) -> int:
     return struct.unpack('<i', struct.pack('<f', value))[0]
+
+
+def test_the_first_client_stays_the_partner_and_a_stray_one_gets_no_telemetry(start_sim,
+                                                                               client_factory):
+    # Arrange: the drone's client is heard first; a stray client on another port comes later
+    sim, _ = start_sim(heartbeat_rate_hz=10.0)
+    partner = client_factory()
+    partner.mav.heartbeat_send(mavlink.MAV_TYPE_GCS, mavlink.MAV_AUTOPILOT_INVALID, 0, 0, 0)
+    assert partner.recv('HEARTBEAT') is not None
+    stray = MavClient(0, partner.vehicle_addr[1])
+    try:
+        # Act: the stray beats and commands, as a second laptop on the port would
+        for _ in range(3):
+            stray.mav.heartbeat_send(mavlink.MAV_TYPE_GCS, mavlink.MAV_AUTOPILOT_INVALID, 0, 0,
+                                     0)
+        stray.mav.command_long_send(1, 1, 31999, 0, 0, 0, 0, 0, 0, 0, 0)
+        # Assert: as PX4, it is heard (its command is answered) but the answer and the
+        # telemetry go to the partner only
+        assert partner.recv('COMMAND_ACK', lambda m: m.command == 31999) is not None
+        assert stray.recv(('HEARTBEAT', 'COMMAND_ACK'), timeout_s=1.0) is None
+        assert partner.recv('HEARTBEAT') is not None
+        assert sim.links[0].peer == partner.sock.getsockname()
+    finally:
+        stray.close()
+
+
+def test_a_vehicle_bound_beyond_localhost_takes_no_partner_in_its_first_3_s(start_sim,
+                                                                          client_factory):
+    # Arrange: bound to every interface (its configured partner is no localhost address)
+    started_s = time.monotonic()
+    sim, _ = start_sim(host='0.0.0.0')
+    client = client_factory()
+    # Act: a command every 0.2 s until one is answered
+    ack = None
+    while ack is None and time.monotonic() - started_s < 8.0:
+        ack = client.command_long(31999, 1.0, timeout_s=0.2)
+    answered_s = time.monotonic() - started_s
+    # Assert: as PX4, nothing is handled until 3 s after its start; then the first sender
+    # is the partner
+    assert ack is not None and ack.result == mavlink.MAV_RESULT_UNSUPPORTED
+    assert 3.0 <= answered_s < 5.0, answered_s
+    assert sim.links[0].partner_latched
