@@ -271,6 +271,21 @@ def _flight_warnings(rounds: Sequence[Mapping[str, Any]], num_drones: int) -> li
     return lines
 
 
+def _idle_warnings(drones: Mapping[str, Mapping[str, Any]], mode: str) -> list[str]:
+    """One line per drone that never armed (its autopilot link never came up, e.g. another
+    client on its port, or every arming was refused) or, in standard mode, collected no camera
+    sample: a run can finish with such a drone and no other sign of it."""
+    lines = []
+    for d, facts in drones.items():
+        if not facts['armed']:
+            lines.append(f'drone {d} never armed: no flight, no samples (its node log says '
+                         f'why: its autopilot link, or arming refused)')
+        elif mode == 'standard' and not facts['samples_collected']:
+            lines.append(f'drone {d} collected no camera samples (no frames on its camera '
+                         f'topic, or none it could label)')
+    return lines
+
+
 def _death_warnings(deaths: Sequence[Mapping[str, Any]], rounds: Sequence[Mapping[str, Any]]
                     ) -> list[str]:
     """One line per node death: its round, and whether and when the node came back and the
@@ -383,7 +398,8 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
         'warnings': [*(w for r in rounds for w in r.get('warnings', [])),
                      *_flight_warnings(rounds, config.num_drones),
                      *_late_warnings(rounds, config, report.get('rejected_total', {})),
-                     *_death_warnings(deaths, rounds)],
+                     *_death_warnings(deaths, rounds),
+                     *_idle_warnings(drones, config.mode)],
     }
     if config.mode == 'express':
         summary['mode'] = 'express'

@@ -10,7 +10,12 @@ import pytest
 from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.run_log import STATION_REPORT_FILE
-from fl_uav.fleet_run.run import _interrupts_ignored, buffer_balance, build_summary
+from fl_uav.fleet_run.run import (
+    _idle_warnings,
+    _interrupts_ignored,
+    buffer_balance,
+    build_summary,
+)
 
 
 def test_buffer_balance_is_the_normalised_entropy_of_the_class_counts():
@@ -70,12 +75,52 @@ def test_drones_whose_flight_failed_are_warned_about_in_the_summary(tmp_path):
              'opened_s': 0.0, 'closed_s': 1.0, 'samples_collected': {},
              'flight_errors': {'1': f'plan rejected: outside_fence ({r})'}} for r in (1, 2)]
     (tmp_path / 'progress.jsonl').write_text(''.join(json.dumps(r) + '\n' for r in rows))
+    _armed(tmp_path, 0, 1)
     # Act
     summary = build_summary(tmp_path, config, 'finished', 1.0, {}, 5)
     # Assert
     assert summary['warnings'] == [
-        'drone 1: flight failed in 2 of 2 rounds (last: plan rejected: outside_fence (2))']
+        'drone 1: flight failed in 2 of 2 rounds (last: plan rejected: outside_fence (2))',
+        'drone 0 collected no camera samples (no frames on its camera topic, or none it '
+        'could label)',
+        'drone 1 collected no camera samples (no frames on its camera topic, or none it '
+        'could label)']
     assert summary['drones']['1']['flight_failures'] == 2
+
+
+def _armed(run_dir, *vehicles: int) -> None:
+    """The simulator's event log: each of ``vehicles`` armed."""
+    (run_dir / 'autopilot_log.json').write_text(json.dumps(
+        {'events': [{'vehicle': v, 'event': 'armed'} for v in vehicles]}))
+
+
+def test_a_drone_that_never_armed_or_collected_nothing_is_named(tmp_path):
+    # Arrange: 3 drones; drone 1 never armed (another client held its autopilot link),
+    # drone 2 armed but collected nothing, drone 0 collected 40 samples
+    config = build_config(FleetConfig, {'num_drones': 3})
+    row = {'round_index': 1, 'accuracy': 0.5, 'loss': 1.0, 'participants': [0],
+           'late_or_missing': [], 'bytes_up': {}, 'bytes_down_per_drone': 0, 'rejected': {},
+           'opened_s': 0.0, 'closed_s': 60.0, 'samples_collected': {'0': 40, '2': 0},
+           'waypoints_reached': {'0': 3, '2': 0}}
+    (tmp_path / 'ground_station.json').write_text(json.dumps({'rounds': [row]}))
+    _armed(tmp_path, 0, 2)
+    # Act
+    summary = build_summary(tmp_path, config, 'finished', 60.0, {}, 5)
+    # Assert: each named once
+    assert summary['warnings'] == [
+        'drone 1 never armed: no flight, no samples (its node log says why: its autopilot '
+        'link, or arming refused)',
+        'drone 2 collected no camera samples (no frames on its camera topic, or none it could '
+        'label)']
+
+
+def test_express_drones_carry_no_camera_samples_and_are_not_warned_for_it():
+    # Arrange: FedEx transporters (the ground clients train, not the UAVs' cameras)
+    drones = {'0': {'armed': True, 'samples_collected': 0},
+              '1': {'armed': False, 'samples_collected': 0}}
+    # Act / Assert
+    assert [w.split(':')[0] for w in _idle_warnings(drones, 'express')] == [
+        'drone 1 never armed']
 
 
 def test_drones_whose_updates_missed_rounds_and_late_updates_are_warned_about(tmp_path):
