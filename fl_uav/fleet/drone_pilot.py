@@ -24,7 +24,11 @@ QGroundControl): the pilot then commands nothing, neither a round's mission nor 
 launch, so it never overrides the autopilot's return or landing or takes the vehicle from the
 pilot on the sticks. Switching the vehicle back to Hold in the air hands it back for the next
 round; a vehicle taken over and then landed is not armed again by this node (restart the drone
-node to fly it again), so its propellers never start by themselves after an abort.
+node to fly it again), so its propellers never start by themselves after an abort. A disarm the
+pilot did not command (it never disarms a vehicle it flies; PX4 does after the pilot's own
+return) is a takeover too: forced in the air by another MAVLink client or the RC, or the
+vehicle found landed and disarmed with the link up since the arming (:data:`UNBIDDEN_DISARM`;
+a rebooted autopilot drops the link first and is armed again as before).
 
 A failsafe whose action is Hold (offboard or data-link loss, GF_ACTION Hold, ...) leaves the
 vehicle in a pilot mode, so the mode alone cannot tell it from the pilot's own Hold: PX4 says a
@@ -81,6 +85,10 @@ _log = logging.getLogger(__name__)
 PILOT_MODES = frozenset({'HOLD', 'TAKEOFF', 'MISSION'})
 #: The mode of a return to launch (the pilot's own after it commanded one).
 RETURN_MODE = 'RETURN_TO_LAUNCH'
+#: A takeover by a disarm the pilot never commands: the vehicle it flies reported disarmed
+#: (forced in the air by another MAVLink client or the RC's kill switch, or landed and
+#: disarmed by someone else), with the autopilot link up since the pilot armed it.
+UNBIDDEN_DISARM = 'a disarm the drone node did not command: another MAVLink client or the RC'
 
 
 @dataclass
@@ -131,6 +139,7 @@ class DronePilot:
         # (run_epoch, round_index) of the newest round begun: older rounds are superseded
         self._newest_round = (0, 0)
         self._own_return = False        # RETURN_TO_LAUNCH is the pilot's own command
+        self._armed_link_losses = 0     # vehicle.link_losses when the pilot last armed it
         self._closed = False
 
     def _guard(self) -> asyncio.Lock:
@@ -186,8 +195,8 @@ class DronePilot:
                     f'flies it on only once it is in Hold in the air with no PX4 failsafe')
             if self.state.taken_over and self.vehicle.in_air is False:
                 raise VehicleError(
-                    f'not arming: a failsafe or an operator took the vehicle over (mode '
-                    f'{self.state.taken_over}) and it is on the ground; the drone node does not '
+                    f'not arming: a failsafe or an operator took the vehicle over '
+                    f'({self.state.taken_over}) and it is on the ground; the drone node does not '
                     f'start it again by itself: restart the drone node to fly it')
             if self.state.taken_over and self.vehicle.in_air is True:
                 _log.warning('the vehicle is handed back (mode %s, was %s): flying on from '
@@ -201,6 +210,7 @@ class DronePilot:
             if (not self.state.airborne and self.vehicle.armed is True
                     and self.vehicle.in_air is True):
                 self.state.armed = True     # in flight whatever the home check says below
+                self._armed_link_losses = self.vehicle.link_losses
                 self._check_home()
                 _log.warning('the autopilot reports the vehicle armed and in the air already '
                              '(this node restarted in flight, or a flight step failed in the '
@@ -219,6 +229,7 @@ class DronePilot:
                         f'{self._system_status()}); the drone node arms only once it is over')
                 await self.vehicle.arm()
                 self.state.armed = True
+                self._armed_link_losses = self.vehicle.link_losses
                 await self.vehicle.takeoff(self.flight.takeoff_altitude_m)
                 self.state.airborne = True
 
@@ -269,7 +280,20 @@ class DronePilot:
         reported (whatever the mode: 'PX4 failsafe active (system_status CRITICAL), mode
         HOLD'), or the autopilot's flight mode if a failsafe or an operator flies it in a mode
         not in :data:`PILOT_MODES` (other than the pilot's own return to launch). A takeover
-        seen is remembered in ``state.taken_over``."""
+        seen is remembered in ``state.taken_over``. So is a vehicle the pilot flies found
+        disarmed though the pilot never disarms it and the link stayed up
+        (:data:`UNBIDDEN_DISARM`; returned while it falls, remembered once on the ground)."""
+        if not self.state.taken_over and self._disarmed_unbidden():
+            _log.error('the vehicle was disarmed %s, not by the drone node (another MAVLink '
+                       'client, or the RC): it commands nothing more and does not arm it '
+                       'again until it is handed back',
+                       'in the air' if self.vehicle.in_air else 'on the ground')
+            self.state.taken_over = UNBIDDEN_DISARM
+            self.state.taken_over_by_failsafe = False
+            self.state.armed = self.state.airborne = False
+        if (self.state.taken_over == UNBIDDEN_DISARM and self.vehicle.in_air is True
+                and self.vehicle.armed is False):
+            return UNBIDDEN_DISARM
         mode = self.vehicle.flight_mode
         if self.vehicle.in_air is True and self.failsafe_reported:
             reason = (f'PX4 failsafe active (system_status {self._system_status()}), mode '
@@ -283,6 +307,14 @@ class DronePilot:
             self.state.taken_over_by_failsafe = False
             return mode
         return ''
+
+    def _disarmed_unbidden(self) -> bool:
+        """The vehicle the pilot armed and flew reports disarmed, not after the pilot's own
+        return, with no autopilot link lost since the arming (a rebooted autopilot also comes
+        up disarmed: that is no takeover)."""
+        return (self.state.armed and self.state.airborne and self.vehicle.armed is False
+                and not self._own_return
+                and self.vehicle.link_losses == self._armed_link_losses)
 
     async def _return_to_launch(self) -> None:
         """Command the vehicle home (its RETURN_TO_LAUNCH is then the pilot's own mode)."""

@@ -12,7 +12,7 @@ import pytest
 
 from fl_uav.compression.signing import now_ms
 from fl_uav.fleet.config import FlightConfig
-from fl_uav.fleet.drone_pilot import DronePilot
+from fl_uav.fleet.drone_pilot import UNBIDDEN_DISARM, DronePilot
 from fl_uav.fleet.messages import RoundTask, short_flight_error
 from fl_uav.planning.coverage import PlanWaypoint
 from fl_uav.planning.geofence import Geofence
@@ -548,7 +548,7 @@ def test_a_vehicle_taken_over_and_landed_is_not_armed_again_by_the_node(caplog):
         asyncio.run(pilot.run_round(RoundTask(3, {}, INSIDE, deadline_s=600.0)))
     # Assert: the propellers do not start by themselves; the flight error says what to do
     assert _operations(vehicle).count('arm') == 1
-    assert 'took the vehicle over (mode LAND)' in pilot.state.round_error
+    assert 'took the vehicle over (LAND)' in pilot.state.round_error
     assert 'restart the drone node' in pilot.state.round_error
 
 
@@ -559,11 +559,37 @@ def test_an_autopilot_found_on_the_ground_without_a_takeover_is_armed_again():
     with ThreadPoolExecutor(max_workers=1) as pool:
         pilot = _flown_round_one(vehicle, pool)
         vehicle.in_air = vehicle.armed = False
+        vehicle.link_losses += 1          # a reboot: its heartbeats stopped for a while
         vehicle.position_enu_m = [200.0, 200.0, 0.0]
         # Act
         asyncio.run(pilot.run_round(RoundTask(2, {}, INSIDE, deadline_s=600.0)))
     # Assert
     assert _operations(vehicle).count('arm') == 2 and pilot.state.round_error == ''
+
+
+@pytest.mark.parametrize('where', ['in_the_air', 'on_the_ground'])
+def test_a_disarm_the_pilot_did_not_command_is_a_takeover_and_no_round_arms_again(where,
+                                                                                  caplog):
+    # Arrange: round 1 flown; another client disarms the vehicle (a forced disarm in the air:
+    # it falls), the link up all along; the node's status tick looks at it in the air or only
+    # once it is down
+    vehicle = FakeVehicle(home_enu_m=(200.0, 200.0, 0.0))
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pilot = _flown_round_one(vehicle, pool)
+        vehicle.armed = False
+        seen_falling = pilot.taken_over_by() if where == 'in_the_air' else None
+        vehicle.in_air = False
+        vehicle.position_enu_m = [200.0, 200.0, 0.0]
+        # Act
+        with caplog.at_level(logging.ERROR, logger='fl_uav.fleet.drone_pilot'):
+            asyncio.run(pilot.run_round(RoundTask(2, {}, INSIDE, deadline_s=600.0)))
+    # Assert: said once; round 2 arms nothing and says why
+    assert seen_falling in (None, UNBIDDEN_DISARM)
+    assert pilot.state.taken_over == UNBIDDEN_DISARM
+    assert _operations(vehicle).count('arm') == 1
+    assert 'not arming: a failsafe or an operator took the vehicle over' in (
+        pilot.state.round_error)
+    assert sum('disarmed' in r.getMessage() for r in caplog.records) == 1
 
 
 def test_the_pilots_own_return_is_no_takeover_and_the_next_round_flies():
