@@ -42,6 +42,7 @@ from fl_uav.aggregation.strategy import Strategy, state_arrays_in, state_arrays_
 from fl_uav.configschema import ConfigError
 from fl_uav.fleet.ground_station import GroundStation, RoundRecord
 from fl_uav.fleet.messages import valid_run_id
+from fl_uav.fleet.run_log import STATION_CHECKPOINT_FILE, STATION_CHECKPOINT_MANIFEST
 from fl_uav.fleet.station_resources import StationResources
 from fl_uav.learning.divergence import DivergenceMonitor
 from fl_uav.learning.weights import architecture_fingerprint
@@ -53,8 +54,8 @@ from fl_uav.plugins import (
 )
 from fl_uav.world.landcover import CLASS_NAMES
 
-CHECKPOINT_FILE = 'station_checkpoint.npz'
-MANIFEST_FILE = 'station_checkpoint.json'
+CHECKPOINT_FILE = STATION_CHECKPOINT_FILE
+MANIFEST_FILE = STATION_CHECKPOINT_MANIFEST
 FORMAT_VERSION = 1
 #: RoundRecord fields that are per-drone maps (their JSON keys are strings)
 _PER_DRONE = ('bytes_up', 'train_loss', 'samples', 'samples_collected', 'waypoints_reached',
@@ -151,12 +152,17 @@ def save(station: GroundStation, out_dir: str | os.PathLike,
     return out / CHECKPOINT_FILE
 
 
+def checkpoint_path(directory: str | os.PathLike) -> Path:
+    """The checkpoint file in a station's output directory."""
+    return Path(directory) / CHECKPOINT_FILE
+
+
 def resume(station: GroundStation, directory: str | os.PathLike) -> int:
     """Load DIR/station_checkpoint.npz into ``station`` (just built, no round opened): the
     same run id and start, the weights, strategy, records, planner and counters. Returns the
     rounds closed (the next round is that + 1). CheckpointError (one line) and nothing loaded
     when the checkpoint is missing, corrupt or made for another station."""
-    path = Path(directory) / CHECKPOINT_FILE
+    path = checkpoint_path(directory)
     where = f'cannot resume from {path}'
     if station.round_open or station.records:
         raise RuntimeError('resume a station before it opens a round')

@@ -233,3 +233,27 @@ def test_express_mode_is_not_checkpointed_and_not_resumed(tmp_path):
     assert 'express' in station_checkpoint.unsupported(station)
     message, _ = _refused(tmp_path, EXPRESS)
     assert message.endswith('mode express (the FedEx tours in flight) is not checkpointed')
+
+
+def test_the_round_a_resumed_station_opens_again_rolls_back_the_drones_lost_upload(tmp_path):
+    # Prepare: SCAFFOLD; two rounds closed and checkpointed; the drone trains and uploads
+    # round 3, then the station dies before closing it
+    flat = {**_BASE, **_STRATEGIES['scaffold']}
+    agent, station = agent_and_station(flat)
+    now = _run_rounds(agent, station, 2)
+    station_checkpoint.save(station, tmp_path)
+    task_3 = agent.accept_global_frame(station.open_round(now).frame)
+    agent.settle_previous_upload(task_3)
+    control_after_round_2 = {n: c.copy() for n, c in agent._client.control.items()}
+    agent.train_round(task_3)
+    resumed = _station(flat)
+    station_checkpoint.resume(resumed, tmp_path)
+    # Execute: round 3 again, from the resumed station
+    again = agent.accept_global_frame(resumed.open_round(now + 5.0).frame)
+    agent.settle_previous_upload(again)
+    # Assert: the lost upload's c_k change is undone; the round is trained and accepted
+    assert again.round_index == 3 and agent.uploads_rolled_back == 1
+    for name, value in control_after_round_2.items():
+        np.testing.assert_array_equal(agent._client.control[name], value)
+    report = agent.train_round(again)
+    assert all(resumed.receive_update(f).accepted for f in report.frames)
