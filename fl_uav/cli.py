@@ -53,7 +53,8 @@ def _sim(args: argparse.Namespace) -> int:
     overrides = sim_overrides(args)
     out = Path(args.out)
     _check_out_dir(out)
-    if (out / SIM_SUMMARY_FILE).is_file() and not args.overwrite:
+    resuming_here = args.resume is not None and args.resume.resolve() == out.resolve()
+    if (out / SIM_SUMMARY_FILE).is_file() and not args.overwrite and not resuming_here:
         print(f'fl-uav: {out} holds a fleet run already ({SIM_SUMMARY_FILE}): --overwrite '
               f'replaces it, or choose another --out', file=sys.stderr)
         return 1
@@ -69,7 +70,8 @@ def _sim(args: argparse.Namespace) -> int:
             out_dir=out, timeout_s=args.timeout, domain_id=args.domain_id,
             record=args.record, respawn=Respawn(enabled=args.max_restarts > 0,
                                                 delay_s=args.respawn_delay,
-                                                max_restarts=args.max_restarts)))
+                                                max_restarts=args.max_restarts),
+            resume=args.resume))
     return sim_exit_code(summary)
 
 
@@ -408,10 +410,15 @@ def build_parser() -> argparse.ArgumentParser:
                      'exits with code 3')
     sim.add_argument('--respawn-delay', type=_non_negative, default=2.0, metavar='S',
                      help='a drone node that dies (a crash, a kill) is restarted after S '
-                     'seconds and rejoins the run (default 2)')
+                     'seconds and rejoins the run; so is the ground station, which resumes '
+                     'from its checkpoint in OUT (default 2)')
     sim.add_argument('--max-restarts', type=_non_negative_int, default=5, metavar='N',
-                     help='restarts per drone node at most (default 5; 0: a drone node that '
-                     'dies ends the run as failed)')
+                     help='restarts per drone or station node at most (default 5; 0: a node '
+                     'that dies ends the run as failed)')
+    sim.add_argument('--resume', type=Path, metavar='DIR',
+                     help='go on with the run whose station checkpoint DIR holds (a run '
+                     'directory, e.g. --out of a run that stopped): same run id, from the '
+                     "round after the last one closed, with DIR's keys; DIR may be --out")
     sim.set_defaults(func=_sim)
     keygen = sub.add_parser('keygen', help='write Ed25519 key pairs for the ground station, '
                             'each drone and each express ground client (security.keys_dir; '

@@ -200,3 +200,29 @@ def result_problem(result: Any, global_weights: Mapping[str, np.ndarray]) -> str
         if not np.all(np.isfinite(new)):
             return f'tensor {name!r} with {int(np.sum(~np.isfinite(new)))} NaN or Inf entries'
     return ''
+
+
+def state_arrays_out(state: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:
+    """A JSON-able copy of a state tree (:meth:`Strategy.state_dict`) whose numpy arrays move
+    into ``arrays`` as npz entries named by their ``path`` (the engine's and the fleet
+    station's checkpoints)."""
+    if isinstance(state, np.ndarray):
+        arrays[path] = state
+        return {'__npz__': path}
+    if isinstance(state, dict):
+        return {key: state_arrays_out(value, f'{path}/{key}', arrays)
+                for key, value in state.items()}
+    if isinstance(state, list | tuple):
+        return [state_arrays_out(value, f'{path}/{i}', arrays) for i, value in enumerate(state)]
+    return state
+
+
+def state_arrays_in(state: Any, archive: Any) -> Any:
+    """Inverse of :func:`state_arrays_out`."""
+    if isinstance(state, dict):
+        if set(state) == {'__npz__'}:
+            return np.array(archive[state['__npz__']])
+        return {key: state_arrays_in(value, archive) for key, value in state.items()}
+    if isinstance(state, list):
+        return [state_arrays_in(value, archive) for value in state]
+    return state

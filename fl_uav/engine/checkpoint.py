@@ -13,6 +13,8 @@ import numpy as np
 
 from fl_uav.aggregation import Strategy
 from fl_uav.aggregation.robust import NormClip
+from fl_uav.aggregation.strategy import state_arrays_in as _arrays_in
+from fl_uav.aggregation.strategy import state_arrays_out as _arrays_out
 from fl_uav.compression.compressor import Compressor
 from fl_uav.configschema import to_flat
 from fl_uav.engine.config import ExperimentConfig
@@ -176,26 +178,3 @@ def _refuse_unsaved_plugin_state(unsaved: dict[str, list[str]], config: Experime
         f'cannot resume {out_dir}: a plug-in kept state its checkpoint does not hold ({named}) '
         f'and defines no state_dict; give it state_dict()/load_state_dict() (or a state_dict '
         f'returning {{}} if those attributes are not state), then start the run again')
-
-
-def _arrays_out(state: Any, path: str, arrays: dict[str, np.ndarray]) -> Any:
-    """A JSON-able copy of a state tree whose numpy arrays move into ``arrays`` (npz entries)."""
-    if isinstance(state, np.ndarray):
-        arrays[path] = state
-        return {'__npz__': path}
-    if isinstance(state, dict):
-        return {key: _arrays_out(value, f'{path}/{key}', arrays) for key, value in state.items()}
-    if isinstance(state, list | tuple):
-        return [_arrays_out(value, f'{path}/{i}', arrays) for i, value in enumerate(state)]
-    return state
-
-
-def _arrays_in(state: Any, archive: Any) -> Any:
-    """Inverse of :func:`_arrays_out`."""
-    if isinstance(state, dict):
-        if set(state) == {'__npz__'}:
-            return np.array(archive[state['__npz__']])
-        return {key: _arrays_in(value, archive) for key, value in state.items()}
-    if isinstance(state, list):
-        return [_arrays_in(value, archive) for value in state]
-    return state

@@ -722,16 +722,20 @@ class DroneNodeParams:
 
 @dataclass(frozen=True)
 class GroundStationNodeParams:
-    """The ground station node's own parameters: output_dir (run log; '' = none),
-    exit_on_finish (end the node after the last round, once no drone listens any more or
-    finish_linger_s has passed), tick_period_s (how often it checks deadlines and opens
-    rounds, in (0, 60] s), finish_linger_s (how long it keeps publishing the finish command
-    before it exits, >= 0)."""
+    """The ground station node's own parameters: output_dir (run log and, after every closed
+    round, the station checkpoint; '' = none), exit_on_finish (end the node after the last
+    round, once no drone listens any more or finish_linger_s has passed), tick_period_s (how
+    often it checks deadlines and opens rounds, in (0, 60] s), finish_linger_s (how long it
+    keeps publishing the finish command before it exits, >= 0), resume (a directory holding
+    a station checkpoint, normally the crashed station's output_dir: go on with that run,
+    same run id, from the round after the last one closed; a checkpoint of another model,
+    fleet, strategy or key is refused; '' = a new run)."""
 
     output_dir: str = ''
     exit_on_finish: bool = False
     tick_period_s: float = 0.1
     finish_linger_s: float = 60.0
+    resume: str = ''
 
     def __post_init__(self) -> None:
         _require_positive('tick_period_s', self.tick_period_s, 60.0)

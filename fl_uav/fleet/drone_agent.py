@@ -643,8 +643,10 @@ class DroneAgent:
         """Undo what the previous upload changed if the station says it was not used.
 
         The round task's UPLOAD_ACK_KNOB tells whether the round r − 1 update was aggregated
-        (for LGC: which layers). If it was not, the client algorithm's and the compressor's
-        ``upload_lost`` run (SCAFFOLD's c_k, LGC's residual), as the engine does for a late
+        (for LGC: which layers); a task for the upload's own round again (a station resumed
+        from its checkpoint reopens the round it crashed in) says it was not. If it was not,
+        the client algorithm's and the compressor's ``upload_lost`` run (SCAFFOLD's c_k,
+        LGC's residual), as the engine does for a late
         drone; if only some LGC layers were summed, exactly those stay acknowledged. Only for
         an upload this agent made in round r − 1 and not yet settled (so a second call does
         nothing); a malformed knob is counted (``malformed_acks``) and ignored. Called by
@@ -667,7 +669,9 @@ class DroneAgent:
             self.malformed_acks += 1
             return
         upload_round, trained = pending
-        if ack_round != upload_round or ack_round != task.round_index - 1:
+        if upload_round >= task.round_index:   # the station opened that round again (it
+            used = False                        # resumed from its checkpoint): never used
+        elif ack_round != upload_round or ack_round != task.round_index - 1:
             return
         lgc = isinstance(self._compressor, LgcCompressor)
         if used and lgc and layers is not None:

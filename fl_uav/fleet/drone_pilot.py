@@ -136,8 +136,9 @@ class DronePilot:
         self._link_up: asyncio.Event | None = None   # set on every established connection
         self._link_losses_checked = 0   # vehicle.link_losses at the last readiness check
         self._run_epoch = 0             # the run (RoundTask.run_epoch) of the last round flown
-        # (run_epoch, round_index) of the newest round begun: older rounds are superseded
-        self._newest_round = (0, 0)
+        # (run_epoch, round_index, opened_ms) of the newest round begun: older rounds (and a
+        # round the station opened again after a restart, fl_uav.fleet.round_gate) supersede
+        self._newest_round = (0, 0, 0)
         self._own_return = False        # RETURN_TO_LAUNCH is the pilot's own command
         self._armed_link_losses = 0     # vehicle.link_losses when the pilot last armed it
         self._closed = False
@@ -324,7 +325,7 @@ class DronePilot:
     def _begin_round(self, task: RoundTask) -> None:
         """A round's flight starts: no error yet; a new run's figures and errors start over;
         older rounds are superseded from now on."""
-        self._newest_round = max(self._newest_round, (task.run_epoch, task.round_index))
+        self._newest_round = max(self._newest_round, _round_key(task))
         self.state.round_error = ''
         if task.run_epoch != self._run_epoch:
             self._run_epoch = task.run_epoch
@@ -447,7 +448,7 @@ class DronePilot:
         """A newer round (or a new run) has begun since ``task``: the station opens a round
         only after closing the previous one, so ``task``'s update would be refused
         (``wrong_round``). Safe to call from the training thread."""
-        return self._newest_round > (task.run_epoch, task.round_index)
+        return self._newest_round > _round_key(task)
 
     async def run_round(self, task: RoundTask) -> UpdateReport:
         """Choose the round's mission (onboard planner), fly it (bounded by the round's
@@ -704,3 +705,9 @@ class DronePilot:
             sample = PoseSample(pose.east_m, pose.north_m, pose.up_m, pose.yaw_rad, time.time())
             self.agent.on_pose(sample)
             on_pose(sample)
+
+
+def _round_key(task: RoundTask) -> tuple[int, int, int]:
+    """Orders the rounds a drone begins: run, round, and when the station opened it (a round
+    opened again by a resumed station supersedes its first opening)."""
+    return task.run_epoch, task.round_index, task.opened_ms or 0

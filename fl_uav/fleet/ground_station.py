@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fl_uav.aggregation import ClientUpdate
 from fl_uav.aggregation.scaffold import (
@@ -41,6 +42,7 @@ from fl_uav.aggregation.scaffold import (
 from fl_uav.aggregation.strategy import (
     AggregateResult,
     AggregationError,
+    Strategy,
     checked_aggregate,
     checked_configure_round,
 )
@@ -234,8 +236,8 @@ class GroundStation:
                        else config.num_drones)
         # the plug-in contract: an int seed the strategy may give default_rng; world.seed
         # itself would be the land-cover map's first stream ([seed] = [seed, 0], streams.py)
-        self._strategy = config.aggregation.build(
-            num_clients, seed=stream_seed(config.world.seed, 0, Stream.STRATEGY))
+        self._num_clients = num_clients
+        self._strategy = self.build_strategy()
         self._round_warnings: list[str] = []   # what went wrong opening the open round
         # aggregation.max_failed_rounds: rounds in a row whose aggregation failed, and why the
         # run ended as failed ('' while it has not), as the engine stops on a plug-in's fault
@@ -271,6 +273,60 @@ class GroundStation:
         self.initial_accuracy, self.initial_loss = self.evaluate()
         # A finite loss does not stop the run: the station says when the model diverged.
         self.divergence = DivergenceMonitor(len(CLASS_NAMES), config.rounds.num_rounds)
+
+    def build_strategy(self) -> Strategy:
+        """A new instance of the configured strategy, as this station built its own (a
+        resume loads the checkpoint's state into one before it replaces the station's)."""
+        return self.config.aggregation.build(
+            self._num_clients, seed=stream_seed(self.config.world.seed, 0, Stream.STRATEGY))
+
+    @property
+    def strategy(self) -> Strategy:
+        """The aggregation strategy (its state_dict goes into the station checkpoint)."""
+        return self._strategy
+
+    @property
+    def station_key(self) -> Ed25519PrivateKey | None:
+        """The station's signing key (None: unsigned frames)."""
+        return self._auth.private_key
+
+    def checkpoint_state(self) -> dict[str, Any]:
+        """Everything but the weights and the strategy that a resumed station needs to go
+        on after the last closed round (JSON-ready; fl_uav.fleet.station_checkpoint)."""
+        if self._round is not None:
+            raise RuntimeError(f'round {self._round.index} is open: checkpoint between rounds')
+        d = self.divergence
+        return {
+            'run_id': self.run_id, 'run_started_ms': self.run_started_ms,
+            'rounds_closed': len(self.records),
+            'records': [r.to_dict() for r in self.records],
+            'rejected_total': dict(self.rejected_total),
+            'initial_accuracy': self.initial_accuracy, 'initial_loss': self.initial_loss,
+            'failed_in_a_row': self._failed_in_a_row, 'failure': self.failure,
+            'used_last_round': {str(k): v for k, v in self._used_last_round.items()},
+            'divergence': {'warnings': list(d.warnings), 'raised': sorted(d._raised),
+                           'rounds': d._rounds, 'best_accuracy': d._best_accuracy},
+            'resources': self.resources.state_dict(),
+        }
+
+    def restore(self, state: dict[str, Any], weights: Weights, strategy: Strategy,
+                records: list[RoundRecord], resources: StationResources,
+                divergence: DivergenceMonitor) -> None:
+        """Take over a checkpoint's state (each part already read and checked by
+        fl_uav.fleet.station_checkpoint): only assignments, nothing here can fail half-way."""
+        self.run_id = state['run_id']
+        self.run_started_ms = state['run_started_ms']
+        self.weights = weights
+        self._strategy = strategy
+        self.records = records
+        self.rejected_total = Counter(state['rejected_total'])
+        self.initial_accuracy = state['initial_accuracy']
+        self.initial_loss = state['initial_loss']
+        self._failed_in_a_row = state['failed_in_a_row']
+        self.failure = state['failure']
+        self._used_last_round = {int(k): v for k, v in state['used_last_round'].items()}
+        self.resources = resources
+        self.divergence = divergence
 
     # --- state ---------------------------------------------------------------------------
     @property

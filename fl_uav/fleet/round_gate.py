@@ -9,8 +9,11 @@ nor follow any index:
 
 * a frame of the run in progress: a round ahead of the last one taken is taken (rounds may be
   skipped: a drone that was away takes the round the station is at); the same round again is
-  ignored (``repeat``: the latched model topic re-delivers it); a round behind is ignored
-  (``stale_round``: a replay, or a reordered frame);
+  ignored (``repeat``: the latched model topic re-delivers it) unless the station opened it
+  again, later (``reopened``: its ``opened_ms`` is later than the taken frame's; a station
+  resumed from its checkpoint after a crash opens the round it was in once more, and the
+  drone takes it as the next round of its run, fl_uav/fleet/station_checkpoint.py); a round
+  behind is ignored (``stale_round``: a replay, or a reordered frame);
 * a frame with a run id the drone has not seen starts a new run (``new_run`` in
   :attr:`RoundGate.events`) if that run started after the one in progress (``run_started_ms``,
   the station's clock at its start, in every frame): the gate resets and takes it, whatever
@@ -45,6 +48,7 @@ from dataclasses import dataclass
 TAKE, REPEAT, NEW_RUN, BEYOND_RUN, STALE_FINISH, STALE_ROUND, OLD_RUN, OTHER_RUN = (
     'take', 'repeat', 'new_run', 'beyond_run', 'stale_finish', 'stale_round', 'old_run',
     'other_run')
+REOPENED = 'reopened'
 
 #: Run ids a drone remembers having left (oldest forgotten first).
 RETIRED_RUNS_KEPT = 64
@@ -61,7 +65,7 @@ class RoundVerdict:
     @property
     def taken(self) -> bool:
         """True if the drone should run the round (or obey the finish)."""
-        return self.action in (TAKE, NEW_RUN)
+        return self.action in (TAKE, NEW_RUN, REOPENED)
 
 
 class RoundGate:
@@ -74,14 +78,25 @@ class RoundGate:
         self.run_id: str | None = None             # the run in progress (None: not known)
         self.run_started_ms: int | None = None     # when it started (None: not announced)
         self.epoch = 0                             # runs taken part in (1: the first)
+        self.last_opened_ms: int | None = None     # opened_ms of the last round taken
         self._retired: deque[str] = deque(maxlen=RETIRED_RUNS_KEPT)
         self.ignored: Counter[str] = Counter()     # by reason (module docstring)
-        self.events: Counter[str] = Counter()      # new_run
+        self.events: Counter[str] = Counter()      # new_run, reopened
 
     def admit_round(self, round_index: int, num_rounds: int | None,
                     run_id: str | None = None,
-                    run_started_ms: int | None = None) -> RoundVerdict:
-        """The verdict on a GLOBAL_MODEL frame's round; taken rounds move the gate."""
+                    run_started_ms: int | None = None,
+                    opened_ms: int | None = None) -> RoundVerdict:
+        """The verdict on a GLOBAL_MODEL frame's round (``opened_ms``: when the station
+        opened it, None: not announced); taken rounds move the gate."""
+        verdict = self._admit_round(round_index, num_rounds, run_id, run_started_ms,
+                                    opened_ms)
+        if verdict.taken:
+            self.last_opened_ms = opened_ms
+        return verdict
+
+    def _admit_round(self, round_index: int, num_rounds: int | None, run_id: str | None,
+                     run_started_ms: int | None, opened_ms: int | None) -> RoundVerdict:
         limit = (self.default_num_rounds if num_rounds is None
                  else min(num_rounds, self.default_num_rounds))
         if (num_rounds is not None and self.default_num_rounds < round_index <= num_rounds):
@@ -112,6 +127,12 @@ class RoundGate:
             self.run_started_ms = run_started_ms
             return verdict
         if round_index == self.last_round:
+            if (run_id is not None and opened_ms is not None
+                    and self.last_opened_ms is not None and opened_ms > self.last_opened_ms):
+                self.events[REOPENED] += 1
+                return RoundVerdict(REOPENED, f'round {round_index} of run {run_id} opened '
+                                              f'again (the station resumed from its '
+                                              f'checkpoint?): taken again')
             return self._ignore(REPEAT, f'round {round_index} was already taken')
         if round_index < self.last_round:
             if run_id is not None:

@@ -13,6 +13,9 @@ from fl_uav.planning.config import KNOBS_FILE
 
 PROGRESS_FILE = 'progress.jsonl'
 STATION_REPORT_FILE = 'ground_station.json'
+# the station checkpoint after each closed round, and its manifest (station_checkpoint.py)
+STATION_CHECKPOINT_FILE = 'station_checkpoint.npz'
+STATION_CHECKPOINT_MANIFEST = 'station_checkpoint.json'
 
 
 def _clean(value: Any) -> Any:

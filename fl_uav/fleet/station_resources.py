@@ -80,6 +80,9 @@ class StationResources:
         self.error = ''
         self.planned_after_round: int | None = None
         self.rounds: dict[int, dict[int, dict]] = {}
+        # a resume: the planner's own log (its report's summary) to load once it is rebuilt
+        self._resume_log: tuple[dict[str, Any], int] | None = None
+        self._sizes: tuple[int, int] | None = None   # (num_params, model_bytes) it planned on
 
     @property
     def enabled(self) -> bool:
@@ -115,6 +118,7 @@ class StationResources:
         if self.status != 'waiting' or self.missing(drone_ids):
             return
         try:
+            self._sizes = (int(num_params), int(model_bytes))
             self.inputs = self._planner_inputs(drone_ids, num_params, model_bytes)
         except Exception as exc:  # noqa: BLE001 - a planning failure must not stop the rounds
             self._fail(round_index, exc)
@@ -160,6 +164,9 @@ class StationResources:
             self._fail(round_index, exc)
             return
         self.status = 'planned'
+        if self._resume_log is not None and self.planner.resumes_from_knobs:
+            self.planner.load_log(*self._resume_log)    # its decisions up to the checkpoint
+        self._resume_log = None
         _log.info('resources.planner %s planned after round %d', self.planner_name,
                   round_index)
 
@@ -173,6 +180,42 @@ class StationResources:
         self.planner.record(round_index, knobs)
         self.rounds[round_index] = {int(d): dict(k) for d, k in knobs.items()}
         return knobs
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed station needs to plan on (JSON-ready): the drones' reports, the
+        status, the knobs sent, and the planner's own log. The planner itself is rebuilt
+        from its inputs (seeded: the same plan) by :meth:`load_state_dict`."""
+        return {'class_counts': {str(d): c for d, c in self.class_counts.items()},
+                'positions_enu_m': {str(d): p for d, p in self.positions_enu_m.items()},
+                'status': self.status, 'error': self.error,
+                'planned_after_round': self.planned_after_round,
+                'drone_ids': list(self.inputs.drone_ids) if self.inputs is not None else None,
+                'sizes': list(self._sizes) if self._sizes is not None else None,
+                'rounds': {str(r): {str(d): k for d, k in row.items()}
+                           for r, row in self.rounds.items()},
+                'planner_log': self.planner.summary() if self.planner is not None else None}
+
+    def load_state_dict(self, state: Mapping[str, Any], rounds_closed: int) -> None:
+        """Restore :meth:`state_dict` into this (new) instance; a planner that was built or
+        pending is pending again (built by the next :meth:`build_pending`, then given its log
+        up to ``rounds_closed``). ValueError/KeyError/TypeError on a malformed state."""
+        self.class_counts = {int(d): [int(v) for v in c]
+                             for d, c in state['class_counts'].items()}
+        self.positions_enu_m = {int(d): [float(v) for v in p]
+                                for d, p in state['positions_enu_m'].items()}
+        self.status, self.error = str(state['status']), str(state['error'])
+        after = state['planned_after_round']
+        self.planned_after_round = None if after is None else int(after)
+        self.rounds = {int(r): {int(d): dict(k) for d, k in row.items()}
+                       for r, row in state['rounds'].items()}
+        if self.status in ('planning', 'planned'):
+            num_params, model_bytes = state['sizes']
+            self._sizes = (int(num_params), int(model_bytes))
+            self.inputs = self._planner_inputs([int(d) for d in state['drone_ids']],
+                                               *self._sizes)
+            self.status = 'planning'
+            if state.get('planner_log') is not None:
+                self._resume_log = (dict(state['planner_log']), rounds_closed)
 
     def report(self) -> dict[str, Any]:
         """What was planned from what, and the knobs sent each round (DIR/knobs.json)."""

@@ -21,6 +21,7 @@ from fl_uav.autopilot_sim.config import AutopilotSimConfig
 from fl_uav.configschema import ConfigError, build_config, read_params_file
 from fl_uav.fleet.config import FleetConfig, GroundClientConfig
 from fl_uav.fleet.keys import PRIVATE_SUFFIX, PUBLIC_SUFFIX, generate_fleet_keys
+from fl_uav.fleet.run_log import STATION_CHECKPOINT_FILE
 
 KEYS_DIR = 'keys'                      # a run's Ed25519 keys (fl-uav keygen layout)
 
@@ -69,9 +70,11 @@ class NodeSpec:
 
 @dataclass(frozen=True)
 class Respawn:
-    """Restart a drone node that dies (a non-zero exit code or a signal) after ``delay_s``
-    seconds, at most ``max_restarts`` times; ``enabled`` false: never. A clean exit is never
-    restarted. The launch files (fl_uav.ros.respawn) and ``fl-uav sim`` apply it alike."""
+    """Restart a drone node, or the ground station node, that dies (a non-zero exit code or
+    a signal) after ``delay_s`` seconds, at most ``max_restarts`` times; ``enabled`` false:
+    never. A clean exit is never restarted. The station comes back resuming from its
+    checkpoint in its output_dir (fl_uav.fleet.station_checkpoint), if it wrote one. The
+    launch files (fl_uav.ros.respawn) and ``fl-uav sim`` apply it alike."""
 
     enabled: bool = True
     delay_s: float = 2.0
@@ -214,9 +217,11 @@ def check_fleet_start(config: FleetConfig, with_simulators: bool = True) -> None
 
 
 def fleet_plan(config: FleetConfig, output_dir: str | Path | None = None,
-               exit_on_finish: bool = True, with_simulators: bool = True) -> list[NodeSpec]:
+               exit_on_finish: bool = True, with_simulators: bool = True,
+               resume: str | Path | None = None) -> list[NodeSpec]:
     """autopilot_sim + sim_camera + ground_station + one drone node per UAV (+ in
-    ``mode: express`` one ground_client node per FedEx ground client, namespace /gc<j>)."""
+    ``mode: express`` one ground_client node per FedEx ground client, namespace /gc<j>);
+    ``resume``: the directory of the station checkpoint the station goes on from."""
     out = str(output_dir) if output_dir else ''
     specs: list[NodeSpec] = []
     if with_simulators:
@@ -227,7 +232,8 @@ def fleet_plan(config: FleetConfig, output_dir: str | Path | None = None,
         if config.mode != 'express':    # express: the drones' cameras are not used
             specs.append(NodeSpec('sim_camera_node', 'sim_camera'))
     specs.append(NodeSpec('ground_station_node', 'ground_station',
-                          parameters={'output_dir': out, 'exit_on_finish': exit_on_finish}))
+                          parameters={'output_dir': out, 'exit_on_finish': exit_on_finish,
+                                      **({'resume': str(resume)} if resume else {})}))
     specs += [NodeSpec('drone_node', 'drone', namespace=f'/uav{d}',
                        parameters={'drone_id': d, 'exit_on_finish': exit_on_finish,
                                    'output_dir': out},
@@ -347,3 +353,12 @@ def launch_config_file(name: str, text: str, default: Path) -> Path:
     if not path.is_file():
         raise ConfigError(f'launch argument {name}:={str(path)!r}: no such config file')
     return path
+
+
+def station_resume_argv(node_argv: Sequence[str], output_dir: str | Path) -> tuple[str, ...]:
+    """The restarted station's command: its own, resuming from the checkpoint in its output
+    directory if there is one (else unchanged: a station that died before closing a round
+    starts a new run, which the drones join)."""
+    if not output_dir or not (Path(output_dir) / STATION_CHECKPOINT_FILE).is_file():
+        return tuple(node_argv)
+    return (*node_argv, '-p', f'resume:={output_dir}')

@@ -7,7 +7,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,13 +68,14 @@ class ProcessGroup:
                                       tuple(argv)))
         return self.nodes[-1]
 
-    def restart(self, node: RunningNode) -> RunningNode:
-        """Start an ended node's command again, in its place; its log goes on in the same
-        file after a line that says so."""
+    def restart(self, node: RunningNode, argv: Sequence[str] | None = None) -> RunningNode:
+        """Start an ended node's command (or ``argv``) again, in its place; its log goes on
+        in the same file after a line that says so."""
+        argv = tuple(argv) if argv is not None else node.argv
         with open(node.log_path, 'a') as log:
             log.write(f'--- fl-uav sim: {node.label} exited with code '
                       f'{node.process.returncode}; restarted ---\n')
-        again = RunningNode(node.spec, self._popen(node.argv, node.log_path, 'ab'),
+        again = RunningNode(node.spec, self._popen(argv, node.log_path, 'ab'),
                             node.log_path, node.argv)
         self.nodes[self.nodes.index(node)] = again
         return again
@@ -138,15 +139,18 @@ def _stop_nodes(nodes: Sequence[RunningNode], grace_s: float) -> None:
 
 
 class Respawner:
-    """Restarts the nodes of some executables (the drone nodes) of a :class:`ProcessGroup`
-    that die, as ``policy`` says (a clean exit is never restarted), and keeps the record:
-    each death, its round, and when the node came back."""
+    """Restarts the nodes of some executables (the drone nodes, the ground station) of a
+    :class:`ProcessGroup` that die, as ``policy`` says (a clean exit is never restarted), and
+    keeps the record: each death, its round, and when the node came back. ``restart_argv``
+    may give a node's command for its restart (the station's: resume from its checkpoint)."""
 
     def __init__(self, group: ProcessGroup, policy: Respawn,
-                 executables: Collection[str] = ('drone_node',)) -> None:
+                 executables: Collection[str] = ('drone_node',),
+                 restart_argv: Callable[[RunningNode], Sequence[str]] | None = None) -> None:
         self._group = group
         self._policy = policy
         self._executables = tuple(executables)
+        self._restart_argv = restart_argv
         self._due: dict[int, tuple[float, RunningNode, dict]] = {}   # pid: when, what
         self._seen: set[int] = set()     # pids of the deaths recorded
         #: one per death: node, exit_code, died_s, round (open at the death), restarted_s
@@ -179,7 +183,12 @@ class Respawner:
         for key, (due_s, node, death) in list(self._due.items()):
             if now_s >= due_s:
                 del self._due[key]
-                self._group.restart(node)
+                argv = self._restart_argv(node) if self._restart_argv is not None else None
+                self._group.restart(node, argv)
                 death['restarted_s'] = round(now_s, 1)
-                lines.append(f'{node.label} restarted')
+                resumed = argv is not None and tuple(argv) != node.argv
+                if resumed:    # the station, resuming from its checkpoint
+                    death['resumed'] = True
+                lines.append(f'{node.label} restarted' + (', resuming from its checkpoint'
+                                                          if resumed else ''))
         return lines

@@ -25,18 +25,26 @@ from typing import Any
 
 import numpy as np
 
-from fl_uav.configschema import build_config, to_flat
+from fl_uav.configschema import ConfigError, build_config, to_flat
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.onboard_planner import record_file_name
 from fl_uav.fleet.recording import READY_LINE
-from fl_uav.fleet.run_log import STATION_REPORT_FILE, read_progress
+from fl_uav.fleet.run_log import (
+    PROGRESS_FILE,
+    STATION_CHECKPOINT_FILE,
+    STATION_CHECKPOINT_MANIFEST,
+    STATION_REPORT_FILE,
+    read_progress,
+)
 from fl_uav.fleet_run.launch_plan import (
+    KEYS_DIR,
     NodeSpec,
     Respawn,
     check_fleet_start,
     fleet_plan,
     merged_parameters,
     run_keys,
+    station_resume_argv,
     write_params_file,
 )
 from fl_uav.fleet_run.launcher import ProcessGroup, Respawner, RunningNode, ros_environment
@@ -67,7 +75,8 @@ class FleetRunOptions:
     timeout_s: float = 1800.0
     domain_id: int | None = None
     record: bool = False       # record the fleet's topics into out_dir/RECORDING_DIR
-    respawn: Respawn = Respawn()   # a drone node that dies is restarted
+    respawn: Respawn = Respawn()   # a drone or station node that dies is restarted
+    resume: Path | None = None     # the station goes on from the checkpoint in this directory
 
 
 def _format_round(row: Mapping[str, Any]) -> str:
@@ -102,21 +111,43 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
     # fit the fleet or a port another process holds stop here, before DIR is touched and
     # before any process starts.
     check_fleet_start(build_config(FleetConfig, flat))
+    resume = options.resume
+    if resume is not None and not (Path(resume) / STATION_CHECKPOINT_FILE).is_file():
+        raise ConfigError(f'--resume {str(resume)!r}: no station checkpoint '
+                          f'{STATION_CHECKPOINT_FILE} there (the station writes it into the '
+                          f'run directory after each closed round)')
+    same_dir = resume is not None and Path(resume).resolve() == out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    for stale in (STATION_REPORT_FILE, 'progress.jsonl', SUMMARY_FILE, AUTOPILOT_LOG_FILE):
-        (out / stale).unlink(missing_ok=True)
+    # an earlier run's files; resuming in its own directory, its rounds and checkpoint stay
+    kept = ((PROGRESS_FILE, STATION_CHECKPOINT_FILE, STATION_CHECKPOINT_MANIFEST) if same_dir
+            else ())
+    for stale in (STATION_REPORT_FILE, PROGRESS_FILE, SUMMARY_FILE, AUTOPILOT_LOG_FILE,
+                  STATION_CHECKPOINT_FILE, STATION_CHECKPOINT_MANIFEST):
+        if stale not in kept:
+            (out / stale).unlink(missing_ok=True)
     for stale in (out / CLIENT_LOG_DIR).glob('gc*.json'):
         stale.unlink()
     shutil.rmtree(out / RECORDING_DIR, ignore_errors=True)   # an earlier run's recording
-    flat.update(run_keys(out, flat, options.overrides))
+    resumed_keys = Path(resume) / KEYS_DIR if resume is not None else None
+    if resumed_keys is not None and not flat.get('security.keys_dir') and resumed_keys.is_dir():
+        # the run's own keys: the checkpoint holds the station key it was made under
+        flat.update({'security.keys_dir': str(resumed_keys.resolve()),
+                     'security.require_signatures': options.overrides.get(
+                         'security.require_signatures', True)})
+    else:
+        flat.update(run_keys(out, flat, options.overrides))
     config: FleetConfig = build_config(FleetConfig, flat)
     params_file = write_params_file(flat, out / 'params.yaml')
     domain_id = options.domain_id if options.domain_id is not None else random.randint(1, 101)
     env = ros_environment(domain_id, out / 'ros_logs')
     group = ProcessGroup(env, out / 'logs')
-    respawner = Respawner(group, options.respawn)
+    # a dead station comes back resuming from its checkpoint (the run goes on, same run id)
+    respawner = Respawner(group, options.respawn, ('drone_node', 'ground_station_node'),
+                          restart_argv=lambda node: (
+                              station_resume_argv(node.argv, out)
+                              if node.spec.executable == 'ground_station_node' else node.argv))
     recorder = ProcessGroup(env, out / 'logs')      # stopped after the fleet's nodes
-    specs = fleet_plan(config, out, exit_on_finish=True)
+    specs = fleet_plan(config, out, exit_on_finish=True, resume=resume)
     express = (f' (FedEx express: {config.ground_clients.num_clients} ground clients)'
                if config.mode == 'express' else '')
     echo(f'fl-uav sim: {config.num_drones} drones{express}, {config.rounds.num_rounds} rounds, '
@@ -296,6 +327,14 @@ def _death_warnings(deaths: Sequence[Mapping[str, Any]], rounds: Sequence[Mappin
                 f'{death["died_s"]:.0f} s in round {death["round"]}')
         if death['restarted_s'] is None:
             lines.append(f'{text}; not restarted')
+            continue
+        if not death['node'].startswith('uav'):    # the ground station
+            after = [r['round_index'] for r in rounds if r['round_index'] >= death['round']]
+            lines.append(f'{text}; restarted at {death["restarted_s"]:.0f} s'
+                         + (', resumed from its checkpoint' if death.get('resumed') else
+                            ', a new run (no checkpoint)')
+                         + (f', rounds {after[0]}..{after[-1]} closed after' if after
+                            else ', no round closed after'))
             continue
         drone = int(death['node'].removeprefix('uav').split('/')[0])
         back = next((r['round_index'] for r in rounds if r['round_index'] > death['round']

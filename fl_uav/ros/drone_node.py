@@ -80,7 +80,7 @@ from fl_uav.fleet.onboard_planner import (
     map_geotags,
     record_file_name,
 )
-from fl_uav.fleet.round_gate import NEW_RUN, REPEAT, RoundGate
+from fl_uav.fleet.round_gate import NEW_RUN, REOPENED, REPEAT, RoundGate
 from fl_uav.fleet.station_watchdog import StationWatchdog
 from fl_uav.fleet.world_setup import map_labeler
 from fl_uav.fleet_run.launch_plan import drone_stop_grace_s
@@ -330,10 +330,12 @@ class DroneNode(Node):
             return   # FedEx-Async: another UAV's departure; this one is still out
         else:
             verdict = self.rounds.admit_round(work.round_index, work.num_rounds, work.run_id,
-                                              work.run_started_ms)
+                                              work.run_started_ms, work.opened_ms)
             if not verdict.taken:
                 self._log_ignored(verdict.action, verdict.detail)
                 return
+            if verdict.action == REOPENED:
+                self.get_logger().warning(verdict.detail)
             if verdict.action == NEW_RUN:
                 self.get_logger().warning(verdict.detail)
                 if self._tour is not None and not self._tour.done():

@@ -20,6 +20,7 @@ from rclpy.node import Node
 from std_msgs.msg import Float64, UInt8MultiArray
 from visualization_msgs.msg import MarkerArray
 
+from fl_uav.fleet import station_checkpoint
 from fl_uav.fleet.config import FleetConfig, GroundStationNodeParams
 from fl_uav.fleet.ground_station import GroundStation, RoundRecord
 from fl_uav.fleet.heartbeat_auth import heartbeat_signer
@@ -57,6 +58,7 @@ class GroundStationNode(Node):
         images, labels = heldout_set(fleet_world(cfg), cfg.camera,
                                      n=cfg.rounds.eval_samples, seed=cfg.rounds.eval_seed)
         self.station = GroundStation(cfg, to_model_input(images, cfg.learning.input_px), labels)
+        resumed = self._resume()
         self.log = RunLog(self.own.output_dir or None)
         self._lock = threading.Lock()
         self._inbox = UpdateInbox(inbox_capacity_frames(cfg.num_drones))
@@ -92,6 +94,14 @@ class GroundStationNode(Node):
         self.create_timer(self.own.tick_period_s, self._tick)
         self._status_pub = status_publisher(self)
         self.create_timer(cfg.status.period_s, self._publish_status)
+        if resumed is not None:
+            self.get_logger().info(
+                f'resumed run {self.station.run_id} from {resumed} after round '
+                f'{len(self.station.records)} (accuracy {self.station.records[-1].accuracy:.3f}'
+                f'): round {self.station.next_round_index} next' if self.station.records
+                else f'resumed run {self.station.run_id} from {resumed}: no round closed')
+            if self.station.finished:
+                self._finish()
         self.get_logger().info(
             f'ground station: run {self.station.run_id}, {cfg.num_drones} drones, '
             f'{cfg.rounds.num_rounds} rounds, '
@@ -101,6 +111,28 @@ class GroundStationNode(Node):
 
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
+
+    def _resume(self) -> str | None:
+        """With ``resume``, the station takes over the checkpoint's run (ConfigError, one
+        line, when it cannot: the node ends); the checkpoints of this run go to output_dir."""
+        self._checkpoint_snapshot = station_checkpoint.plugin_snapshot(self.station)
+        self._checkpoint_off = station_checkpoint.unsupported(self.station)
+        if not self.own.resume:
+            return None
+        station_checkpoint.resume(self.station, self.own.resume)
+        self.station.plan_pending()     # a planner the checkpoint had built, built again
+        return str(station_checkpoint.checkpoint_path(self.own.resume))
+
+    def _write_checkpoint(self) -> None:
+        """DIR/station_checkpoint.npz after a closed round (call with ``self._lock``); a
+        failure is logged, the run goes on."""
+        if not self.own.output_dir or self._checkpoint_off:
+            return
+        try:
+            station_checkpoint.save(self.station, self.own.output_dir,
+                                    self._checkpoint_snapshot)
+        except (OSError, ValueError) as exc:
+            self.get_logger().error(f'station checkpoint not written: {exc}')
 
     def _on_update(self, msg: UInt8MultiArray) -> None:
         """Into the inbox, then taken in now unless the worker holds the lock (aggregating):
@@ -235,6 +267,7 @@ class GroundStationNode(Node):
                     return
                 finally:
                     self._take_updates()    # those that came while it aggregated: late
+                self._write_checkpoint()
             self._report_round(record)
             # The resource planner (seconds per drone for lgc_ddpg) off the lock: updates and
             # ticks are served meanwhile; the next round opens once it is built. None is

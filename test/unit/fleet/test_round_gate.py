@@ -9,6 +9,7 @@ from fl_uav.fleet.round_gate import (
     NEW_RUN,
     OLD_RUN,
     OTHER_RUN,
+    REOPENED,
     REPEAT,
     STALE_FINISH,
     STALE_ROUND,
@@ -185,3 +186,25 @@ def test_a_station_running_more_rounds_than_the_drone_is_configured_for_is_named
     # Assert: ignored, and the message says which key differs
     assert verdict.action == BEYOND_RUN
     assert 'rounds.num_rounds 3' in verdict.detail and 'run of 4 rounds' in verdict.detail
+
+
+def test_a_round_the_resumed_station_opens_again_is_taken_once_and_stays_in_the_run():
+    # Arrange: round 3 of run r taken, opened at t = 1000 ms
+    gate = RoundGate(default_num_rounds=RUN)
+    run = 'ab' * 8
+    assert gate.admit_round(3, RUN, run, 500, opened_ms=1000).action == TAKE
+    # Act: the latched frame again; the resumed station's round 3, opened later; that again
+    again = gate.admit_round(3, RUN, run, 500, opened_ms=1000)
+    reopened = gate.admit_round(3, RUN, run, 500, opened_ms=9000)
+    latched = gate.admit_round(3, RUN, run, 500, opened_ms=9000)
+    earlier = gate.admit_round(3, RUN, run, 500, opened_ms=2000)
+    # Assert: taken once, in the same run (no new run: the drone keeps its learning state)
+    assert (again.action, reopened.action, latched.action, earlier.action) == (
+        REPEAT, REOPENED, REPEAT, REPEAT)
+    assert reopened.taken and gate.epoch == 1 and gate.events[REOPENED] == 1
+    assert not gate.events[NEW_RUN] and gate.admit_round(4, RUN, run, 500, 9500).action == TAKE
+
+
+def test_a_round_without_a_run_id_or_opening_time_is_never_reopened():
+    gate = _gate_at(3)
+    assert gate.admit_round(3, RUN, opened_ms=9000).action == REPEAT

@@ -164,3 +164,17 @@ def test_a_finished_run_has_no_error_in_the_summary(tmp_path):
     summary = build_summary(tmp_path, config, 'finished', 1.0, {}, 5)
     # Assert
     assert summary['status'] == 'finished' and 'error' not in summary
+
+
+def test_a_station_death_is_told_with_its_resume_and_the_rounds_after():
+    from fl_uav.fleet_run.run import _death_warnings
+    rounds = [{'round_index': r, 'participants': [0, 1]} for r in range(1, 7)]
+    lines = _death_warnings([
+        {'node': 'ground_station', 'exit_code': -9, 'died_s': 33.3, 'round': 3,
+         'restarted_s': 35.0, 'resumed': True},
+        {'node': 'ground_station', 'exit_code': 1, 'died_s': 5.0, 'round': 7,
+         'restarted_s': 6.0}], rounds)
+    assert lines == ['ground_station died (exit code -9) at 33 s in round 3; restarted at '
+                     '35 s, resumed from its checkpoint, rounds 3..6 closed after',
+                     'ground_station died (exit code 1) at 5 s in round 7; restarted at 6 s, '
+                     'a new run (no checkpoint), no round closed after']

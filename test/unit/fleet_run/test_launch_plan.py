@@ -14,6 +14,7 @@ import yaml
 
 from fl_uav.configschema import ConfigError, build_config, read_params_file
 from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.run_log import STATION_CHECKPOINT_FILE
 from fl_uav.fleet_run.launch_plan import (
     DRONE_SHUTDOWN_MARGIN_S,
     STOP_GRACE_S,
@@ -345,3 +346,31 @@ def test_a_bad_respawn_argument_is_refused_naming_it(monkeypatch, name, value):
     with pytest.raises(ConfigError, match=f'launch argument {name}:='):
         module._nodes(context)
     assert made == []
+
+
+def test_fleet_launch_restarts_a_dead_station_resuming_from_its_output_dir(
+        monkeypatch, tmp_path, port_base):
+    # Arrange: the fleet launch file on the stand-ins; resume:=DIR of another run's keys
+    made: list = []
+    module = _launch_file_module(monkeypatch, 'fleet_sim.launch.py', made)
+    flat = {**read_params_file(FLEET_YAML), **tiny_fleet_overrides(1, port_base)}
+    config_file = write_params_file(flat, tmp_path / 'fleet.yaml')
+    out = tmp_path / 'run'
+    context = types.SimpleNamespace(launch_configurations={
+        'config': str(config_file), 'num_drones': '1', 'output_dir': str(out),
+        'respawn_delay': '0'}, is_shutdown=False)
+    killed = types.SimpleNamespace(returncode=-9)
+    actions = module._nodes(context)
+    station = [a for a in actions if isinstance(a, tuple) and a[0] == 'handler']
+    # Act: the station dies before any checkpoint, then after one
+    (first,) = [n for n in made if n['name'] == 'ground_station']
+    handlers = [h for h in station if h[1][0][1]['target_action'] is first]
+    on_exit = handlers[0][1][0][1]['on_exit']
+    (timer,) = [a for a in on_exit(killed, context) if a[0] == 'timer']
+    (out / STATION_CHECKPOINT_FILE).write_bytes(b'')
+    on_exit_2 = _exit_handler(timer[1]['actions'])
+    (timer2,) = [a for a in on_exit_2(killed, context) if a[0] == 'timer']
+    # Assert: the first start and the restart before a checkpoint start a new run; then resume
+    stations = [n['parameters'][1] for n in made if n['name'] == 'ground_station']
+    assert [s.get('resume') for s in stations] == [None, None, str(out)]
+    assert timer2[1]['period'] == 0.0

@@ -7,7 +7,8 @@ from __future__ import annotations
 import sys
 import time
 
-from fl_uav.fleet_run.launch_plan import NodeSpec, Respawn
+from fl_uav.fleet.run_log import STATION_CHECKPOINT_FILE
+from fl_uav.fleet_run.launch_plan import NodeSpec, Respawn, station_resume_argv
 from fl_uav.fleet_run.launcher import ProcessGroup, Respawner, ros_environment
 
 # A node stand-in: on SIGINT it writes when it heard it, takes `delay` seconds to wind down,
@@ -166,3 +167,30 @@ def test_with_respawn_off_a_death_is_recorded_and_not_restarted(tmp_path):
     _wait_ended(group)
     assert respawner.poll(1.0, 1) == [] and respawner.poll(9.0, 1) == []
     assert respawner.deaths[0]['restarted_s'] is None and respawner.deaths[0]['exit_code'] == 3
+
+
+def test_a_dead_station_is_restarted_resuming_from_its_checkpoint_if_it_wrote_one(tmp_path):
+    # Arrange: the station stand-in dies twice (-9), then ends cleanly; a checkpoint appears
+    # in its output directory between the two deaths
+    out = tmp_path / 'run'
+    out.mkdir()
+    group = ProcessGroup(ros_environment(79, tmp_path / 'ros_logs'), tmp_path / 'logs')
+    respawner = Respawner(group, Respawn(delay_s=0.0, max_restarts=3),
+                          ('drone_node', 'ground_station_node'),
+                          restart_argv=lambda node: station_resume_argv(node.argv, out))
+    argv = [sys.executable, '-c', COUNTED_EXIT, str(tmp_path / 'station.starts'), '-9,-9,0']
+    group.start_command(NodeSpec('ground_station_node', 'ground_station'), argv)
+    # Act
+    _wait_ended(group)
+    fresh = respawner.poll(10.0, 1)
+    (out / STATION_CHECKPOINT_FILE).write_bytes(b'')
+    _wait_ended(group)
+    resumed = respawner.poll(20.0, 3)
+    resumed_argv = group.nodes[0].process.args
+    _wait_ended(group)
+    # Assert: before a checkpoint, the same command (a new run); after, with resume:=DIR
+    assert fresh[-1] == 'ground_station restarted'
+    assert resumed[-1] == 'ground_station restarted, resuming from its checkpoint'
+    assert resumed_argv == [*argv, '-p', f'resume:={out}']
+    assert [d.get('resumed', False) for d in respawner.deaths] == [False, True]
+    assert [d['round'] for d in respawner.deaths] == [1, 3]
