@@ -67,4 +67,5 @@ def tiny_fleet_overrides(num_drones: int, port_base: int) -> dict:
         'flight.port_base': port_base,
         'autopilot.remote_base_port': port_base,
         'autopilot.bind_base_port': port_base + BIND_PORT_OFFSET,
+        'security.insecure': True,        # node tests without keys (test/ros: signed ones add)
     }

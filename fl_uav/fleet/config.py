@@ -187,9 +187,14 @@ class SecurityConfig:
         node signs every global-model, control, update and express visit frame it sends (the
         station also its heartbeats) and verifies every signed frame (and heartbeat) it
         receives.
-    require_signatures: reject (count by reason ``unsigned``) plain v1/v2 frames and
-        unsigned station heartbeats; needs keys_dir. False (the default) accepts them as
-        before signing existed.
+    require_signatures: with keys, reject (count by reason ``unsigned``) plain v1/v2 frames
+        and unsigned station heartbeats. The shipped configs say true; false accepts them as
+        before signing existed (anyone can write a plain frame's sender id). Without keys
+        (insecure) nothing is signed and it does not apply.
+    insecure: a drone, station or ground client node starts without keys (keys_dir ''):
+        its frames and beats go out unsigned and it takes unsigned ones, whose sender anyone
+        can claim to be; a bench, never a field. False (the default): such a node refuses to
+        start, naming keys_dir and this key (fl_uav/fleet/keys.py require_keys).
     max_frame_age_s: a signed frame issued longer ago than this (on the receiver's clock) is
         rejected as ``stale``: a recording replayed later. Longer than a round (a drone that
         joins late takes the latched model of the round in progress).
@@ -204,14 +209,12 @@ class SecurityConfig:
 
     keys_dir: str = ''
     require_signatures: bool = False
+    insecure: bool = False
     max_frame_age_s: float = 300.0
     max_clock_skew_s: float = 10.0
     heartbeat_max_age_s: float = 15.0
 
     def __post_init__(self) -> None:
-        if self.require_signatures and not self.keys_dir:
-            raise ValueError('security.require_signatures needs security.keys_dir (the '
-                             'directory fl-uav keygen wrote the keys to)')
         for name in ('max_frame_age_s', 'max_clock_skew_s', 'heartbeat_max_age_s'):
             value = getattr(self, name)
             if not 0.0 < value < math.inf:

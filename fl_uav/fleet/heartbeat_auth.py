@@ -274,8 +274,9 @@ class HeartbeatVerifier:
 def heartbeat_verifier(auth: FrameAuth, security: SecurityConfig,
                        clock: Callable[[], float] = time.time) -> HeartbeatVerifier:
     """A drone's verifier from its frame identity (``station.pub``, None without keys) and
-    ``security.*`` (require_signatures, heartbeat_max_age_s, max_clock_skew_s)."""
+    ``security.*`` (require_signatures, heartbeat_max_age_s, max_clock_skew_s; without keys,
+    security.insecure, nothing is signed and nothing required)."""
     return HeartbeatVerifier(auth.public_keys.get(GROUND_STATION_ID),
-                             require=security.require_signatures,
+                             require=security.require_signatures and bool(security.keys_dir),
                              max_age_s=security.heartbeat_max_age_s,
                              max_skew_s=security.max_clock_skew_s, clock=clock)

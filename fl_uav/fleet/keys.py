@@ -110,6 +110,20 @@ def _read(path: Path, private: bool) -> bytes:
         raise ValueError(f'{what}: cannot read the key ({exc.strerror})') from None
 
 
+def require_keys(security: SecurityConfig, node: str) -> None:
+    """ConfigError unless ``node`` ('drone 0', 'the ground station', ...) has keys
+    (security.keys_dir) or the config says it runs without them (security.insecure): secure
+    by default, a node without keys would send unsigned frames and take unsigned ones, whose
+    sender anyone can claim to be."""
+    if security.keys_dir or security.insecure:
+        return
+    raise ConfigError(f'{node} has no keys (security.keys_dir is empty): it would send '
+                      f'unsigned frames and take unsigned ones, whose sender anyone can claim '
+                      f"to be. Make the fleet's keys (fl-uav keygen --out DIR) and set "
+                      f'security.keys_dir, or set security.insecure: true to run unsigned '
+                      f'(a bench, not a field)')
+
+
 def load_frame_auth(security: SecurityConfig, own_id: int, peers: Iterable[int], *,
                     own_name: str | None = None,
                     peer_name: Callable[[int], str] = key_name) -> FrameAuth:

@@ -73,6 +73,7 @@ from fl_uav.fleet.drone_pilot import DronePilot
 from fl_uav.fleet.drone_status import drone_status
 from fl_uav.fleet.express_carrier import CluInbox, ExpressCarrier
 from fl_uav.fleet.heartbeat_auth import MALFORMED, HeartbeatRefused, heartbeat_verifier
+from fl_uav.fleet.keys import require_keys
 from fl_uav.fleet.messages import EXPRESS_KNOB, FinishCommand, PoseSample, RoundTask
 from fl_uav.fleet.onboard_planner import (
     OnboardPlanner,
@@ -145,6 +146,7 @@ class DroneNode(Node):
                          automatically_declare_parameters_from_overrides=True)
         self.config, self.own = declare_config(self, FleetConfig, NODE_PARAMS)
         cfg: FleetConfig = self.config
+        require_keys(cfg.security, f'drone {self.own.drone_id}')   # or security.insecure: true
         self.camera_topic = topic_parameter(self, 'camera_topic', names.camera_transport_topic(
             self.own.camera_topic, self.own.camera_transport))
         camera_msg, self._camera_to_rgb = CAMERA_TRANSPORTS[self.own.camera_transport]

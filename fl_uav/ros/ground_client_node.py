@@ -27,6 +27,7 @@ from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.express_exchange import Delivery
 from fl_uav.fleet.express_routes import express_layout
 from fl_uav.fleet.ground_client import GroundClient, client_dataset
+from fl_uav.fleet.keys import require_keys
 from fl_uav.ros import names
 from fl_uav.ros.conversions import bytes_to_msg, msg_to_bytes
 from fl_uav.ros.params import declare_config
@@ -44,6 +45,7 @@ class GroundClientNode(Node):
                          automatically_declare_parameters_from_overrides=True)
         self.config, self.own = declare_config(self, FleetConfig, NODE_PARAMS)
         cfg: FleetConfig = self.config
+        require_keys(cfg.security, f'ground client {self.own["client_id"]}')
         if cfg.mode != 'express':
             raise ValueError('ground_client needs mode: express')
         client_id = int(self.own['client_id'])

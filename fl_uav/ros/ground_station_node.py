@@ -24,6 +24,7 @@ from fl_uav.fleet import station_checkpoint
 from fl_uav.fleet.config import FleetConfig, GroundStationNodeParams
 from fl_uav.fleet.ground_station import GroundStation, RoundRecord
 from fl_uav.fleet.heartbeat_auth import heartbeat_signer
+from fl_uav.fleet.keys import require_keys
 from fl_uav.fleet.round_metrics import ROUND_METRIC_KEYS, metrics_text, round_metrics
 from fl_uav.fleet.run_log import RunLog
 from fl_uav.fleet.station_heartbeat import PhaseClock, StationPhase
@@ -55,6 +56,7 @@ class GroundStationNode(Node):
                          automatically_declare_parameters_from_overrides=True)
         self.config, self.own = declare_config(self, FleetConfig, NODE_PARAMS)
         cfg: FleetConfig = self.config
+        require_keys(cfg.security, 'the ground station')   # or security.insecure: true
         images, labels = heldout_set(fleet_world(cfg), cfg.camera,
                                      n=cfg.rounds.eval_samples, seed=cfg.rounds.eval_seed)
         self.station = GroundStation(cfg, to_model_input(images, cfg.learning.input_px), labels)

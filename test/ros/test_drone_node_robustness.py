@@ -232,6 +232,11 @@ def test_a_new_run_id_starts_over_and_a_replay_of_the_run_left_is_ignored(tmp_pa
     (GroundStationNode, 'tick_period_s', '-1.0', r'tick_period_s must be in \(0, 60\]'),
     (AutopilotSimNode, 'ground_truth_rate_hz', '0.0',
      r'ground_truth_rate_hz must be in \(0, 1000\]'),
+    # secure by default: no keys and not security.insecure
+    (DroneNode, 'security.insecure', 'false',
+     r'drone 0 has no keys \(security.keys_dir is empty\).*security.insecure: true'),
+    (GroundStationNode, 'security.insecure', 'false',
+     r'the ground station has no keys \(security.keys_dir is empty\)'),
 ])
 def test_a_bad_node_parameter_stops_the_node_with_an_error_naming_it(tmp_path, port_base,
                                                                      factory, key, value,

@@ -33,8 +33,8 @@ WARM_UP_HELD_S = 30.0     # a held warm-up gives up after this, so a failing tes
 
 
 def _client_args(tmp_path):
-    params = write_params_file({**EXPRESS, 'ground_clients.samples_per_client': 16},
-                               tmp_path / 'params.yaml')
+    params = write_params_file({**EXPRESS, 'ground_clients.samples_per_client': 16,
+                                'security.insecure': True}, tmp_path / 'params.yaml')
     return ['--ros-args', '-r', '__ns:=/gc1', '--params-file', str(params),
             '-p', 'client_id:=1', '-p', f'output_dir:={tmp_path}']
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 import dataclasses
 import stat
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fl_uav.compression.codec import GROUND_STATION_ID, FrameKind, encode_frame
@@ -17,9 +19,11 @@ from fl_uav.configschema import ConfigError, build_config
 from fl_uav.fleet.config import FleetConfig, SecurityConfig
 from fl_uav.fleet.drone_agent import DroneAgent
 from fl_uav.fleet.ground_station import GroundStation
-from fl_uav.fleet.keys import generate_fleet_keys, load_frame_auth
+from fl_uav.fleet.keys import generate_fleet_keys, load_frame_auth, require_keys
 from fl_uav.fleet.messages import FinishCommand, RoundTask
 from fl_uav.fleet.world_setup import map_labeler
+
+REPO = Path(__file__).resolve().parents[3]
 
 BASE = {'num_drones': 2, 'learning.model': 'tiny_cnn', 'learning.min_samples_to_train': 4,
         'rounds.num_rounds': 2, 'rounds.deadline_s': 10.0, 'rounds.first_round_extra_s': 0.0}
@@ -65,11 +69,29 @@ def test_keygen_writes_a_pair_per_node_with_private_keys_0600(tmp_path):
         generate_fleet_keys(tmp_path / 'k', 1)      # never overwrites a key
 
 
-def test_require_signatures_without_keys_dir_fails_naming_the_keys():
-    # Act + Assert
-    with pytest.raises(ConfigError, match='security.require_signatures needs '
-                                          'security.keys_dir'):
-        build_config(FleetConfig, {'security.require_signatures': True})
+@pytest.mark.parametrize(('security', 'refused'), [
+    ({}, True),
+    ({'security.require_signatures': False}, True),
+    ({'security.insecure': True}, False),
+    ({'security.keys_dir': '/etc/fl_uav/keys'}, False),
+])
+def test_a_node_without_keys_is_refused_unless_the_config_says_insecure(security, refused):
+    # Arrange: the shipped configs' security (require_signatures true, no keys_dir yet)
+    config = build_config(FleetConfig, {'security.require_signatures': True, **security})
+    # Act + Assert: one line naming both keys and what to do
+    if refused:
+        with pytest.raises(ConfigError, match=r'drone 2 has no keys \(security.keys_dir is '
+                                              r'empty\).*fl-uav keygen.*security.insecure: true'):
+            require_keys(config.security, 'drone 2')
+    else:
+        require_keys(config.security, 'drone 2')
+
+
+def test_the_shipped_field_configs_require_signatures_and_are_not_insecure():
+    for name in ('drone.yaml', 'ground_station.yaml', 'fleet.yaml'):
+        doc = yaml.safe_load((REPO / 'config' / name).read_text())
+        security = doc['/**']['ros__parameters']['security']
+        assert security['require_signatures'] is True and security['insecure'] is False, name
 
 
 def test_a_missing_or_exposed_key_fails_at_start_naming_the_key_and_file(keys):
