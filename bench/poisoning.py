@@ -10,8 +10,9 @@ scaled ×100, sign-flipped (−Δ) or random (a Gaussian direction, 100 × the h
 Each cell is one ``run_experiment`` (what ``fl-uav experiment`` runs) into OUT/<rule>__<attack>;
 a cell whose directory already holds a finished run of the same config is read, not re-run
 (so an interrupted grid goes on where it stopped). Prints the equivalent ``fl-uav
-experiment`` command of each new cell, then two markdown tables: final test accuracy (round
-20) and accuracy at round 10; a run that stopped (non-finite loss) shows "failed at N".
+experiment`` command of each new cell, then three markdown tables: final test accuracy (round
+20), its mean over the last 5 rounds, and accuracy at round 10; a run that stopped
+(non-finite loss) shows "failed at N".
 
     nice -n 10 python bench/poisoning.py --out /tmp/poisoning
 """
@@ -58,6 +59,7 @@ SKIP = {('trimmed mean β=0.1', a) for a in ATTACKS if not a.endswith('2/10')}
 """β = 0.1 trims one value per side of 10: the 1-of-10 cells would repeat β = 0.2's point,
 so only the 2-of-10 cells (where it cannot trim both forgeries) are run."""
 MID_ROUND = 10
+LAST = 5
 
 
 def slug(text: str) -> str:
@@ -98,18 +100,21 @@ def run_cell(rule: str, attack: str, out: Path, rounds: int | None) -> dict:
     return summary
 
 
-def cell_text(summary: dict, rows: list[dict], at_round: int | None) -> str:
+def cell_text(summary: dict, rows: list[dict], at_round: int | None,
+              last: int = 0) -> str:
+    """Accuracy (%) at ``at_round`` (None: the last round), or with ``last`` the mean over
+    the last ``last`` rounds; "failed at N" for a run that stopped before them."""
     if at_round is None:
         at_round = summary['num_rounds']
-    row = next((r for r in rows if int(r['round']) == at_round), None)
-    if row is not None:
-        return f'{100 * row["accuracy"]:.1f}'
-    if summary['status'] == 'failed':   # stopped before that round
+    if summary['status'] == 'failed' and len(rows) < at_round:
         return f'failed at {len(rows) + 1}'
-    return '-'
+    window = [r for r in rows if at_round - max(last, 1) < int(r['round']) <= at_round]
+    if not window:
+        return '-'
+    return f'{100 * sum(r["accuracy"] for r in window) / len(window):.1f}'
 
 
-def table(results: dict, at_round: int | None, title: str) -> str:
+def table(results: dict, at_round: int | None, title: str, last: int = 0) -> str:
     """One row per attack, one column per rule."""
     rules = list(RULES)
     lines = [f'{title}', '', '| poisoned | ' + ' | '.join(rules) + ' |',
@@ -118,7 +123,7 @@ def table(results: dict, at_round: int | None, title: str) -> str:
         cells = []
         for rule in rules:
             got = results.get((rule, attack))
-            cells.append('not run' if got is None else cell_text(*got, at_round))
+            cells.append('not run' if got is None else cell_text(*got, at_round, last))
         lines.append(f'| {attack} | ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines)
 
@@ -140,6 +145,8 @@ def main() -> None:
     first = next(iter(results.values()))[0]
     print()
     print(table(results, None, f'Final test accuracy (%), round {first["num_rounds"]}:'))
+    print()
+    print(table(results, None, f'Mean test accuracy (%) over the last {LAST} rounds:', LAST))
     print()
     print(table(results, MID_ROUND, f'Test accuracy (%) at round {MID_ROUND}:'))
     drones = {a: s['faults']['poisoned_drones'] for (_, a), (s, _) in results.items()}
