@@ -55,11 +55,24 @@ def test_only_the_chosen_drones_send_the_forged_update(tmp_path, kind, factor):
             np.testing.assert_allclose(value, want, rtol=1e-6, atol=0)
 
 
-def test_random_forgeries_are_the_same_for_the_same_seed(tmp_path):
+def _norm(delta: dict) -> float:
+    return float(np.sqrt(sum(np.sum(np.square(v.astype(np.float64))) for v in delta.values())))
+
+
+def test_random_forgeries_have_100_times_the_norm_and_the_same_draws_for_the_same_seed(
+        tmp_path):
+    # Arrange
     config = _config(**{'faults.poison': 'random', 'faults.poisoned_count': 2})
+    poisoned = config.faults.drones(config.num_drones, config.seed)
+    honest = _round_updates(_config(), tmp_path / 'honest')
+    # Act
     first = _round_updates(config, tmp_path / 'a')
     again = _round_updates(config, tmp_path / 'b')
+    # Assert
+    assert len(poisoned) == 2
     for drone in first:
+        want = 100.0 * _norm(honest[drone]) if drone in poisoned else _norm(honest[drone])
+        assert _norm(first[drone]) == pytest.approx(want, rel=1e-5)
         for name in first[drone]:
             np.testing.assert_array_equal(first[drone][name], again[drone][name])
 
