@@ -72,6 +72,7 @@ ALL_TARGETS = 'all'
 #: number-or-word key takes beside a number, and learning.input_px's model input sizes.
 EXTRA_CHOICES: dict[str, tuple[Any, ...]] = {
     'aggregation.server_lr': ('auto',),                   # SERVER_LR_AUTO
+    'aggregation.clip_norm': ('median',),                 # CLIP_NORM_MEDIAN
     'resources.lgc_steps_scale': ('auto', 'online'),      # STEPS_SCALE_AUTO, _ONLINE
     'learning.input_px': (16, 32, 64),
 }

@@ -54,6 +54,9 @@ class Stream(enum.IntEnum):
     # the fleet's ground station and drones, moved off bare world.seed (branch seedcontract)
     STRATEGY = 23         # the fleet station's aggregation strategy's int seed (round 0)
     FLEET_TOPUP = 24      # a drone's FedDPQ top-up draws in a round (eqs. (1)-(3))
+    # the engine's injected faults (fl_uav.engine.faults)
+    POISON = 25           # which drones faults.poisoned_count poisons (round 0); a poisoned
+    #                       drone's random update in a round
 
 
 def stream_seed(seed: int, round_index: int, purpose: Stream, index: int = 0) -> int:

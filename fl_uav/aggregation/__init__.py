@@ -38,7 +38,7 @@ built-ins get: the ``aggregation.*`` keys of the same names (``server_lr``, ``pr
 engine; in the fleet ``stream_seed(world.seed, 0, Stream.STRATEGY)``, a 64-bit seed of its own
 stream, since ``default_rng(world.seed)`` is the world map's first stream,
 :mod:`fl_uav.streams`). Only the parameters its signature names are passed (all with
-``**kwargs``). ``aggregation.clip_norm`` > 0 wraps
+``**kwargs``). ``aggregation.clip_norm`` (> 0 or ``median``) wraps
 a plug-in in :class:`NormClip` as it wraps a built-in."""
 
 STRATEGY_PLUGIN = PluginKind('aggregation.strategy', Strategy,
@@ -57,16 +57,16 @@ def build_strategy(name: str, server_lr: float = 1.0, num_clients: int = 1,
                    proximal_mu: float = 0.01, score_interval: int = 3,
                    score_shrink_steps: float = 0.0,
                    trimmed_beta: float = 0.1, num_selected: int = 0, local_lr: float = 0.1,
-                   clip_norm: float = 0.0, seed: int = 0) -> Strategy:
-    """Build a strategy by its config name or plug-in spec; clip_norm > 0 wraps it in norm
-    clipping."""
+                   clip_norm: float | str = 0.0, seed: int = 0) -> Strategy:
+    """Build a strategy by its config name or plug-in spec; clip_norm > 0 (a bound) or
+    ``'median'`` (the round's median norm) wraps it in norm clipping (:class:`NormClip`)."""
     if is_plugin_spec(name):
         strategy = build_plugin(STRATEGY_PLUGIN, name, {
             'server_lr': server_lr, 'num_clients': num_clients, 'proximal_mu': proximal_mu,
             'score_interval': score_interval, 'score_shrink_steps': score_shrink_steps,
             'trimmed_beta': trimmed_beta, 'num_selected': num_selected, 'local_lr': local_lr,
             'seed': seed})
-        return NormClip(strategy, clip_norm) if clip_norm > 0 else strategy
+        return _clipped(strategy, clip_norm)
     builders = {
         'fedavg': lambda: FedAvg(server_lr=server_lr),
         'fedprox': lambda: FedProx(mu=proximal_mu, server_lr=server_lr),
@@ -87,8 +87,12 @@ def build_strategy(name: str, server_lr: float = 1.0, num_clients: int = 1,
         'trimmed_mean': lambda: TrimmedMean(beta=trimmed_beta, server_lr=server_lr),
     }
     require_choice('strategy', name, builders)
-    strategy = builders[name]()
-    return NormClip(strategy, clip_norm) if clip_norm > 0 else strategy
+    return _clipped(builders[name](), clip_norm)
+
+
+def _clipped(strategy: Strategy, clip_norm: float | str) -> Strategy:
+    """``strategy`` wrapped in NormClip unless clip_norm is 0 (off)."""
+    return strategy if clip_norm == 0 else NormClip(strategy, clip_norm)
 
 
 __all__ = ['AggregateResult', 'ClientUpdate', 'FedAvg', 'Strategy', 'build_strategy',

@@ -14,6 +14,8 @@ from fl_uav.aggregation import (
     build_strategy,
     check_strategy_name,
 )
+from fl_uav.aggregation.robust import CLIP_NORM_MEDIAN
+from fl_uav.configschema import require_choice
 from fl_uav.plugins import check_plugin, is_plugin_spec
 
 SERVER_LR_AUTO = 'auto'
@@ -50,7 +52,9 @@ class AggregationConfig:
     Δ_u ≈ λ_u. trimmed_beta (trimmed_mean): fraction β of the largest and of the smallest
     values dropped per coordinate before averaging. num_selected (feddpq): drones drawn with
     replacement per round, 0 = all. local_lr (2ceoafl): the drones' step size η̃. clip_norm:
-    > 0: clip each delta's L2 norm to this first (0 = off).
+    clip each delta's L2 norm to a bound C before the rule sees it (norm bounding around any
+    rule, NormClip), a number > 0 = C, ``median`` = the median norm of the round's deltas
+    (adaptive), 0 = off.
 
     server_lr: the server's step, a number > 0 or ``auto`` (the default: the strategy's own,
     :func:`default_server_lr`; the built config holds the number used, so config.json records
@@ -71,7 +75,7 @@ class AggregationConfig:
     trimmed_beta: float = 0.1
     num_selected: int = 0
     local_lr: float = 0.1
-    clip_norm: float = 0.0
+    clip_norm: float | str = 0.0
 
     def __post_init__(self) -> None:
         check_strategy_name(self.strategy)   # a built-in name or a plug-in module:Name
@@ -85,8 +89,13 @@ class AggregationConfig:
         if not (math.isfinite(self.score_shrink_steps) and self.score_shrink_steps >= 0):
             raise ValueError(f'score_shrink_steps must be a finite number >= 0, got '
                              f'{self.score_shrink_steps}')
-        if not 0.0 <= self.trimmed_beta < 0.5 or self.clip_norm < 0 or not self.local_lr > 0:
-            raise ValueError('trimmed_beta in [0, 0.5), clip_norm >= 0, local_lr > 0')
+        if isinstance(self.clip_norm, str):
+            require_choice('clip_norm', self.clip_norm, (CLIP_NORM_MEDIAN,))
+        elif not 0.0 <= self.clip_norm < math.inf:
+            raise ValueError(f'clip_norm must be a finite number >= 0 (0 = off) or '
+                             f'{CLIP_NORM_MEDIAN!r}, got {self.clip_norm!r}')
+        if not 0.0 <= self.trimmed_beta < 0.5 or not self.local_lr > 0:
+            raise ValueError('trimmed_beta in [0, 0.5), local_lr > 0')
 
     def build(self, num_clients: int, seed: int = 0):
         """The configured Strategy for a fleet of num_clients drones."""

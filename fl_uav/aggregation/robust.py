@@ -1,4 +1,5 @@
-"""Robust options: per-delta norm clipping (a wrapper), coordinate-wise median, trimmed mean."""
+"""Robust options: per-delta norm clipping (a wrapper; a fixed bound or the round's median
+norm), coordinate-wise median, trimmed mean."""
 
 from __future__ import annotations
 
@@ -18,10 +19,15 @@ from fl_uav.aggregation.strategy import (
 )
 
 
+def delta_norm(delta: Mapping[str, np.ndarray]) -> float:
+    """||Δ||₂ over the whole model (all tensors, float64)."""
+    return float(np.linalg.norm(flatten(delta, list(delta))))
+
+
 def clip_delta(delta: Mapping[str, np.ndarray], max_norm: float) -> tuple[Weights, float]:
     """Δ · min(1, C/||Δ||₂) over the whole model (all tensors); returns (clipped, ||Δ||₂)."""
     names = list(delta)
-    norm = float(np.linalg.norm(flatten(delta, names)))
+    norm = delta_norm(delta)
     scale = 1.0 if norm <= max_norm else max_norm / norm
     clipped = {n: (np.asarray(delta[n], np.float64) * scale).astype(np.asarray(delta[n]).dtype)
                for n in names}
@@ -51,20 +57,30 @@ def trimmed_mean(deltas: Sequence[Mapping[str, np.ndarray]], names: Sequence[str
     return out
 
 
+CLIP_NORM_MEDIAN = 'median'
+"""aggregation.clip_norm: clip to the median L2 norm of the round's deltas (adaptive)."""
+
+
 class NormClip(Strategy):
     """Wrap any strategy: clip each delta to ||Δ_k||₂ ≤ C before the inner rule sees it.
 
     Δ_k ← Δ_k · min(1, C/||Δ_k||₂) over the whole flattened model (norm bounding, Sun et al.
-    2019, "Can you really backdoor FL?", §4). Knobs, metrics and state come from the inner
-    strategy; ``metrics['clipped']`` counts clipped deltas. Checkpoint: ``{'inner': ...}``
+    2019, "Can you really backdoor FL?", §4). ``max_norm``: C, a number > 0, or
+    ``'median'``: C is the median of this round's ||Δ_k||₂ over the updates with samples
+    (the ones a rule applies), the γ = 0.5 quantile of the update norms that Andrew et al.
+    2021 ("Differentially private learning with adaptive clipping") track, here computed
+    exactly each round. At most half of the deltas are larger than it, so a minority of
+    drones that scale theirs up are cut to an honest drone's norm without a bound to tune.
+    Knobs, metrics and state come from the inner strategy; ``metrics['clipped']`` counts
+    clipped deltas, ``metrics['clip_norm']`` is the C used. Checkpoint: ``{'inner': ...}``
     in whatever format the inner strategy uses.
     """
 
-    def __init__(self, inner: Strategy, max_norm: float) -> None:
-        if not max_norm > 0.0:
-            raise ValueError(f'max_norm must be > 0, got {max_norm}')
+    def __init__(self, inner: Strategy, max_norm: float | str) -> None:
+        if max_norm != CLIP_NORM_MEDIAN and (isinstance(max_norm, str) or not max_norm > 0.0):
+            raise ValueError(f'max_norm must be > 0 or {CLIP_NORM_MEDIAN!r}, got {max_norm!r}')
         self.inner = inner
-        self.max_norm = float(max_norm)
+        self.max_norm = max_norm if max_norm == CLIP_NORM_MEDIAN else float(max_norm)
         self.name = f'{inner.name}+clip'
 
     def configure_round(self, round_index: int, drone_ids: Sequence[int]) -> dict[int, dict]:
@@ -72,13 +88,20 @@ class NormClip(Strategy):
 
     def aggregate(self, round_index: int, global_weights: Weights,
                   updates: Sequence[ClientUpdate]) -> AggregateResult:
+        bound = self.max_norm
+        if bound == CLIP_NORM_MEDIAN:
+            norms = [delta_norm(u.delta) for u in updates if u.num_samples > 0]
+            bound = float(np.median(norms)) if norms else math.inf   # none usable: no clip
         clipped_updates, clipped = [], 0
         for u in updates:
-            delta, norm = clip_delta(u.delta, self.max_norm)
-            clipped += norm > self.max_norm
+            delta, norm = clip_delta(u.delta, bound)
+            clipped += norm > bound
             clipped_updates.append(dataclasses.replace(u, delta=delta))
         result = self.inner.aggregate(round_index, global_weights, clipped_updates)
-        return dataclasses.replace(result, metrics={**result.metrics, 'clipped': clipped})
+        metrics = {**result.metrics, 'clipped': clipped}
+        if math.isfinite(bound):
+            metrics['clip_norm'] = bound
+        return dataclasses.replace(result, metrics=metrics)
 
     def state_dict(self) -> dict:
         return {'inner': self.inner.state_dict()}

@@ -1,16 +1,20 @@
 """The drones' side of a round in the engine: each drone's client algorithm and compressor
 (made on first use; they hold its state), local training (all drones at once on the
 vectorised trainer, or one after another), the loss traces an LGC planner measures from that
-training (``resources.lgc_steps_scale`` auto / online), and encoding each upload as the fleet
-sends it (the frame bytes charged, the delta the station decodes)."""
+training (``resources.lgc_steps_scale`` auto / online), a poisoned drone's forged update
+(``faults.*``), and encoding each upload as the fleet sends it (the frame bytes charged, the
+delta the station decodes)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
 from fl_uav.aggregation.scaffold import Scaffold
 from fl_uav.compression.compressor import Compressor, NoCompression, decode_update_frame
 from fl_uav.compression.errors import FrameError, NonFiniteValues
+from fl_uav.engine.faults import poison_delta
 from fl_uav.engine.results import ExperimentError, plugin_fault
 from fl_uav.learning.client_algorithms import (
     LOCAL_STEPS_KNOB,
@@ -165,6 +169,16 @@ class ClientsMixin:
                                   f' partial results are in {self.out_dir}') from exc
         return [local_steps_result(update, start, len(labels), keep, index_map, self.shapes)
                 for (_, labels), update in zip(client_data, updates)]
+
+    def _poisoned(self, drone: int, r: int, result: ClientResult) -> ClientResult:
+        """``faults.poison``: the drone's round with its delta replaced by the forgery
+        (fl_uav.engine.faults), made after training and before compression; ``random`` draws
+        from (seed, round, Stream.POISON, drone)."""
+        faults = self.config.faults
+        rng = (stream_rng(self.config.seed, r, Stream.POISON, drone)
+               if faults.poison == 'random' else None)
+        return dataclasses.replace(result, delta=poison_delta(
+            result.delta, faults.poison, faults.poison_scale, rng, result.mask))
 
     def _compress(self, drone: int, r: int, result: ClientResult, knob: dict | None = None
                   ) -> tuple[int, Weights, list[int] | None]:

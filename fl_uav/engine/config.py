@@ -12,6 +12,7 @@ from typing import Any
 from fl_uav.aggregation.config import AggregationConfig
 from fl_uav.compression.config import CompressionConfig
 from fl_uav.configschema import require_choice
+from fl_uav.engine.faults import FaultsConfig
 from fl_uav.learning.buffer import BufferConfig
 from fl_uav.learning.config import LearningConfig
 from fl_uav.learning.topup import check_generator_name
@@ -237,8 +238,10 @@ class ExperimentConfig:
     express enabled, ground clients). num_rounds: rounds to run (express: server updates).
     express: FedEx UAV express delivery (fl_uav.engine.express); when enabled, num_drones counts
     the ground clients, num_rounds the server updates. resources: per-drone resource
-    decisions (:class:`ResourcesConfig`). target_accuracy: summary.json reports the fleet's
-    cumulative modelled energy and the rounds to the first round at or above it (0 = none).
+    decisions (:class:`ResourcesConfig`). faults: drones that send poisoned updates
+    (:class:`~fl_uav.engine.faults.FaultsConfig`). target_accuracy: summary.json reports the
+    fleet's cumulative modelled energy and the rounds to the first round at or above it (0 =
+    none).
     """
 
     name: str = 'experiment'
@@ -254,6 +257,7 @@ class ExperimentConfig:
     engine: EngineConfig = field(default_factory=EngineConfig)
     express: ExpressConfig = field(default_factory=ExpressConfig)
     resources: ResourcesConfig = field(default_factory=ResourcesConfig)
+    faults: FaultsConfig = field(default_factory=FaultsConfig)
     target_accuracy: float = 0.0
 
     def __post_init__(self) -> None:
@@ -265,5 +269,10 @@ class ExperimentConfig:
             raise ValueError(f'num_drones must be in [1, 100000], got {self.num_drones}')
         if not 1 <= self.num_rounds <= 100_000:
             raise ValueError(f'num_rounds must be in [1, 100000], got {self.num_rounds}')
+        self.faults.check(self.num_drones)
+        if self.express.enabled and self.faults.poison != 'none':
+            raise ValueError(f'faults.poison {self.faults.poison} does not run with '
+                             f'express.enabled (FedEx rounds carry running sums, not a '
+                             f"drone's own update)")
         check_express(self)
         check_resources(self)

@@ -165,6 +165,8 @@ class ExperimentEngine(ClientsMixin, CheckpointMixin):
         # Per-drone resource decisions (config.resources): FedDPQ's plan is made here, once.
         down_s = 8 * encoded_size(self.weights, {'round': 1}) / config.system.downlink_rate_bit_s
         self.resources = build_round_resources(self, down_s)
+        # faults.*: the drones that send poisoned updates (the same every round)
+        self.poisoned = frozenset(config.faults.drones(config.num_drones, config.seed))
 
     # --- data ----------------------------------------------------------------------------
     def _client_indices(self, round_index: int) -> list[np.ndarray]:
@@ -271,6 +273,8 @@ class ExperimentEngine(ClientsMixin, CheckpointMixin):
                 raise ExperimentError(f'round {r}, drone {k}: non-finite training loss '
                                       f'({loss}); partial results are in {self.out_dir}')
             knob = knobs.get(k, {})
+            if k in self.poisoned:   # faults.*: a forged update in place of the honest one
+                result = self._poisoned(k, r, result)
             up_bytes, delta, channel_bytes = self._compress(k, r, result, knob)
             up_bits = 8 * up_bytes
             power_w = float(knob.get(TX_POWER_KNOB, system.tx_power_w))   # FedDPQ's p_u
@@ -457,6 +461,7 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
                             time.perf_counter() - wall_start,
                             {**engine.resources.run_summary(),
                              **drone_folders(config, engine.data, engine.parts),
+                             'faults': config.faults.summary(config.num_drones, config.seed),
                              'warnings': divergence.warnings})
     return summary
 

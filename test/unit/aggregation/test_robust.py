@@ -72,3 +72,31 @@ def test_robust_empty_rounds_keep_the_model():
             result = strategy.aggregate(1, w, updates)
             assert result.empty
             np.testing.assert_array_equal(result.weights['w'], w['w'])
+
+
+def test_median_norm_clip_cuts_the_large_deltas_to_the_rounds_median_norm():
+    # Arrange: norms 1, 2, 3, 300 -> median 2.5; the first two are left alone
+    strategy = NormClip(FedAvg(), max_norm='median')
+    updates = [update(0, [1.0, 0.0]), update(1, [0.0, 2.0]), update(2, [3.0, 0.0]),
+               update(3, [0.0, -300.0])]
+    # Act
+    result = strategy.aggregate(1, model([0.0, 0.0]), updates)
+    # Assert: mean of (1, 0), (0, 2), (2.5, 0), (0, -2.5)
+    np.testing.assert_allclose(result.weights['w'], [3.5 / 4, -0.5 / 4], rtol=1e-6)
+    assert result.metrics['clipped'] == 2 and result.metrics['clip_norm'] == 2.5
+
+
+def test_median_norm_clip_ignores_updates_without_samples_for_the_bound():
+    strategy = NormClip(FedAvg(), max_norm='median')
+    updates = [update(0, [4.0]), update(1, [0.0], n=0), update(2, [0.0], n=0)]
+    result = strategy.aggregate(1, model([0.0]), updates)
+    np.testing.assert_allclose(result.weights['w'], [4.0])
+    assert result.metrics['clip_norm'] == 4.0
+    empty = strategy.aggregate(1, model([0.0]), [])
+    assert empty.empty and 'clip_norm' not in empty.metrics
+
+
+@pytest.mark.parametrize('bad', [0.0, -1.0, 'mean'])
+def test_norm_clip_refuses_a_bound_that_is_not_positive_or_median(bad):
+    with pytest.raises(ValueError, match="max_norm must be > 0 or 'median'"):
+        NormClip(FedAvg(), bad)
