@@ -62,6 +62,7 @@ from fl_uav.compression.errors import (
     MalformedMetadata,
     NonFiniteValues,
     OversizedFrame,
+    ShapeMismatch,
     TruncatedFrame,
     UnknownKind,
 )
@@ -513,9 +514,16 @@ def _check_prologue(buf: bytes, limits: DecodeLimits) -> tuple:
     return fields
 
 
-def _check_dims(dim: int, kept: int, has_mask: int, limits: DecodeLimits) -> None:
+def _check_expected_dim(dim: int, expected_dim: int | None) -> None:
+    if expected_dim is not None and dim != expected_dim:
+        raise ShapeMismatch(f'dim is {dim}, the receiver expects {expected_dim}', field='dim')
+
+
+def _check_dims(dim: int, kept: int, has_mask: int, limits: DecodeLimits,
+                expected_dim: int | None) -> None:
     if dim > limits.max_elements:
         raise OversizedFrame(f'dim {dim} exceeds limit {limits.max_elements}', field='dim')
+    _check_expected_dim(dim, expected_dim)
     if has_mask not in (0, 1):
         raise MalformedBody(f'has_mask is {has_mask}, must be 0 or 1', field='has_mask')
     if kept > dim:
@@ -584,9 +592,9 @@ def _finite(values: np.ndarray, what: str) -> None:
         raise NonFiniteValues(f'{what} contains NaN or Inf', field=what)
 
 
-def _decode_qsgd(body: bytes, limits: DecodeLimits) -> QsgdUpdate:
+def _decode_qsgd(body: bytes, limits: DecodeLimits, expected_dim: int | None) -> QsgdUpdate:
     dim, kept, s, nb, has_mask = _SUB_QSGD.unpack_from(body, 0)
-    _check_dims(dim, kept, has_mask, limits)
+    _check_dims(dim, kept, has_mask, limits, expected_dim)
     if s < 1:
         raise MalformedBody('s is 0', field='s')
     sizes, pos = _read_buckets(body, _SUB_QSGD.size, nb, kept, limits)
@@ -612,9 +620,9 @@ def _decode_qsgd(body: bytes, limits: DecodeLimits) -> QsgdUpdate:
     return update
 
 
-def _decode_range(body: bytes, limits: DecodeLimits) -> RangeUpdate:
+def _decode_range(body: bytes, limits: DecodeLimits, expected_dim: int | None) -> RangeUpdate:
     dim, kept, bits, nb, has_mask = _SUB_RANGE.unpack_from(body, 0)
-    _check_dims(dim, kept, has_mask, limits)
+    _check_dims(dim, kept, has_mask, limits, expected_dim)
     if not 1 <= bits <= bitpack.MAX_WIDTH:
         raise MalformedBody(f'bits is {bits}, must be in [1, 32]', field='bits')
     sizes, pos = _read_buckets(body, _SUB_RANGE.size, nb, kept, limits)
@@ -637,9 +645,9 @@ def _decode_range(body: bytes, limits: DecodeLimits) -> RangeUpdate:
     return RangeUpdate(dim=dim, payload=payload, mask=mask)
 
 
-def _decode_raw(body: bytes, limits: DecodeLimits) -> RawUpdate:
+def _decode_raw(body: bytes, limits: DecodeLimits, expected_dim: int | None) -> RawUpdate:
     dim, kept, has_mask = _SUB_RAW.unpack_from(body, 0)
-    _check_dims(dim, kept, has_mask, limits)
+    _check_dims(dim, kept, has_mask, limits, expected_dim)
     pos = _SUB_RAW.size
     _stream_length(body, pos, 32 * kept, has_mask, dim)
     reader = bitpack.BitReader(body, 8 * pos)
@@ -650,10 +658,11 @@ def _decode_raw(body: bytes, limits: DecodeLimits) -> RawUpdate:
     return RawUpdate(dim=dim, values=values, mask=mask)
 
 
-def _decode_lgc(body: bytes, limits: DecodeLimits) -> LgcPart:
+def _decode_lgc(body: bytes, limits: DecodeLimits, expected_dim: int | None) -> LgcPart:
     layer_id, num_layers, rank_lo, k, dim = _SUB_LGC.unpack_from(body, 0)
     if dim > limits.max_elements:
         raise OversizedFrame(f'dim {dim} exceeds limit {limits.max_elements}', field='dim')
+    _check_expected_dim(dim, expected_dim)
     if dim > _MAX_DIM:
         raise MalformedBody(f'dim {dim} exceeds int32 indexing', field='dim')
     if not layer_id < num_layers:
@@ -687,16 +696,19 @@ _DECODERS = {
 
 
 def decode_v2(data: bytes | bytearray | memoryview, limits: DecodeLimits = _DEFAULT_LIMITS,
-              expected_fingerprint: bytes | None = None) -> DecodedFrameV2:
+              expected_fingerprint: bytes | None = None,
+              expected_dim: int | None = None) -> DecodedFrameV2:
     """Validate and decode one v2 frame.
 
     Order: buffer size (oversized), magic (bad_magic), version (version), minimum length
     (truncated), declared length vs limit / buffer (oversized / truncated / length), CRC32
     (crc), kind (kind), flags (header), sub-header length (body), fingerprint (fingerprint),
-    then the kind's fields: dim vs ``max_elements`` and buckets vs ``max_tensors``
-    (oversized), counts and lengths (body), mask (mask), norms/endpoints/values finite
-    (nonfinite), levels ≤ s (levels), LGC indices (index).  Counts are checked against the
-    bytes present before any array of that size is made.
+    then the kind's fields: dim vs ``max_elements`` (oversized), dim vs ``expected_dim`` if
+    given (shape: a receiver that knows its model's parameter count refuses another before
+    any of the stream is read), buckets vs ``max_tensors`` (oversized), counts and lengths
+    (body), mask (mask), norms/endpoints/values finite (nonfinite), levels ≤ s (levels), LGC
+    indices (index).  Counts are checked against the bytes present before any array of that
+    size is made.
     """
     if expected_fingerprint is not None and len(expected_fingerprint) != FINGERPRINT_SIZE:
         raise ValueError(f'expected_fingerprint must be {FINGERPRINT_SIZE} bytes')
@@ -726,7 +738,7 @@ def decode_v2(data: bytes | bytearray | memoryview, limits: DecodeLimits = _DEFA
             field='fingerprint',
         )
     try:
-        update = _DECODERS[kind](body, limits)
+        update = _DECODERS[kind](body, limits, expected_dim)
     except bitpack.BitstreamError as exc:  # defensive: lengths are pre-checked
         raise MalformedBody(str(exc), field='body') from None
     return DecodedFrameV2(kind, round_index, sender, fingerprint, update, metadata)

@@ -400,11 +400,12 @@ class GroundStation:
         before the inner frame is decoded."""
         data = self._auth.open(data, self._limits)
         if len(data) > _VERSION_OFFSET and data[_VERSION_OFFSET] == VERSION_V2:
-            v2 = decode_v2(data, self._limits, expected_fingerprint=self._fingerprint)
+            # The model's parameter count: a frame of another dim is refused (shape) before
+            # its stream is read, so what it declares cannot size an allocation.
+            v2 = decode_v2(data, self._limits, expected_fingerprint=self._fingerprint,
+                           expected_dim=self._layout.dim)
             if v2.kind not in _V2_UPDATE_KINDS:
                 raise _Rejected('wrong_kind', v2.sender)
-            if v2.update.dim != self._layout.dim:
-                raise _Rejected('shape', v2.sender)
             part = v2.update
             if isinstance(part, LgcPart):
                 return _ReceivedUpdate(v2.sender, v2.round_index, v2.metadata,

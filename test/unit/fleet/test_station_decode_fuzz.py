@@ -27,7 +27,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 
 from fl_uav.compression.codec import GROUND_STATION_ID, FrameKind, encode_frame
-from fl_uav.compression.codec_v2 import ALL_REASONS_V2, FLAG_METADATA
+from fl_uav.compression.codec_v2 import ALL_REASONS_V2, FLAG_METADATA, encode_qsgd
+from fl_uav.compression.quantization import QsgdPayload
 from fl_uav.compression.signing import ALL_REASONS_SIGNED, now_ms, sign_frame
 from fl_uav.configschema import build_config
 from fl_uav.fleet.config import FleetConfig, SecurityConfig
@@ -37,6 +38,7 @@ from fl_uav.fleet.keys import generate_fleet_keys, load_frame_auth
 from fl_uav.fleet.messages import PoseSample
 from fl_uav.fleet.update_inbox import INBOX_FULL
 from fl_uav.fleet.world_setup import map_labeler
+from fl_uav.learning.weights import architecture_fingerprint
 from test.unit.fleet._fleet_pair import eval_set
 
 #: What the station may answer: the codec's reasons (v1 and v2), the envelope's, and the
@@ -439,3 +441,23 @@ def test_genuine_but_unusable_frames_are_refused_by_reason(fleet):
     assert [v.reason for v in verdicts[:2]] == ['wrong_round', 'unsigned']
     assert all(v.accepted for v in verdicts[2:2 + len(env0)])
     assert {v.reason for v in verdicts[2 + len(env0):]} == {'duplicate'}
+
+
+def test_a_v2_update_of_another_dim_is_refused_before_its_stream_is_read(fleet):
+    # Arrange: a QSGD update (s = 2) of the model's dim + 1 whose first level is 3 > s; the
+    # station used to decode (and allocate for) the whole stream first, and said 'levels'
+    station = fleet.station(signed=False)
+    dim = sum(w.size for w in station.weights.values()) + 1
+    payload = QsgdPayload(s=2, bucket_sizes=(dim,), norms=np.ones(1, np.float32),
+                          negative=np.zeros(dim, bool), levels=np.ones(dim, np.uint8))
+    frame = bytearray(encode_qsgd(payload, round_index=1, sender=0,
+                                  fingerprint=architecture_fingerprint(station.weights),
+                                  metadata=fleet.metadata))
+    stream_bits = 32 + dim + 2 * dim                  # norm, signs, 2-bit levels
+    stream_at = len(frame) - 4 - (stream_bits + 7) // 8
+    for bit in (32 + dim, 33 + dim):                  # level 0 := 0b11
+        frame[stream_at + bit // 8] |= 1 << bit % 8
+    # Act
+    verdict = station.receive_update(crc_fixed(frame))
+    # Assert
+    assert verdict.reason == 'shape', verdict
