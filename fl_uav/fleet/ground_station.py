@@ -528,7 +528,9 @@ class GroundStation:
         change = 0.0
         applied = not failure
         if applied:
-            change = math.sqrt(sum(float(np.sum((result.weights[n] - w) ** 2))
+            # in float64: an accepted update may hold float32 values near its range
+            change = math.sqrt(sum(float(np.sum(np.subtract(result.weights[n], w,
+                                                            dtype=np.float64) ** 2))
                                    for n, w in self.weights.items()))
             self.weights = result.weights
         accuracy, loss = self.evaluate()

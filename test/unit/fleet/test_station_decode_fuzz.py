@@ -15,7 +15,9 @@ default compression (none: codec v1), QSGD and LGC (codec v2). Deterministic
 from __future__ import annotations
 
 import json
+import math
 import struct
+import warnings
 import zlib
 from collections import Counter
 from dataclasses import dataclass
@@ -461,3 +463,20 @@ def test_a_v2_update_of_another_dim_is_refused_before_its_stream_is_read(fleet):
     verdict = station.receive_update(crc_fixed(frame))
     # Assert
     assert verdict.reason == 'shape', verdict
+
+
+def test_an_accepted_update_near_the_float32_range_is_recorded_as_a_finite_change(fleet):
+    # Arrange: a plain v1 update whose values are finite float32 near the range's end (a
+    # structural mutation that flips an exponent bit passes every check)
+    station = fleet.station(signed=False)
+    big = {n: np.full_like(w, 3e38) for n, w in station.weights.items()}
+    frame = encode_frame(FrameKind.UPDATE, 1, 0, architecture_fingerprint(station.weights),
+                         big, {**fleet.metadata, 'num_samples': 1})
+    # Act
+    with warnings.catch_warnings():
+        warnings.simplefilter('error')          # no overflow on the way
+        verdict = station.receive_update(frame)
+        record = station.close_round(1.0)
+    # Assert: the model moved by about 3e38 per entry, and says so
+    assert verdict.accepted and record.participants == [0]
+    assert math.isfinite(record.model_change_l2) and record.model_change_l2 > 3e38
