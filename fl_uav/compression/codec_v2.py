@@ -49,6 +49,7 @@ from fl_uav.compression.codec import (
     FINGERPRINT_SIZE,
     MAGIC,
     DecodeLimits,
+    _immutable_view,
     check_length_and_crc,
     check_magic_and_version,
     encode_metadata,
@@ -493,21 +494,7 @@ def split_frames(data: bytes | bytearray | memoryview) -> list[bytes]:
 _DEFAULT_LIMITS = DecodeLimits()
 
 
-def _view(data: Any, limits: DecodeLimits) -> bytes:
-    try:
-        view = memoryview(data)
-    except TypeError:
-        raise TypeError(
-            f'frame must be bytes, bytearray or memoryview, got {type(data).__name__}'
-        ) from None
-    if view.nbytes > limits.max_frame_bytes:
-        raise OversizedFrame(
-            f'frame is {view.nbytes} bytes, limit is {limits.max_frame_bytes}', field='frame'
-        )
-    return view.tobytes()
-
-
-def _check_prologue(buf: bytes, limits: DecodeLimits) -> tuple:
+def _check_prologue(buf: memoryview, limits: DecodeLimits) -> tuple:
     check_magic_and_version(buf, VERSION_V2, HEADER_V2_SIZE)
     fields = _HEADER.unpack_from(buf, 0)
     check_length_and_crc(buf, HEADER_V2_SIZE + fields[7] + CRC_SIZE, limits)
@@ -532,7 +519,7 @@ def _check_dims(dim: int, kept: int, has_mask: int, limits: DecodeLimits,
         raise MalformedBody(f'no mask but kept {kept} != dim {dim}', field='kept')
 
 
-def _read_buckets(body: bytes, pos: int, num_buckets: int, kept: int,
+def _read_buckets(body: memoryview, pos: int, num_buckets: int, kept: int,
                   limits: DecodeLimits) -> tuple[tuple[int, ...], int]:
     if num_buckets == 0:
         raise MalformedBody('num_buckets is 0', field='num_buckets')
@@ -549,7 +536,7 @@ def _read_buckets(body: bytes, pos: int, num_buckets: int, kept: int,
     return sizes, end
 
 
-def _stream_length(body: bytes, pos: int, fixed_bits: int, has_mask: int, dim: int) -> None:
+def _stream_length(body: memoryview, pos: int, fixed_bits: int, has_mask: int, dim: int) -> None:
     """Check the body holds the fixed-size part of the bit stream (mask checked when read)."""
     available = (len(body) - pos) * 8
     minimum = fixed_bits + (1 if has_mask else 0)
@@ -592,7 +579,7 @@ def _finite(values: np.ndarray, what: str) -> None:
         raise NonFiniteValues(f'{what} contains NaN or Inf', field=what)
 
 
-def _decode_qsgd(body: bytes, limits: DecodeLimits, expected_dim: int | None) -> QsgdUpdate:
+def _decode_qsgd(body: memoryview, limits: DecodeLimits, expected_dim: int | None) -> QsgdUpdate:
     dim, kept, s, nb, has_mask = _SUB_QSGD.unpack_from(body, 0)
     _check_dims(dim, kept, has_mask, limits, expected_dim)
     if s < 1:
@@ -620,7 +607,7 @@ def _decode_qsgd(body: bytes, limits: DecodeLimits, expected_dim: int | None) ->
     return update
 
 
-def _decode_range(body: bytes, limits: DecodeLimits, expected_dim: int | None) -> RangeUpdate:
+def _decode_range(body: memoryview, limits: DecodeLimits, expected_dim: int | None) -> RangeUpdate:
     dim, kept, bits, nb, has_mask = _SUB_RANGE.unpack_from(body, 0)
     _check_dims(dim, kept, has_mask, limits, expected_dim)
     if not 1 <= bits <= bitpack.MAX_WIDTH:
@@ -645,7 +632,7 @@ def _decode_range(body: bytes, limits: DecodeLimits, expected_dim: int | None) -
     return RangeUpdate(dim=dim, payload=payload, mask=mask)
 
 
-def _decode_raw(body: bytes, limits: DecodeLimits, expected_dim: int | None) -> RawUpdate:
+def _decode_raw(body: memoryview, limits: DecodeLimits, expected_dim: int | None) -> RawUpdate:
     dim, kept, has_mask = _SUB_RAW.unpack_from(body, 0)
     _check_dims(dim, kept, has_mask, limits, expected_dim)
     pos = _SUB_RAW.size
@@ -658,7 +645,7 @@ def _decode_raw(body: bytes, limits: DecodeLimits, expected_dim: int | None) -> 
     return RawUpdate(dim=dim, values=values, mask=mask)
 
 
-def _decode_lgc(body: bytes, limits: DecodeLimits, expected_dim: int | None) -> LgcPart:
+def _decode_lgc(body: memoryview, limits: DecodeLimits, expected_dim: int | None) -> LgcPart:
     layer_id, num_layers, rank_lo, k, dim = _SUB_LGC.unpack_from(body, 0)
     if dim > limits.max_elements:
         raise OversizedFrame(f'dim {dim} exceeds limit {limits.max_elements}', field='dim')
@@ -712,7 +699,9 @@ def decode_v2(data: bytes | bytearray | memoryview, limits: DecodeLimits = _DEFA
     """
     if expected_fingerprint is not None and len(expected_fingerprint) != FINGERPRINT_SIZE:
         raise ValueError(f'expected_fingerprint must be {FINGERPRINT_SIZE} bytes')
-    buf = _view(data, limits)
+    # Zero-copy over bytes (the frame, or an envelope's inner frame): the CRC, the body and
+    # the metadata are views; only what a decoder reads becomes arrays.
+    buf = _immutable_view(data, limits)
     _, _, kind_code, flags, round_index, sender, fingerprint, body_len = _check_prologue(
         buf, limits
     )
@@ -744,7 +733,8 @@ def decode_v2(data: bytes | bytearray | memoryview, limits: DecodeLimits = _DEFA
     return DecodedFrameV2(kind, round_index, sender, fingerprint, update, metadata)
 
 
-def _read_metadata(body: bytes, limits: DecodeLimits) -> tuple[dict[str, Any], bytes]:
+def _read_metadata(body: memoryview,
+                   limits: DecodeLimits) -> tuple[dict[str, Any], memoryview]:
     """Split the metadata section (u32 length + JSON object) off the front of the body."""
     if len(body) < _META_LEN.size:
         raise MalformedBody('body ends inside the metadata length', field='metadata_len')
