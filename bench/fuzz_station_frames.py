@@ -17,6 +17,10 @@ node makes for every frame of /fl/updates (fl_uav/ros/ground_station_node.py: ``
 
 The exit status is 1 if any of these happened, or if a genuine frame is not accepted at the end
 (the control: the round was open, the drone's slot free and the frames fresh throughout).
+Then frames as long as the stations accept (``codec.max_frame_bytes``, 64 MiB by default) are
+judged ``--limit-reps`` times each and reported apart: they must end in a documented verdict,
+but the time and memory bounds are the mutated frames' (a 64 MiB frame's CRC32 and signature
+check alone take longer than 100 ms).
 
 Workload: the fleet's default model (small_cnn) and update frames as its drones encode them
 (``DroneAgent.train_round`` after a real round opening; ``--methods`` picks the compressors:
@@ -83,7 +87,6 @@ from fl_uav.compression.codec_v2 import (  # noqa: E402
     FLAG_METADATA,
     encode_qsgd,
     encode_range,
-    encode_raw,
 )
 from fl_uav.compression.quantization import QsgdPayload, RangePayload  # noqa: E402
 from fl_uav.compression.signing import ALL_REASONS_SIGNED, now_ms, sign_frame  # noqa: E402
@@ -593,11 +596,24 @@ def huge_mask_frame(fleet: Fleet, sender: int, rng: random.Random) -> bytes:
     if kind != 0x13:
         stream.write_bool(np.zeros(kept, bool))
         stream.write_uint(np.ones(kept, np.uint8), 2 if kind == 0x11 else 4)
+    return v2_frame(fleet, kind, sender, sub + stream.getvalue())
+
+
+def v2_frame(fleet: Fleet, kind: int, sender: int, tail: bytes) -> bytes:
+    """A v2 frame of round 1 with drone 0's metadata: header, metadata section, ``tail``
+    (sub-header, bucket table and stream), CRC32 (docs/wire_format.md, "Version 2")."""
     meta = json.dumps(fleet.metadata, separators=(',', ':')).encode()
-    body = _U32.pack(len(meta)) + meta + sub + stream.getvalue()
+    body = _U32.pack(len(meta)) + meta + tail
     head = _V2_HEAD.pack(b'FLUV', 2, kind, FLAG_METADATA, 1, sender, fleet.fingerprint,
                          len(body))
     return crc_fixed(head + body + b'\0\0\0\0')
+
+
+def raw_frame(fleet: Fleet, values: int) -> bytes:
+    """A RAW update of drone 0 with ``values`` float32 entries, no mask (made here: the
+    encoder's bit writer needs 256 bytes per value)."""
+    return v2_frame(fleet, 0x13, 0, struct.pack('<IIB', values, values, 0)
+                    + np.full(values, 0.5, '<f4').tobytes())
 
 
 def big_stream_frames(fleet: Fleet) -> list[bytes]:
@@ -606,8 +622,7 @@ def big_stream_frames(fleet: Fleet) -> list[bytes]:
     frames of up to a few MiB."""
     frames, kw = [], {'round_index': 1, 'sender': 0, 'fingerprint': fleet.fingerprint,
                       'metadata': fleet.metadata}
-    for factor in (2, 8):
-        frames.append(encode_raw(np.full(factor * fleet.dim, 0.5, np.float32), **kw))
+    frames += [raw_frame(fleet, factor * fleet.dim) for factor in (2, 8)]
     for factor in (2, 16, 64):
         k = factor * fleet.dim
         frames.append(encode_qsgd(QsgdPayload(
@@ -788,6 +803,8 @@ def run(args) -> dict:
     loop_s = time.perf_counter() - loop_start
     rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     traced_peak = tracemalloc.get_traced_memory()[1] if trace else 0
+    limit_rows = (at_the_size_limit(fleets[methods[0]], args.limit_reps, trace)
+                  if args.limit_reps else [])
     if trace:
         tracemalloc.stop()
 
@@ -836,6 +853,7 @@ def run(args) -> dict:
         'aggregates_not_finite': sum(f.signed.aggregates_bad + f.plain.aggregates_bad
                                      for f in fleets.values()),
         'controls': controls, 'controls_ok': controls_ok,
+        'at_the_size_limit': limit_rows,
         'per_kind': {k: {'frames': s.frames, 'bytes': s.frame_bytes,
                          'max_ms': round(max(s.times_ms), 2),
                          'p99_ms': round(float(np.percentile(s.times_ms, 99)), 3),
@@ -850,6 +868,32 @@ def run(args) -> dict:
     return result
 
 
+def at_the_size_limit(fleet: Fleet, reps: int, trace: bool) -> list[dict]:
+    """Frames as long as the stations accept (``codec.max_frame_bytes``), judged ``reps``
+    times each: the time and memory one frame can cost, whatever it holds. A RAW update of
+    another dim, plain to the unsigned station and signed (by drone 0, and by drone 1 as
+    drone 0) to the signed one; one byte more than the limit."""
+    limit = fleet.limits.max_frame_bytes
+    values = (limit - 88 - len(raw_frame(fleet, 0))) // 4
+    raw = raw_frame(fleet, values)
+    cases = [('plain RAW of another dim', fleet.plain, raw),
+             ('signed by drone 0, another dim', fleet.signed,
+              sign_frame(raw, 0, fleet.keys[0])),
+             ('forged: drone 1 signs as drone 0', fleet.signed,
+              sign_frame(raw, 0, fleet.keys[1])),
+             ('one byte over the limit', fleet.plain, raw + bytes(limit + 1 - len(raw)))]
+    rows = []
+    for label, target, frame in cases:
+        runs = [judge(target.station, frame, trace) for _ in range(reps)]
+        rows.append({'frame': label, 'bytes': len(frame),
+                     'reasons': sorted({v.reason for v, _, _, _ in runs if v is not None}),
+                     'crashes': sum(e is not None for _, e, _, _ in runs),
+                     'min_ms': round(min(r[2] for r in runs), 1),
+                     'max_ms': round(max(r[2] for r in runs), 1),
+                     'peak_mib': round(max(r[3] for r in runs) / 2**20, 2)})
+    return rows
+
+
 def deep_plain(fleet: Fleet, inner: bytes, sender: int) -> bytes:
     """Drone 0's genuine plain frame under drone ``sender``'s id (CRC32 fixed)."""
     b = bytearray(inner)
@@ -862,8 +906,10 @@ def print_table(result: dict) -> None:
           f"{result['frames_per_s_loop']} frames/s (mutation included), "
           f"{result['frames_per_s_station']} frames/s in receive_update; "
           f"max {result['max_ms']} ms, p99 {result['p99_ms']} ms, median "
-          f"{result['median_ms']} ms; largest allocation of one frame "
-          f"{result['max_frame_peak_mib']} MiB; ru_maxrss {result['ru_maxrss_mib']}")
+          f"{result['median_ms']} ms (first timings: max {result['max_ms_first_timing']} ms, "
+          f"{result['preempted_then_fast']} over the budget then under it 3 times); largest "
+          f"allocation of one frame {result['max_frame_peak_mib']} MiB; ru_maxrss "
+          f"{result['ru_maxrss_mib']} MiB")
     print(f"forged accepted {result['accepted_forged']}, crashes {result['crashes']}, "
           f"undocumented {result['undocumented']}, slow {result['slow']}, over memory "
           f"{result['over_memory']}, controls ok {result['controls_ok']}\n")
@@ -877,6 +923,13 @@ def print_table(result: dict) -> None:
         print(f"| {kind} | {k['frames']:,} | {k['bytes'][0]:,}-{k['bytes'][1]:,} | "
               f"{k['accepted']} | {k['max_ms']} | {k['p99_ms']} | {k['peak_mib']} | "
               f'{reasons} |')
+    if result['at_the_size_limit']:
+        print('\nAt the size limit (not held to the bounds):\n')
+        print('| frame | bytes | reasons | min ms | max ms | peak MiB |')
+        print('|---|---:|---|---:|---:|---:|')
+        for row in result['at_the_size_limit']:
+            print(f"| {row['frame']} | {row['bytes']:,} | {', '.join(row['reasons'])} | "
+                  f"{row['min_ms']} | {row['max_ms']} | {row['peak_mib']} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -889,6 +942,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--max-frame-ms', type=float, default=100.0)
     parser.add_argument('--max-frame-mib', type=float, default=16.0,
                         help='bound on what one frame may allocate (tracemalloc peak)')
+    parser.add_argument('--limit-reps', type=int, default=3,
+                        help='frames at codec.max_frame_bytes, each judged this often '
+                             '(reported, not held to the bounds; 0: none)')
     parser.add_argument('--no-tracemalloc', action='store_true',
                         help='no per-frame allocation peak (faster; the bound is not checked)')
     parser.add_argument('--out', default='/tmp/fuzz_station_frames',
@@ -901,9 +957,11 @@ def main(argv: list[str] | None = None) -> int:
     (Path(args.out) / 'result.json').write_text(text)
     if args.json:
         Path(args.json).write_text(text)
+    limit_bad = any(row['crashes'] or not set(row['reasons']) <= DOCUMENTED_REASONS
+                    for row in result['at_the_size_limit'])
     bad = (result['accepted_forged'] or result['crashes'] or result['undocumented']
            or result['slow'] or result['over_memory'] or result['aggregates_not_finite']
-           or not result['controls_ok'])
+           or not result['controls_ok'] or limit_bad)
     for failure in result['failures'][:10]:
         print('FAILURE', failure)
     return 1 if bad else 0
