@@ -59,6 +59,7 @@ Two stations per method, both with the drone's run id and round 1 open:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import random
@@ -717,13 +718,13 @@ def run(args) -> dict:
 
     kinds = args.kinds.split(',') if args.kinds else KINDS
     pairs = [(m, k) for m in methods for k in kinds]
-    rounds = -(-args.frames // len(pairs))
     stats: dict[str, KindStats] = defaultdict(KindStats)
     per_method: dict[str, Counter] = defaultdict(Counter)
     failures: list[dict] = []
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    preempted = 0
+    preempted: list[dict] = []
+    unchanged = 0
     trace = not args.no_tracemalloc
     if trace:
         tracemalloc.start()
@@ -731,75 +732,78 @@ def run(args) -> dict:
     station_ns = 0
     loop_start = time.perf_counter()
     done = 0
-    for _ in range(rounds):
-        for method, kind in pairs:
-            if done >= args.frames:
-                break
-            fleet = fleets[method]
-            if time.monotonic() - fleet.signed_at > REFRESH_S:
-                fleet.refresh()
+    schedule = itertools.cycle(pairs)     # round robin: every kind meets the same load
+    while done < args.frames:
+        method, kind = next(schedule)
+        fleet = fleets[method]
+        if time.monotonic() - fleet.signed_at > REFRESH_S:
+            fleet.refresh()
+        if kind in FORGED_KINDS:
+            target = fleet.signed
+            frame = forged(kind, fleet, rng)
+        elif kind == 'deep_resigned':
+            target = fleet.signed
+            sender = target.next_id()
+            inner = deep(rng.choice(DEEP_KINDS[:-1]), fleet, sender, rng)
+            frame = sign_frame(inner, sender, fleet.keys[sender])
+        else:
+            target = fleet.plain
+            frame = deep(kind, fleet, target.next_id(), rng)
+        if kind in FORGED_KINDS and frame in fleet.env0 + fleet.env1:
+            unchanged += 1             # e.g. one bit flipped twice: not a mutation, not counted
+            continue
+        verdict, error, wall_ms, peak = judge(target.station, frame, trace)
+        accepted = verdict is not None and verdict.accepted
+        timed_ms = wall_ms
+        if wall_ms > args.max_frame_ms:   # again, on the state it met (3 times): slow?
+            again = [judge(target.make() if accepted else target.station, frame, False)[2]
+                     for _ in range(3)]
+            timed_ms = min(wall_ms, *again)
+            if timed_ms <= args.max_frame_ms:
+                preempted.append({'method': method, 'kind': kind, 'bytes': len(frame),
+                                  'first_ms': round(wall_ms, 1),
+                                  'again_ms': [round(t, 1) for t in again]})
+        station_ns += int(wall_ms * 1e6)
+        s = stats[kind]
+        s.frames += 1
+        done += 1
+        per_method[method][kind] += 1
+        s.frame_bytes = [min(s.frame_bytes[0], len(frame)), max(s.frame_bytes[1], len(frame))]
+        s.peak_bytes = max(s.peak_bytes, peak)
+        s.times_ms.append(timed_ms)
+        s.raw_max_ms = max(s.raw_max_ms, wall_ms)
+        problem = ''
+        if error is not None:
+            s.crashes += 1
+            s.reasons[f'CRASH {type(error).__name__}'] += 1
+            problem = f'crash: {type(error).__name__}: {error}'
+        elif accepted:
+            s.reasons['accepted'] += 1
             if kind in FORGED_KINDS:
-                target = fleet.signed
-                frame = forged(kind, fleet, rng)
-            elif kind == 'deep_resigned':
-                target = fleet.signed
-                sender = target.next_id()
-                inner = deep(rng.choice(DEEP_KINDS[:-1]), fleet, sender, rng)
-                frame = sign_frame(inner, sender, fleet.keys[sender])
-            else:
-                target = fleet.plain
-                frame = deep(kind, fleet, target.next_id(), rng)
-            if kind in FORGED_KINDS and frame in fleet.env0 + fleet.env1:
-                continue                   # not a mutation (never happens by construction)
-            verdict, error, wall_ms, peak = judge(target.station, frame, trace)
-            accepted = verdict is not None and verdict.accepted
-            timed_ms = wall_ms
-            if wall_ms > args.max_frame_ms:   # again, on the state it met (3 times): slow?
-                again = [judge(target.make() if accepted else target.station, frame, False)[2]
-                         for _ in range(3)]
-                timed_ms = min(wall_ms, *again)
-                preempted += timed_ms <= args.max_frame_ms
-            station_ns += int(wall_ms * 1e6)
-            s = stats[kind]
-            s.frames += 1
-            done += 1
-            per_method[method][kind] += 1
-            s.frame_bytes = [min(s.frame_bytes[0], len(frame)), max(s.frame_bytes[1], len(frame))]
-            s.peak_bytes = max(s.peak_bytes, peak)
-            s.times_ms.append(timed_ms)
-            s.raw_max_ms = max(s.raw_max_ms, wall_ms)
-            problem = ''
-            if error is not None:
-                s.crashes += 1
-                s.reasons[f'CRASH {type(error).__name__}'] += 1
-                problem = f'crash: {type(error).__name__}: {error}'
-            elif accepted:
-                s.reasons['accepted'] += 1
-                if kind in FORGED_KINDS:
-                    s.accepted += 1
-                    problem = 'forged frame accepted'
-                target.took(verdict.sender)
-            else:
-                s.reasons[verdict.reason] += 1
-                if verdict.reason not in DOCUMENTED_REASONS:
-                    s.undocumented += 1
-                    problem = f'undocumented reason {verdict.reason!r}'
-            if timed_ms > args.max_frame_ms:
-                s.slow += 1
-                problem = problem or f'{timed_ms:.1f} ms (first {wall_ms:.1f} ms)'
-            if peak > args.max_frame_mib * 2**20:
-                s.over_memory += 1
-                problem = problem or f'{peak / 2**20:.1f} MiB allocated'
-            if problem:
-                failures.append({'method': method, 'kind': kind, 'problem': problem,
-                                 'bytes': len(frame), 'ms': round(timed_ms, 2),
-                                 'peak_mib': round(peak / 2**20, 2),
-                                 'reason': verdict.reason if verdict else None})
-                if len(failures) <= 50:
-                    (out / f'failure_{len(failures):03d}_{method}_{kind}.bin').write_bytes(frame)
-            if done % 10000 == 0:
-                print(f'{done} frames, {time.perf_counter() - loop_start:.0f} s, '
-                      f'{len(failures)} failures', flush=True)
+                s.accepted += 1
+                problem = 'forged frame accepted'
+            target.took(verdict.sender)
+        else:
+            s.reasons[verdict.reason] += 1
+            if verdict.reason not in DOCUMENTED_REASONS:
+                s.undocumented += 1
+                problem = f'undocumented reason {verdict.reason!r}'
+        if timed_ms > args.max_frame_ms:
+            s.slow += 1
+            problem = problem or f'{timed_ms:.1f} ms (first {wall_ms:.1f} ms)'
+        if peak > args.max_frame_mib * 2**20:
+            s.over_memory += 1
+            problem = problem or f'{peak / 2**20:.1f} MiB allocated'
+        if problem:
+            failures.append({'method': method, 'kind': kind, 'problem': problem,
+                             'bytes': len(frame), 'ms': round(timed_ms, 2),
+                             'peak_mib': round(peak / 2**20, 2),
+                             'reason': verdict.reason if verdict else None})
+            if len(failures) <= 50:
+                (out / f'failure_{len(failures):03d}_{method}_{kind}.bin').write_bytes(frame)
+        if done % 10000 == 0:
+            print(f'{done} frames, {time.perf_counter() - loop_start:.0f} s, '
+                  f'{len(failures)} failures', flush=True)
     loop_s = time.perf_counter() - loop_start
     rss_after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     traced_peak = tracemalloc.get_traced_memory()[1] if trace else 0
@@ -834,7 +838,9 @@ def run(args) -> dict:
         'max_ms': round(float(all_times.max()), 2),
         'p99_ms': round(float(np.percentile(all_times, 99)), 3),
         'median_ms': round(float(np.median(all_times)), 3),
-        'preempted_then_fast': preempted,
+        'preempted_then_fast': len(preempted),
+        'unchanged_skipped': unchanged,
+        'preempted': preempted[:20],
         'max_frame_peak_mib': round(max(s.peak_bytes for s in stats.values()) / 2**20, 2),
         'traced_peak_mib': round(traced_peak / 2**20, 1),
         'ru_maxrss_mib': {'before_fuzz': round(rss_before / 1024, 1),
