@@ -12,15 +12,15 @@ node makes for every frame of /fl/updates (fl_uav/ros/ground_station_node.py: ``
 * **forged accepted**: a forged frame (kinds below without ``deep``) accepted;
 * **slow**: a frame over ``--max-frame-ms`` (wall; re-timed three more times before it counts,
   so a frame the scheduler preempted is not blamed: the count of those is reported);
-* **memory**: a frame whose decode allocated more than ``--max-frame-mib`` (tracemalloc's peak
-  during the call, above what was allocated before it).
+* **memory**: a frame whose decode allocated more than ``--max-frame-mib`` (16 MiB by default;
+  tracemalloc's peak during the call, above what was allocated before it).
 
 The exit status is 1 if any of these happened, or if a genuine frame is not accepted at the end
 (the control: the round was open, the drone's slot free and the frames fresh throughout).
 Then frames as long as the stations accept (``codec.max_frame_bytes``, 64 MiB by default) are
 judged ``--limit-reps`` times each and reported apart: they must end in a documented verdict,
 but the time and memory bounds are the mutated frames' (a 64 MiB frame's CRC32 and signature
-check alone take longer than 100 ms).
+check alone take about 100 ms, more under load).
 
 Workload: the fleet's default model (small_cnn) and update frames as its drones encode them
 (``DroneAgent.train_round`` after a real round opening; ``--methods`` picks the compressors:
