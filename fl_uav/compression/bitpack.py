@@ -97,13 +97,26 @@ def _uint_bits(values: np.ndarray, width: int) -> np.ndarray:
     return ((wide[:, None] >> shifts) & np.uint64(1)).astype(np.uint8).reshape(-1)
 
 
+#: Reads of at most this many values take the one-product path of :func:`_bits_to_uint`.
+_FEW_VALUES = 64
+
+
 def _bits_to_uint(bits: np.ndarray, width: int) -> np.ndarray:
     count = bits.size // width
     if count == 0:
         return np.zeros(0, np.uint32)
-    weights = np.left_shift(np.uint64(1), np.arange(width, dtype=np.uint64))
-    matrix = bits.reshape(count, width).astype(np.uint64)
-    return (matrix @ weights).astype(np.uint32)
+    matrix = bits.reshape(count, width)
+    if count <= _FEW_VALUES:     # a few header fields: one product
+        weights = np.left_shift(np.uint64(1), np.arange(width, dtype=np.uint64))
+        return (matrix.astype(np.uint64) @ weights).astype(np.uint32)
+    # A stream: one bit plane at a time into uint32, 8 bytes per value beside the 0/1 bits
+    # (a uint64 matrix would take 8·width: 256 bytes per float32 of a RAW frame).
+    out = np.zeros(count, np.uint32)
+    plane = np.empty(count, np.uint32)
+    for i in range(width):
+        np.left_shift(matrix[:, i], i, out=plane, dtype=np.uint32)
+        out |= plane
+    return out
 
 
 def pack_uint(values: np.ndarray, width: int) -> bytes:

@@ -49,6 +49,7 @@ from fl_uav.compression.codec import (
     FINGERPRINT_SIZE,
     MAGIC,
     DecodeLimits,
+    _immutable_view,
     check_length_and_crc,
     check_magic_and_version,
     encode_metadata,
@@ -62,6 +63,7 @@ from fl_uav.compression.errors import (
     MalformedMetadata,
     NonFiniteValues,
     OversizedFrame,
+    ShapeMismatch,
     TruncatedFrame,
     UnknownKind,
 )
@@ -492,30 +494,23 @@ def split_frames(data: bytes | bytearray | memoryview) -> list[bytes]:
 _DEFAULT_LIMITS = DecodeLimits()
 
 
-def _view(data: Any, limits: DecodeLimits) -> bytes:
-    try:
-        view = memoryview(data)
-    except TypeError:
-        raise TypeError(
-            f'frame must be bytes, bytearray or memoryview, got {type(data).__name__}'
-        ) from None
-    if view.nbytes > limits.max_frame_bytes:
-        raise OversizedFrame(
-            f'frame is {view.nbytes} bytes, limit is {limits.max_frame_bytes}', field='frame'
-        )
-    return view.tobytes()
-
-
-def _check_prologue(buf: bytes, limits: DecodeLimits) -> tuple:
+def _check_prologue(buf: memoryview, limits: DecodeLimits) -> tuple:
     check_magic_and_version(buf, VERSION_V2, HEADER_V2_SIZE)
     fields = _HEADER.unpack_from(buf, 0)
     check_length_and_crc(buf, HEADER_V2_SIZE + fields[7] + CRC_SIZE, limits)
     return fields
 
 
-def _check_dims(dim: int, kept: int, has_mask: int, limits: DecodeLimits) -> None:
+def _check_expected_dim(dim: int, expected_dim: int | None) -> None:
+    if expected_dim is not None and dim != expected_dim:
+        raise ShapeMismatch(f'dim is {dim}, the receiver expects {expected_dim}', field='dim')
+
+
+def _check_dims(dim: int, kept: int, has_mask: int, limits: DecodeLimits,
+                expected_dim: int | None) -> None:
     if dim > limits.max_elements:
         raise OversizedFrame(f'dim {dim} exceeds limit {limits.max_elements}', field='dim')
+    _check_expected_dim(dim, expected_dim)
     if has_mask not in (0, 1):
         raise MalformedBody(f'has_mask is {has_mask}, must be 0 or 1', field='has_mask')
     if kept > dim:
@@ -524,7 +519,7 @@ def _check_dims(dim: int, kept: int, has_mask: int, limits: DecodeLimits) -> Non
         raise MalformedBody(f'no mask but kept {kept} != dim {dim}', field='kept')
 
 
-def _read_buckets(body: bytes, pos: int, num_buckets: int, kept: int,
+def _read_buckets(body: memoryview, pos: int, num_buckets: int, kept: int,
                   limits: DecodeLimits) -> tuple[tuple[int, ...], int]:
     if num_buckets == 0:
         raise MalformedBody('num_buckets is 0', field='num_buckets')
@@ -541,7 +536,7 @@ def _read_buckets(body: bytes, pos: int, num_buckets: int, kept: int,
     return sizes, end
 
 
-def _stream_length(body: bytes, pos: int, fixed_bits: int, has_mask: int, dim: int) -> None:
+def _stream_length(body: memoryview, pos: int, fixed_bits: int, has_mask: int, dim: int) -> None:
     """Check the body holds the fixed-size part of the bit stream (mask checked when read)."""
     available = (len(body) - pos) * 8
     minimum = fixed_bits + (1 if has_mask else 0)
@@ -584,9 +579,9 @@ def _finite(values: np.ndarray, what: str) -> None:
         raise NonFiniteValues(f'{what} contains NaN or Inf', field=what)
 
 
-def _decode_qsgd(body: bytes, limits: DecodeLimits) -> QsgdUpdate:
+def _decode_qsgd(body: memoryview, limits: DecodeLimits, expected_dim: int | None) -> QsgdUpdate:
     dim, kept, s, nb, has_mask = _SUB_QSGD.unpack_from(body, 0)
-    _check_dims(dim, kept, has_mask, limits)
+    _check_dims(dim, kept, has_mask, limits, expected_dim)
     if s < 1:
         raise MalformedBody('s is 0', field='s')
     sizes, pos = _read_buckets(body, _SUB_QSGD.size, nb, kept, limits)
@@ -612,9 +607,9 @@ def _decode_qsgd(body: bytes, limits: DecodeLimits) -> QsgdUpdate:
     return update
 
 
-def _decode_range(body: bytes, limits: DecodeLimits) -> RangeUpdate:
+def _decode_range(body: memoryview, limits: DecodeLimits, expected_dim: int | None) -> RangeUpdate:
     dim, kept, bits, nb, has_mask = _SUB_RANGE.unpack_from(body, 0)
-    _check_dims(dim, kept, has_mask, limits)
+    _check_dims(dim, kept, has_mask, limits, expected_dim)
     if not 1 <= bits <= bitpack.MAX_WIDTH:
         raise MalformedBody(f'bits is {bits}, must be in [1, 32]', field='bits')
     sizes, pos = _read_buckets(body, _SUB_RANGE.size, nb, kept, limits)
@@ -637,9 +632,9 @@ def _decode_range(body: bytes, limits: DecodeLimits) -> RangeUpdate:
     return RangeUpdate(dim=dim, payload=payload, mask=mask)
 
 
-def _decode_raw(body: bytes, limits: DecodeLimits) -> RawUpdate:
+def _decode_raw(body: memoryview, limits: DecodeLimits, expected_dim: int | None) -> RawUpdate:
     dim, kept, has_mask = _SUB_RAW.unpack_from(body, 0)
-    _check_dims(dim, kept, has_mask, limits)
+    _check_dims(dim, kept, has_mask, limits, expected_dim)
     pos = _SUB_RAW.size
     _stream_length(body, pos, 32 * kept, has_mask, dim)
     reader = bitpack.BitReader(body, 8 * pos)
@@ -650,10 +645,11 @@ def _decode_raw(body: bytes, limits: DecodeLimits) -> RawUpdate:
     return RawUpdate(dim=dim, values=values, mask=mask)
 
 
-def _decode_lgc(body: bytes, limits: DecodeLimits) -> LgcPart:
+def _decode_lgc(body: memoryview, limits: DecodeLimits, expected_dim: int | None) -> LgcPart:
     layer_id, num_layers, rank_lo, k, dim = _SUB_LGC.unpack_from(body, 0)
     if dim > limits.max_elements:
         raise OversizedFrame(f'dim {dim} exceeds limit {limits.max_elements}', field='dim')
+    _check_expected_dim(dim, expected_dim)
     if dim > _MAX_DIM:
         raise MalformedBody(f'dim {dim} exceeds int32 indexing', field='dim')
     if not layer_id < num_layers:
@@ -687,20 +683,25 @@ _DECODERS = {
 
 
 def decode_v2(data: bytes | bytearray | memoryview, limits: DecodeLimits = _DEFAULT_LIMITS,
-              expected_fingerprint: bytes | None = None) -> DecodedFrameV2:
+              expected_fingerprint: bytes | None = None,
+              expected_dim: int | None = None) -> DecodedFrameV2:
     """Validate and decode one v2 frame.
 
     Order: buffer size (oversized), magic (bad_magic), version (version), minimum length
     (truncated), declared length vs limit / buffer (oversized / truncated / length), CRC32
     (crc), kind (kind), flags (header), sub-header length (body), fingerprint (fingerprint),
-    then the kind's fields: dim vs ``max_elements`` and buckets vs ``max_tensors``
-    (oversized), counts and lengths (body), mask (mask), norms/endpoints/values finite
-    (nonfinite), levels ≤ s (levels), LGC indices (index).  Counts are checked against the
-    bytes present before any array of that size is made.
+    then the kind's fields: dim vs ``max_elements`` (oversized), dim vs ``expected_dim`` if
+    given (shape: a receiver that knows its model's parameter count refuses another before
+    any of the stream is read), buckets vs ``max_tensors`` (oversized), counts and lengths
+    (body), mask (mask), norms/endpoints/values finite (nonfinite), levels ≤ s (levels), LGC
+    indices (index).  Counts are checked against the bytes present before any array of that
+    size is made.
     """
     if expected_fingerprint is not None and len(expected_fingerprint) != FINGERPRINT_SIZE:
         raise ValueError(f'expected_fingerprint must be {FINGERPRINT_SIZE} bytes')
-    buf = _view(data, limits)
+    # Zero-copy over bytes (the frame, or an envelope's inner frame): the CRC, the body and
+    # the metadata are views; only what a decoder reads becomes arrays.
+    buf = _immutable_view(data, limits)
     _, _, kind_code, flags, round_index, sender, fingerprint, body_len = _check_prologue(
         buf, limits
     )
@@ -726,13 +727,14 @@ def decode_v2(data: bytes | bytearray | memoryview, limits: DecodeLimits = _DEFA
             field='fingerprint',
         )
     try:
-        update = _DECODERS[kind](body, limits)
+        update = _DECODERS[kind](body, limits, expected_dim)
     except bitpack.BitstreamError as exc:  # defensive: lengths are pre-checked
         raise MalformedBody(str(exc), field='body') from None
     return DecodedFrameV2(kind, round_index, sender, fingerprint, update, metadata)
 
 
-def _read_metadata(body: bytes, limits: DecodeLimits) -> tuple[dict[str, Any], bytes]:
+def _read_metadata(body: memoryview,
+                   limits: DecodeLimits) -> tuple[dict[str, Any], memoryview]:
     """Split the metadata section (u32 length + JSON object) off the front of the body."""
     if len(body) < _META_LEN.size:
         raise MalformedBody('body ends inside the metadata length', field='metadata_len')

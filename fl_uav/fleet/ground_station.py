@@ -462,11 +462,12 @@ class GroundStation:
         before the inner frame is decoded."""
         data = self._auth.open(data, self._limits)
         if len(data) > _VERSION_OFFSET and data[_VERSION_OFFSET] == VERSION_V2:
-            v2 = decode_v2(data, self._limits, expected_fingerprint=self._fingerprint)
+            # The model's parameter count: a frame of another dim is refused (shape) before
+            # its stream is read, so what it declares cannot size an allocation.
+            v2 = decode_v2(data, self._limits, expected_fingerprint=self._fingerprint,
+                           expected_dim=self._layout.dim)
             if v2.kind not in _V2_UPDATE_KINDS:
                 raise _Rejected('wrong_kind', v2.sender)
-            if v2.update.dim != self._layout.dim:
-                raise _Rejected('shape', v2.sender)
             part = v2.update
             if isinstance(part, LgcPart):
                 return _ReceivedUpdate(v2.sender, v2.round_index, v2.metadata,
@@ -589,7 +590,9 @@ class GroundStation:
         change = 0.0
         applied = not failure
         if applied:
-            change = math.sqrt(sum(float(np.sum((result.weights[n] - w) ** 2))
+            # in float64: an accepted update may hold float32 values near its range
+            change = math.sqrt(sum(float(np.sum(np.subtract(result.weights[n], w,
+                                                            dtype=np.float64) ** 2))
                                    for n, w in self.weights.items()))
             self.weights = result.weights
         accuracy, loss = self.evaluate()

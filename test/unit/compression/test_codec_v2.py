@@ -423,6 +423,21 @@ def test_level_above_s_is_rejected():
     assert reason_of(recrc(frame)) == 'levels'
 
 
+@pytest.mark.parametrize('name', ['qsgd', 'qsgd_dense', 'range', 'raw', 'lgc'])
+def test_a_dim_other_than_the_expected_is_shape_before_the_stream_is_read(name):
+    # Arrange: every kind (dim 24), and a QSGD frame whose level 0 is out of range
+    frame = small_frames()[name]
+    damaged = bytearray(_qsgd_frame([2, 2, 2, 2]))
+    damaged[QSGD_STREAM + 4] |= 0b0011_0000
+    # Act + Assert: the expected dim decodes, another is refused by its dim alone
+    assert decode_v2(frame, expected_dim=24).update.dim == 24
+    assert reason_of(frame, expected_dim=23) == 'shape'
+    assert reason_of(recrc(damaged)) == 'levels'
+    assert reason_of(recrc(damaged), expected_dim=5) == 'shape'      # the stream unread
+    assert reason_of(frame, expected_dim=23,
+                     limits=DecodeLimits(max_elements=23)) == 'oversized'   # limit first
+
+
 def test_nan_or_negative_norm_is_rejected():
     frame = bytearray(_qsgd_frame([1, 2, 0, 1]))
     frame[QSGD_STREAM:QSGD_STREAM + 4] = struct.pack('<f', float('nan'))
