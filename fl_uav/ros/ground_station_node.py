@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from nav_msgs.msg import Path
 from rclpy.node import Node
@@ -29,7 +30,12 @@ from fl_uav.fleet.round_metrics import ROUND_METRIC_KEYS, metrics_text, round_me
 from fl_uav.fleet.run_log import RunLog
 from fl_uav.fleet.station_heartbeat import PhaseClock, StationPhase
 from fl_uav.fleet.station_status import station_status
-from fl_uav.fleet.update_inbox import INBOX_FULL, UpdateInbox, inbox_capacity_frames
+from fl_uav.fleet.update_inbox import (
+    INBOX_FULL,
+    UpdateInbox,
+    inbox_capacity_bytes,
+    inbox_capacity_frames,
+)
 from fl_uav.fleet.world_setup import fleet_world
 from fl_uav.ros import names
 from fl_uav.ros.conversions import (
@@ -63,7 +69,8 @@ class GroundStationNode(Node):
         resumed = self._resume()
         self.log = RunLog(self.own.output_dir or None)
         self._lock = threading.Lock()
-        self._inbox = UpdateInbox(inbox_capacity_frames(cfg.num_drones))
+        self._inbox = UpdateInbox(inbox_capacity_frames(cfg.num_drones), inbox_capacity_bytes(
+            cfg.num_drones, sum(int(np.size(w)) for w in self.station.weights.values())))
         self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix='aggregate')
         self._closing = False
         self._started_s = self._now()
@@ -141,8 +148,9 @@ class GroundStationNode(Node):
         the executor, and so the heartbeat, never waits for it."""
         if not self._inbox.put(msg_to_bytes(msg)):
             self.get_logger().warning(
-                f'rejected update frame: {INBOX_FULL} ({self._inbox.capacity_frames} frames '
-                f'wait while the round closes)')
+                f'rejected update frame: {INBOX_FULL} ({len(msg.data)} bytes; '
+                f'{self._inbox.capacity_frames} frames or {self._inbox.capacity_bytes} bytes wait '
+                f'at most while the round closes)')
         self._take_updates_if_free()
 
     def _take_updates_if_free(self) -> None:

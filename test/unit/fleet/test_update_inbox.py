@@ -12,6 +12,7 @@ from fl_uav.fleet.update_inbox import (
     INBOX_FULL,
     UPDATE_INBOX_FRAMES_PER_DRONE,
     UpdateInbox,
+    inbox_capacity_bytes,
     inbox_capacity_frames,
 )
 
@@ -40,6 +41,27 @@ def test_a_full_inbox_refuses_and_counts_until_it_is_taken():
     assert put == [True, True, False, False]
     assert taken == ([b'a', b'b'], 2)
     assert again and inbox.take_all() == ([b'e'], 0)
+
+
+def test_a_few_huge_frames_fill_the_inbox_in_bytes_long_before_its_frame_count():
+    # Arrange: 100 frames or 10 kB; a flood of 4 kB frames (a 64 MiB one is refused the same)
+    inbox = UpdateInbox(capacity_frames=100, capacity_bytes=10_000)
+    # Act
+    put = [inbox.put(bytes(4_000)) for _ in range(4)] + [inbox.put(bytes(20_000))]
+    held = inbox.held_bytes
+    frames, refused = inbox.take_all()
+    # Assert: two fit; the others refused and counted; empty (in bytes too) after the take
+    assert put == [True, True, False, False, False]
+    assert held == 8_000 and len(frames) == 2 and refused == 3
+    assert inbox.held_bytes == 0 and inbox.put(bytes(9_000))
+
+
+def test_the_byte_capacity_holds_a_few_dense_updates_per_drone():
+    # A small_cnn-sized model (155,000 values, 620 kB a dense update), 4 drones
+    capacity = inbox_capacity_bytes(4, 155_000)
+    assert 4 * 4 * 620_000 < capacity < 12_000_000
+    with pytest.raises(ValueError, match='at least 1 byte, got 0'):
+        UpdateInbox(1, capacity_bytes=0)
 
 
 def test_the_capacity_grows_with_the_fleet_and_is_never_empty():
