@@ -57,6 +57,7 @@ from fl_uav.compression.codec import (
     float32_tensors,
 )
 from fl_uav.compression.codec_v2 import VERSION_V2, FrameKindV2, LgcPart, decode_v2
+from fl_uav.compression.errors import ShapeMismatch
 from fl_uav.compression.lgc import decode as lgc_sum
 from fl_uav.compression.quantization import flatten, unflatten
 from fl_uav.compression.signing import FrameAuth, now_ms
@@ -259,6 +260,9 @@ class GroundStation:
                                                               DELTA_C_TENSOR_PREFIX)
                                                   if self._scaffold else {})}
         self._limits = DecodeLimits(max_frame_bytes=config.codec.max_frame_bytes)
+        # an LGC update is one layer per channel (LGC eq. (1)): a frame announcing more is
+        # refused before the station keeps a count of its layers
+        self._max_lgc_layers = max(1, len(config.compression.lgc_channel_entries))
         # security.*: signs the global model and control frames, verifies the drones' updates
         self._auth = load_frame_auth(config.security, GROUND_STATION_ID, self.drone_ids)
         self._eval = (eval_inputs, eval_labels)
@@ -470,6 +474,11 @@ class GroundStation:
                 raise _Rejected('wrong_kind', v2.sender)
             part = v2.update
             if isinstance(part, LgcPart):
+                if part.num_layers > self._max_lgc_layers:
+                    raise ShapeMismatch(
+                        f'an LGC frame of {part.num_layers} layers; this fleet sends at most '
+                        f'{self._max_lgc_layers} (compression.lgc_channel_entries)',
+                        field='num_layers')
                 return _ReceivedUpdate(v2.sender, v2.round_index, v2.metadata,
                                        unflatten(lgc_sum([part.layer], part.dim), self._layout),
                                        (part.layer.layer_id, part.num_layers))

@@ -465,6 +465,26 @@ def test_a_v2_update_of_another_dim_is_refused_before_its_stream_is_read(fleet):
     assert verdict.reason == 'shape', verdict
 
 
+@pytest.mark.parametrize('num_layers', [3, 4, 255])
+def test_an_lgc_frame_announcing_more_layers_than_the_channels_is_refused(fleet, num_layers):
+    # Arrange: drone 0's genuine LGC layer 0, plain, its layer count changed (3 channels)
+    if fleet.plain_config.compression.method != 'lgc':
+        pytest.skip('an LGC fleet only')
+    station = fleet.station(signed=False)
+    inner = bytearray(fleet.inner0[0])
+    sub = 30 + get(inner, 26, 4)                        # layer_id u8, num_layers u8, ...
+    put(inner, sub + 1, 1, num_layers)
+    # Act
+    verdict = station.receive_update(crc_fixed(inner))
+    # Assert: 3 is the fleet's count (taken); more is 'shape', naming both counts
+    if num_layers == 3:
+        assert verdict.accepted, verdict
+    else:
+        assert verdict.reason == 'shape', verdict
+        assert f'an LGC frame of {num_layers} layers; this fleet sends at most 3' in (
+            verdict.detail)
+
+
 def test_an_accepted_update_near_the_float32_range_is_recorded_as_a_finite_change(fleet):
     # Arrange: a plain v1 update whose values are finite float32 near the range's end (a
     # structural mutation that flips an exponent bit passes every check)
