@@ -43,7 +43,11 @@ SCENARIOS = {
     '20mbit': (LinkShape(rate_mbit=20.0), None),
     'loss20_20mbit': (LinkShape(loss_pct=20.0, rate_mbit=20.0), None),
     'drop30s': (LinkShape(), Outage(round_index=2, after_s=10.0, duration_s=30.0)),
+    # loss per Ethernet frame on the way in (a lost IP fragment loses its datagram)
+    'frames2': (LinkShape(loss_pct=2.0, per_frame=True), None),
+    'frames20_20mbit': (LinkShape(loss_pct=20.0, rate_mbit=20.0, per_frame=True), None),
 }
+DEFAULT_SCENARIOS = ('lossless', 'loss10', 'loss20', '20mbit', 'loss20_20mbit', 'drop30s')
 
 
 def _value(text: str):
@@ -64,8 +68,8 @@ def table(reports: dict[str, dict]) -> str:
     base = reports.get('lossless', {}).get('final_accuracy')
     lines = ['| scenario | status | rounds | participants per round | missing at close | '
              'late arrivals | final accuracy | vs lossless (points) | payload MB | wire MB | '
-             'wire / payload | dropped MB | wall s |',
-             '|---|---|---|---|---|---|---|---|---|---|---|---|---|']
+             'wire / payload | dropped MB | UDP rcvbuf drops | wall s |',
+             '|---|---|---|---|---|---|---|---|---|---|---|---|---|---|']
     for name, r in reports.items():
         acc = r['final_accuracy']
         diff = (f'{100 * (acc - base):+.1f}' if acc is not None and base is not None else '-')
@@ -78,14 +82,16 @@ def table(reports: dict[str, dict]) -> str:
             f'{",".join(map(str, r["participants"]))} | {r["missing_at_close"]} | '
             f'{r["late_arrivals"]} | {"-" if acc is None else f"{acc:.3f}"} | {diff} | '
             f'{r["payload_bytes"] / 1e6:.2f} | {r["wire_bytes"] / 1e6:.2f} | {ratio} | '
-            f'{r["dropped_bytes"] / 1e6:.2f} | {r["wall_time_s"]:.0f} |')
+            f'{r["dropped_bytes"] / 1e6:.2f} | {r.get("udp_rcvbuf_errors", "-")} | '
+            f'{r["wall_time_s"]:.0f} |')
     return '\n'.join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--out', type=Path, required=True)
-    parser.add_argument('--scenarios', default=','.join(SCENARIOS))
+    parser.add_argument('--scenarios', default=','.join(DEFAULT_SCENARIOS),
+                        help=f'comma-separated, of {", ".join(SCENARIOS)}')
     parser.add_argument('--drones', type=int, default=3)
     parser.add_argument('--rounds', type=int, default=6)
     parser.add_argument('--config', type=Path, default=REPO / 'config' / 'fleet.yaml')

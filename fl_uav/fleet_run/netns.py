@@ -42,16 +42,22 @@ TOOLS = ('ip', 'tc', 'nft')
 class LinkShape:
     """How the link between the namespaces is impaired, the same in each direction:
     ``loss_pct`` % of the packets dropped at random (nftables), ``rate_mbit`` a bandwidth cap
-    (tc tbf, ``burst_kbit`` bucket, packets queued at most ``latency_ms``; None: no cap)."""
+    (tc tbf, ``burst_kbit`` bucket, packets queued at most ``latency_ms``; None: no cap).
+    ``per_frame``: the loss hits each Ethernet frame as the receiving end takes it in (an
+    nftables netdev ingress hook: one lost IP fragment loses its whole UDP datagram, as on a
+    radio link); otherwise each packet as the sender sends it, before IP fragmentation (a
+    whole datagram of up to ~64 KB is lost or not)."""
 
     loss_pct: float = 0.0
     rate_mbit: float | None = None
     burst_kbit: int = 64
     latency_ms: int = 500
+    per_frame: bool = False
 
     def describe(self) -> str:
         """'lossless', '20 % loss, 20 Mbit/s', ..."""
-        parts = [f'{self.loss_pct:g} % loss'] if self.loss_pct else []
+        unit = ' per frame' if self.per_frame else ''
+        parts = [f'{self.loss_pct:g} % loss{unit}'] if self.loss_pct else []
         if self.rate_mbit is not None:
             parts.append(f'{self.rate_mbit:g} Mbit/s')
         return ', '.join(parts) or 'lossless'
@@ -139,6 +145,10 @@ class NetnsLink:
                             '{ type filter hook output priority 0 ; }')
             self._nft(side, f'add chain inet {NFT_TABLE} outage '
                             '{ type filter hook output priority -10 ; }')
+            self._nft(side, f'add table netdev {NFT_TABLE}')
+            self._nft(side, f'add counter netdev {NFT_TABLE} lost')
+            self._nft(side, f'add chain netdev {NFT_TABLE} frames {{ type filter hook ingress '
+                            f'device "{dev}" priority 0 ; }}')
 
     def delete(self) -> None:
         """Delete the namespaces made (their veth ends, qdiscs and nft tables go with them)."""
@@ -160,8 +170,12 @@ class NetnsLink:
                       f'{shape.rate_mbit:g}mbit', 'burst', f'{shape.burst_kbit}kbit',
                       'latency', f'{shape.latency_ms}ms'])
             self._nft(side, f'flush chain inet {NFT_TABLE} loss')
-            if shape.loss_pct > 0:
-                per_10k = round(shape.loss_pct * 100)
+            self._nft(side, f'flush chain netdev {NFT_TABLE} frames')
+            per_10k = round(shape.loss_pct * 100)
+            if per_10k and shape.per_frame:
+                self._nft(side, f'add rule netdev {NFT_TABLE} frames numgen random mod 10000 '
+                                f'< {per_10k} counter name lost drop')
+            elif per_10k:
                 self._nft(side, f'add rule inet {NFT_TABLE} loss oifname "{dev}" numgen random '
                                 f'mod 10000 < {per_10k} counter name lost drop')
         self._shape = shape
@@ -176,7 +190,9 @@ class NetnsLink:
 
     def counters(self) -> dict[str, dict[str, int]]:
         """Per side: bytes and packets the veth end sent (after the drops), and the bytes and
-        packets nftables dropped at random (lost) and in an outage; tbf's own drops."""
+        packets nftables dropped at random (lost) and in an outage; tbf's own drops; the UDP
+        datagrams dropped because a socket's receive buffer was full (the namespace's
+        /proc/net/snmp RcvbufErrors: DDS then asks for them again)."""
         out = {}
         for side in ('ground', 'air'):
             ns, dev = self.ns[side], self.dev[side]
@@ -184,17 +200,21 @@ class NetnsLink:
                                     dev]).stdout)[0]
             tx = link.get('stats64', link.get('stats', {}))['tx']
             row = {'tx_bytes': int(tx['bytes']), 'tx_packets': int(tx['packets'])}
-            nft = json.loads(_run(['ip', 'netns', 'exec', ns, 'nft', '-j', 'list', 'counters',
-                                   'table', 'inet', NFT_TABLE]).stdout)
-            for item in nft.get('nftables', []):
-                counter = item.get('counter')
-                if counter:
-                    row[f'{counter["name"]}_bytes'] = int(counter['bytes'])
-                    row[f'{counter["name"]}_packets'] = int(counter['packets'])
+            for family in ('inet', 'netdev'):   # netdev: frames lost on the way in
+                nft = json.loads(_run(['ip', 'netns', 'exec', ns, 'nft', '-j', 'list',
+                                       'counters', 'table', family, NFT_TABLE]).stdout)
+                for item in nft.get('nftables', []):
+                    counter = item.get('counter')
+                    if counter:
+                        for unit in ('bytes', 'packets'):
+                            key = f'{counter["name"]}_{unit}'
+                            row[key] = row.get(key, 0) + int(counter[unit])
             qdisc = json.loads(_run(['tc', '-n', ns, '-s', '-j', 'qdisc', 'show', 'dev',
                                      dev]).stdout or '[]')
             row['tbf_dropped_packets'] = sum(int(q.get('drops', 0)) for q in qdisc
                                              if q.get('kind') == 'tbf')
+            row['udp_rcvbuf_errors'] = _udp_rcvbuf_errors(
+                _run(['ip', 'netns', 'exec', ns, 'cat', '/proc/net/snmp']).stdout)
             out[side] = row
         return out
 
@@ -209,6 +229,14 @@ class NetnsLink:
         side = self.side_of(spec)
         peer = self.air_ip if side == 'ground' else self.ground_ip
         return ['ip', 'netns', 'exec', self.ns[side], 'env', f'ROS_STATIC_PEERS={peer}']
+
+
+def _udp_rcvbuf_errors(snmp: str) -> int:
+    """RcvbufErrors of the ``Udp:`` lines of /proc/net/snmp (0 if absent)."""
+    rows = [line.split()[1:] for line in snmp.splitlines() if line.startswith('Udp:')]
+    if len(rows) < 2 or 'RcvbufErrors' not in rows[0]:
+        return 0
+    return int(rows[1][rows[0].index('RcvbufErrors')])
 
 
 class OutageScheduler:
@@ -263,8 +291,11 @@ def link_report(summary: dict[str, Any], before: dict[str, dict[str, int]],
     """What a run over the link measured: rounds completed, participants per round, updates
     missing at their round's close (late or never sent) and updates that came after their
     round had closed (rejected as wrong_round), final accuracy, bytes the link carried
-    (sent by the veth ends, plus what nftables dropped) against the payload bytes the station
-    counted (updates up, global model down to each drone)."""
+    against the payload bytes the station counted (updates up, global model down to each
+    drone). Wire bytes are what the veth ends
+    sent: a packet dropped at random before it (the output hook) is not among them but in
+    ``dropped_bytes``; a frame lost per frame (``LinkShape.per_frame``) was sent, and is in
+    both."""
     delta = {side: {key: after[side].get(key, 0) - before[side].get(key, 0)
                     for key in after[side]} for side in after}
     rounds = summary.get('rounds', [])
@@ -291,6 +322,7 @@ def link_report(summary: dict[str, Any], before: dict[str, dict[str, int]],
         'wire_down_bytes': wire_down,
         'dropped_bytes': dropped,
         'tbf_dropped_packets': sum(delta[s]['tbf_dropped_packets'] for s in delta),
+        'udp_rcvbuf_errors': sum(delta[s].get('udp_rcvbuf_errors', 0) for s in delta),
         'wall_time_s': round(summary.get('wall_time_s', 0.0), 1),
         'counters': delta,
     }

@@ -10,7 +10,7 @@ import pytest
 
 from fl_uav.fleet_run.launch_plan import NodeSpec
 from fl_uav.fleet_run.launcher import ProcessGroup, ros_environment
-from fl_uav.fleet_run.netns import LinkShape, NetnsLink, link_report
+from fl_uav.fleet_run.netns import LinkShape, NetnsLink, _udp_rcvbuf_errors, link_report
 
 
 def test_the_station_runs_on_the_ground_and_every_other_node_in_the_air():
@@ -42,16 +42,25 @@ def test_the_report_counts_rounds_late_updates_and_bytes():
                           {'participants': [0], 'late_or_missing': [1],
                            'bytes_up_total': 50, 'bytes_down_total': 300}]}
     zero = {'tx_bytes': 0, 'tx_packets': 0, 'lost_bytes': 0, 'lost_packets': 0,
-            'outage_bytes': 0, 'outage_packets': 0, 'tbf_dropped_packets': 0}
+            'outage_bytes': 0, 'outage_packets': 0, 'tbf_dropped_packets': 0,
+            'udp_rcvbuf_errors': 0}
     before = {'air': dict(zero, tx_bytes=10), 'ground': dict(zero)}
     after = {'air': dict(zero, tx_bytes=1010, lost_bytes=5),
-             'ground': dict(zero, tx_bytes=2000, outage_bytes=7, tbf_dropped_packets=2)}
+             'ground': dict(zero, tx_bytes=2000, outage_bytes=7, tbf_dropped_packets=2,
+                            udp_rcvbuf_errors=3)}
     report = link_report(summary, before, after)
     assert report['participants'] == [2, 1] and report['rounds_completed'] == 2
     assert report['missing_at_close'] == 1 and report['late_arrivals'] == 1
     assert report['payload_bytes'] == 750 and report['wire_bytes'] == 3000
     assert report['wire_up_bytes'] == 1000 and report['dropped_bytes'] == 12
-    assert report['tbf_dropped_packets'] == 2
+    assert report['tbf_dropped_packets'] == 2 and report['udp_rcvbuf_errors'] == 3
+
+
+def test_udp_receive_buffer_errors_are_read_from_proc_net_snmp():
+    snmp = ('Ip: Forwarding DefaultTTL\nIp: 1 64\n'
+            'Udp: InDatagrams NoPorts InErrors OutDatagrams RcvbufErrors SndbufErrors\n'
+            'Udp: 10 0 4 12 4 0\n')
+    assert _udp_rcvbuf_errors(snmp) == 4 and _udp_rcvbuf_errors('') == 0
 
 
 def test_the_process_group_puts_the_prefix_before_each_node(tmp_path):
