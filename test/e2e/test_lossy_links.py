@@ -3,8 +3,11 @@ their simulated autopilot and camera) in another, joined by a veth pair shaped o
 egress to 20 Mbit/s (tc tbf) and 20 % random packet loss (nftables); DDS crosses it by unicast
 (ROS_STATIC_PEERS). The same fleet and seed run once over a lossless link of the same kind.
 The lossy run must complete every round with every drone, no update missing at its round's
-close, and end within ACCURACY_TOLERANCE of the lossless run. Skips, saying why, without root,
-ip, tc, nft or namespaces.
+close, and end within ACCURACY_TOLERANCE of the lossless run. And a link down for 30 s in the
+middle of a round, while the drones upload: longer than the DDS participant lease (20 s), so
+the drones and the station lose each other; the round's updates must still arrive once the
+link is back (a volatile update writer lost them all). Skips, saying why, without root, ip,
+tc, nft or namespaces.
 """
 
 from __future__ import annotations
@@ -15,7 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from fl_uav.fleet_run.netns import LinkShape, fleet_run_over_link, unavailable_reason
+from fl_uav.fleet_run.netns import (
+    LinkShape,
+    Outage,
+    fleet_run_over_link,
+    unavailable_reason,
+)
 from test.conftest import free_udp_port_block
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
@@ -43,13 +51,15 @@ def link_tag():
             subprocess.run(['ip', 'netns', 'del', ns], check=False)
 
 
-def _run(tmp_path: Path, name: str, shape: LinkShape, tag: str) -> dict:
+def _run(tmp_path: Path, name: str, shape: LinkShape, tag: str, outage: Outage | None = None
+         ) -> dict:
     port = free_udp_port_block(2)
     overrides = {**OVERRIDES, 'flight.port_base': port, 'autopilot.remote_base_port': port,
                  'autopilot.bind_base_port': port + 1000}
     lines: list[str] = []
     report = fleet_run_over_link([REPO / 'config' / 'fleet.yaml'], overrides, tmp_path / name,
-                                 shape, tag, domain_id=int(os.environ['ROS_DOMAIN_ID']),
+                                 shape, tag, outage=outage,
+                                 domain_id=int(os.environ['ROS_DOMAIN_ID']),
                                  timeout_s=240.0, echo=lines.append)
     report['echo'] = lines
     return report
@@ -80,3 +90,20 @@ def test_twenty_percent_loss_at_20_mbit_completes_like_lossless(tmp_path, link_t
     # Assert: no namespace of this test is left
     listed = subprocess.run(['ip', 'netns', 'list'], capture_output=True, text=True).stdout
     assert link_tag not in listed
+
+
+def test_updates_sent_while_the_link_is_down_arrive_when_it_is_back(tmp_path, link_tag,
+                                                                   monkeypatch):
+    # Arrange: the link goes down 5 s into round 2 (the drones fly ~10 s, then upload) for
+    # 30 s; the round's deadline is 60 s after it opened
+    monkeypatch.chdir(REPO)
+    outage = Outage(round_index=2, after_s=5.0, duration_s=30.0)
+    # Act
+    report = _run(tmp_path, 'outage', LinkShape(), link_tag, outage)
+    # Assert: the outage happened, in round 2, and dropped traffic
+    assert report['outage']['ended_s'] - report['outage']['began_s'] >= 29.0, report['outage']
+    assert all(report['counters'][side]['outage_packets'] > 0 for side in ('air', 'ground'))
+    # Assert: every round closed with both drones' updates, round 2's too
+    assert report['status'] == 'finished', report['echo'][-30:]
+    assert report['participants'] == [2, 2, 2], report['echo'][-30:]
+    assert report['missing_at_close'] == 0, report
