@@ -63,9 +63,17 @@ def _port_base() -> int:
     return random.Random().randint(20000, 38000)
 
 
+def _order(name: str) -> tuple[int, str]:
+    scenario = name.split('.')[0]
+    return (list(SCENARIOS).index(scenario) if scenario in SCENARIOS else len(SCENARIOS), name)
+
+
 def table(reports: dict[str, dict]) -> str:
-    """The markdown table of the scenarios' reports."""
-    base = reports.get('lossless', {}).get('final_accuracy')
+    """The markdown table of the runs' reports (name: scenario, or scenario.k for the k-th
+    repeat); accuracy against the mean of the lossless runs."""
+    lossless = [r['final_accuracy'] for name, r in reports.items()
+                if name.split('.')[0] == 'lossless' and r['final_accuracy'] is not None]
+    base = sum(lossless) / len(lossless) if lossless else None
     lines = ['| scenario | status | rounds | participants per round | missing at close | '
              'late arrivals | final accuracy | vs lossless (points) | payload MB | wire MB | '
              'wire / payload | dropped MB | UDP rcvbuf drops | wall s |',
@@ -98,7 +106,18 @@ def main() -> int:
     parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
                         help='config override, for every scenario')
     parser.add_argument('--timeout', type=float, default=1200.0)
+    parser.add_argument('--repeats', type=int, default=1,
+                        help='run the scenario list this many times (interleaved)')
+    parser.add_argument('--table', type=Path, nargs='*', metavar='DIR',
+                        help='only print the table of the runs saved in DIR/*.json')
     args = parser.parse_args()
+    if args.table is not None:
+        saved = {}
+        for folder in args.table or [args.out]:
+            for path in sorted(folder.glob('*.json'), key=lambda p: _order(p.stem)):
+                saved[path.stem] = json.loads(path.read_text())
+        print(table(saved))
+        return 0
     reason = unavailable_reason()
     if reason:
         print(f'cannot run: {reason}', file=sys.stderr)
@@ -110,8 +129,10 @@ def main() -> int:
         overrides[key] = _value(text)
     reports: dict[str, dict] = {}
     started = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
-    for index, name in enumerate(args.scenarios.split(',')):
-        shape, outage = SCENARIOS[name]
+    runs = [(scenario if k == 0 else f'{scenario}.{k + 1}', scenario)
+            for k in range(args.repeats) for scenario in args.scenarios.split(',')]
+    for index, (name, scenario) in enumerate(runs):
+        shape, outage = SCENARIOS[scenario]
         port = _port_base()
         run_overrides = {**overrides, 'flight.port_base': port,
                          'autopilot.remote_base_port': port,
