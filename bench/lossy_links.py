@@ -99,7 +99,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--out', type=Path, required=True)
     parser.add_argument('--scenarios', default=','.join(DEFAULT_SCENARIOS),
-                        help=f'comma-separated, of {", ".join(SCENARIOS)}')
+                        help=f'comma-separated, of {", ".join(SCENARIOS)} (one named twice '
+                             f'runs twice)')
     parser.add_argument('--drones', type=int, default=3)
     parser.add_argument('--rounds', type=int, default=6)
     parser.add_argument('--config', type=Path, default=REPO / 'config' / 'fleet.yaml')
@@ -129,8 +130,11 @@ def main() -> int:
         overrides[key] = _value(text)
     reports: dict[str, dict] = {}
     started = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
-    runs = [(scenario if k == 0 else f'{scenario}.{k + 1}', scenario)
-            for k in range(args.repeats) for scenario in args.scenarios.split(',')]
+    runs, seen = [], {}
+    for scenario in args.scenarios.split(',') * args.repeats:   # a repeat: scenario.k
+        seen[scenario] = seen.get(scenario, 0) + 1
+        runs.append((scenario if seen[scenario] == 1 else f'{scenario}.{seen[scenario]}',
+                     scenario))
     for index, (name, scenario) in enumerate(runs):
         shape, outage = SCENARIOS[scenario]
         port = _port_base()
