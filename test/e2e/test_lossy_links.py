@@ -28,10 +28,12 @@ from test.conftest import free_udp_port_block
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 REPO = Path(__file__).resolve().parents[2]
-#: |lossy - lossless| final accuracy, 2 drones x 3 rounds of tiny_cnn: the measured
-#: difference was 0.3 points (0.433 vs 0.430); between lossless runs the drones' samples
-#: differ with the flights' timing, so a few points of noise are expected
-ACCURACY_TOLERANCE = 0.05
+#: |lossy - lossless| final accuracy, 2 drones x 3 rounds of tiny_cnn. Measured (2026-11-29):
+#: lossless 0.433, 0.423, 0.460; lossy 0.430, 0.407, 0.410: every update arrives either way,
+#: but the drones' buffers differ with the rounds' timing (the lossy rounds last longer and
+#: the drones record more, less balanced samples), and after 3 rounds accuracy still climbs
+#: ~5 points a round. A link that cost a round's updates ends ~5-10 points lower.
+ACCURACY_TOLERANCE = 0.08
 OVERRIDES = {'num_drones': 2, 'rounds.num_rounds': 3, 'learning.model': 'tiny_cnn',
              'learning.lr': 0.005, 'rounds.eval_samples': 300, 'coverage.box_m': 80.0,
              'rounds.deadline_s': 60.0, 'autopilot.time_factor': 10.0}
