@@ -22,6 +22,9 @@ $(STAMP): requirements.txt setup.py package.xml
 	@command -v ign >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 	  apt-get update -qq && apt-get install -y -qq ignition-tools libsdformat-dev >/dev/null; } || \
 	  echo "note: ign sdf (Debian ignition-tools, libsdformat-dev) not installed (the Gazebo world check will skip)"
+	@command -v nft >/dev/null || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	  apt-get update -qq && apt-get install -y -qq nftables >/dev/null; } || \
+	  echo "note: nft (Debian nftables) not installed (the lossy-link test will skip; it needs root too)"
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -U pip
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt

@@ -73,6 +73,12 @@ class CompressionConfig:
             raise ValueError(f'lgc_drop_probabilities needs one probability in [0, 1] per '
                              f'channel ({len(entries)}), got {list(drops)}')
 
+    @property
+    def frames_per_update(self) -> int:
+        """The most frames one update travels in: one per LGC channel (a layer each), else
+        one."""
+        return len(self.lgc_channel_entries) if self.method == 'lgc' else 1
+
     def check_model_dim(self, dim: int) -> None:
         """Fail at start if the configured method cannot compress a model of ``dim`` entries
         (lgc: the channels' layers must fit in the model, LGC eqs. (1)-(2)). The fleet's

@@ -53,11 +53,15 @@ class ProcessGroup:
         self._log_dir = log_dir
         self.nodes: list[RunningNode] = []
 
-    def start(self, specs: Sequence[NodeSpec], params_file: Path) -> None:
-        """Start each spec as ``python -m fl_uav.ros.<executable> --ros-args ...``."""
+    def start(self, specs: Sequence[NodeSpec], params_file: Path,
+              prefix: Callable[[NodeSpec], Sequence[str]] | None = None) -> None:
+        """Start each spec as ``python -m fl_uav.ros.<executable> --ros-args ...``, after
+        ``prefix(spec)`` if given: a wrapper that execs the node in the same process (e.g.
+        ``ip netns exec NS env ROS_STATIC_PEERS=...``: its PID stays the node's, which
+        :meth:`stop` signals)."""
         for spec in specs:
-            self.start_command(spec, [sys.executable, '-m', spec.module,
-                                      *spec.ros_args(params_file)])
+            self.start_command(spec, [*(prefix(spec) if prefix else ()), sys.executable, '-m',
+                                      spec.module, *spec.ros_args(params_file)])
 
     def start_command(self, spec: NodeSpec, argv: Sequence[str]) -> RunningNode:
         """Start ``argv`` as the process of ``spec`` (its label names the log file)."""

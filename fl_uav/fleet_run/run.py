@@ -77,6 +77,9 @@ class FleetRunOptions:
     record: bool = False       # record the fleet's topics into out_dir/RECORDING_DIR
     respawn: Respawn = Respawn()   # a drone or station node that dies is restarted
     resume: Path | None = None     # the station goes on from the checkpoint in this directory
+    #: words put before each node's command (ProcessGroup.start), e.g. to run the station and
+    #: the drones in separate network namespaces (fl_uav.fleet_run.netns); None: none
+    command_prefix: Callable[[NodeSpec], Sequence[str]] | None = None
 
 
 def _format_round(row: Mapping[str, Any]) -> str:
@@ -165,7 +168,7 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
         else:
             if options.record:
                 watch = RecorderWatch(recorder.nodes[-1], out / RECORDING_DIR, start)
-            group.start(specs, params_file)
+            group.start(specs, params_file, options.command_prefix)
         while status == 'running':
             died = watch.poll() if watch is not None else None
             if died:       # the run goes on: the federated run is the main output

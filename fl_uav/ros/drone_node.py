@@ -176,8 +176,9 @@ class DroneNode(Node):
                                                names.TELEMETRY_PUB_QOS)
         self._battery_pub = self.create_publisher(BatteryState, names.BATTERY_TOPIC,
                                                   names.TELEMETRY_PUB_QOS)
-        self._update_pub = self.create_publisher(UInt8MultiArray, names.UPDATES_TOPIC,
-                                                 names.UPDATES_QOS)
+        self._update_pub = self.create_publisher(
+            UInt8MultiArray, names.UPDATES_TOPIC,
+            names.updates_publisher_qos(cfg.compression.frames_per_update))
         self._battery: BatteryStatus | None = None
         self.watchdog = StationWatchdog(cfg.flight.station_timeout_s, self._now())
         self.heartbeats = heartbeat_verifier(self.agent.auth, cfg.security)   # station.pub

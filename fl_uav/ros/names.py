@@ -70,9 +70,25 @@ def drone_topic(drone_id: int, relative: str) -> str:
 # Models: reliable (best effort drops every message above ~0.5 MB), latched for late joiners.
 GLOBAL_MODEL_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE,
                               durability=DurabilityPolicy.TRANSIENT_LOCAL)
-# Updates: keep all, so concurrent uploads from many drones are not overwritten.
+# Updates, the station's subscription: keep all, so concurrent uploads from many drones are
+# not overwritten; transient local, so a drone's writer hands a (re)matched station the update
+# it kept (updates_publisher_qos).
 UPDATES_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_ALL,
-                         reliability=ReliabilityPolicy.RELIABLE)
+                         reliability=ReliabilityPolicy.RELIABLE,
+                         durability=DurabilityPolicy.TRANSIENT_LOCAL)
+
+
+def updates_publisher_qos(frames_per_update: int) -> QoSProfile:
+    """A drone's update publisher: reliable, and it keeps its last update's frames (transient
+    local, one per frame) for a station that matches it again. A link down for longer than
+    the DDS participant lease (Fast DDS: 20 s) unmatches the drone and the station; with a
+    volatile writer an update published meanwhile was never delivered (measured: a 30 s
+    outage mid-round lost the round's every update, docs/benchmarks/links.md); now it is
+    delivered once the link is back and discovery matches them again. The frames of older
+    updates are not kept: the station would reject them (wrong_round)."""
+    return QoSProfile(depth=max(1, frames_per_update), history=HistoryPolicy.KEEP_LAST,
+                      reliability=ReliabilityPolicy.RELIABLE,
+                      durability=DurabilityPolicy.TRANSIENT_LOCAL)
 # The FedEx visit exchange: model frames both ways, so reliable; keep all (a UAV's CLU and a
 # retransmitted delivery must not overwrite each other).
 EXPRESS_QOS = QoSProfile(depth=1, history=HistoryPolicy.KEEP_ALL,

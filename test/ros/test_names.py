@@ -49,3 +49,15 @@ def test_the_fleets_best_effort_subscriptions_still_match_the_reliable_publisher
     compatibility, reason = qos_check_compatible(pub, sub)
     # Assert
     assert compatibility == QoSCompatibility.OK, reason
+
+
+@pytest.mark.parametrize('frames', [1, 3])
+def test_the_station_matches_a_drones_update_publisher_and_gets_its_kept_frames(frames):
+    # Arrange: the drone keeps its last update's frames for a station that matches it again
+    pub = names.updates_publisher_qos(frames)
+    # Act
+    compatibility, reason = qos_check_compatible(_definite(pub), _definite(names.UPDATES_QOS))
+    # Assert
+    assert compatibility == QoSCompatibility.OK, reason
+    assert pub.depth == frames and pub.durability == names.UPDATES_QOS.durability
+    assert pub.durability.name == 'TRANSIENT_LOCAL'

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
+from fl_uav.compression.config import CompressionConfig
 from fl_uav.compression.lgc import (
     Layer,
     LgcEncoder,
@@ -226,3 +227,9 @@ def test_encoder_reset_clears_residual_and_pending():
     encoder.reset()
     assert not encoder.awaiting_ack
     np.testing.assert_array_equal(encoder.residual, np.zeros(3))
+
+
+def test_an_lgc_update_travels_in_one_frame_per_channel_at_most_others_in_one():
+    assert CompressionConfig(method='lgc', lgc_channel_entries=(10, 20, 30, 40)
+                             ).frames_per_update == 4
+    assert CompressionConfig(method='qsgd').frames_per_update == 1
