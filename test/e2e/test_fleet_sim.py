@@ -110,9 +110,13 @@ def test_sigterm_stops_the_fleet_like_ctrl_c(tmp_path):
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)   # its nodes: one group
     try:
-        deadline = time.monotonic() + 60.0
-        while len(_processes_mentioning(str(out))) < 3 and time.monotonic() < deadline:
-            time.sleep(0.2)          # polling the process table, bounded by the deadline
+        # its nodes up: the station opened round 1 (a node still starting its interpreter
+        # would die of the SIGINT inside Python's own start-up, not stop as a node does)
+        station_log = out / 'logs' / 'ground_station.log'
+        deadline = time.monotonic() + 120.0
+        while time.monotonic() < deadline and proc.poll() is None and 'round 1 open' not in (
+                station_log.read_text() if station_log.exists() else ''):
+            time.sleep(0.2)          # polling the station's log, bounded by the deadline
         started = _processes_mentioning(str(out))
         # Act
         proc.send_signal(signal.SIGTERM)
