@@ -69,7 +69,6 @@ import sys
 import tempfile
 import time
 import tracemalloc
-import zlib
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -100,6 +99,7 @@ from fl_uav.fleet.messages import PoseSample  # noqa: E402
 from fl_uav.fleet.update_inbox import INBOX_FULL  # noqa: E402
 from fl_uav.fleet.world_setup import map_labeler  # noqa: E402
 from fl_uav.learning.weights import architecture_fingerprint  # noqa: E402
+from test.unit.fleet._frame_bytes import crc_fixed, get, put, with_metadata  # noqa: E402
 
 #: The station's own rejection reasons, beyond the codec's and the envelope's
 #: (docs/wire_format.md, "Update frames in the fleet" and "Replays and run identity").
@@ -138,20 +138,6 @@ _RAW_METADATA = [b'', b'{', b'[]', b'null', b'"x"', b'{"a":1,"a":2}', b'{"x":NaN
 
 
 # ------------------------------------------------------------------------------ frame bytes
-
-
-def crc_fixed(frame: bytes | bytearray) -> bytes:
-    """The frame with its trailing CRC32 recomputed over every byte before it."""
-    body = bytes(frame[:-4])
-    return body + _U32.pack(zlib.crc32(body))
-
-
-def put(buf: bytearray, offset: int, width: int, value: int) -> None:
-    buf[offset:offset + width] = value.to_bytes(width, 'little')
-
-
-def get(buf: bytes | bytearray, offset: int, width: int) -> int:
-    return int.from_bytes(buf[offset:offset + width], 'little')
 
 
 def envelope_parts(env: bytes) -> tuple[bytes, bytes, bytes]:
@@ -513,19 +499,6 @@ def forged(kind: str, fleet: Fleet, rng: random.Random) -> bytes:
     raise ValueError(kind)
 
 
-def _with_metadata(inner: bytes, blob: bytes) -> bytes:
-    """The plain frame with its metadata replaced by ``blob`` (lengths fixed, CRC not)."""
-    if inner[4] == 1:
-        start = 40 + get(inner, 24, 4)
-        b = bytearray(inner[:start] + blob + inner[start + get(inner, 28, 4):])
-        put(b, 28, 4, len(blob))
-        return bytes(b)
-    old = get(inner, 26, 4)
-    b = bytearray(inner[:26] + _U32.pack(len(blob)) + blob + inner[30 + old:])
-    put(b, 22, 4, get(inner, 22, 4) + len(blob) - old)
-    return bytes(b)
-
-
 def _odd_metadata(meta: dict, run_id: str, rng: random.Random) -> bytes:
     choice = rng.randrange(4)
     if choice == 0:
@@ -656,7 +629,7 @@ def deep(kind: str, fleet: Fleet, sender: int, rng: random.Random) -> bytes:
     elif kind == 'deep_field':
         set_field(b, rng.choice(fields), rng, fleet.sizes(len(b)))
     elif kind == 'deep_metadata':
-        b = bytearray(_with_metadata(bytes(b), _odd_metadata(fleet.metadata, RUN_ID, rng)))
+        b = bytearray(with_metadata(bytes(b), _odd_metadata(fleet.metadata, RUN_ID, rng)))
     elif kind == 'deep_cut':
         b = bytearray(_cut(bytes(b), rng))
     else:

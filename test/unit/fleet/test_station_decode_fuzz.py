@@ -18,7 +18,6 @@ import json
 import math
 import struct
 import warnings
-import zlib
 from collections import Counter
 from dataclasses import dataclass
 
@@ -42,6 +41,8 @@ from fl_uav.fleet.update_inbox import INBOX_FULL
 from fl_uav.fleet.world_setup import map_labeler
 from fl_uav.learning.weights import architecture_fingerprint
 from test.unit.fleet._fleet_pair import eval_set
+from test.unit.fleet._frame_bytes import crc_fixed, get, put
+from test.unit.fleet._frame_bytes import with_metadata as _with_metadata
 
 #: What the station may answer: the codec's reasons (v1 and v2), the envelope's, and the
 #: station's own (docs/wire_format.md, "Update frames in the fleet", "Replays and run
@@ -63,19 +64,6 @@ _U32 = struct.Struct('<I')
 
 
 # ------------------------------------------------------------------------------ frame bytes
-
-
-def crc_fixed(frame: bytes | bytearray) -> bytes:
-    body = bytes(frame[:-4])
-    return body + _U32.pack(zlib.crc32(body))
-
-
-def get(buf: bytes | bytearray, offset: int, width: int) -> int:
-    return int.from_bytes(buf[offset:offset + width], 'little')
-
-
-def put(buf: bytearray, offset: int, width: int, value: int) -> None:
-    buf[offset:offset + width] = value.to_bytes(width, 'little')
 
 
 def envelope(head: bytes, inner: bytes, sig: bytes, fix_len: bool = False) -> bytes:
@@ -285,11 +273,8 @@ _RAW_METADATA = [b'', b'{', b'[]', b'null', b'{"a":1,"a":2}', b'{"x":NaN}', b'{"
 
 def with_metadata(inner: bytes, blob: bytes) -> bytes:
     """The plain frame with its metadata replaced by ``blob`` (lengths fixed, CRC not)."""
-    if inner[4] == 1:
-        start = 40 + get(inner, 24, 4)
-        b = bytearray(inner[:start] + blob + inner[start + get(inner, 28, 4):])
-        put(b, 28, 4, len(blob))
-        return bytes(b)
+    assert inner[4] == 1 or inner[6] & FLAG_METADATA     # a v2 frame carries metadata
+    return _with_metadata(inner, blob)
     old = get(inner, 26, 4)
     b = bytearray(inner[:26] + _U32.pack(len(blob)) + blob + inner[30 + old:])
     put(b, 22, 4, get(inner, 22, 4) + len(blob) - old)
