@@ -25,6 +25,7 @@ import hashlib
 import math
 import os
 import socket
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,7 @@ class ChunkResult:
     offsets: tuple[int, ...]
     reports: tuple[DroneReport, ...]
     diverged: tuple[int, str] | None = None
+    seconds: float = 0.0    # the worker's wall time on the chunk (training and encoding)
 
     @property
     def nbytes(self) -> int:
@@ -176,6 +178,7 @@ class ChunkWorker:
 
     def train_chunk(self, context: RoundContext, spec: ChunkSpec) -> ChunkResult:
         """Train one chunk from the round's model; encode each drone's upload."""
+        started = time.perf_counter()
         config, r = self.config, context.round_index
         keep = config.learning.structured_keep
         trainer, start, index_map = self._trainer, context.weights, None
@@ -218,7 +221,8 @@ class ChunkWorker:
                                        dict(result.metrics), finite))
         return ChunkResult(spec.index, spec.drones,
                            np.concatenate(frames) if frames else np.zeros(0, np.uint8),
-                           tuple(offsets), tuple(reports))
+                           tuple(offsets), tuple(reports),
+                           seconds=time.perf_counter() - started)
 
     @staticmethod
     def _diverging(trainer, start: Weights, spec: ChunkSpec, data) -> int:

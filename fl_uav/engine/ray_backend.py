@@ -49,6 +49,7 @@ from fl_uav.engine.config import ExperimentConfig
 from fl_uav.engine.data import TrainTestData
 from fl_uav.engine.results import ExperimentError
 from fl_uav.learning.training import TrainConfig
+from fl_uav.learning.vectorized import client_step_count
 from fl_uav.learning.weights import Weights
 
 try:
@@ -172,11 +173,15 @@ class RayBackend:
         try:
             ray.init(address=address, log_to_driver=False, logging_level='warning')
         except (ConnectionError, RuntimeError, ValueError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            token = ('' if os.environ.get('RAY_AUTH_MODE') == 'token' else
+                     '; a cluster of `ray start --head` wants its token (Ray 2.60): export '
+                     'RAY_AUTH_MODE=token, with RAY_AUTH_TOKEN on a machine other than the '
+                     'head')
             raise ExperimentError(
-                f'engine.ray_address {address}: cannot join a Ray cluster ({first}); start '
-                f'one with `ray start --head` (docs/cli.md, "Many machines: the Ray backend")'
-                f' or leave engine.ray_address empty for a local Ray') from None
+                f'engine.ray_address {address}: cannot join a Ray cluster '
+                f'({_first_line(exc)}){token if address != "auto" else ""}; start one with '
+                f'`ray start --head` (docs/cli.md, "Many machines: the Ray backend") or leave '
+                f'engine.ray_address empty for a local Ray') from None
         self._owns_ray = True   # our connection: ray.shutdown() leaves the cluster running
         self.where = f'the Ray cluster at {address}'
 
@@ -252,11 +257,17 @@ class RayBackend:
                     seeds: list[int], steps: list[int] | None) -> list[UploadedResult]:
         """Train the round's drones (the local trainer's chunks, on the actors); each drone's
         upload, decoded, in ``drones`` order."""
+        started = time.perf_counter()
         specs = plan_chunks(self.config, train_config, drones, samples, seeds, steps)
         context = ray.put(RoundContext(r, weights, train_config, fingerprint))
-        traffic = {'model_out': int(sum(w.nbytes for w in weights.values())),
-                   'chunks_out': int(sum(s.nbytes for spec in specs for s in spec.samples)),
-                   'frames_back': 0}
+        traffic: dict[str, float] = {
+            'model_out': int(sum(w.nbytes for w in weights.values())),
+            'chunks_out': int(sum(s.nbytes for spec in specs for s in spec.samples)),
+            'frames_back': 0, 'chunks': len(specs),
+            'drone_steps': sum(client_step_count(train_config, len(s), None if steps is None
+                                                 else steps[i])
+                               for i, s in enumerate(samples)),
+            'worker_busy_s': 0.0, 'decode_s': 0.0, 'train_wall_s': 0.0}
         pending = deque(specs)
         in_flight: dict[Any, tuple[int, Any]] = {}
         load = dict.fromkeys(self.alive, 0)
@@ -294,14 +305,18 @@ class RayBackend:
                 raise ExperimentError(f'round {r}, drone {drone}: non-finite training loss '
                                       f'({message}); partial results are in {self.out_dir}')
             traffic['frames_back'] += chunk.nbytes
+            traffic['worker_busy_s'] += chunk.seconds
+            hand_out()   # before decoding: the worker is not kept waiting
+            decode_start = time.perf_counter()
             try:
                 uploads = decode_chunk(chunk, r, weights, fingerprint)
             except ValueError as exc:
                 raise ExperimentError(f'round {r}: {exc}; partial results are in '
                                       f'{self.out_dir}') from None
+            traffic['decode_s'] += time.perf_counter() - decode_start
             results.update(zip(chunk.drones, uploads))
             del chunk   # its frames leave the object store
-            hand_out()
+        traffic['train_wall_s'] = time.perf_counter() - started
         self.traffic.append(traffic)
         return [results[k] for k in drones]
 
@@ -331,11 +346,15 @@ class RayBackend:
         rounds = len(self.traffic)
         mean = {key: (sum(t[key] for t in self.traffic) / rounds if rounds else 0.0)
                 for key in ('model_out', 'chunks_out', 'frames_back')}
+        per_round = {key: [round(t[key], 3) for t in self.traffic]
+                     for key in ('chunks', 'drone_steps', 'worker_busy_s', 'decode_s',
+                                 'train_wall_s')}
         return {'backend': 'ray', 'where': self.where, 'workers': self.workers,
                 'workers_at_end': len(self.alive),
                 'hosts': sorted({i['host'] for i in self.info}),
                 'start_s': round(self.start_s, 3), 'training_set_bytes': self.data_bytes,
-                'bytes_per_round': mean, 'retried_chunks': self.retried_chunks}
+                'bytes_per_round': mean, 'rounds': per_round,
+                'retried_chunks': self.retried_chunks}
 
 
 def _python_handlers() -> dict[int, Any]:

@@ -223,6 +223,27 @@ def test_an_address_nobody_answers_at_stops_the_run_at_start(tmp_path):
     assert not ray_backend.ray.is_initialized()
 
 
+def test_auto_without_a_cluster_on_this_machine_stops_the_run_at_start(tmp_path,
+                                                                      monkeypatch):
+    pytest.importorskip('ray')
+    if ray_backend.ray.is_initialized():
+        pytest.skip('this process joined a Ray already (the backend would use it)')
+    if Path('/tmp/ray/ray_current_cluster').exists():
+        pytest.skip('a Ray cluster runs on this machine (ray start --head)')
+    monkeypatch.delenv('RAY_ADDRESS', raising=False)
+    # Act
+    with pytest.raises(ExperimentError) as info:
+        run_experiment(_config(**{'engine.backend': 'ray', 'engine.ray_address': 'auto'}),
+                       tmp_path / 'run')
+    # Assert
+    message = str(info.value)
+    assert message.startswith('engine.ray_address auto: cannot join a Ray cluster (Could not '
+                              'find any running Ray instance')
+    assert 'ray start --head' in message and '\n' not in message
+    assert not (tmp_path / 'run').exists()
+    assert not ray_backend.ray.is_initialized()
+
+
 def test_the_probe_says_when_an_address_does_not_answer():
     with pytest.raises(ExperimentError, match='no Ray cluster answers there'):
         ray_backend.probe_address(f'127.0.0.1:{_closed_port()}', timeout_s=2.0)

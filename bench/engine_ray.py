@@ -1,0 +1,251 @@
+"""Figure: the experiment engine's backends side by side (docs/benchmarks/engine.md, "The Ray
+backend"; issue 27 items 3-4).
+
+Runs `fl-uav experiment` (the real command, each run a fresh process) on one config with
+each backend given, and measures from outside:
+
+    wall          the whole process (interpreter, imports, data, Ray start, rounds, plots)
+    start-up      wall minus the rounds (rounds.csv wall_s summed); Ray's own share from
+                  summary.json's engine_backend.start_s (join Ray, data into the object
+                  store, the actors started and checked)
+    rounds        each round's wall_s (rounds.csv) and their sum
+    memory        peak RSS (VmHWM) of the driver, of the largest Ray worker (actor), the Ray
+                  system processes' (raylet, GCS, agents; summed at their peaks), and the
+                  peak of the whole process tree's PSS (shared pages such as the object store
+                  counted once), sampled every --sample-s seconds from /proc
+    object store  what goes through Ray per round (summary.json): the global model out, the
+                  chunk specs out (sample indices), the frames back
+
+and checks that every run's rounds.csv is identical in every column but wall_s.
+
+    nice -n 5 .venv/bin/python bench/engine_ray.py                       # 1000 drones, 5 rounds
+    nice -n 5 .venv/bin/python bench/engine_ray.py --runs ray:2 --drones 10000
+
+A run is BACKEND:WORKERS (local:1, ray:1, ray:2, local:2 = the local backend's threads).
+Linux only (/proc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = REPO / 'config' / 'experiments' / 'scale_fmnist_1000.yaml'
+WORKER_TITLE = 'ray::ChunkWorker'   # a Ray actor's process title: ray::<class>[.<method>]
+
+
+@dataclass
+class Peaks:
+    """Highest values seen while sampling a run's process tree (KiB)."""
+
+    driver_hwm: int = 0
+    worker_hwm: dict[int, int] = field(default_factory=dict)    # pid -> VmHWM
+    system_hwm: dict[int, int] = field(default_factory=dict)
+    tree_pss: int = 0
+    workers_pss: int = 0
+    samples: int = 0
+
+
+def _children_map() -> dict[int, list[int]]:
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir('/proc'):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f'/proc/{entry}/stat') as f:
+                parent = int(f.read().rsplit(')', 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    return children
+
+
+def _tree(root: int) -> list[int]:
+    children, out, todo = _children_map(), [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo += children.get(pid, [])
+    return out
+
+
+def _status_kb(pid: int, key: str) -> int:
+    try:
+        with open(f'/proc/{pid}/status') as f:
+            for line in f:
+                if line.startswith(key + ':'):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _pss_kb(pid: int) -> int:
+    try:
+        with open(f'/proc/{pid}/smaps_rollup') as f:
+            for line in f:
+                if line.startswith('Pss:'):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _title(pid: int) -> str:
+    try:
+        with open(f'/proc/{pid}/cmdline', 'rb') as f:
+            return f.read().replace(b'\0', b' ').decode(errors='replace').strip()
+    except OSError:
+        return ''
+
+
+def sample(root: int, peaks: Peaks, stop: threading.Event, period_s: float) -> None:
+    """Until ``stop``: the tree's VmHWM per process and its summed PSS, every period_s."""
+    while not stop.is_set():
+        tree_pss = workers_pss = 0
+        for pid in _tree(root):
+            hwm, pss = _status_kb(pid, 'VmHWM'), _pss_kb(pid)
+            tree_pss += pss
+            if pid == root:
+                peaks.driver_hwm = max(peaks.driver_hwm, hwm)
+            elif _title(pid).startswith(WORKER_TITLE):
+                peaks.worker_hwm[pid] = max(peaks.worker_hwm.get(pid, 0), hwm)
+                workers_pss += pss
+            else:
+                peaks.system_hwm[pid] = max(peaks.system_hwm.get(pid, 0), hwm)
+        peaks.tree_pss = max(peaks.tree_pss, tree_pss)
+        peaks.workers_pss = max(peaks.workers_pss, workers_pss)
+        peaks.samples += 1
+        stop.wait(period_s)
+
+
+def _rows(out: Path) -> list[dict[str, str]]:
+    with open(out / 'rounds.csv', newline='') as f:
+        return list(csv.DictReader(f))
+
+
+def run_one(spec: str, args: argparse.Namespace, out_root: Path) -> dict:
+    """One `fl-uav experiment` run of ``spec`` (backend:workers), measured."""
+    backend, workers = spec.split(':')
+    out = out_root / spec.replace(':', '_')
+    shutil.rmtree(out, ignore_errors=True)
+    sets = {'num_drones': args.drones, 'num_rounds': args.rounds,
+            'engine.backend': backend, 'engine.workers': int(workers), **dict(
+                s.split('=', 1) for s in args.set)}
+    command = [sys.executable, '-m', 'fl_uav.cli', 'experiment', str(args.config),
+               '--out', str(out)]
+    for key, value in sets.items():
+        command += ['--set', f'{key}={value}']
+    env = {**os.environ, 'PYTHONPATH': os.pathsep.join(
+        p for p in (str(REPO), os.environ.get('PYTHONPATH', '')) if p)}
+    load = os.getloadavg()[0]
+    start = time.perf_counter()
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    peaks, stop = Peaks(), threading.Event()
+    sampler = threading.Thread(target=sample, args=(process.pid, peaks, stop, args.sample_s),
+                               daemon=True)
+    sampler.start()
+    log = process.communicate()[0]
+    wall = time.perf_counter() - start
+    stop.set()
+    sampler.join()
+    (out_root / f'{out.name}.log').write_text(log)
+    if process.returncode != 0:
+        raise SystemExit(f'{spec}: fl-uav experiment exited {process.returncode}:\n{log}')
+    summary = json.loads((out / 'summary.json').read_text())
+    rows = _rows(out)
+    round_walls = [float(r['wall_s']) for r in rows]
+    backend_info = summary.get('engine_backend', {})
+    return {
+        'run': spec, 'load_1min_at_start': round(load, 2), 'wall_s': round(wall, 2),
+        'rounds_s': round(sum(round_walls), 2),
+        'startup_s': round(wall - sum(round_walls), 2),
+        'ray_start_s': backend_info.get('start_s'),
+        'round_walls_s': [round(w, 2) for w in round_walls],
+        'steady_round_s': round(sum(round_walls[1:]) / max(1, len(round_walls) - 1), 2),
+        'driver_peak_rss_mib': round(peaks.driver_hwm / 1024, 1),
+        'worker_peak_rss_mib': round(max(peaks.worker_hwm.values(), default=0) / 1024, 1),
+        'workers_seen': len(peaks.worker_hwm),
+        'ray_system_rss_mib': round(sum(peaks.system_hwm.values()) / 1024, 1),
+        'tree_peak_pss_mib': round(peaks.tree_pss / 1024, 1),
+        'bytes_per_round': backend_info.get('bytes_per_round'),
+        'final_accuracy': summary['final_accuracy'], 'samples': peaks.samples,
+        'rows': [{k: v for k, v in r.items() if k != 'wall_s'} for r in rows],
+    }
+
+
+def table(results: list[dict]) -> str:
+    head = ('| run | wall s | start-up s (Ray) | rounds s | per round s | driver MiB | '
+            'largest worker MiB | Ray system MiB | tree PSS MiB | through Ray per round |')
+    lines = [head, '|' + '---|' * 10]
+    for r in results:
+        ray_start = f' ({r["ray_start_s"]:.1f})' if r['ray_start_s'] is not None else ''
+        traffic = r['bytes_per_round']
+        moved = ('' if not traffic else
+                 f'model {traffic["model_out"] / 1e6:.2f} MB out, specs '
+                 f'{traffic["chunks_out"] / 1e6:.2f} MB out, frames '
+                 f'{traffic["frames_back"] / 1e6:.1f} MB back')
+        worker = f'{r["worker_peak_rss_mib"]:.0f}' if r['workers_seen'] else '-'
+        system = f'{r["ray_system_rss_mib"]:.0f}' if r['workers_seen'] else '-'
+        lines.append(f'| {r["run"]} | {r["wall_s"]:.1f} | {r["startup_s"]:.1f}{ray_start} | '
+                     f'{r["rounds_s"]:.1f} | {" / ".join(f"{w:.1f}" for w in r["round_walls_s"])}'
+                     f' | {r["driver_peak_rss_mib"]:.0f} | {worker} | {system} | '
+                     f'{r["tree_peak_pss_mib"]:.0f} | {moved} |')
+    return '\n'.join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser.add_argument('--config', type=Path, default=CONFIG)
+    parser.add_argument('--drones', type=int, default=1000)
+    parser.add_argument('--rounds', type=int, default=5)
+    parser.add_argument('--runs', default='local:1,ray:1,ray:2',
+                        help='comma-separated BACKEND:WORKERS, run in this order')
+    parser.add_argument('--set', action='append', default=[], metavar='KEY=VALUE',
+                        help='more config overrides, for every run')
+    parser.add_argument('--out', type=Path, default=Path('/tmp/fl_uav_engine_ray'))
+    parser.add_argument('--sample-s', type=float, default=0.5)
+    parser.add_argument('--json', type=Path, help='write the results here as JSON')
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    results = []
+    for spec in args.runs.split(','):
+        result = run_one(spec.strip(), args, args.out)
+        results.append(result)
+        print(f'{spec}: wall {result["wall_s"]} s, rounds {result["round_walls_s"]}, '
+              f'load {result["load_1min_at_start"]}', flush=True)
+    print()
+    print(f'{args.drones} drones x {args.rounds} rounds, {args.config.name}; load (1 min) at '
+          f'each start: {", ".join(str(r["load_1min_at_start"]) for r in results)}')
+    print(table(results))
+    same = all(r['rows'] == results[0]['rows'] for r in results)
+    print(f'rounds.csv identical in every column but wall_s: {"yes" if same else "NO"}')
+    by_run = {r['run']: r for r in results}
+    if 'local:1' in by_run and 'ray:1' in by_run:
+        ratio = by_run['ray:1']['rounds_s'] / by_run['local:1']['rounds_s']
+        print(f'ray:1 rounds / local:1 rounds = {ratio:.2f} (target <= 1.3)')
+    if 'ray:1' in by_run and 'ray:2' in by_run:
+        speedup = by_run['ray:1']['rounds_s'] / by_run['ray:2']['rounds_s']
+        print(f'ray:1 rounds / ray:2 rounds = {speedup:.2f}x (target >= 1.6)')
+    for r in results:
+        print(f'{r["run"]}: memory per drone {r["tree_peak_pss_mib"] * 1024 / args.drones:.0f} '
+              f'KiB (tree PSS / drones); final accuracy {r["final_accuracy"]}')
+    if args.json:
+        args.json.write_text(json.dumps([{k: v for k, v in r.items() if k != 'rows'}
+                                         for r in results], indent=1))
+    return 0 if same else 1
+
+
+if __name__ == '__main__':
+    raise SystemExit(main())
