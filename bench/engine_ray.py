@@ -20,6 +20,7 @@ and checks that every run's rounds.csv is identical in every column but wall_s.
 
     nice -n 5 .venv/bin/python bench/engine_ray.py                       # 1000 drones, 5 rounds
     nice -n 5 .venv/bin/python bench/engine_ray.py --runs ray:2 --drones 10000
+    .venv/bin/python bench/engine_ray.py --model RUN_DIR ...   # the time model of Ray runs
 
 A run is BACKEND:WORKERS (local:1, ray:1, ray:2, local:2 = the local backend's threads).
 Linux only (/proc).
@@ -51,6 +52,7 @@ class Peaks:
     driver_hwm: int = 0
     worker_hwm: dict[int, int] = field(default_factory=dict)    # pid -> VmHWM
     system_hwm: dict[int, int] = field(default_factory=dict)
+    cpu_s: dict[int, float] = field(default_factory=dict)       # pid -> user + system s
     tree_pss: int = 0
     workers_pss: int = 0
     samples: int = 0
@@ -90,6 +92,19 @@ def _status_kb(pid: int, key: str) -> int:
     return 0
 
 
+TICKS = os.sysconf('SC_CLK_TCK')
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (0 if it is gone)."""
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            fields = f.read().rsplit(')', 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def _pss_kb(pid: int) -> int:
     try:
         with open(f'/proc/{pid}/smaps_rollup') as f:
@@ -116,6 +131,7 @@ def sample(root: int, peaks: Peaks, stop: threading.Event, period_s: float) -> N
         for pid in _tree(root):
             hwm, pss = _status_kb(pid, 'VmHWM'), _pss_kb(pid)
             tree_pss += pss
+            peaks.cpu_s[pid] = max(peaks.cpu_s.get(pid, 0.0), _cpu_s(pid))
             if pid == root:
                 peaks.driver_hwm = max(peaks.driver_hwm, hwm)
             elif _title(pid).startswith(WORKER_TITLE):
@@ -174,6 +190,9 @@ def run_one(spec: str, args: argparse.Namespace, out_root: Path) -> dict:
         'ray_start_s': backend_info.get('start_s'),
         'round_walls_s': [round(w, 2) for w in round_walls],
         'steady_round_s': round(sum(round_walls[1:]) / max(1, len(round_walls) - 1), 2),
+        'driver_cpu_s': round(peaks.cpu_s.get(process.pid, 0.0), 1),
+        'workers_cpu_s': round(sum(peaks.cpu_s.get(p, 0.0) for p in peaks.worker_hwm), 1),
+        'ray_system_cpu_s': round(sum(peaks.cpu_s.get(p, 0.0) for p in peaks.system_hwm), 1),
         'driver_peak_rss_mib': round(peaks.driver_hwm / 1024, 1),
         'worker_peak_rss_mib': round(max(peaks.worker_hwm.values(), default=0) / 1024, 1),
         'workers_seen': len(peaks.worker_hwm),
@@ -186,9 +205,10 @@ def run_one(spec: str, args: argparse.Namespace, out_root: Path) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    head = ('| run | wall s | start-up s (Ray) | rounds s | per round s | driver MiB | '
-            'largest worker MiB | Ray system MiB | tree PSS MiB | through Ray per round |')
-    lines = [head, '|' + '---|' * 10]
+    head = ('| run | wall s | start-up s (Ray) | rounds s | per round s | CPU s driver / '
+            'workers / Ray | driver MiB | largest worker MiB | Ray system MiB | tree PSS MiB | '
+            'through Ray per round |')
+    lines = [head, '|' + '---|' * 11]
     for r in results:
         ray_start = f' ({r["ray_start_s"]:.1f})' if r['ray_start_s'] is not None else ''
         traffic = r['bytes_per_round']
@@ -200,12 +220,64 @@ def table(results: list[dict]) -> str:
         system = f'{r["ray_system_rss_mib"]:.0f}' if r['workers_seen'] else '-'
         lines.append(f'| {r["run"]} | {r["wall_s"]:.1f} | {r["startup_s"]:.1f}{ray_start} | '
                      f'{r["rounds_s"]:.1f} | {" / ".join(f"{w:.1f}" for w in r["round_walls_s"])}'
-                     f' | {r["driver_peak_rss_mib"]:.0f} | {worker} | {system} | '
+                     f' | {r["driver_cpu_s"]:.0f} / {r["workers_cpu_s"]:.0f} / '
+                     f'{r["ray_system_cpu_s"]:.0f} | {r["driver_peak_rss_mib"]:.0f} | {worker} | '
+                     f'{system} | '
                      f'{r["tree_peak_pss_mib"]:.0f} | {moved} |')
     return '\n'.join(lines)
 
 
+def round_costs(run_dir: Path) -> dict:
+    """One Ray run's per-round parts (steady rounds 2..R): drones, drone-steps S, workers W,
+    worker seconds per drone-step c, the round's training wall, the driver's time after it
+    (rounds.csv wall_s minus the training wall: per-drone loop, aggregation, evaluation)."""
+    summary = json.loads((run_dir / 'summary.json').read_text())
+    backend = summary['engine_backend']
+    rounds = backend['rounds']
+    walls = [float(r['wall_s']) for r in _rows(run_dir)]
+    steady = slice(1, None) if len(walls) > 1 else slice(0, None)
+    mean = lambda values: sum(values[steady]) / len(values[steady])   # noqa: E731
+    steps = mean(rounds['drone_steps'])
+    return {'run': str(run_dir), 'drones': summary['num_drones'], 'workers': backend['workers'],
+            'drone_steps': steps, 'c_step_s': mean(rounds['worker_busy_s']) / steps,
+            'train_wall_s': mean(rounds['train_wall_s']), 'decode_s': mean(rounds['decode_s']),
+            'driver_after_s': mean([w - t for w, t in zip(walls, rounds['train_wall_s'])]),
+            'round_s': mean(walls)}
+
+
+def time_model(run_dirs: list[Path]) -> str:
+    """Fit T(N, W) = c * S(N) / W + d * N + e to the runs and show how each run compares.
+
+    c (worker seconds per drone-step, batch 32, this model): from the one-worker runs (no
+    contention between workers); d, e (the driver's serial time after training: per drone,
+    fixed) by least squares over all runs' driver times. S(N): the round's drone-steps."""
+    import numpy as np
+
+    costs = [round_costs(d) for d in run_dirs]
+    single = [c['c_step_s'] for c in costs if c['workers'] == 1] or [c['c_step_s']
+                                                                     for c in costs]
+    c_step = float(np.mean(single))
+    a = np.array([[c['drones'], 1.0] for c in costs])
+    b = np.array([c['driver_after_s'] for c in costs])
+    (d, e), *_ = np.linalg.lstsq(a, b, rcond=None)
+    lines = [f'c = {c_step * 1e3:.2f} ms per drone-step (worker), d = {d * 1e3:.3f} ms per '
+             f'drone (driver), e = {e:.2f} s per round (driver: evaluation, fixed)',
+             '| run | drones | W | drone-steps | round s measured | model | training wall s '
+             '(c S / W) | driver after s (d N + e) |', '|' + '---|' * 8]
+    for c in costs:
+        train = c_step * c['drone_steps'] / c['workers']
+        driver = d * c['drones'] + e
+        lines.append(f'| {Path(c["run"]).name} | {c["drones"]} | {c["workers"]} | '
+                     f'{c["drone_steps"]:.0f} | {c["round_s"]:.1f} | {train + driver:.1f} | '
+                     f'{c["train_wall_s"]:.1f} ({train:.1f}) | {c["driver_after_s"]:.1f} '
+                     f'({driver:.1f}) |')
+    return '\n'.join(lines)
+
+
 def main() -> int:
+    if sys.argv[1:2] == ['--model']:   # bench/engine_ray.py --model RUN_DIR ...
+        print(time_model([Path(p) for p in sys.argv[2:]]))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('--config', type=Path, default=CONFIG)
     parser.add_argument('--drones', type=int, default=1000)
