@@ -184,6 +184,7 @@ def run_one(spec: str, args: argparse.Namespace, out_root: Path) -> dict:
     rows = _rows(out)
     round_walls = [float(r['wall_s']) for r in rows]
     backend_info = summary.get('engine_backend', {})
+    system = set(peaks.system_hwm) - set(peaks.worker_hwm)   # a worker starts as ray::IDLE
     return {
         'run': spec, 'load_1min_at_start': round(load, 2), 'wall_s': round(wall, 2),
         'rounds_s': round(sum(round_walls), 2),
@@ -193,11 +194,11 @@ def run_one(spec: str, args: argparse.Namespace, out_root: Path) -> dict:
         'steady_round_s': round(sum(round_walls[1:]) / max(1, len(round_walls) - 1), 2),
         'driver_cpu_s': round(peaks.cpu_s.get(process.pid, 0.0), 1),
         'workers_cpu_s': round(sum(peaks.cpu_s.get(p, 0.0) for p in peaks.worker_hwm), 1),
-        'ray_system_cpu_s': round(sum(peaks.cpu_s.get(p, 0.0) for p in peaks.system_hwm), 1),
+        'ray_system_cpu_s': round(sum(peaks.cpu_s.get(p, 0.0) for p in system), 1),
         'driver_peak_rss_mib': round(peaks.driver_hwm / 1024, 1),
         'worker_peak_rss_mib': round(max(peaks.worker_hwm.values(), default=0) / 1024, 1),
         'workers_seen': len(peaks.worker_hwm),
-        'ray_system_rss_mib': round(sum(peaks.system_hwm.values()) / 1024, 1),
+        'ray_system_rss_mib': round(sum(peaks.system_hwm[p] for p in system) / 1024, 1),
         'tree_peak_pss_mib': round(peaks.tree_pss / 1024, 1),
         'bytes_per_round': backend_info.get('bytes_per_round'),
         'final_accuracy': summary['final_accuracy'], 'samples': peaks.samples,

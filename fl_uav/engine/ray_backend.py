@@ -162,9 +162,13 @@ class RayBackend:
             # A Ray of our own: its workers import the driver's fl_uav (same tree).
             path = os.pathsep.join(p for p in (str(PACKAGE_ROOT.parent),
                                                os.environ.get('PYTHONPATH', '')) if p)
-            ray.init(address='local', num_cpus=self.workers * self.cpus_per_worker,
-                     include_dashboard=False, log_to_driver=False, logging_level='warning',
-                     runtime_env={'env_vars': {'PYTHONPATH': path}})
+            try:
+                ray.init(address='local', num_cpus=self.workers * self.cpus_per_worker,
+                         include_dashboard=False, log_to_driver=False, logging_level='warning',
+                         runtime_env={'env_vars': {'PYTHONPATH': path}})
+            except Exception as exc:   # Ray's processes could not start here
+                raise ExperimentError(f'engine.backend ray: cannot start a local Ray '
+                                      f'({_first_line(exc)})') from exc
             self._owns_ray = True
             self.where = 'the local Ray started for this run'
             return
