@@ -230,49 +230,55 @@ def table(results: list[dict]) -> str:
 
 
 def round_costs(run_dir: Path) -> dict:
-    """One Ray run's per-round parts (steady rounds 2..R): drones, drone-steps S, workers W,
-    worker seconds per drone-step c, the round's training wall, the driver's time after it
-    (rounds.csv wall_s minus the training wall: per-drone loop, aggregation, evaluation)."""
+    """One Ray run's per-round parts (means of the steady rounds 2..R): drones, drone-steps S,
+    workers W, the workers' CPU seconds per drone-step c, the driver's CPU seconds after the
+    training (per-drone loop, aggregation, evaluation, checkpoint) and the measured walls."""
     summary = json.loads((run_dir / 'summary.json').read_text())
     backend = summary['engine_backend']
     rounds = backend['rounds']
     walls = [float(r['wall_s']) for r in _rows(run_dir)]
     steady = slice(1, None) if len(walls) > 1 else slice(0, None)
-    mean = lambda values: sum(values[steady]) / len(values[steady])   # noqa: E731
+
+    def mean(values: list[float]) -> float:
+        return sum(values[steady]) / len(values[steady])
+
     steps = mean(rounds['drone_steps'])
     return {'run': str(run_dir), 'drones': summary['num_drones'], 'workers': backend['workers'],
-            'drone_steps': steps, 'c_step_s': mean(rounds['worker_busy_s']) / steps,
+            'drone_steps': steps, 'c_cpu_s': mean(rounds['worker_cpu_s']) / steps,
+            'c_wall_s': mean(rounds['worker_busy_s']) / steps,
             'train_wall_s': mean(rounds['train_wall_s']), 'decode_s': mean(rounds['decode_s']),
-            'driver_after_s': mean([w - t for w, t in zip(walls, rounds['train_wall_s'])]),
+            'driver_cpu_after_s': mean(rounds['driver_cpu_after_s']),
+            'driver_wall_after_s': mean([w - t for w, t in zip(walls,
+                                                               rounds['train_wall_s'])]),
             'round_s': mean(walls)}
 
 
 def time_model(run_dirs: list[Path]) -> str:
-    """Fit T(N, W) = c * S(N) / W + d * N + e to the runs and show how each run compares.
-
-    c (worker seconds per drone-step, batch 32, this model): from the one-worker runs (no
-    contention between workers); d, e (the driver's serial time after training: per drone,
-    fixed) by least squares over all runs' driver times. S(N): the round's drone-steps."""
+    """Fit T(N, W) = c S(N) / W + d N + e on free cores: c, the workers' CPU seconds per
+    drone-step (batch 32, this model, encoding included); d N + e, the driver's CPU seconds
+    after training (least squares over the runs); S(N), the round's drone-steps. Each run is
+    shown against it: measured wall (a loaded machine gives less than W cores) and CPU."""
     import numpy as np
 
     costs = [round_costs(d) for d in run_dirs]
-    single = [c['c_step_s'] for c in costs if c['workers'] == 1] or [c['c_step_s']
-                                                                     for c in costs]
-    c_step = float(np.mean(single))
+    c_step = float(np.mean([c['c_cpu_s'] for c in costs]))
     a = np.array([[c['drones'], 1.0] for c in costs])
-    b = np.array([c['driver_after_s'] for c in costs])
+    b = np.array([c['driver_cpu_after_s'] for c in costs])
     (d, e), *_ = np.linalg.lstsq(a, b, rcond=None)
-    lines = [f'c = {c_step * 1e3:.2f} ms per drone-step (worker), d = {d * 1e3:.3f} ms per '
-             f'drone (driver), e = {e:.2f} s per round (driver: evaluation, fixed)',
-             '| run | drones | W | drone-steps | round s measured | model | training wall s '
-             '(c S / W) | driver after s (d N + e) |', '|' + '---|' * 8]
+    lines = [f'c = {c_step * 1e3:.2f} ms CPU per drone-step (worker; per run: '
+             + ', '.join(f'{c["c_cpu_s"] * 1e3:.2f}' for c in costs)
+             + f'), d = {d * 1e3:.3f} ms per drone, e = {e:.2f} s per round (driver CPU after '
+             f'training)',
+             '| run | drones | W | drone-steps S | model: c S / W + d N + e s | measured round '
+             's | training wall s (model c S / W) | driver after training: wall s, CPU s '
+             '(model d N + e) | decode CPU s (during training) |', '|' + '---|' * 9]
     for c in costs:
         train = c_step * c['drone_steps'] / c['workers']
         driver = d * c['drones'] + e
         lines.append(f'| {Path(c["run"]).name} | {c["drones"]} | {c["workers"]} | '
-                     f'{c["drone_steps"]:.0f} | {c["round_s"]:.1f} | {train + driver:.1f} | '
-                     f'{c["train_wall_s"]:.1f} ({train:.1f}) | {c["driver_after_s"]:.1f} '
-                     f'({driver:.1f}) |')
+                     f'{c["drone_steps"]:.0f} | {train + driver:.1f} | {c["round_s"]:.1f} | '
+                     f'{c["train_wall_s"]:.1f} ({train:.1f}) | {c["driver_wall_after_s"]:.1f}, '
+                     f'{c["driver_cpu_after_s"]:.1f} ({driver:.1f}) | {c["decode_s"]:.1f} |')
     return '\n'.join(lines)
 
 

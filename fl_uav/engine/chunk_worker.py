@@ -103,7 +103,8 @@ class ChunkResult:
     offsets: tuple[int, ...]
     reports: tuple[DroneReport, ...]
     diverged: tuple[int, str] | None = None
-    seconds: float = 0.0    # the worker's wall time on the chunk (training and encoding)
+    seconds: float = 0.0       # the worker's wall time on the chunk (training and encoding)
+    cpu_seconds: float = 0.0   # and its CPU time (the same on a core of its own)
 
     @property
     def nbytes(self) -> int:
@@ -178,7 +179,7 @@ class ChunkWorker:
 
     def train_chunk(self, context: RoundContext, spec: ChunkSpec) -> ChunkResult:
         """Train one chunk from the round's model; encode each drone's upload."""
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         config, r = self.config, context.round_index
         keep = config.learning.structured_keep
         trainer, start, index_map = self._trainer, context.weights, None
@@ -222,7 +223,8 @@ class ChunkWorker:
         return ChunkResult(spec.index, spec.drones,
                            np.concatenate(frames) if frames else np.zeros(0, np.uint8),
                            tuple(offsets), tuple(reports),
-                           seconds=time.perf_counter() - started)
+                           seconds=time.perf_counter() - started,
+                           cpu_seconds=time.process_time() - cpu_started)
 
     @staticmethod
     def _diverging(trainer, start: Weights, spec: ChunkSpec, data) -> int:

@@ -128,7 +128,8 @@ class RayBackend:
         self._warnings: list[str] = []
         self._owns_ray = False
         self.retried_chunks = 0
-        self.traffic: list[dict[str, int]] = []   # per round: bytes out and back
+        self.traffic: list[dict[str, float]] = []   # per round: bytes, chunks, seconds
+        self._cpu_mark: float | None = None
         self.start_s = 0.0
         started = time.perf_counter()
         try:
@@ -262,6 +263,7 @@ class RayBackend:
         """Train the round's drones (the local trainer's chunks, on the actors); each drone's
         upload, decoded, in ``drones`` order."""
         started = time.perf_counter()
+        self._driver_cpu_after()   # the previous round's driver work after its training
         specs = plan_chunks(self.config, train_config, drones, samples, seeds, steps)
         context = ray.put(RoundContext(r, weights, train_config, fingerprint))
         traffic: dict[str, float] = {
@@ -271,7 +273,8 @@ class RayBackend:
             'drone_steps': sum(client_step_count(train_config, len(s), None if steps is None
                                                  else steps[i])
                                for i, s in enumerate(samples)),
-            'worker_busy_s': 0.0, 'decode_s': 0.0, 'train_wall_s': 0.0}
+            'worker_busy_s': 0.0, 'worker_cpu_s': 0.0, 'decode_s': 0.0,
+            'train_wall_s': 0.0, 'driver_cpu_after_s': 0.0}
         pending = deque(specs)
         in_flight: dict[Any, tuple[int, Any]] = {}
         load = dict.fromkeys(self.alive, 0)
@@ -310,6 +313,7 @@ class RayBackend:
                                       f'({message}); partial results are in {self.out_dir}')
             traffic['frames_back'] += chunk.nbytes
             traffic['worker_busy_s'] += chunk.seconds
+            traffic['worker_cpu_s'] += chunk.cpu_seconds
             hand_out()   # before decoding: the worker is not kept waiting
             decode_start = time.perf_counter()
             try:
@@ -322,6 +326,7 @@ class RayBackend:
             del chunk   # its frames leave the object store
         traffic['train_wall_s'] = time.perf_counter() - started
         self.traffic.append(traffic)
+        self._cpu_mark = time.process_time()
         return [results[k] for k in drones]
 
     def _lose(self, a: int, r: int, exc: BaseException) -> None:
@@ -339,6 +344,13 @@ class RayBackend:
             f'round {r}: {who} died ({_first_line(exc)}); its chunks are trained by the '
             f'{len(self.alive)} remaining worker(s), results unchanged')
 
+    def _driver_cpu_after(self) -> None:
+        """The driver's CPU seconds since the last round's training ended (its per-drone
+        loop, aggregation, evaluation, checkpoint), booked to that round."""
+        if self.traffic and self._cpu_mark is not None:
+            self.traffic[-1]['driver_cpu_after_s'] = time.process_time() - self._cpu_mark
+            self._cpu_mark = None
+
     # --- reporting -----------------------------------------------------------------------
     def take_warnings(self) -> list[str]:
         """The warnings since the last call (a worker lost)."""
@@ -347,12 +359,13 @@ class RayBackend:
 
     def summary(self) -> dict[str, Any]:
         """summary.json's ``engine_backend``: workers, where they ran, what went through Ray."""
+        self._driver_cpu_after()   # the last round's (summary: after its checkpoint)
         rounds = len(self.traffic)
         mean = {key: (sum(t[key] for t in self.traffic) / rounds if rounds else 0.0)
                 for key in ('model_out', 'chunks_out', 'frames_back')}
         per_round = {key: [round(t[key], 3) for t in self.traffic]
-                     for key in ('chunks', 'drone_steps', 'worker_busy_s', 'decode_s',
-                                 'train_wall_s')}
+                     for key in ('chunks', 'drone_steps', 'worker_busy_s', 'worker_cpu_s',
+                                 'decode_s', 'train_wall_s', 'driver_cpu_after_s')}
         return {'backend': 'ray', 'where': self.where, 'workers': self.workers,
                 'workers_at_end': len(self.alive),
                 'hosts': sorted({i['host'] for i in self.info}),
