@@ -160,6 +160,9 @@ class RayBackend:
         address = self.config.engine.ray_address
         os.environ.setdefault('RAY_USAGE_STATS_ENABLED', '0')   # no telemetry unless asked
         if not address:
+            # The actors are the run's compute: at the driver's priority, not Ray's default
+            # +15 for its workers (which leaves them only what every other process leaves).
+            os.environ.setdefault('RAY_worker_niceness', '0')
             # A Ray of our own: its workers import the driver's fl_uav (same tree).
             path = os.pathsep.join(p for p in (str(PACKAGE_ROOT.parent),
                                                os.environ.get('PYTHONPATH', '')) if p)
