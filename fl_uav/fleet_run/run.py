@@ -106,6 +106,41 @@ def _interrupts_ignored() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+class _Deferred:
+    """The first SIGINT or SIGTERM that arrived inside :func:`_signals_deferred`."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def __call__(self) -> bool:
+        return self.signum is not None
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[_Deferred]:
+    """SIGINT and SIGTERM only noted inside (main thread only), then delivered again to the
+    handlers they had once the block ends: starting the nodes is never cut between a node's
+    fork and its record in the process group (such a node would be left running), and
+    ``ProcessGroup.start`` starts no further node once one arrived."""
+    deferred = _Deferred()
+    if threading.current_thread() is not threading.main_thread():
+        yield deferred
+        return
+
+    def note(signum, _frame) -> None:
+        if deferred.signum is None:
+            deferred.signum = signum
+
+    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield deferred
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if deferred.signum is not None:
+            signal.raise_signal(deferred.signum)
+
+
 def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the fleet until the station finishes (or timeout / Ctrl-C); returns the summary."""
     out = options.out_dir
@@ -168,7 +203,8 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
         else:
             if options.record:
                 watch = RecorderWatch(recorder.nodes[-1], out / RECORDING_DIR, start)
-            group.start(specs, params_file, options.command_prefix)
+            with _signals_deferred() as stopping:
+                group.start(specs, params_file, options.command_prefix, stopping)
         while status == 'running':
             died = watch.poll() if watch is not None else None
             if died:       # the run goes on: the federated run is the main output
