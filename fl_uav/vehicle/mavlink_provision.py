@@ -118,12 +118,13 @@ def provision_key(url: str, key: bytes, *, current_key: bytes | None = None,
     if target is None:
         which = f'system {target_system}' if target_system is not None else 'any autopilot'
         raise ProvisionError(f'{url}: no HEARTBEAT from {which} within {timeout_s:g} s')
-    hint = {'another key': '; it signs with another key: give that one as --current-key',
-            'the current key': '', 'unsigned': '', 'the new key': ''}[before]
+    seen = {'another key': 'it signs with another key: give that one as --current-key',
+            'the current key': 'it signs with the current key', 'the new key': '',
+            'unsigned': 'it signed nothing before'}[before]
     raise ProvisionError(
         f'{url}: system {target[0]} did not start signing with the key within {timeout_s:g} s '
-        f'({attempts} SETUP_SIGNING sent; before, it signed with {before}{hint}). PX4 takes '
-        f'no SETUP_SIGNING while armed, and only from v1.17 on')
+        f'({attempts} SETUP_SIGNING sent; {seen}). PX4 takes no SETUP_SIGNING while armed, and '
+        f'has signing from v1.17 on')
 
 
 def _send(transport, data: bytes) -> None:

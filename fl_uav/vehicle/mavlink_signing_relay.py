@@ -278,10 +278,10 @@ class SigningRelay:
         self._reader.start()
 
     def attach(self, mavsdk_instance) -> None:
-        """Wire into a MAVSDK instance that has a ``raw://`` connection: its outgoing bytes
-        come here, the link's accepted frames go to it."""
+        """Take a MAVSDK instance's outgoing bytes; call it before adding its ``raw://``
+        connection, so its first heartbeat is not lost (MAVSDK logs that no raw connection
+        exists yet), and :meth:`start` with its ``pass_received_raw_bytes`` after."""
         mavsdk_instance.subscribe_raw_bytes_to_be_sent(self.send_from_mavsdk)
-        self.start(mavsdk_instance.pass_received_raw_bytes)
 
     def _read_loop(self) -> None:
         while not self._closed.is_set():

@@ -140,9 +140,17 @@ _MAVSDK_LEVELS = {mavsdk.LogLevel.DEBUG: logging.DEBUG, mavsdk.LogLevel.INFO: lo
 _mavsdk_repeats = RepeatCollapser()
 
 
+#: MAVSDK lines that say what we do on purpose, logged at DEBUG: the signing relay takes
+#: MAVSDK's bytes before it adds its raw:// connection (SigningRelay.attach)
+MAVSDK_EXPECTED_LINES = ('No raw connection available',)
+
+
 def log_mavsdk_line(level, message: str, repeats: RepeatCollapser | None = None) -> None:
     """Log one MAVSDK line on the ``mavsdk`` logger, collapsing repeats (see
     :data:`MAVSDK_REPEAT_INTERVAL_S`)."""
+    if message.startswith(MAVSDK_EXPECTED_LINES):
+        _mavsdk_log.debug('%s', message)
+        return
     admitted, skipped = (repeats or _mavsdk_repeats).admit(message)
     if not admitted:
         return
@@ -383,10 +391,11 @@ class MavsdkVehicle:
                 await asyncio.wait_for(self._mavsdk.add_any_connection(self.url), timeout_s)
             else:
                 self._relay = SigningRelay.open(self.url, self._signing_key)
+                raw = self._mavsdk._mavsdk    # the raw-bytes API: on the synchronous instance
+                self._relay.attach(raw)
                 await asyncio.wait_for(self._mavsdk.add_any_connection(MAVSDK_RAW_URL),
                                        timeout_s)
-                # the asyncio wrapper keeps the raw-bytes API on its synchronous instance
-                self._relay.attach(self._mavsdk._mavsdk)
+                self._relay.start(raw.pass_received_raw_bytes)
             stage = 'waiting for an autopilot heartbeat'
             system = await self._mavsdk.first_autopilot(
                 timeout_s=max(0.1, deadline_s - loop.time()))
