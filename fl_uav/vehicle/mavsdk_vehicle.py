@@ -317,6 +317,11 @@ class MavsdkVehicle:
         return self._t is not None and not self._closed
 
     @property
+    def signs_link(self) -> bool:
+        """True when the link is MAVLink 2 signed (a signing key was given)."""
+        return self._signing_key is not None
+
+    @property
     def signing_relay(self) -> SigningRelay | None:
         """The signing relay while connected with a key (its counters say what it dropped),
         else None."""
