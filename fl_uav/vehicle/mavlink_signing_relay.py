@@ -187,10 +187,11 @@ def open_transport(url: str) -> LinkTransport:
 class SigningRelay:
     """Signs what MAVSDK sends, checks what the autopilot sends (module docstring).
 
-    ``sent``: frames signed and written; ``delivered``: frames handed to MAVSDK; ``dropped``:
-    by reason (``unsigned``, ``bad_signature``, ``stale_timestamp``, ``too_many_streams``,
-    ``garbage`` bytes between frames, ``mavlink1`` from MAVSDK, ``no_autopilot`` yet on
-    udpin, ``send_failed``)."""
+    ``sent``: frames signed and written; ``delivered``: frames handed to MAVSDK;
+    ``not_sent``: frames MAVSDK sent on udpin before any autopilot was heard (nowhere to send
+    them yet, as with MAVSDK's own udpin); ``dropped``: by reason (``unsigned``,
+    ``bad_signature``, ``stale_timestamp``, ``too_many_streams``, ``garbage`` bytes between
+    frames, ``mavlink1`` from MAVSDK, ``send_failed``): nothing in a healthy run."""
 
     def __init__(self, transport: LinkTransport, key: bytes,
                  link_id: int = COMPANION_LINK_ID) -> None:
@@ -202,6 +203,7 @@ class SigningRelay:
         self._pending = b''            # a serial read may end inside a frame
         self.sent = 0
         self.delivered = 0
+        self.not_sent = 0
         self.dropped: Counter[str] = Counter()
         self._warned: set[str] = set()
         self._deliver: Callable[[bytes], None] | None = None
@@ -234,7 +236,8 @@ class SigningRelay:
             try:
                 self.transport.send(signed)
             except ConnectionError:
-                self._drop('no_autopilot')
+                with self._lock:
+                    self.not_sent += 1
                 continue
             except OSError as exc:
                 self._drop('send_failed', detail=str(exc))
@@ -308,7 +311,8 @@ class SigningRelay:
 
     def status(self) -> dict:
         """Frames signed and sent, delivered to MAVSDK, dropped by reason."""
-        return {'sent': self.sent, 'delivered': self.delivered, 'dropped': dict(self.dropped)}
+        return {'sent': self.sent, 'delivered': self.delivered, 'not_sent': self.not_sent,
+                'dropped': dict(self.dropped)}
 
     def close(self) -> None:
         """Stop the reader and close the link (idempotent)."""
