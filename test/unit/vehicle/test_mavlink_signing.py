@@ -14,6 +14,7 @@ import math
 import os
 import socket
 import stat
+import threading
 
 import pytest
 from pymavlink.dialects.v20 import ardupilotmega as apm
@@ -215,3 +216,36 @@ def test_a_signing_key_needs_a_link_the_relay_can_open():
         MavsdkVehicle('tcpout://127.0.0.1:5760', None, signing_key=KEY)
     with pytest.raises(ValueError, match='32 bytes'):
         MavsdkVehicle('udpin://127.0.0.1:14540', None, signing_key=b'short')
+
+
+def test_the_relay_on_a_serial_port_reassembles_frames_split_across_reads(tmp_path):
+    # Arrange: a pseudo-terminal stands in for the autopilot's serial port
+    controller, device = os.openpty()
+    relay = SigningRelay.open(f'serial://{os.ttyname(device)}:57600', KEY)
+    start = now_ticks()
+    frames = [_signed_by_pymavlink(KEY, start + i) for i in range(1, 4)]
+    delivered, all_in = [], threading.Event()
+
+    def deliver(data: bytes) -> None:
+        delivered.append(data)
+        if len(b''.join(delivered)) >= sum(map(len, frames)):
+            all_in.set()
+
+    relay.start(deliver)
+    stream = b'\x00' + frames[0] + frames[1] + _unsigned(1) + frames[2]
+    try:
+        # Act: the autopilot's bytes arrive in pieces that cut frames; MAVSDK sends one
+        for cut in range(0, len(stream), 7):
+            os.write(controller, stream[cut:cut + 7])
+        relay.send_from_mavsdk(_unsigned())
+        written = os.read(controller, 512)
+        arrived = all_in.wait(5.0)
+    finally:
+        relay.close()
+        os.close(controller)
+        os.close(device)
+    # Assert: the three signed frames whole and in order, the unsigned one and the stray
+    # byte dropped; what MAVSDK sent went out signed
+    assert arrived and b''.join(delivered) == b''.join(frames)
+    assert relay.dropped == {'garbage': 1, 'unsigned': 1}
+    assert _pymavlink_accepts(written, KEY)
