@@ -3,7 +3,9 @@
 Starts the node set of :func:`fl_uav.fleet_run.launch_plan.fleet_plan` as processes on a private
 ROS_DOMAIN_ID with localhost-only discovery, prints a line per closed round, stops every
 process it started on exit or Ctrl-C, and writes the summary and the accuracy plot. Frames
-are signed with keys made for the run (DIR/keys) and the nodes require signatures.
+are signed with keys made for the run (DIR/keys) and the nodes require signatures; with
+flight.mavlink_signing (config/fleet.yaml) each drone's autopilot link is signed too, with a key
+made for the run (DIR/keys/mavlink) that its simulated autopilot holds (DIR/autopilot_state).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from fl_uav.fleet_run.launch_plan import (
     fleet_plan,
     merged_parameters,
     run_keys,
+    run_mavlink_keys,
     station_resume_argv,
     write_params_file,
 )
@@ -174,6 +177,7 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
                          'security.require_signatures', True)})
     else:
         flat.update(run_keys(out, flat, options.overrides))
+    flat.update(run_mavlink_keys(out, flat))       # each run (and resume) its own
     config: FleetConfig = build_config(FleetConfig, flat)
     params_file = write_params_file(flat, out / 'params.yaml')
     domain_id = options.domain_id if options.domain_id is not None else random.randint(1, 101)
