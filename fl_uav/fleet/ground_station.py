@@ -294,10 +294,10 @@ class GroundStation:
         self.records: list[RoundRecord] = []
         self.rejected_total: Counter = Counter()
         # replays (REPLAY): digests of the update frames had, and per closed round the
-        # drones whose update it took
+        # drones whose update it took (LGC: the layer ids summed; None: the whole update)
         self._digests: OrderedDict[bytes, None] = OrderedDict()
         self._max_digests = REPLAY_DIGESTS_PER_DRONE * config.num_drones
-        self._taken: dict[int, set[int]] = {}
+        self._taken: dict[int, dict[int, frozenset[int] | None]] = {}
         # resources.planner: built from the drones' reports, its knobs merged into each round's
         self.resources = StationResources(config, len(CLASS_NAMES))
         self.initial_accuracy, self.initial_loss = self.evaluate()
@@ -355,7 +355,9 @@ class GroundStation:
         self._failed_in_a_row = state['failed_in_a_row']
         self.failure = state['failure']
         self._used_last_round = {int(k): v for k, v in state['used_last_round'].items()}
-        self._taken = {r.round_index: set(r.bytes_up) for r in records}
+        # the records do not keep LGC's layer ids: a late layer of a round closed before the
+        # resume is taken for a replay of its update
+        self._taken = {r.round_index: dict.fromkeys(r.bytes_up) for r in records}
         self.resources = resources
         self.divergence = divergence
 
@@ -541,7 +543,9 @@ class GroundStation:
         or it closed the frame's round with this drone's update in it."""
         if digest in self._digests:
             return f'drone {frame.sender} round {frame.round_index}: a frame received before'
-        if frame.sender in self._taken.get(frame.round_index, ()):
+        taken = self._taken.get(frame.round_index, {})
+        if frame.sender in taken and (taken[frame.sender] is None or frame.layer is None
+                                      or frame.layer[0] in taken[frame.sender]):
             return (f'drone {frame.sender} round {frame.round_index}: its update of that round '
                     f'was already taken when the round closed')
         return ''
@@ -708,7 +712,9 @@ class GroundStation:
         # Closed before anything else can fail: a retry would apply the aggregate twice.
         self.records.append(record)
         for u in updates:   # by the update's round (FedEx-Async: its tour's departure)
-            self._taken.setdefault(u.round_index, set()).add(u.sender)
+            layers = r.lgc_layers.get(u.sender)
+            self._taken.setdefault(u.round_index, {})[u.sender] = (
+                None if layers is None else frozenset(layers[1]))
         self._round = None
         self._count_failure(r.index, failure)
         # What the strategy applied, not all that arrived (FedAvg skips an update without

@@ -147,3 +147,21 @@ def test_the_sim_summary_warns_of_outliers_capped_counts_and_replays(tmp_path):
     assert summary['drones']['0']['samples_capped_rounds'] == 1
     assert summary['rounds'][0]['update_norms'] == {'0': 1.0, '1': 120.0}
     assert summary['rounds'][1]['samples_claimed'] == {'0': 2 ** 53}
+
+
+def test_a_late_lgc_layer_is_late_and_a_summed_layer_again_a_replay():
+    from test.unit.fleet.test_roles import _fill, _lgc_pair
+
+    # Arrange: layers 2 and 0 arrive in round 1, which closes at its deadline without layer 1
+    agent, station = _lgc_pair([])
+    opening = station.open_round(0.0)
+    _fill(agent, 10, seed=5)
+    report = agent.train_round(agent.accept_global_frame(opening.frame))
+    assert all(station.receive_update(report.frames[i]).accepted for i in (2, 0))
+    station.close_round(100.0)
+    station.open_round(100.0)
+    # Act: layer 1 comes late; layer 0 is delivered again
+    late = station.receive_update(report.frames[1])
+    again = station.receive_update(report.frames[0])
+    # Assert
+    assert (late.reason, again.reason) == ('wrong_round', REPLAY)
