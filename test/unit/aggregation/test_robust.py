@@ -213,10 +213,11 @@ def test_a_2_53_claim_weighs_no_more_than_its_cap_in_fedavg():
     np.testing.assert_allclose(capped.weights['w'], [5.0])
 
 
-def test_norm_report_flags_the_updates_over_three_times_the_median():
-    # norms 1, 2, 3, 8 and a zero update (no scale: left out of the median) -> median 2.5
+def test_norm_report_flags_the_updates_over_five_times_the_median():
+    # norms 1, 2, 3, 13 and a zero update (no scale: left out of the median) -> median 2.5
     report = norm_report([update(0, [1.0]), update(1, [2.0]), update(2, [3.0]),
-                          update(3, [-8.0]), update(4, [0.0], n=0)])
-    assert report.norms == {0: 1.0, 1: 2.0, 2: 3.0, 3: 8.0, 4: 0.0}
-    assert report.median == 2.5 and report.outliers == (3,)   # 8 > 3 × 2.5
-    assert report.ratio(3) == pytest.approx(3.2)
+                          update(3, [-13.0]), update(4, [0.0], n=0)])
+    assert report.norms == {0: 1.0, 1: 2.0, 2: 3.0, 3: 13.0, 4: 0.0}
+    assert report.median == 2.5 and report.outliers == (3,)   # 13 > 5 × 2.5
+    assert report.ratio(3) == pytest.approx(5.2)
+    assert norm_report([update(0, [1.0]), update(1, [2.0]), update(2, [9.0])]).outliers == ()

@@ -81,9 +81,9 @@ def test_norms_file_and_summary_name_the_x100_drone_as_the_outlier(tmp_path):
     assert np.all(np.array(honest) < 3.0)
     saved = json.loads((tmp_path / 'summary.json').read_text())
     assert saved['update_norms'] == summary['update_norms'] == {
-        'file': UPDATE_NORMS_FILE, 'outlier_factor': 3.0, 'outlier_rounds': {'3': 2},
+        'file': UPDATE_NORMS_FILE, 'outlier_factor': 5.0, 'outlier_rounds': {'3': 2},
         'samples_capped_rounds': {}}
-    warning = "drone 3: update norm over 3 x the round's median in 2 of 2 rounds (rounds 1, 2"
+    warning = "drone 3: update norm over 5 x the round's median in 2 of 2 rounds (rounds 1, 2"
     assert any(w.startswith(warning) for w in saved['warnings'])
     assert any(line.startswith(f'warning: {warning}') for line in echoed)
 

@@ -136,7 +136,7 @@ def test_the_sim_summary_warns_of_outliers_capped_counts_and_replays(tmp_path):
     summary = build_summary(tmp_path, config, 'finished', 120.0, {}, 5)
     # Assert
     warnings = summary['warnings']
-    assert "drone 1: update norm over 3 x the round's median in 2 of 2 rounds (1, 2" in (
+    assert "drone 1: update norm over 5 x the round's median in 2 of 2 rounds (1, 2" in (
         '\n'.join(warnings))
     assert any(w.startswith(f'drone 0: reported more samples than it can hold in 1 of 2 rounds '
                             f'(round 2: {2 ** 53})') for w in warnings)
