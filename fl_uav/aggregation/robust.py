@@ -70,9 +70,9 @@ none, and a ×100 drone is then cut to twice an honest drone's norm."""
 OUTLIER_FACTOR = 5.0
 """An update whose L2 norm exceeds this many times the round's median update norm is reported as
 an outlier (engine: update_norms.csv and summary.json; station: the round record). Honest
-drones on quick_digits (20 rounds, 3 seeds, 1,770 updates) reached 3.8 × the median late in a
-run, when the model has converged and a few drones' classes still move it; a ×100 update is
-flagged at any factor below 50."""
+drones of clean FedAvg runs on quick_digits (20 rounds, 3 seeds, 1,200 updates) reached 3.8 ×
+the median late in a run, when the model has converged and a few drones' classes still move it
+(docs/benchmarks/robustness.md); a ×100 update is flagged at any factor below 50."""
 
 
 def median_norm(norms: Sequence[float]) -> float | None:
