@@ -27,8 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from fl_uav.aggregation.robust import OUTLIER_FACTOR
 from fl_uav.configschema import ConfigError, build_config, to_flat
 from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.messages import REPLAY
 from fl_uav.fleet.onboard_planner import record_file_name
 from fl_uav.fleet.recording import READY_LINE
 from fl_uav.fleet.run_log import (
@@ -411,6 +413,33 @@ def _late_warnings(rounds: Sequence[Mapping[str, Any]], config: FleetConfig,
     return lines
 
 
+def _robustness_warnings(rounds: Sequence[Mapping[str, Any]], config: FleetConfig,
+                         rejected_total: Mapping[str, int]) -> list[str]:
+    """One line per drone whose update was an outlier (norm over OUTLIER_FACTOR × the round's
+    median) or whose reported sample count was over what it can hold, and one for the
+    replayed frames the station refused."""
+    lines = []
+    for d in range(config.num_drones):
+        out = [r['round_index'] for r in rounds if d in r.get('outliers', [])]
+        if out:
+            lines.append(f"drone {d}: update norm over {OUTLIER_FACTOR:g} x the round's median "
+                         f'in {len(out)} of {len(rounds)} rounds ({", ".join(map(str, out))}; '
+                         f"each round's update_norms)")
+        capped = [(r['round_index'], r['samples_claimed'][str(d)]) for r in rounds
+                  if str(d) in r.get('samples_claimed', {})]
+        if capped:
+            lines.append(f'drone {d}: reported more samples than it can hold in {len(capped)} '
+                         f'of {len(rounds)} rounds (round {capped[0][0]}: {capped[0][1]}): '
+                         f'weighed as buffer.capacity_samples')
+    replays = rejected_total.get(REPLAY, 0)
+    if replays:
+        lines.append(f'{replays} replayed update frame(s) refused (rejected as {REPLAY}): frames '
+                     f'the station had already had, or updates of rounds it had closed with '
+                     f"them (a recording played again, or a drone's kept update delivered "
+                     f'again after a link outage); not late updates')
+    return lines
+
+
 def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
                   exit_codes: Mapping[str, int | None], domain_id: int,
                   deaths: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
@@ -441,6 +470,9 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
                                      for r in rounds),
             'samples_collected': last['samples_collected'][str(d)] if last else 0,
             'rounds_participated': sum(d in r.get('participants', []) for r in rounds),
+            'outlier_rounds': sum(d in r.get('outliers', []) for r in rounds),
+            'samples_capped_rounds': sum(str(d) in r.get('samples_claimed', {})
+                                         for r in rounds),
             'flight_failures': sum(str(d) in r.get('flight_errors', {}) for r in rounds),
             'mission_sources': trajectory.get('sources', {}),
             'plan_fallbacks': trajectory.get('fallbacks', {}),
@@ -468,6 +500,8 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
             'rejected': r['rejected'], 'duration_s': r['closed_s'] - r['opened_s'],
             'model_change_l2': r.get('model_change_l2'),
             'aggregation': r.get('aggregation', {}),
+            'update_norms': r.get('update_norms', {}), 'outliers': r.get('outliers', []),
+            **({'samples_claimed': r['samples_claimed']} if r.get('samples_claimed') else {}),
             **({'express': r.get('express', {})} if config.mode == 'express' else {}),
         } for r in rounds],
         'drones': drones,
@@ -480,6 +514,7 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
         'warnings': [*(w for r in rounds for w in r.get('warnings', [])),
                      *_flight_warnings(rounds, config.num_drones),
                      *_late_warnings(rounds, config, report.get('rejected_total', {})),
+                     *_robustness_warnings(rounds, config, report.get('rejected_total', {})),
                      *_death_warnings(deaths, rounds),
                      *_idle_warnings(drones, config.mode)],
     }

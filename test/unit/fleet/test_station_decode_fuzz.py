@@ -53,8 +53,8 @@ from test.unit.fleet._frame_bytes import with_metadata as _with_metadata
 #: What the station may answer: the codec's reasons (v1 and v2), the envelope's, and the
 #: station's own (docs/wire_format.md, "Update frames in the fleet", "Replays and run
 #: identity"), or 'accepted'.
-STATION_REASONS = ('wrong_kind', 'shape', 'unknown_sender', 'wrong_round', 'wrong_run',
-                   'duplicate', 'metadata', INBOX_FULL)
+STATION_REASONS = ('wrong_kind', 'shape', 'unknown_sender', 'wrong_round', 'replay',
+                   'wrong_run', 'duplicate', 'metadata', INBOX_FULL)
 DOCUMENTED = frozenset(ALL_REASONS_V2) | frozenset(ALL_REASONS_SIGNED) | frozenset(
     STATION_REASONS)
 RUN_ID = '0123456789abcdef'
@@ -433,7 +433,7 @@ def test_genuine_but_unusable_frames_are_refused_by_reason(fleet):
     # Assert
     assert [v.reason for v in verdicts[:2]] == ['wrong_round', 'unsigned']
     assert all(v.accepted for v in verdicts[2:2 + len(env0)])
-    assert {v.reason for v in verdicts[2 + len(env0):]} == {'duplicate'}
+    assert {v.reason for v in verdicts[2 + len(env0):]} == {'replay'}     # the same frames
 
 
 def test_a_v2_update_of_another_dim_is_refused_before_its_stream_is_read(fleet):
