@@ -203,6 +203,8 @@ class _OpenRound:
     index: int
     opened_s: float
     deadline_s: float
+    #: the wall-clock stamp of this opening (ROUND_OPENED_KEY), which drones echo
+    opened_ms: int | None = None
     plan_lengths: dict[int, int] = field(default_factory=dict)
     updates: dict[int, ClientUpdate] = field(default_factory=dict)
     bytes_up: dict[int, int] = field(default_factory=dict)
@@ -443,13 +445,14 @@ class GroundStation:
         if self._scaffold:
             control = unwrapped(self._strategy).server_control(self.weights)
             tensors = {**self.weights, **with_prefix(control, CONTROL_TENSOR_PREFIX)}
+        opened_ms = now_ms()
         frame = self._auth.seal(encode_frame(
             FrameKind.GLOBAL_MODEL, index, GROUND_STATION_ID, self._fingerprint, tensors,
             {'deadline_s': duration, 'num_rounds': self.config.rounds.num_rounds,
-             ROUND_OPENED_KEY: now_ms(),     # wall clock: a late drone flies what is left
+             ROUND_OPENED_KEY: opened_ms,    # wall clock: a late drone flies what is left
              **run_metadata(self.run_id, self.run_started_ms),
              'knobs': {str(d): k for d, k in knobs.items()}}))
-        self._round = _OpenRound(index, now_s, now_s + duration, bytes_down=len(frame),
+        self._round = _OpenRound(index, now_s, now_s + duration, opened_ms, bytes_down=len(frame),
                                  plan_lengths={d: len(p) for d, p in plans.items()},
                                  resource_knobs={d: dict(k) for d, k in planned.items()})
         return RoundOpening(index, frame, plans, now_s + duration)
@@ -548,6 +551,14 @@ class GroundStation:
                                       or frame.layer[0] in taken[frame.sender]):
             return (f'drone {frame.sender} round {frame.round_index}: its update of that round '
                     f'was already taken when the round closed')
+        echoed, r = frame.metadata.get(ROUND_OPENED_KEY), self._round
+        if (not self._async and r is not None and frame.round_index == r.index
+                and r.opened_ms is not None and echoed is not None and echoed != r.opened_ms):
+            # kept by DDS (TRANSIENT_LOCAL) and delivered again to a station resumed from its
+            # checkpoint: the drone saw the round opened again and discounted that upload
+            # (DroneAgent.settle_previous_upload), so taking it would part their states
+            return (f'drone {frame.sender} round {frame.round_index}: trained for an earlier '
+                    f'opening of the round (before the station resumed)')
         return ''
 
     def _remember(self, digest: bytes) -> None:

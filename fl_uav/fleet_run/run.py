@@ -436,7 +436,7 @@ def _robustness_warnings(rounds: Sequence[Mapping[str, Any]], config: FleetConfi
         lines.append(f'{replays} replayed update frame(s) refused (rejected as {REPLAY}): frames '
                      f'the station had already had, or updates of rounds it had closed with '
                      f"them (a recording played again, or a drone's kept update delivered "
-                     f'again after a link outage); not late updates')
+                     f'again after a link outage or to a resumed station); not late updates')
     return lines
 
 

@@ -57,8 +57,8 @@ def link_tag():
 def _run(tmp_path: Path, name: str, shape: LinkShape, tag: str, outage: Outage | None = None,
          num_rounds: int = 3) -> dict:
     port = free_udp_port_block(2)
-    overrides = {**OVERRIDES, 'rounds.num_rounds': num_rounds, 'flight.port_base': port, 'autopilot.remote_base_port': port,
-                 'autopilot.bind_base_port': port + 1000}
+    overrides = {**OVERRIDES, 'rounds.num_rounds': num_rounds, 'flight.port_base': port,
+                 'autopilot.remote_base_port': port, 'autopilot.bind_base_port': port + 1000}
     lines: list[str] = []
     report = fleet_run_over_link([REPO / 'config' / 'fleet.yaml'], overrides, tmp_path / name,
                                  shape, tag, outage=outage,

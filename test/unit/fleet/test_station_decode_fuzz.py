@@ -21,6 +21,7 @@ import tracemalloc
 import warnings
 from collections import Counter
 from dataclasses import dataclass
+from unittest import mock
 
 import hypothesis.strategies as st
 import numpy as np
@@ -38,11 +39,12 @@ from fl_uav.compression.codec_v2 import (
 from fl_uav.compression.quantization import QsgdPayload
 from fl_uav.compression.signing import ALL_REASONS_SIGNED, now_ms, sign_frame
 from fl_uav.configschema import build_config
+from fl_uav.fleet import ground_station
 from fl_uav.fleet.config import FleetConfig, SecurityConfig
 from fl_uav.fleet.drone_agent import DroneAgent
 from fl_uav.fleet.ground_station import GroundStation
 from fl_uav.fleet.keys import generate_fleet_keys, load_frame_auth
-from fl_uav.fleet.messages import PoseSample
+from fl_uav.fleet.messages import ROUND_OPENED_KEY, PoseSample
 from fl_uav.fleet.update_inbox import INBOX_FULL
 from fl_uav.fleet.world_setup import map_labeler
 from fl_uav.learning.weights import architecture_fingerprint
@@ -138,10 +140,14 @@ class Fleet:
         return [split(f)[1] for f in self.env0]
 
     def station(self, signed: bool) -> GroundStation:
-        """A fresh station of the drones' run with round 1 open."""
+        """A fresh station of the drones' run with round 1 open, stamped as the opening the
+        drones trained for (another opening of it is a resumed station's, which refuses
+        them)."""
         config = self.signed_config if signed else self.plain_config
         station = GroundStation(config, *eval_set(), run_id=RUN_ID)
-        station.open_round(0.0)
+        with mock.patch.object(ground_station, 'now_ms',
+                               return_value=self.metadata[ROUND_OPENED_KEY]):
+            station.open_round(0.0)
         return station
 
     def signed_now(self) -> tuple[list[bytes], list[bytes]]:

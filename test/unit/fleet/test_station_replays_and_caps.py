@@ -5,6 +5,7 @@ and the fl-uav sim summary."""
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import numpy as np
@@ -12,10 +13,10 @@ import pytest
 
 from fl_uav.compression.codec import FrameKind, encode_frame
 from fl_uav.configschema import build_config
-from fl_uav.fleet import station_checkpoint
+from fl_uav.fleet import ground_station, station_checkpoint
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.ground_station import GroundStation
-from fl_uav.fleet.messages import REPLAY
+from fl_uav.fleet.messages import REPLAY, ROUND_OPENED_KEY
 from fl_uav.fleet_run.run import build_summary
 from fl_uav.learning.weights import architecture_fingerprint
 from fl_uav.planning.feddpq_opt import TOPUP_KNOB
@@ -165,3 +166,41 @@ def test_a_late_lgc_layer_is_late_and_a_summed_layer_again_a_replay():
     again = station.receive_update(report.frames[0])
     # Assert
     assert (late.reason, again.reason) == ('wrong_round', REPLAY)
+
+
+def _frame_of_opening(station: GroundStation, sender: int, opened_ms: int) -> bytes:
+    delta = {n: np.full_like(w, 0.01) for n, w in station.weights.items()}
+    return encode_frame(FrameKind.UPDATE, 2, sender, architecture_fingerprint(station.weights),
+                        delta, {'num_samples': 100, 'run_id': station.run_id,
+                                ROUND_OPENED_KEY: opened_ms})
+
+
+def test_an_update_for_the_opening_before_a_resume_is_a_replay_and_the_retrained_one_counts(
+        tmp_path, monkeypatch):
+    # Arrange: round 1 closed and checkpointed; round 2 opened and the station killed;
+    # resumed, it opens round 2 again, later (a wall clock that moves 1 s a reading)
+    clock = itertools.count(1000, 1000)
+    monkeypatch.setattr(ground_station, 'now_ms', lambda: next(clock))
+    station = _station()
+    station.open_round(0.0)
+    station.close_round(1.0)
+    station_checkpoint.save(station, tmp_path)
+    station.open_round(1.0)
+    resumed = _station()
+    station_checkpoint.resume(resumed, tmp_path)
+    resumed.open_round(2.0)
+    first, second = station._round.opened_ms, resumed._round.opened_ms
+    assert first < second
+    # Act: drone 0's upload for the first opening, kept by DDS and delivered again, then the
+    # one it retrained for the second; drone 1's of the second opening; one without the echo
+    # (a drone of an older fl_uav)
+    verdicts = [resumed.receive_update(f) for f in (
+        _frame_of_opening(resumed, 0, first), _frame_of_opening(resumed, 0, second),
+        _frame_of_opening(resumed, 1, second))]
+    older = _frame(resumed, 2, 2, 0.01)
+    # Assert: the first opening's is a replay, saying why; the others count
+    assert [v.reason for v in verdicts] == [REPLAY, 'accepted', 'accepted']
+    assert 'earlier opening of the round (before the station resumed)' in verdicts[0].detail
+    assert resumed.receive_update(older).accepted
+    # and the first station, never resumed, takes the first opening's update
+    assert station.receive_update(_frame_of_opening(station, 0, first)).accepted
