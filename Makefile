@@ -15,7 +15,7 @@ ROS2_TOOLS ?= ../shared/ros2_tools
 
 FMNIST_DIR := /usr/share/datasets/fashion-mnist
 
-$(STAMP): requirements.txt setup.py package.xml
+$(STAMP): requirements.txt requirements-ray.txt setup.py package.xml
 	@test -d $(FMNIST_DIR) || { command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 	  apt-get update -qq && apt-get install -y -qq dataset-fashion-mnist >/dev/null; } || \
 	  echo "note: Debian package dataset-fashion-mnist not installed (FMNIST tests will skip)"
@@ -28,6 +28,8 @@ $(STAMP): requirements.txt setup.py package.xml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -U pip
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	# the optional extra: engine.backend ray (fl-uav experiment on Ray, one machine or many)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements-ray.txt
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
 	@if [ -f $(ROS2_TOOLS)/install.sh ]; then bash $(ROS2_TOOLS)/install.sh $(VENV); \
 	  else echo "note: $(ROS2_TOOLS) not found: no ros2 launch / ros2 CLI (launch tests will skip)"; fi

@@ -26,6 +26,8 @@ setup(
          glob('sim/worlds/landcover_ground/materials/textures/*.png')),
     ],
     install_requires=['setuptools'],
+    # engine.backend ray (requirements-ray.txt; `make install` installs it)
+    extras_require={'ray': ['ray==2.60.0']},
     zip_safe=False,
     maintainer='fl_uav maintainers',
     maintainer_email='fl-uav@example.org',

@@ -7,15 +7,13 @@ delta the station decodes)."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from fl_uav.aggregation.robust import unwrapped
 from fl_uav.aggregation.scaffold import Scaffold
 from fl_uav.compression.compressor import Compressor, NoCompression, decode_update_frame
 from fl_uav.compression.errors import FrameError, NonFiniteValues
-from fl_uav.engine.faults import poison_delta
+from fl_uav.engine.faults import poison_result
 from fl_uav.engine.results import ExperimentError, plugin_fault
 from fl_uav.learning.client_algorithms import (
     LOCAL_STEPS_KNOB,
@@ -64,15 +62,9 @@ class ClientsMixin:
         κ_u^t from ``vectorized_steps``) trains all drones at once (fl_uav.learning.vectorized);
         every other algorithm runs drone by drone on its instance.
         """
-        if self._vectorized:   # a planner's H (knob) per drone, else the client's own count
-            steps = [knobs.get(k, {}).get(LOCAL_STEPS_KNOB) for k in active]
-            steps = [int(s) if s is not None else self._client(k).vectorized_steps(seed)
-                     for k, s, seed in zip(active, steps, seeds)]
-            if all(s is None for s in steps):
-                steps = None
-            else:   # mixed: the others take the steps their epochs would (the same batches)
-                steps = [s if s is not None else epoch_steps(config, len(labels))
-                         for s, (_, labels) in zip(steps, client_data)]
+        if self._vectorized:
+            steps = self._vectorized_steps(active, seeds, knobs, config,
+                                           [len(labels) for _, labels in client_data])
             trace = ([len(labels) for _, labels in client_data] if self.resources.wants_trace(r)
                      else None)
             return self._train_vectorized(r, active, client_data, seeds, config, steps, trace,
@@ -90,6 +82,18 @@ class ClientsMixin:
                 raise ExperimentError(f'round {r}, drone {k}: non-finite training loss ({exc});'
                                       f' partial results are in {self.out_dir}') from exc
         return results
+
+    def _vectorized_steps(self, active: list[int], seeds: list[int], knobs: dict[int, dict],
+                          config: TrainConfig, sizes: list[int]) -> list[int] | None:
+        """Each drone's exact step count for the vectorized trainer: a planner's H (knob),
+        else the client's own (OSAFL's κ_u^t); None when every drone takes its config's."""
+        steps = [knobs.get(k, {}).get(LOCAL_STEPS_KNOB) for k in active]
+        steps = [int(s) if s is not None else self._client(k).vectorized_steps(seed)
+                 for k, s, seed in zip(active, steps, seeds)]
+        if all(s is None for s in steps):
+            return None
+        # mixed: the others take the steps their epochs would (the same batches)
+        return [s if s is not None else epoch_steps(config, n) for s, n in zip(steps, sizes)]
 
     def _trace_sample(self, client_data) -> tuple[np.ndarray, np.ndarray]:
         """The seeded sample of the drones' own training data the traces are evaluated on."""
@@ -174,13 +178,8 @@ class ClientsMixin:
 
     def _poisoned(self, drone: int, r: int, result: ClientResult) -> ClientResult:
         """``faults.poison``: the drone's round with its delta replaced by the forgery
-        (fl_uav.engine.faults), made after training and before compression; ``random`` draws
-        from (seed, round, Stream.POISON, drone)."""
-        faults = self.config.faults
-        rng = (stream_rng(self.config.seed, r, Stream.POISON, drone)
-               if faults.poison == 'random' else None)
-        return dataclasses.replace(result, delta=poison_delta(
-            result.delta, faults.poison, faults.poison_scale, rng, result.mask))
+        (fl_uav.engine.faults.poison_result)."""
+        return poison_result(self.config.faults, self.config.seed, drone, r, result)
 
     def _compress(self, drone: int, r: int, result: ClientResult, knob: dict | None = None
                   ) -> tuple[int, Weights, list[int] | None]:

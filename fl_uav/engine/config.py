@@ -6,6 +6,7 @@ one parser and one validator serve ``ros2 launch``, ``fl-uav sim`` and the engin
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -24,6 +25,7 @@ from fl_uav.planning.config import (
     check_planner_procedures,
 )
 from fl_uav.planning.express import ExpressConfig
+from fl_uav.plugins import is_plugin_spec
 
 DATASETS = ('digits', 'fashion_mnist', 'image_folder', 'world')
 PARTITIONS = ('iid', 'dirichlet', 'shards', 'location', 'folders')
@@ -144,14 +146,32 @@ class DataConfig:
                     f'leave data.{key} out')
 
 
+BACKENDS = ('local', 'ray')
+RAY_CLIENTS = ('sgd', 'osafl')
+"""learning.client_algorithm values engine.backend ray runs: the vectorizable clients (those
+whose ``vectorizable`` is True in fl_uav.learning.client_algorithms; a test keeps the two in
+step), with no per-drone state to keep in the workers."""
+_RAY_ADDRESS = re.compile(r'^[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5}$')
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """vectorized: train all drones at once (else one after another, the reference path);
     max_clients_per_chunk: memory bound of the vectorized path, drones trained together;
-    torch_threads: PyTorch threads per process;
-    workers: threads training chunks of drones at the same time on the vectorized path (one
-    per core to use; results are bit-identical for any value; the chunks are still set by
-    max_clients_per_chunk alone, so a fleet that fits one chunk runs on one thread);
+    torch_threads: PyTorch threads per process (with backend ray: per Ray worker, which asks
+    Ray for that many CPUs);
+    workers: with backend local, threads training chunks of drones at the same time on the
+    vectorized path (one per core to use), with backend ray the Ray actors training them;
+    results are bit-identical for any value and either backend (the chunks are set by
+    max_clients_per_chunk alone, so a fleet that fits one chunk trains on one worker);
+    backend: where the drones train: local (this process) | ray (Ray actors on this machine or
+    a cluster, fl_uav.engine.ray_backend, needing the ray package, docs/cli.md "Many machines:
+    the Ray backend"; rounds.csv as local's but for wall_s; runs the vectorized sgd and osafl
+    clients with the built-in stateless compressors, without express, resources.planner or
+    data.topup);
+    ray_address (backend ray): '' starts a local Ray with workers x torch_threads CPUs for the
+    run and stops it after; auto joins the cluster running on this machine (ray start
+    --head); host:port joins the cluster whose head listens there;
     checkpoint_every: rounds between checkpoints (for --resume)."""
 
     vectorized: bool = True
@@ -159,19 +179,31 @@ class EngineConfig:
     torch_threads: int = 1
     workers: int = 1
     checkpoint_every: int = 1
+    backend: str = 'local'
+    ray_address: str = ''
 
     def __post_init__(self) -> None:
         if min(self.max_clients_per_chunk, self.torch_threads, self.workers,
                self.checkpoint_every) < 1:
             raise ValueError('max_clients_per_chunk, torch_threads, workers, checkpoint_every '
                              'must be >= 1')
+        require_choice('backend', self.backend, BACKENDS)
+        if self.ray_address and self.backend != 'ray':
+            raise ValueError(f'engine.ray_address = {self.ray_address!r} has no effect with '
+                             f'engine.backend = {self.backend!r} (it acts only with '
+                             f'engine.backend ray): set engine.backend or leave '
+                             f'engine.ray_address out')
+        if self.ray_address not in ('', 'auto') and not _RAY_ADDRESS.match(self.ray_address):
+            raise ValueError(f'engine.ray_address must be empty (a local Ray), auto or '
+                             f'host:port (the head of a Ray cluster), got {self.ray_address!r}')
 
     def build_trainer(self, model, train_config):
         """The vectorized trainer these settings describe (chunks, threads, workers)."""
         from fl_uav.learning.vectorized import VectorizedTrainer
 
         return VectorizedTrainer(model, train_config, self.max_clients_per_chunk,
-                                 self.torch_threads, workers=self.workers)
+                                 self.torch_threads,
+                                 workers=self.workers if self.backend == 'local' else 1)
 
 
 def check_express(config: ExperimentConfig) -> None:
@@ -207,6 +239,36 @@ def check_express(config: ExperimentConfig) -> None:
                          f'ground clients, {config.num_drones})')
 
 
+
+
+def check_backend(config: ExperimentConfig) -> None:
+    """engine.backend ray runs what its workers can compute without per-drone state and
+    without data made on the driver: fail at start, naming the key, for anything else."""
+    if config.engine.backend != 'ray':
+        return
+    why = 'engine.backend ray'
+    if config.express.enabled:
+        raise ValueError(f'{why} does not run express mode (express.enabled): use engine.'
+                         f'backend local')
+    if not config.engine.vectorized:
+        raise ValueError(f'{why} trains drones with the vectorized trainer: engine.vectorized '
+                         f'must be true')
+    if config.learning.client_algorithm not in RAY_CLIENTS:
+        raise ValueError(f'{why} runs learning.client_algorithm {" or ".join(RAY_CLIENTS)} '
+                         f'(the vectorized clients), got '
+                         f'{config.learning.client_algorithm!r}: use engine.backend local')
+    if config.resources.planner != 'none':
+        raise ValueError(f'{why} does not run resources.planner {config.resources.planner} '
+                         f'(its knobs and traces live in the driver): use engine.backend '
+                         f'local')
+    if config.data.topup:
+        raise ValueError(f'{why} does not run data.topup (synthetic samples are made in the '
+                         f'driver): use engine.backend local')
+    method = config.compression.method
+    if method == 'lgc' or is_plugin_spec(method):
+        raise ValueError(f'{why} runs the built-in stateless compressors (none, qsgd, range, '
+                         f'ceoafl), got compression.method {method!r} (per-drone state): use '
+                         f'engine.backend local')
 
 
 def check_resources(config: ExperimentConfig) -> None:
@@ -276,3 +338,4 @@ class ExperimentConfig:
                              f"drone's own update)")
         check_express(self)
         check_resources(self)
+        check_backend(self)

@@ -50,6 +50,7 @@ from fl_uav.compression.compressor import Compressor
 from fl_uav.compression.config import PlannedCompressors
 from fl_uav.configschema import to_flat
 from fl_uav.engine.checkpoint import CheckpointMixin, plugin_snapshots
+from fl_uav.engine.chunk_worker import UploadedResult, all_finite
 from fl_uav.engine.clients import ClientsMixin
 from fl_uav.engine.config import ExperimentConfig
 from fl_uav.engine.data import (
@@ -97,12 +98,6 @@ from fl_uav.plugins import seeded_global_random
 from fl_uav.streams import Stream, stream_rng, stream_seed
 
 
-def _all_finite(array: np.ndarray) -> bool:
-    """No NaN or ±inf in ``array``: its float64 sum is finite exactly then (float32 values
-    cannot overflow a float64 sum; NaN and inf propagate), one pass without a mask array."""
-    return math.isfinite(float(np.sum(array, dtype=np.float64)))
-
-
 class ExperimentEngine(ClientsMixin, CheckpointMixin):
     """Runs an :class:`ExperimentConfig` and writes its results into ``out_dir``.
 
@@ -118,6 +113,10 @@ class ExperimentEngine(ClientsMixin, CheckpointMixin):
         # FedEx: CARP is solved from the config alone, before the dataset loads, so an
         # infeasible plan (e.g. a budget below one tour) is reported at once.
         express_layout = plan_express(config) if config.express.enabled else None
+        if config.engine.backend == 'ray':   # no Ray installed: say so before loading data
+            from fl_uav.engine.ray_backend import require_ray
+
+            require_ray()
         self.data = data if data is not None else load_experiment_data(config)
         self.parts = partition_data(config, self.data)
         sample_shape = self.data.train_x.shape[1:]
@@ -175,6 +174,25 @@ class ExperimentEngine(ClientsMixin, CheckpointMixin):
         self.resources = build_round_resources(self, down_s)
         # faults.*: the drones that send poisoned updates (the same every round)
         self.poisoned = frozenset(config.faults.drones(config.num_drones, config.seed))
+        # engine.backend ray: the drones train in Ray actors (started last: it takes seconds)
+        self._ray = None
+        if config.engine.backend == 'ray':
+            from fl_uav.engine.ray_backend import RayBackend
+
+            self._ray = RayBackend(config, self.data, self.out_dir)
+
+    def close(self) -> None:
+        """Stop what the engine started (the Ray backend's workers, and a local Ray)."""
+        if self._ray is not None:
+            self._ray.close()
+
+    def take_warnings(self) -> list[str]:
+        """What the backend had to say since the last call (a Ray worker lost, ...)."""
+        return self._ray.take_warnings() if self._ray is not None else []
+
+    def backend_summary(self) -> dict[str, Any]:
+        """summary.json's ``engine_backend`` (the Ray backend's workers and traffic)."""
+        return self._ray.summary() if self._ray is not None else {'backend': 'local'}
 
     # --- data ----------------------------------------------------------------------------
     def _client_indices(self, round_index: int) -> list[np.ndarray]:
@@ -262,17 +280,24 @@ class ExperimentEngine(ClientsMixin, CheckpointMixin):
         # the planner's per-drone knobs (config.resources; none: no knobs)
         knobs = merge_knobs(knobs, self.resources.knobs(r, active))
         self.resources.record(r, knobs)
-        mixed = {k: self._training_data(k, indices[k], knobs.get(k, {}).get(TOPUP_KNOB))
-                 for k in active}   # (x, y, generated)
-        client_data = [mixed[k][:2] for k in active]
         seeds = [stream_seed(self.config.seed, r, Stream.BATCHES, k) for k in active]
         config = dataclasses.replace(self.train_config, lr=lr, proximal_mu=mu)
-        results = self._train_clients(r, active, client_data, seeds, config, knobs)
-        if self.resources.wants_trace(r):   # lgc_steps_scale auto / online: the measurement
-            self.resources.observe_trace(
-                r, self._compressed_trace_losses(active, client_data, knobs,
-                                                 self.resources.probe_drones(r))
-                if self.resources.online else self._trace_losses(client_data))
+        if self._ray is not None:   # the workers gather the inputs; no top-up (refused)
+            mixed = {k: (None, self.data.train_y[indices[k]], 0) for k in active}
+            sizes = [len(indices[k]) for k in active]
+            results = self._ray.train_round(
+                r, self.weights, self.fingerprint, config, active, [indices[k] for k in active],
+                seeds, self._vectorized_steps(active, seeds, knobs, config, sizes))
+        else:
+            mixed = {k: self._training_data(k, indices[k], knobs.get(k, {}).get(TOPUP_KNOB))
+                     for k in active}   # (x, y, generated)
+            client_data = [mixed[k][:2] for k in active]
+            results = self._train_clients(r, active, client_data, seeds, config, knobs)
+            if self.resources.wants_trace(r):   # lgc_steps_scale auto / online: measurement
+                self.resources.observe_trace(
+                    r, self._compressed_trace_losses(active, client_data, knobs,
+                                                     self.resources.probe_drones(r))
+                    if self.resources.online else self._trace_losses(client_data))
         updates, times, energies, losses, uplink, lost = [], [], [], [], 0, 0
         claimed: dict[int, int] = {}   # the sample count each drone reported
         self.last_round_drones: dict[int, dict[str, float]] = {}   # per drone, for inspection
@@ -288,13 +313,19 @@ class ExperimentEngine(ClientsMixin, CheckpointMixin):
         step_j = float(self.cpu.train_energy_j(batch, 0.0))  # multiplies it per drone
         for k, result in zip(active, results):
             loss = float(result.mean_loss)
-            if not math.isfinite(loss) or not all(_all_finite(v) for v in result.delta.values()):
+            uploaded = isinstance(result, UploadedResult)   # a Ray worker's, decoded
+            finite = (result.finite if uploaded
+                      else all(all_finite(v) for v in result.delta.values()))
+            if not math.isfinite(loss) or not finite:
                 raise ExperimentError(f'round {r}, drone {k}: non-finite training loss '
                                       f'({loss}); partial results are in {self.out_dir}')
             knob = knobs.get(k, {})
-            if k in self.poisoned:   # faults.*: a forged update in place of the honest one
-                result = self._poisoned(k, r, result)
-            up_bytes, delta, channel_bytes = self._compress(k, r, result, knob)
+            if uploaded:   # poisoned (faults.*) and compressed by the worker, as below
+                up_bytes, delta, channel_bytes = result.frame_bytes, result.delta, None
+            else:
+                if k in self.poisoned:   # faults.*: a forged update in place of the honest one
+                    result = self._poisoned(k, r, result)
+                up_bytes, delta, channel_bytes = self._compress(k, r, result, knob)
             up_bits = 8 * up_bytes
             power_w = float(knob.get(TX_POWER_KNOB, system.tx_power_w))   # FedDPQ's p_u
             if channel_bytes is not None:   # LGC's channels: eq. (15b) with Table 1 prices
@@ -438,10 +469,22 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
     wall_start = time.perf_counter()
     try:
         engine = ExperimentEngine(config, out_dir)
-    except ValueError as exc:   # data, split or model the config cannot give (DatasetError too)
+    except (ValueError, ExperimentError) as exc:   # data, split or model the config cannot
+        # give (DatasetError too), a backend that cannot start (engine.backend ray)
         if created and not any(out_dir.iterdir()):
             out_dir.rmdir()     # nothing ran: leave no empty directory behind
+        if isinstance(exc, ExperimentError):
+            raise
         raise ExperimentError(f'cannot set up the run: {exc}') from exc
+    try:
+        return _run(engine, config, out_dir, resume, echo, wall_start)
+    finally:
+        engine.close()
+
+
+def _run(engine: ExperimentEngine, config: ExperimentConfig, out_dir: Path, resume: bool,
+         echo: Callable[[str], None], wall_start: float) -> dict[str, Any]:
+    """run_experiment's rounds, with the engine set up (and closed by the caller)."""
     if engine.data.note:
         echo(f'data: {engine.data.note}')
     rows_path = out_dir / ROUNDS_FILE
@@ -474,6 +517,7 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
         echo(f'resources: {config.resources.planner} planner ready; decisions in '
              f'{out_dir / KNOBS_FILE}')
     status, error = 'finished', ''
+    backend_warnings: list[str] = []   # e.g. a Ray worker lost (its chunks retried)
     # a finite loss runs on: say when the model diverged or stays at chance
     divergence = DivergenceMonitor(engine.data.num_classes, config.num_rounds)
     for row in rows:   # a resumed run's earlier rounds
@@ -493,12 +537,16 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
             echo(_progress_line(row, config.num_rounds))
             for warning in divergence.observe(row['round'], row['accuracy'], row['loss']):
                 echo(f'warning: {warning}')
+            for warning in engine.take_warnings():
+                backend_warnings.append(warning)
+                echo(f'warning: {warning}')
     except KeyboardInterrupt as exc:   # Ctrl-C, or SIGTERM in `fl-uav experiment` (its name)
         status = 'interrupted'
         echo(f'interrupted{f" ({exc})" if str(exc) else ""} after round {engine.round_index}; '
              f'resume with --resume {out_dir}')
     except ExperimentError as exc:
         status, error = 'failed', str(exc)
+        backend_warnings += engine.take_warnings()
         echo(f'error: {exc}')
     engine.write_express()   # the log up to the last completed update
     write_knobs(engine.resources, out_dir)
@@ -511,7 +559,9 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
                              **drone_folders(config, engine.data, engine.parts),
                              'faults': config.faults.summary(config.num_drones, config.seed),
                              'update_norms': norms,
-                             'warnings': [*divergence.warnings, *norm_warnings]})
+                             'engine_backend': engine.backend_summary(),
+                             'warnings': [*divergence.warnings, *norm_warnings,
+                                          *backend_warnings]})
     return summary
 
 

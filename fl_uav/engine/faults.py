@@ -27,6 +27,7 @@ and the drones.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -150,3 +151,12 @@ def poison_delta(delta: Mapping[str, np.ndarray], kind: str, scale: float,
     z_norm = math.sqrt(sum(float(np.sum(np.square(z))) for z in noise.values()))
     factor = scale * norm / z_norm if z_norm > 0 else 0.0
     return {n: (noise[n] * factor).astype(np.asarray(d).dtype) for n, d in delta.items()}
+
+
+def poison_result(faults: FaultsConfig, seed: int, drone: int, r: int, result):
+    """``faults.poison``: the drone's round (a ClientResult) with its delta replaced by the
+    forgery, made after training and before compression; ``random`` draws from (seed, round,
+    Stream.POISON, drone). The local engine and the Ray backend's workers both call it."""
+    rng = stream_rng(seed, r, Stream.POISON, drone) if faults.poison == 'random' else None
+    return dataclasses.replace(result, delta=poison_delta(
+        result.delta, faults.poison, faults.poison_scale, rng, result.mask))

@@ -122,9 +122,9 @@ def _rounds_text(rounds: list[int], shown: int = 5) -> str:
 
 
 RESUME_MAY_CHANGE = ('num_rounds', 'engine.torch_threads', 'engine.workers',
-                     'engine.checkpoint_every')
+                     'engine.checkpoint_every', 'engine.backend', 'engine.ray_address')
 """Keys a resumed run may set differently from the interrupted one: how long it runs and how
-it uses the machine (workers are bit-identical), never what it computes."""
+it uses the machines (workers and backends are bit-identical), never what it computes."""
 
 
 def json_mapping(path: Path, prefix: str = '') -> dict[str, Any]:

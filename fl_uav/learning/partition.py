@@ -65,28 +65,48 @@ def dirichlet(labels: np.ndarray, k: int, alpha: float, seed: int, min_size: int
     classes = np.unique(labels)
     members = [np.flatnonzero(labels == c) for c in classes]
     for _ in range(max(1, max_retries)):
-        parts: list[list[np.ndarray]] = [[] for _ in range(k)]
+        draw = []   # (shuffled class, cuts): the clients' pieces, cut only when kept
+        sizes = np.zeros(k, np.int64)
         for class_members in members:
             shuffled = rng.permutation(class_members)
             proportions = rng.dirichlet(np.full(k, float(alpha)))
             cuts = np.floor(np.cumsum(proportions)[:-1] * len(shuffled)).astype(np.int64)
-            for client, piece in enumerate(np.split(shuffled, cuts)):
-                parts[client].append(piece)
-        merged = [np.concatenate(p) for p in parts]
-        if min(len(p) for p in merged) >= min_size:
-            return _finish(merged)
-    return _finish(_repair_min_size(merged, min_size, rng))
+            draw.append((shuffled, cuts))
+            sizes += np.diff(cuts, prepend=0, append=len(shuffled))
+        if sizes.min() >= min_size:
+            return _finish(_merged(draw, k))
+    return _finish(_repair_min_size(_merged(draw, k), min_size, rng))
+
+
+def _merged(draw: list[tuple[np.ndarray, np.ndarray]], k: int) -> list[np.ndarray]:
+    """Each client's samples of a Dirichlet draw: its piece of every class, in class order."""
+    bounds = [np.concatenate([[0], cuts, [len(shuffled)]]) for shuffled, cuts in draw]
+    return [np.concatenate([shuffled[b[client]:b[client + 1]]
+                            for (shuffled, _), b in zip(draw, bounds)]) for client in range(k)]
 
 
 def _repair_min_size(parts: list[np.ndarray], min_size: int,
                      rng: np.random.Generator) -> list[np.ndarray]:
+    """Fill each short client (shortest first) from the currently largest one (lowest index
+    among equals) until it holds ``min_size`` samples; the largest is kept in a heap of
+    (-size, index) whose stale entries are dropped when they surface."""
     parts = [rng.permutation(p) for p in parts]
+    heap = [(-len(p), i) for i, p in enumerate(parts)]
+    heapq.heapify(heap)
+
+    def largest() -> int:
+        while -heap[0][0] != len(parts[heap[0][1]]):
+            heapq.heappop(heap)   # a size that has changed since it was pushed
+        return heap[0][1]
+
     for short in sorted(range(len(parts)), key=lambda i: (len(parts[i]), i)):
         while len(parts[short]) < min_size:
-            donor = max(range(len(parts)), key=lambda i: (len(parts[i]), -i))
+            donor = largest()
             give = min(min_size - len(parts[short]), len(parts[donor]) - min_size)
             parts[short] = np.concatenate([parts[short], parts[donor][:give]])
             parts[donor] = parts[donor][give:]
+            heapq.heappush(heap, (-len(parts[donor]), donor))
+            heapq.heappush(heap, (-len(parts[short]), short))
     return parts
 
 

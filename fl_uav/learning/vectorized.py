@@ -124,6 +124,26 @@ def epoch_steps(config: TrainConfig, num_samples: int) -> int:
     return min(steps, config.max_steps) if config.max_steps else steps
 
 
+def chunk_plan(step_counts: Sequence[int], max_clients_per_chunk: int) -> list[list[int]]:
+    """Which clients :meth:`VectorizedTrainer.train` stacks together, in which order: the
+    clients sorted by decreasing step count (stable: ties keep their input order), cut into
+    ceil(n / max_clients_per_chunk) chunks of equal size (±1). A chunk's arithmetic depends on
+    its clients and their order, so whoever trains the same chunks (another thread, another
+    process: fl_uav.engine.chunk_worker) gets bit-identical results."""
+    order = sorted(range(len(step_counts)), key=lambda i: -step_counts[i])
+    num_chunks = -(-len(order) // max_clients_per_chunk)
+    bounds = [len(order) * i // num_chunks for i in range(num_chunks + 1)]
+    return [order[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
+
+
+def client_step_count(config: TrainConfig, num_samples: int, steps: int | None = None) -> int:
+    """The steps :meth:`VectorizedTrainer.train` gives a client of ``num_samples`` samples
+    (``steps``: its exact count, as ``train(steps=...)``), without drawing its batches."""
+    if steps is not None:
+        config = exact_steps_config(config, num_samples, steps)
+    return epoch_steps(config, num_samples)
+
+
 def exact_steps_config(config: TrainConfig, num_samples: int, steps: int) -> TrainConfig:
     """``config`` changed so a client with ``num_samples`` samples takes exactly ``steps``
     mini-batch steps (passes over its data repeated as needed, the last one cut short)."""
@@ -565,16 +585,13 @@ class VectorizedTrainer:
                     for data, k in zip(client_data, steps)])
         batches = [client_batches(len(data[0]), config, seed, shuffle)
                    for data, seed, config in zip(client_data, seeds, configs)]
-        # Longest first: at any step the clients still training are a prefix of the chunk.
-        order = sorted(range(len(client_data)), key=lambda i: -len(batches[i]))
         updates: list[LocalUpdate | None] = [None] * len(client_data)
         previous_threads = torch.get_num_threads()
         if self.num_threads is not None and self.num_threads != previous_threads:
             torch.set_num_threads(self.num_threads)
         try:
-            num_chunks = -(-len(order) // self.max_clients_per_chunk)
-            bounds = [len(order) * i // num_chunks for i in range(num_chunks + 1)]
-            chunks = [order[lo:hi] for lo, hi in zip(bounds, bounds[1:])]  # equal-sized
+            # Longest first: at any step the clients still training are a prefix of the chunk.
+            chunks = chunk_plan([len(b) for b in batches], self.max_clients_per_chunk)
             # Per-chunk trace buffers, filled in place (also from worker threads).
             chunk_traces: list[list[dict[str, torch.Tensor]] | None] = [
                 [] if trace_weights is not None else None for _ in chunks]

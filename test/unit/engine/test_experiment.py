@@ -316,9 +316,9 @@ def test_compression_cuts_uplink_bytes(tmp_path, method, default_run):
     ([-np.inf, np.inf], False),
 ])
 def test_update_finiteness_check(values, expected):
-    from fl_uav.engine.experiment import _all_finite
+    from fl_uav.engine.chunk_worker import all_finite
 
-    assert _all_finite(np.array(values, dtype=np.float32).reshape(-1, 1)) is expected
+    assert all_finite(np.array(values, dtype=np.float32).reshape(-1, 1)) is expected
 
 
 def test_resume_refuses_a_config_that_differs_and_names_the_keys(tmp_path):

@@ -1,0 +1,163 @@
+"""engine.backend ray on a local Ray of 2 CPUs (started once for the module): the same
+rounds.csv as the local backend in every column but wall_s (quick_digits, Fashion-MNIST with
+100 drones), a worker killed mid-round (its chunks retried on the other), every worker killed
+(the run stops with one line; --resume goes on with new workers and ends equal to local), more
+workers than the cluster has CPUs (refused at start)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip('ray')
+
+from fl_uav.configschema import build_config, read_params_file  # noqa: E402
+from fl_uav.engine.config import ExperimentConfig  # noqa: E402
+from fl_uav.engine.experiment import run_experiment  # noqa: E402
+from fl_uav.engine.ray_backend import RayBackend  # noqa: E402
+from fl_uav.engine.results import ExperimentError  # noqa: E402
+from fl_uav.learning.datasets import FASHION_MNIST_ROOT  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[3]
+QUICK = REPO / 'config' / 'experiments' / 'quick_digits.yaml'
+SCALE = REPO / 'config' / 'experiments' / 'scale_fmnist_1000.yaml'
+CPUS = 2
+# quick_digits in chunks of 4 drones: 3 chunks a round, so both workers train
+QUICK_SET = {'engine.max_clients_per_chunk': 4}
+RAY_SET = {'engine.backend': 'ray', 'engine.workers': 2}
+
+
+@pytest.fixture(scope='module', autouse=True)
+def local_ray():
+    """One local Ray for the module (its start costs seconds); the engine joins it."""
+    ray.init(address='local', num_cpus=CPUS, include_dashboard=False, log_to_driver=False,
+             logging_level='warning')
+    yield
+    ray.shutdown()
+
+
+def _config(path: Path, **overrides) -> ExperimentConfig:
+    flat = read_params_file(path)
+    flat.update(overrides)
+    return build_config(ExperimentConfig, flat)
+
+
+def _rows(out: Path) -> list[dict[str, str]]:
+    """rounds.csv as written, every column but wall_s."""
+    with open(out / 'rounds.csv', newline='') as f:
+        return [{k: v for k, v in row.items() if k != 'wall_s'} for row in csv.DictReader(f)]
+
+
+def _quiet(_line: str) -> None:
+    pass
+
+
+def _cpus_free(wait_s: float = 5.0) -> float:
+    """The cluster's free CPUs once they stop rising (Ray frees a killed actor's CPU
+    asynchronously), waiting at most wait_s."""
+    deadline = time.monotonic() + wait_s
+    free = ray.available_resources().get('CPU', 0.0)
+    while free < CPUS and time.monotonic() < deadline:
+        time.sleep(0.1)
+        free = ray.available_resources().get('CPU', 0.0)
+    return free
+
+
+@pytest.fixture(scope='module')
+def quick_local(tmp_path_factory) -> list[dict[str, str]]:
+    """quick_digits (5 rounds) on the local backend: the reference."""
+    out = tmp_path_factory.mktemp('quick') / 'local'
+    run_experiment(_config(QUICK, **QUICK_SET), out, echo=_quiet)
+    return _rows(out)
+
+
+def _kill_workers(which: list[int], at_round: int):
+    """An on_submitted hook that SIGKILLs the given workers' processes in round at_round."""
+    def hook(backend: RayBackend, r: int) -> None:
+        if r == at_round:
+            for a in which:
+                os.kill(backend.info[a]['pid'], signal.SIGKILL)
+    return staticmethod(hook)
+
+
+def test_quick_digits_on_ray_equals_local(tmp_path, quick_local):
+    # Act
+    summary = run_experiment(_config(QUICK, **QUICK_SET, **RAY_SET), tmp_path, echo=_quiet)
+    # Assert: the same rows; the workers' traffic reported; the actors are gone
+    assert summary['status'] == 'finished'
+    assert _rows(tmp_path) == quick_local
+    backend = summary['engine_backend']
+    assert backend['backend'] == 'ray' and backend['workers_at_end'] == 2
+    assert backend['bytes_per_round']['frames_back'] == int(quick_local[0]['uplink_bytes'])
+    assert summary['warnings'] == []
+    assert _cpus_free() == CPUS   # every actor released its CPU
+
+
+def test_a_worker_killed_mid_round_is_replaced_by_the_other(tmp_path, quick_local,
+                                                            monkeypatch):
+    # Arrange: worker 0's process is killed once round 2's chunks are out
+    monkeypatch.setattr(RayBackend, 'on_submitted', _kill_workers([0], at_round=2))
+    lines: list[str] = []
+    # Act
+    summary = run_experiment(_config(QUICK, **QUICK_SET, **RAY_SET), tmp_path,
+                             echo=lines.append)
+    # Assert: the round is retried on worker 1, the results are unchanged, a warning says so
+    assert summary['status'] == 'finished'
+    assert _rows(tmp_path) == quick_local
+    assert summary['engine_backend']['workers_at_end'] == 1
+    assert summary['engine_backend']['retried_chunks'] >= 1
+    [warning] = summary['warnings']
+    assert warning.startswith('round 2: Ray worker 0') and 'remaining worker' in warning
+    assert f'warning: {warning}' in lines
+
+
+def test_all_workers_killed_stop_the_run_and_resume_goes_on(tmp_path, quick_local,
+                                                            monkeypatch):
+    # Arrange: both workers killed in round 3
+    config = _config(QUICK, **QUICK_SET, **RAY_SET)
+    monkeypatch.setattr(RayBackend, 'on_submitted', _kill_workers([0, 1], at_round=3))
+    # Act: the run stops; then it resumes with new workers
+    failed = run_experiment(config, tmp_path, echo=_quiet)
+    monkeypatch.setattr(RayBackend, 'on_submitted', None)
+    resumed = run_experiment(config, tmp_path, resume=True, echo=_quiet)
+    # Assert: one clear line, the checkpoint of round 2, and the resumed run equals local
+    assert failed['status'] == 'failed' and failed['rounds_completed'] == 2
+    assert failed['error'].startswith('round 3: all 2 Ray workers are gone')
+    assert '--resume' in failed['error'] and '\n' not in failed['error']
+    assert resumed['status'] == 'finished'
+    assert _rows(tmp_path) == quick_local
+
+
+def test_more_workers_than_the_cluster_has_cpus_is_refused_at_start(tmp_path):
+    # Act
+    with pytest.raises(ExperimentError) as info:
+        run_experiment(_config(QUICK, **{**RAY_SET, 'engine.workers': CPUS + 1}),
+                       tmp_path / 'run', echo=_quiet)
+    # Assert: one line naming the key and the CPUs; nothing left behind
+    message = str(info.value)
+    assert message == (f'engine.workers {CPUS + 1} x engine.torch_threads 1 = {CPUS + 1} '
+                       f'CPUs, but the Ray this process joined has {CPUS}: set engine.workers '
+                       f'to at most {CPUS}, or add machines (ray start --address)')
+    assert '\n' not in message
+    assert not (tmp_path / 'run').exists()
+
+
+@pytest.mark.skipif(not Path(FASHION_MNIST_ROOT).is_dir(),
+                    reason=f'{FASHION_MNIST_ROOT} absent; '
+                           'run apt-get install -y dataset-fashion-mnist')
+def test_fashion_mnist_100_drones_on_ray_equals_local(tmp_path):
+    # Arrange: the 1000-drone scale config with 100 drones, 2 rounds of 2 steps each
+    flat = {'num_drones': 100, 'num_rounds': 2, 'learning.max_steps': 2,
+            'data.max_test_samples': 1000}
+    # Act
+    run_experiment(_config(SCALE, **flat), tmp_path / 'local', echo=_quiet)
+    summary = run_experiment(_config(SCALE, **flat, **RAY_SET), tmp_path / 'ray',
+                             echo=_quiet)
+    # Assert
+    assert summary['status'] == 'finished'
+    assert _rows(tmp_path / 'ray') == _rows(tmp_path / 'local')
