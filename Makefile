@@ -42,7 +42,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m ruff check fl_uav test bench launch examples
-	$(PY) -m pytest -q -rs -p no:cacheprovider --durations=8 test
+	$(PY) -m pytest -q -rs -p no:cacheprovider --durations=8 -n 2 --dist loadgroup test
 
 # Yardstick (not part of the tests): the experiment engine's trainer vs a plain PyTorch loop vs
 # Flower 1.41 (own venv, telemetry off, num_cpus=1), same workload; see docs/benchmarks/engine.md.

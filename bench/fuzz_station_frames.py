@@ -103,8 +103,8 @@ from test.unit.fleet._frame_bytes import crc_fixed, get, put, with_metadata  # n
 
 #: The station's own rejection reasons, beyond the codec's and the envelope's
 #: (docs/wire_format.md, "Update frames in the fleet" and "Replays and run identity").
-STATION_REASONS = ('wrong_kind', 'shape', 'unknown_sender', 'wrong_round', 'wrong_run',
-                   'duplicate', 'metadata', INBOX_FULL)
+STATION_REASONS = ('wrong_kind', 'shape', 'unknown_sender', 'wrong_round', 'replay',
+                   'wrong_run', 'duplicate', 'metadata', INBOX_FULL)
 DOCUMENTED_REASONS = frozenset(ALL_REASONS_V2) | frozenset(ALL_REASONS_SIGNED) | frozenset(
     STATION_REASONS)
 RUN_ID = '0123456789abcdef'

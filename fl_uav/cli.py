@@ -117,6 +117,56 @@ def _keygen(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mavlink_key_new(args: argparse.Namespace) -> int:
+    from fl_uav.vehicle.mavlink_signing import generate_key, passphrase_key, write_key_file
+
+    if args.passphrase_stdin:
+        passphrase = sys.stdin.readline().rstrip('\n')
+        if not passphrase or not passphrase.isascii():
+            print('fl-uav: --passphrase-stdin: expected one line of ASCII text on stdin',
+                  file=sys.stderr)
+            return 1
+        key = passphrase_key(passphrase)
+    else:
+        key = generate_key()
+    try:
+        path = write_key_file(args.path, key, overwrite=args.overwrite)
+    except FileExistsError:
+        print(f'fl-uav: {args.path} exists already: not overwritten (--overwrite replaces it; '
+              'the autopilot then needs the new key too)', file=sys.stderr)
+        return 1
+    except OSError as exc:
+        print(f'fl-uav: {args.path}: {exc.strerror}', file=sys.stderr)
+        return 1
+    print(f'{path}: MAVLink signing key (mode 0600). Put it on the autopilot over a wired link: '
+          f'fl-uav mavlink-key provision --key {path} --url serial:///dev/ttyACM0:57600; then '
+          'set flight.mavlink_key_file to it on the drone')
+    return 0
+
+
+def _mavlink_key_provision(args: argparse.Namespace) -> int:
+    from fl_uav.vehicle.mavlink_provision import ProvisionError, provision_key
+    from fl_uav.vehicle.mavlink_signing import SigningError, read_key_file
+    from fl_uav.vehicle.mavlink_signing_relay import parse_link_url
+
+    try:
+        parse_link_url(args.url)
+        key = read_key_file(args.key)
+        current = read_key_file(args.current_key) if args.current_key else None
+    except (ValueError, SigningError) as exc:
+        print(f'fl-uav: {exc}', file=sys.stderr)
+        return 1
+    try:
+        done = provision_key(args.url, key, current_key=current,
+                             target_system=args.target_system, timeout_s=args.timeout)
+    except (ProvisionError, OSError) as exc:
+        print(f'fl-uav: {exc}', file=sys.stderr)
+        return 1
+    print(f'system {done.system_id} (component {done.component_id}) on {args.url} signs with '
+          f'{args.key} now (before: {done.before}); it drops unsigned commands from here on')
+    return 0
+
+
 def _experiment(args: argparse.Namespace) -> int:
     from fl_uav.engine.allocator import (
         collector_paused_for_imports,
@@ -429,6 +479,32 @@ def build_parser() -> argparse.ArgumentParser:
                         help='mode express: number of ground clients (gc<j>.key/.pub, '
                         'j < M; default 0)')
     keygen.set_defaults(func=_keygen)
+    mkey = sub.add_parser('mavlink-key', help="MAVLink 2 signing of the drone's autopilot link: "
+                          'make a key, put it on the autopilot (PX4 >= 1.17)')
+    mkey_sub = mkey.add_subparsers(dest='mavlink_key_command', required=True)
+    mkey_new = mkey_sub.add_parser('new', help='write a new random 32-byte key (64 hex digits, '
+                                   'mode 0600) for flight.mavlink_key_file')
+    mkey_new.add_argument('path', type=Path, help='key file to write')
+    mkey_new.add_argument('--passphrase-stdin', action='store_true',
+                          help='derive the key from a passphrase read from stdin (SHA-256, as '
+                          "MAVProxy's signing setup does) instead of a random one")
+    mkey_new.add_argument('--overwrite', action='store_true', help='replace an existing file')
+    mkey_new.set_defaults(func=_mavlink_key_new)
+    mkey_prov = mkey_sub.add_parser(
+        'provision', help='send the key to the autopilot with SETUP_SIGNING and wait until it '
+        'signs with it (do it over USB or another wired link, disarmed)')
+    mkey_prov.add_argument('--key', type=Path, required=True, help='the key file (mavlink-key '
+                           'new)')
+    mkey_prov.add_argument('--url', required=True, help='the link: serial:///dev/ttyACM0:57600 '
+                           '(USB), udpin://HOST:PORT or udpout://HOST:PORT')
+    mkey_prov.add_argument('--current-key', type=Path, metavar='PATH',
+                           help='the key the autopilot has now, to change it (PX4 takes a new '
+                           'key only signed with the current one)')
+    mkey_prov.add_argument('--target-system', type=int, metavar='N',
+                           help="the autopilot's MAVLink system id (default: the first heard)")
+    mkey_prov.add_argument('--timeout', type=float, default=15.0, metavar='S',
+                           help='give up after S seconds (default 15)')
+    mkey_prov.set_defaults(func=_mavlink_key_provision)
     exp = sub.add_parser('experiment', help='run an in-process experiment on a simulated clock')
     exp.add_argument('config', type=Path, nargs='?',
                      help='config/experiments/<name>.yaml (with --resume: default the '

@@ -5,10 +5,16 @@ from __future__ import annotations
 import os
 import random
 import socket
+from pathlib import Path
 
 import pytest
 
-# One DDS domain per pytest process, localhost only, so parallel runs never see each other.
+# One DDS domain per pytest process, localhost only, so parallel runs never see each other;
+# under pytest-xdist (`make test`: -n 2) each worker has its own, one apart from the other's.
+_WORKER = os.environ.get('PYTEST_XDIST_WORKER')          # gw0, gw1, ... (xdist workers)
+if _WORKER:
+    _first = random.Random(os.getppid()).randint(0, 90)   # the controller's pid: one draw
+    os.environ['ROS_DOMAIN_ID'] = str(110 + (_first + int(_WORKER[2:])) % 91)
 os.environ.setdefault('ROS_DOMAIN_ID', str(random.Random(os.getpid()).randint(110, 200)))
 os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
 os.environ.pop('ROS_STATIC_PEERS', None)
@@ -69,3 +75,24 @@ def tiny_fleet_overrides(num_drones: int, port_base: int) -> dict:
         'autopilot.bind_base_port': port_base + BIND_PORT_OFFSET,
         'security.insecure': True,        # node tests without keys (test/ros: signed ones add)
     }
+
+
+#: test folders whose tests run one at a time on one xdist worker: whole fleets of node
+#: processes (e2e, launch, PX4 SITL, the fl-uav sim harness) beside each other would starve
+#: each other's deadlines; the rclpy node tests likewise on their own worker
+_XDIST_GROUPS = {'e2e': 'fleet', 'launch': 'fleet', 'sitl': 'fleet', 'unit/fleet_run': 'fleet',
+                 'ros': 'ros'}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests of _XDIST_GROUPS' folders with their xdist group (--dist loadgroup)."""
+    root = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            rel = Path(item.fspath).resolve().relative_to(root).as_posix()
+        except ValueError:
+            continue
+        for folder, group in _XDIST_GROUPS.items():
+            if rel.startswith(folder + '/'):
+                item.add_marker(pytest.mark.xdist_group(group))
+                break

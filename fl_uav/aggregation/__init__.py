@@ -17,7 +17,15 @@ from fl_uav.aggregation.fednova import FedNova
 from fl_uav.aggregation.fedprox import FedProx
 from fl_uav.aggregation.lgc import LGC
 from fl_uav.aggregation.osafl import OSAFL
-from fl_uav.aggregation.robust import CoordinateMedian, NormClip, TrimmedMean
+from fl_uav.aggregation.robust import (
+    DEFAULT_BYZANTINE_SHARE,
+    DEFAULT_CLIP_FACTOR,
+    CoordinateMedian,
+    Krum,
+    MultiKrum,
+    NormClip,
+    TrimmedMean,
+)
 from fl_uav.aggregation.scaffold import Scaffold
 from fl_uav.aggregation.strategy import AggregateResult, ClientUpdate, Strategy
 from fl_uav.configschema import require_choice
@@ -25,7 +33,7 @@ from fl_uav.plugins import PluginKind, build_plugin, is_plugin_spec, require_nam
 
 STRATEGY_NAMES = ('fedavg', 'fedprox', 'fednova', 'scaffold', 'feddisco', 'afacd', 'osafl',
                   '2ceoafl', 'feddpq', 'lgc', 'fedex_sync', 'fedex_async', 'median',
-                  'trimmed_mean')
+                  'trimmed_mean', 'krum', 'multi_krum')
 
 STRATEGY_PLUGIN_ARGUMENTS = ('server_lr', 'num_clients', 'proximal_mu', 'score_interval',
                              'score_shrink_steps', 'trimmed_beta', 'num_selected', 'local_lr',
@@ -38,8 +46,8 @@ built-ins get: the ``aggregation.*`` keys of the same names (``server_lr``, ``pr
 engine; in the fleet ``stream_seed(world.seed, 0, Stream.STRATEGY)``, a 64-bit seed of its own
 stream, since ``default_rng(world.seed)`` is the world map's first stream,
 :mod:`fl_uav.streams`). Only the parameters its signature names are passed (all with
-``**kwargs``). ``aggregation.clip_norm`` (> 0 or ``median``) wraps
-a plug-in in :class:`NormClip` as it wraps a built-in."""
+``**kwargs``). ``aggregation.clip_norm`` (> 0 or ``median``, the default, with
+``aggregation.clip_factor``) wraps a plug-in in :class:`NormClip` as it wraps a built-in."""
 
 STRATEGY_PLUGIN = PluginKind('aggregation.strategy', Strategy,
                              'fl_uav.aggregation.strategy.Strategy', STRATEGY_PLUGIN_ARGUMENTS,
@@ -57,16 +65,21 @@ def build_strategy(name: str, server_lr: float = 1.0, num_clients: int = 1,
                    proximal_mu: float = 0.01, score_interval: int = 3,
                    score_shrink_steps: float = 0.0,
                    trimmed_beta: float = 0.1, num_selected: int = 0, local_lr: float = 0.1,
-                   clip_norm: float | str = 0.0, seed: int = 0) -> Strategy:
+                   clip_norm: float | str = 0.0, seed: int = 0,
+                   clip_factor: float = DEFAULT_CLIP_FACTOR,
+                   byzantine_share: float = DEFAULT_BYZANTINE_SHARE,
+                   krum_selected: int = 0) -> Strategy:
     """Build a strategy by its config name or plug-in spec; clip_norm > 0 (a bound) or
-    ``'median'`` (the round's median norm) wraps it in norm clipping (:class:`NormClip`)."""
+    ``'median'`` (clip_factor × the round's median norm) wraps it in norm clipping
+    (:class:`NormClip`; here 0, off, unless given: ``aggregation.clip_norm``'s default,
+    ``median``, is the config's)."""
     if is_plugin_spec(name):
         strategy = build_plugin(STRATEGY_PLUGIN, name, {
             'server_lr': server_lr, 'num_clients': num_clients, 'proximal_mu': proximal_mu,
             'score_interval': score_interval, 'score_shrink_steps': score_shrink_steps,
             'trimmed_beta': trimmed_beta, 'num_selected': num_selected, 'local_lr': local_lr,
             'seed': seed})
-        return _clipped(strategy, clip_norm)
+        return _clipped(strategy, clip_norm, clip_factor)
     builders = {
         'fedavg': lambda: FedAvg(server_lr=server_lr),
         'fedprox': lambda: FedProx(mu=proximal_mu, server_lr=server_lr),
@@ -85,14 +98,20 @@ def build_strategy(name: str, server_lr: float = 1.0, num_clients: int = 1,
         'fedex_async': lambda: FedExAsync(num_clients),
         'median': lambda: CoordinateMedian(server_lr=server_lr),
         'trimmed_mean': lambda: TrimmedMean(beta=trimmed_beta, server_lr=server_lr),
+        'krum': lambda: Krum(byzantine_share=byzantine_share, server_lr=server_lr),
+        'multi_krum': lambda: MultiKrum(byzantine_share=byzantine_share,
+                                        selected=krum_selected, server_lr=server_lr),
     }
     require_choice('strategy', name, builders)
-    return _clipped(builders[name](), clip_norm)
+    return _clipped(builders[name](), clip_norm, clip_factor)
 
 
-def _clipped(strategy: Strategy, clip_norm: float | str) -> Strategy:
-    """``strategy`` wrapped in NormClip unless clip_norm is 0 (off)."""
-    return strategy if clip_norm == 0 else NormClip(strategy, clip_norm)
+def _clipped(strategy: Strategy, clip_norm: float | str, factor: float) -> Strategy:
+    """``strategy`` wrapped in NormClip unless clip_norm is 0 (off); ``factor`` multiplies
+    the round's median norm (clip_norm ``median``)."""
+    if clip_norm == 0:
+        return strategy
+    return NormClip(strategy, clip_norm, factor if isinstance(clip_norm, str) else 1.0)
 
 
 __all__ = ['AggregateResult', 'ClientUpdate', 'FedAvg', 'Strategy', 'build_strategy',

@@ -14,7 +14,11 @@ from fl_uav.aggregation import (
     build_strategy,
     check_strategy_name,
 )
-from fl_uav.aggregation.robust import CLIP_NORM_MEDIAN
+from fl_uav.aggregation.robust import (
+    CLIP_NORM_MEDIAN,
+    DEFAULT_BYZANTINE_SHARE,
+    DEFAULT_CLIP_FACTOR,
+)
 from fl_uav.configschema import require_choice
 from fl_uav.plugins import check_plugin, is_plugin_spec
 
@@ -53,8 +57,16 @@ class AggregationConfig:
     values dropped per coordinate before averaging. num_selected (feddpq): drones drawn with
     replacement per round, 0 = all. local_lr (2ceoafl): the drones' step size η̃. clip_norm:
     clip each delta's L2 norm to a bound C before the rule sees it (norm bounding around any
-    rule, NormClip), a number > 0 = C, ``median`` = the median norm of the round's deltas
-    (adaptive), 0 = off.
+    rule, NormClip), ``median`` (the default) = clip_factor × the median norm of the round's
+    deltas (adaptive: a drone that scales its update up is cut to a few honest norms), a
+    number > 0 = that fixed C, 0 = off (the paper reproductions' configs set 0: their rules
+    as published). clip_factor (clip_norm median): C over the round's median norm, >= 1 (1 cuts
+    every delta above the median; 2, the default, left clean accuracy as it was on
+    quick_digits, docs/benchmarks/robustness.md). byzantine_share (krum, multi_krum): the
+    share f/n of the round's n updates assumed forged, f = ⌊share·n⌋ (at most ⌊(n − 3)/2⌋,
+    Krum's n > 2f + 2); a delta's score sums its squared distances to its n − f − 2 nearest
+    others. krum_selected (multi_krum): how many of the lowest-scoring deltas are averaged,
+    0 = n − f (krum takes the single lowest).
 
     server_lr: the server's step, a number > 0 or ``auto`` (the default: the strategy's own,
     :func:`default_server_lr`; the built config holds the number used, so config.json records
@@ -75,7 +87,10 @@ class AggregationConfig:
     trimmed_beta: float = 0.1
     num_selected: int = 0
     local_lr: float = 0.1
-    clip_norm: float | str = 0.0
+    clip_norm: float | str = CLIP_NORM_MEDIAN
+    clip_factor: float = DEFAULT_CLIP_FACTOR
+    byzantine_share: float = DEFAULT_BYZANTINE_SHARE
+    krum_selected: int = 0
 
     def __post_init__(self) -> None:
         check_strategy_name(self.strategy)   # a built-in name or a plug-in module:Name
@@ -94,6 +109,17 @@ class AggregationConfig:
         elif not 0.0 <= self.clip_norm < math.inf:
             raise ValueError(f'clip_norm must be a finite number >= 0 (0 = off) or '
                              f'{CLIP_NORM_MEDIAN!r}, got {self.clip_norm!r}')
+        if not (math.isfinite(self.clip_factor) and self.clip_factor >= 1.0):
+            raise ValueError(f'clip_factor must be a finite number >= 1, got '
+                             f'{self.clip_factor!r}')
+        if self.clip_norm != CLIP_NORM_MEDIAN and self.clip_factor != DEFAULT_CLIP_FACTOR:
+            raise ValueError(f'clip_factor {self.clip_factor:g} has no effect with clip_norm '
+                             f'{self.clip_norm!r}: it multiplies the median norm of clip_norm '
+                             f'{CLIP_NORM_MEDIAN!r}; set clip_norm {CLIP_NORM_MEDIAN} or leave '
+                             f'clip_factor out')
+        if not 0.0 <= self.byzantine_share < 0.5 or self.krum_selected < 0:
+            raise ValueError(f'byzantine_share in [0, 0.5) and krum_selected >= 0, got '
+                             f'{self.byzantine_share!r} and {self.krum_selected!r}')
         if not 0.0 <= self.trimmed_beta < 0.5 or not self.local_lr > 0:
             raise ValueError('trimmed_beta in [0, 0.5), local_lr > 0')
 
@@ -103,4 +129,7 @@ class AggregationConfig:
                               proximal_mu=self.proximal_mu, score_interval=self.score_interval,
                               score_shrink_steps=self.score_shrink_steps,
                               trimmed_beta=self.trimmed_beta, num_selected=self.num_selected,
-                              local_lr=self.local_lr, clip_norm=self.clip_norm, seed=seed)
+                              local_lr=self.local_lr, clip_norm=self.clip_norm, seed=seed,
+                              clip_factor=self.clip_factor,
+                              byzantine_share=self.byzantine_share,
+                              krum_selected=self.krum_selected)

@@ -117,6 +117,15 @@ def weighted_mean_delta(updates: Sequence[ClientUpdate], weights: Sequence[float
     return out
 
 
+def rule_name(strategy: Strategy) -> str:
+    """The class the contract's errors name: the rule inside a wrapper whose class sets
+    ``wraps_rule`` (NormClip, which ``aggregation.clip_norm`` puts around every rule by
+    default), so a plug-in's fault names the plug-in."""
+    if getattr(type(strategy), 'wraps_rule', False):
+        return rule_name(strategy.inner)
+    return type(strategy).__name__
+
+
 class AggregationError(RuntimeError):
     """A strategy's :meth:`Strategy.aggregate` raised, or returned what the contract does not
     allow (not an AggregateResult; other names, shapes or dtypes; NaN or Inf). The message
@@ -139,11 +148,11 @@ def checked_aggregate(strategy: Strategy, round_index: int, global_weights: Weig
     except Exception as exc:   # the rule's own code (a plug-in's): say what and where
         hint = (' (aggregate must not change the global weights it is given: build new '
                 'arrays)' if isinstance(exc, ValueError) and 'read-only' in str(exc) else '')
-        raise AggregationError(f'{type(strategy).__name__}.aggregate raised '
+        raise AggregationError(f'{rule_name(strategy)}.aggregate raised '
                                f'{type(exc).__name__}: {exc}{raised_at(exc)}{hint}') from exc
     problem = result_problem(result, global_weights)
     if problem:
-        raise AggregationError(f'{type(strategy).__name__}.aggregate returned {problem} '
+        raise AggregationError(f'{rule_name(strategy)}.aggregate returned {problem} '
                                f"(the new weights must have the global weights' names, "
                                f'shapes and dtypes, and be finite)')
     weights = {name: global_weights[name] if w is frozen[name] else w
@@ -160,15 +169,15 @@ def checked_configure_round(strategy: Strategy, round_index: int,
     try:
         knobs = strategy.configure_round(round_index, drone_ids)
     except Exception as exc:   # the rule's own code (a plug-in's): say what and where
-        raise AggregationError(f'{type(strategy).__name__}.configure_round raised '
+        raise AggregationError(f'{rule_name(strategy)}.configure_round raised '
                                f'{type(exc).__name__}: {exc}{raised_at(exc)}') from exc
     if not isinstance(knobs, Mapping) or not all(isinstance(v, Mapping)
                                                  for v in knobs.values()):
-        raise AggregationError(f'{type(strategy).__name__}.configure_round returned '
+        raise AggregationError(f'{rule_name(strategy)}.configure_round returned '
                                f'{knobs!r:.80}, not drone id -> dict of knobs')
     for drone, drone_knobs in knobs.items():
         for knob, problem in strategy_knob_problems(drone_knobs).items():
-            raise AggregationError(f'{type(strategy).__name__}.configure_round gave drone '
+            raise AggregationError(f'{rule_name(strategy)}.configure_round gave drone '
                                    f'{drone} the knob {knob} = {problem}')
     return {drone: dict(k) for drone, k in knobs.items()}
 

@@ -33,6 +33,7 @@ from fl_uav.autopilot_sim.config import AutopilotSimConfig
 from fl_uav.autopilot_sim.flight import FlightController, ParamStore
 from fl_uav.autopilot_sim.link import LinkSettings, VehicleLink
 from fl_uav.autopilot_sim.physics import BatteryModel
+from fl_uav.autopilot_sim.signing import key_file_path
 from fl_uav.autopilot_sim.stop_hold import VehicleLinkState
 
 _log = logging.getLogger(__name__)
@@ -92,7 +93,6 @@ class AutopilotSim:
         self.vehicles: list[FlightController] = []
         self.links: list[VehicleLink] = []
         cfg = self.config
-        signing_key = bytes.fromhex(cfg.signing_key_hex) if cfg.signing_key_hex else None
         for index in range(cfg.num_vehicles):
             params = ParamStore({
                 'MIS_TAKEOFF_ALT': cfg.takeoff_alt_m, 'RTL_RETURN_ALT': cfg.rtl_return_alt_m,
@@ -110,7 +110,9 @@ class AutopilotSim:
                                           self._sim_clock, self._record_event)
             settings = LinkSettings(cfg.host, cfg.bind_base_port + index,
                                     cfg.remote_base_port + index, cfg.position_rate_hz,
-                                    cfg.heartbeat_rate_hz, signing_key, cfg.accept_unsigned)
+                                    cfg.heartbeat_rate_hz,
+                                    key_file_path(cfg.state_dir, index) if cfg.state_dir
+                                    else None)
             self.vehicles.append(controller)
             self.links.append(VehicleLink(controller, index + 1, settings, self._sim_clock))
 
@@ -143,6 +145,7 @@ class AutopilotSim:
             'config': asdict(self.config),
             't_sim_s': round(self._t_sim_s, 3),
             'vehicles': [asdict(s) for s in self._make_snapshots()],
+            'mavlink_signing': self.signing_status(),
             'events': list(self.events),
         }
         Path(path).write_text(json.dumps(payload, indent=1))
@@ -162,6 +165,13 @@ class AutopilotSim:
     def snapshots(self) -> list[VehicleSnapshot]:
         """The ground truth of every vehicle after the latest tick (thread-safe)."""
         return self._snapshots
+
+    def signing_status(self) -> list[dict]:
+        """Each vehicle's MAVLink signing: on or off, messages accepted signed, messages
+        rejected by reason and by message, SETUP_SIGNING outcomes
+        (:meth:`~fl_uav.autopilot_sim.signing.VehicleSigning.status`)."""
+        return [{'vehicle': index, **link.signing.status()}
+                for index, link in enumerate(self.links)]
 
     def link_states(self, wall_s: float | None = None) -> list[VehicleLinkState]:
         """Each vehicle's armed and in-air state (after the latest tick) and how long its
@@ -216,6 +226,11 @@ class AutopilotSim:
         for transport in self._transports:
             transport.close()
         self._transports.clear()
+        for link in self.links:
+            try:
+                link.signing.persist()     # as PX4's clean shutdown: the timestamp kept
+            except OSError as exc:
+                _log.warning('vehicle %d: signing timestamp not saved: %s', link.sysid, exc)
         if self._stopping is not None:
             self._stopping.set()
 
@@ -356,7 +371,9 @@ def build_arg_parser() -> argparse.ArgumentParser:
     parser.add_argument('--rtl-return-alt-m', type=float, default=defaults.rtl_return_alt_m)
     parser.add_argument('--home-spacing-m', type=float, default=defaults.home_spacing_m)
     parser.add_argument('--home-row-size', type=int, default=defaults.home_row_size)
-    parser.add_argument('--signing-key-hex', default='')
+    parser.add_argument('--state-dir', default=defaults.state_dir,
+                        help="vehicles' storage (MAVLink signing keys, as PX4's SD card): "
+                        'vehicle<i>/mavlink/mavlink-signing-key.bin')
     parser.add_argument('--log', type=Path, default=None,
                         help='write the JSON event log here on exit')
     parser.add_argument('--verbose', action='store_true')
@@ -375,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
             tick_hz=args.tick_hz, position_rate_hz=args.position_rate_hz,
             heartbeat_rate_hz=args.heartbeat_rate_hz, rtl_return_alt_m=args.rtl_return_alt_m,
             home_spacing_m=args.home_spacing_m, home_row_size=args.home_row_size,
-            signing_key_hex=args.signing_key_hex)
+            state_dir=args.state_dir)
     except ValueError as exc:
         print(f'error: {exc}', flush=True)
         return 2

@@ -31,8 +31,10 @@ class AutopilotSimConfig:
     home_east_m, home_north_m: vehicle 0's home in ENU metres when home_positions_enu_m is
     empty. home_spacing_m: distance between neighbouring vehicles' homes (along east, and
     between rows). home_row_size: vehicles per row.
-    signing_key_hex: 64 hex digits enable MAVLink 2 signing (outgoing signed, incoming
-    verified); accept_unsigned: also accept unsigned frames (MAVSDK cannot sign).
+    state_dir: the vehicles' storage, as PX4's SD card: vehicle i keeps its MAVLink signing
+    key (provisioned by SETUP_SIGNING) in vehicle<i>/mavlink/mavlink-signing-key.bin, PX4's
+    format, and signs and checks with it from its next start on too; '' = none (a key lasts
+    until the simulator stops). fl-uav sim puts each drone's key there before the start.
     """
 
     num_vehicles: int = 4
@@ -62,8 +64,7 @@ class AutopilotSimConfig:
     home_north_m: float = 0.0
     home_spacing_m: float = 10.0
     home_row_size: int = 50
-    signing_key_hex: str = ''
-    accept_unsigned: bool = True
+    state_dir: str = ''
 
     def __post_init__(self) -> None:
         homes = self.home_positions_enu_m
@@ -118,13 +119,6 @@ class AutopilotSimConfig:
                'home_positions_enu_m', 'finite', self.home_positions_enu_m)
         _check(self.home_spacing_m >= 0.0, 'home_spacing_m', '>= 0', self.home_spacing_m)
         _check(self.home_row_size >= 1, 'home_row_size', '>= 1', self.home_row_size)
-        if self.signing_key_hex:
-            try:
-                key = bytes.fromhex(self.signing_key_hex)
-            except ValueError:
-                key = b''
-            _check(len(key) == 32, 'signing_key_hex', '64 hex digits (32 bytes)',
-                   self.signing_key_hex)
 
     @property
     def origin(self) -> GeoOrigin:

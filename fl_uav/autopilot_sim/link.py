@@ -4,9 +4,11 @@
 mission protocols, and streams telemetry from a :class:`~.flight.FlightController`.
 As PX4's receiver does, it takes its first sender as its partner (at once when its configured
 partner is on localhost, else after PARTNER_LATCH_AFTER_S) and sends telemetry and answers there
-for good: a second client on the port is heard but gets nothing. It never lets bad input
-escape: malformed datagrams are counted and dropped, unknown commands get COMMAND_ACK
-UNSUPPORTED.
+for good: a second client on the port is heard but gets nothing. With a MAVLink signing key
+(provisioned by SETUP_SIGNING, kept in the vehicle's key file) it signs what it sends and drops
+what PX4 would drop: unsigned or wrongly signed messages, replays, except PX4's few allowed
+unsigned ones (:mod:`fl_uav.autopilot_sim.signing`). It never lets bad input escape:
+malformed datagrams are counted and dropped, unknown commands get COMMAND_ACK UNSUPPORTED.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 from pymavlink.dialects.v20 import common as mavlink
@@ -38,6 +41,7 @@ from fl_uav.autopilot_sim.mission import (
     mission_result_name,
     validate_item,
 )
+from fl_uav.autopilot_sim.signing import VehicleSigning
 from fl_uav.world.geo import yaw_enu_to_ned
 
 _log = logging.getLogger(__name__)
@@ -116,8 +120,9 @@ class LinkSettings:
     remote_port: int
     position_rate_hz: float = 10.0
     heartbeat_rate_hz: float = 1.0
-    signing_key: bytes | None = None
-    accept_unsigned: bool = True
+    #: the vehicle's MAVLink signing key file (PX4's mavlink-signing-key.bin); None: no
+    #: storage (a key provisioned by SETUP_SIGNING lasts until the simulator stops)
+    key_file: Path | None = None
 
 
 @dataclass
@@ -207,16 +212,21 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
         self.transport: asyncio.DatagramTransport | None = None
         self.rx_messages = 0
         self.rx_errors = 0
+        self.rx_rejected = 0          # dropped by the signing rules (self.signing says why)
         self.tx_datagrams = 0
         #: wall time (``wall_clock``) of the last HEARTBEAT from the client; None: none yet
         self.client_heartbeat_wall_s: float | None = None
         self._sim_clock = sim_clock
         self._wall_clock = wall_clock
+        # Sends (and signs, with a key); incoming frames are parsed by _rx, which checks no
+        # signature: VehicleSigning decides, as PX4 does (signature before timestamp).
         self.mav = mavlink.MAVLink(_DatagramWriter(self), srcSystem=sysid,
                                    srcComponent=AUTOPILOT_COMPONENT_ID)
-        self.mav.robust_parsing = True
-        if settings.signing_key is not None:
-            self._setup_signing(settings.signing_key, settings.accept_unsigned)
+        self._rx = mavlink.MAVLink(None, srcSystem=sysid, srcComponent=AUTOPILOT_COMPONENT_ID)
+        self._rx.robust_parsing = True
+        self.signing = VehicleSigning(self.mav, sysid, settings.key_file,
+                                      on_event=lambda event, **details: self._event(
+                                          event, **details))
         self._uploads: dict[int, _Upload] = {}
         self._statustext_id = 0       # the last id of a chunked STATUSTEXT
         self._last_upload_ack: dict[int, tuple[int, int]] = {}
@@ -254,6 +264,7 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
             'SET_POSITION_TARGET_LOCAL_NED': self._on_set_position_target_local_ned,
             'SET_MODE': self._on_set_mode_message,
             'TIMESYNC': self._on_timesync,
+            'SETUP_SIGNING': lambda msg: self.signing.on_setup_signing(msg, controller.armed),
         }
         self._commands: dict[int, Callable[[_Command], object]] = {
             mavlink.MAV_CMD_COMPONENT_ARM_DISARM: self._cmd_arm_disarm,
@@ -303,6 +314,9 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
         if not self.partner_latched and not self._latch_partner(addr):
             return
         for msg in self._parse(data):
+            if not self.signing.accept(msg):
+                self.rx_rejected += 1
+                continue
             self.rx_messages += 1
             handler = self._handlers.get(msg.get_type())
             if handler is None or not self._addressed_to_me(msg):
@@ -329,7 +343,7 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
 
     def _parse(self, data: bytes) -> list:
         # Each datagram is parsed on its own: a truncated frame must not swallow the next one.
-        mav = self.mav
+        mav = self._rx
         mav.buf = bytearray()
         mav.buf_index = 0
         mav.expected_length = mavlink.HEADER_LEN_V1 + 2
@@ -352,15 +366,6 @@ class VehicleLink(asyncio.DatagramProtocol, FlightListener):
         target_component = getattr(msg, 'target_component', 0)
         return target_system in (0, self.sysid) and target_component in (
             mavlink.MAV_COMP_ID_ALL, AUTOPILOT_COMPONENT_ID)
-
-    def _setup_signing(self, key: bytes, accept_unsigned: bool) -> None:
-        signing = self.mav.signing
-        signing.secret_key = key
-        signing.sign_outgoing = True
-        signing.link_id = self.sysid & 0xFF
-        # MAVLink signing timestamps: 10 us units since 2015-01-01.
-        signing.timestamp = int((time.time() - 1420070400) * 1e5)
-        signing.allow_unsigned_callback = lambda _mav, _msg_id: accept_unsigned
 
     # ----------------------------------------------------------------- periodic output
 

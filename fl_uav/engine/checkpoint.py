@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from fl_uav.aggregation import Strategy
-from fl_uav.aggregation.robust import NormClip
+from fl_uav.aggregation.robust import unwrapped
 from fl_uav.aggregation.strategy import state_arrays_in as _arrays_in
 from fl_uav.aggregation.strategy import state_arrays_out as _arrays_out
 from fl_uav.compression.compressor import Compressor
@@ -84,7 +84,7 @@ class CheckpointMixin:
         unsaved: dict[str, list[str]] = {}
         strategy = self._plugin_snapshots.get('aggregation.strategy')
         if strategy is not None:
-            changed = changed_attributes(strategy, _unwrapped(self.strategy))
+            changed = changed_attributes(strategy, unwrapped(self.strategy))
             if changed:
                 unsaved['aggregation.strategy'] = changed
         compressor = self._plugin_snapshots.get('compression.method')
@@ -147,19 +147,14 @@ class CheckpointMixin:
         return log
 
 
-def _unwrapped(strategy: Strategy) -> Strategy:
-    """The configured rule inside ``aggregation.clip_norm``'s NormClip wrapper."""
-    return strategy.inner if isinstance(strategy, NormClip) else strategy
-
-
 def plugin_snapshots(config: ExperimentConfig, strategy: Strategy,
                       compressor: Compressor) -> dict[str, dict[str, Any] | None]:
     """{plug-in key: its attributes as built} for the strategy and compressor plug-ins that
     keep the base's empty state_dict (a plug-in that defines state_dict is trusted)."""
     snapshots = {}
     if (is_plugin_spec(config.aggregation.strategy)
-            and not overrides_state_dict(_unwrapped(strategy), Strategy)):
-        snapshots['aggregation.strategy'] = attribute_snapshot(_unwrapped(strategy))
+            and not overrides_state_dict(unwrapped(strategy), Strategy)):
+        snapshots['aggregation.strategy'] = attribute_snapshot(unwrapped(strategy))
     if (is_plugin_spec(config.compression.method)
             and not overrides_state_dict(compressor, Compressor)):
         snapshots['compression.method'] = attribute_snapshot(compressor)

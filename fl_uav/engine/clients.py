@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from fl_uav.aggregation.robust import unwrapped
 from fl_uav.aggregation.scaffold import Scaffold
 from fl_uav.compression.compressor import Compressor, NoCompression, decode_update_frame
 from fl_uav.compression.errors import FrameError, NonFiniteValues
@@ -69,8 +70,9 @@ class ClientsMixin:
             return self._train_vectorized(r, active, client_data, seeds, config, steps, trace,
                                           trace is not None and self.resources.online)
         shared = {}
-        if isinstance(self.strategy, Scaffold):   # c travels with the model (in process)
-            shared[SERVER_CONTROL_KNOB] = self.strategy.server_control(self.weights)
+        rule = unwrapped(self.strategy)    # clip_norm wraps it (by default)
+        if isinstance(rule, Scaffold):     # c travels with the model (in process)
+            shared[SERVER_CONTROL_KNOB] = rule.server_control(self.weights)
         results = []
         for k, (x, y), seed in zip(active, client_data, seeds):
             try:

@@ -10,8 +10,10 @@ With ``resources.planner`` (fl_uav.planning.round_resources) each drone's knobs 
 controller: FedDPQ's plan (transmit power, top-up Δ_u, pruning ρ_u, range bits δ_u) or LGC's
 per-round policy (local steps H, entries per channel D_n over priced channels).
 
-Results go to DIR/rounds.csv (one row per round, appended as it happens), DIR/summary.json and
-plots; DIR/checkpoint.npz after every ``checkpoint_every`` rounds makes ``--resume`` possible.
+Results go to DIR/rounds.csv (one row per round, appended as it happens), DIR/update_norms.csv
+(each drone's update norm per round, with the outliers and the sample counts capped),
+DIR/summary.json and plots; DIR/checkpoint.npz after every ``checkpoint_every`` rounds makes
+``--resume`` possible.
 All randomness is derived from (seed, round, purpose, drone) (:class:`Stream`,
 :func:`stream_seed`), so a resumed run equals an uninterrupted one and no two purposes or drones
 share a random stream, whatever the fleet size.
@@ -37,6 +39,7 @@ from fl_uav.aggregation import ClientUpdate
 from fl_uav.aggregation._common import LOCAL_LR_KEY
 from fl_uav.aggregation.feddpq import DRAWS_KNOB
 from fl_uav.aggregation.fedprox import PROXIMAL_MU_KNOB
+from fl_uav.aggregation.robust import cap_samples, norm_report
 from fl_uav.aggregation.strategy import (
     AggregationError,
     checked_aggregate,
@@ -60,11 +63,15 @@ from fl_uav.engine.express import EngineExpress, plan_express
 from fl_uav.engine.results import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
+    NORM_COLUMNS,
     ROUND_COLUMNS,
     ROUNDS_FILE,
+    UPDATE_NORMS_FILE,
     ExperimentError,
     check_resumable,
+    norms_summary,
     plugin_fault,
+    read_norm_rows,
     read_rows,
     write_knobs,
     write_summary,
@@ -152,6 +159,7 @@ class ExperimentEngine(ClientsMixin, CheckpointMixin):
         self.round_index = 0
         self.sim_time_s = 0.0
         self.last_round_drones: dict[int, dict[str, float]] = {}
+        self.last_round_norms: list[dict[str, Any]] = []   # update_norms.csv's rows
         self.buffers: list[np.ndarray] = [np.zeros(0, np.int64) for _ in self.parts]
         self.consumed = np.zeros(config.num_drones, np.int64)
         self.topup_generator = (build_generator(config.data.topup_generator, 'chw',
@@ -230,6 +238,16 @@ class ExperimentEngine(ClientsMixin, CheckpointMixin):
         self.topup_sources[k] = source
         return np.concatenate([x, made.images]), np.concatenate([y, made.labels]), charged
 
+    def _sample_cap(self, k: int, real: int, mixed: int) -> int:
+        """What drone k can hold this round, the most its sample count may weigh: its online
+        buffer's capacity (buffer.capacity_samples), or offline its whole partition, plus the
+        samples its top-up generated (``mixed`` − ``real``). The station's rule
+        (fl_uav.fleet.ground_station), so a forged count (faults.claimed_samples) weighs here
+        what it would weigh there."""
+        held = (self.config.buffer.capacity_samples if self.config.data.online
+                else len(self.parts[k]))
+        return held + max(0, mixed - real)
+
     # --- one round -----------------------------------------------------------------------
     def run_round(self) -> dict[str, Any]:
         """Train, time, aggregate and evaluate one round; returns its rounds.csv row.
@@ -281,6 +299,7 @@ class ExperimentEngine(ClientsMixin, CheckpointMixin):
                                                      self.resources.probe_drones(r))
                     if self.resources.online else self._trace_losses(client_data))
         updates, times, energies, losses, uplink, lost = [], [], [], [], 0, 0
+        claimed: dict[int, int] = {}   # the sample count each drone reported
         self.last_round_drones: dict[int, dict[str, float]] = {}   # per drone, for inspection
         rng = stream_rng(self.config.seed, r, Stream.LINK)
         per_rng = stream_rng(self.config.seed, r, Stream.PACKET_ERRORS)
@@ -343,13 +362,17 @@ class ExperimentEngine(ClientsMixin, CheckpointMixin):
             losses.append(loss)
             uplink += up_bits // 8
             counts = np.bincount(mixed[k][1], minlength=self.data.num_classes)
+            claimed[k] = len(mixed[k][1])
+            if k in self.poisoned and self.config.faults.claimed_samples:
+                claimed[k] = self.config.faults.claimed_samples    # faults.*: a forged count
             # η̃ for every client (the 2ceoafl strategy also pairs with sgd, osafl, ...);
             # the 2ceoafl client reports the same value in its metrics (2CEOAFL eq. (13)).
-            updates.append(ClientUpdate(sender=k, round_index=r, delta=delta,
-                                        num_samples=len(mixed[k][1]),
-                                        metrics={'steps': steps, LOCAL_LR_KEY: lr,
-                                                 'class_counts': counts.tolist(),
-                                                 **result.metrics}))
+            updates.append(cap_samples(ClientUpdate(
+                sender=k, round_index=r, delta=delta, num_samples=claimed[k],
+                metrics={'steps': steps, LOCAL_LR_KEY: lr, 'class_counts': counts.tolist(),
+                         **result.metrics}),
+                self._sample_cap(k, len(indices[k]), len(mixed[k][1]))))
+        self.last_round_norms = _norm_rows(r, updates, claimed)
         try:
             aggregated = checked_aggregate(self.strategy, r, self.weights, updates)
         except AggregationError as exc:
@@ -396,6 +419,18 @@ class ExperimentEngine(ClientsMixin, CheckpointMixin):
         self.round_index = r
         return {'round': r, 'accuracy': accuracy, 'loss': test_loss, **fields,
                 'wall_s': time.perf_counter() - wall_start}
+
+
+def _norm_rows(r: int, updates: list[ClientUpdate], claimed: dict[int, int]
+               ) -> list[dict[str, Any]]:
+    """update_norms.csv's rows of round r: each arrived update's ||Δ||₂ as the strategy gets
+    it (before any clipping), its ratio to the round's median, whether it is an outlier
+    (fl_uav.aggregation.robust.OUTLIER_FACTOR), and the sample count used and claimed."""
+    report = norm_report(updates)
+    return [{'round': r, 'drone': u.sender, 'norm': report.norms[u.sender],
+             'median_ratio': report.ratio(u.sender) if report.median else math.nan,
+             'samples': u.num_samples, 'samples_claimed': claimed.get(u.sender, u.num_samples),
+             'outlier': int(u.sender in report.outliers)} for u in updates]
 
 
 def engine_inputs(engine: ExperimentEngine, down_s: float = 0.0) -> PlannerInputs:
@@ -469,6 +504,13 @@ def _run(engine: ExperimentEngine, config: ExperimentConfig, out_dir: Path, resu
         writer = csv.DictWriter(f, ROUND_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
+    norms_path = out_dir / UPDATE_NORMS_FILE
+    kept = ([n for n in read_norm_rows(norms_path) if n['round'] <= engine.round_index]
+            if resume else [])
+    with open(norms_path, 'w', newline='') as f:
+        writer = csv.DictWriter(f, NORM_COLUMNS)
+        writer.writeheader()
+        writer.writerows(kept)
     (out_dir / CONFIG_FILE).write_text(json.dumps(to_flat(config), indent=2))
     write_knobs(engine.resources, out_dir)   # FedDPQ's plan, before round 1
     if config.resources.planner != 'none':
@@ -486,6 +528,9 @@ def _run(engine: ExperimentEngine, config: ExperimentConfig, out_dir: Path, resu
             rows.append(row)
             with open(rows_path, 'a', newline='') as f:
                 csv.DictWriter(f, ROUND_COLUMNS).writerow(row)
+            with open(norms_path, 'a', newline='') as f:
+                csv.DictWriter(f, NORM_COLUMNS).writerows(engine.last_round_norms)
+            engine.last_round_norms = []
             if (engine.round_index % config.engine.checkpoint_every == 0
                     or engine.round_index == config.num_rounds):
                 engine.save_checkpoint()
@@ -505,13 +550,18 @@ def _run(engine: ExperimentEngine, config: ExperimentConfig, out_dir: Path, resu
         echo(f'error: {exc}')
     engine.write_express()   # the log up to the last completed update
     write_knobs(engine.resources, out_dir)
+    norms, norm_warnings = norms_summary(read_norm_rows(norms_path), len(rows))
+    for warning in norm_warnings:
+        echo(f'warning: {warning}')
     summary = write_summary(config, out_dir, rows, status, error,
                             time.perf_counter() - wall_start,
                             {**engine.resources.run_summary(),
                              **drone_folders(config, engine.data, engine.parts),
                              'faults': config.faults.summary(config.num_drones, config.seed),
+                             'update_norms': norms,
                              'engine_backend': engine.backend_summary(),
-                             'warnings': divergence.warnings + backend_warnings})
+                             'warnings': [*divergence.warnings, *norm_warnings,
+                                          *backend_warnings]})
     return summary
 
 

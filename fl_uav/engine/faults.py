@@ -14,9 +14,15 @@ differ in direction only:
   unstructured-pruning mask's kept entries, else all), drawn from the run's own stream
   (seed, round, :attr:`Stream.POISON`, drone).
 
+A poisoned drone may also lie about its sample count (``faults.claimed_samples``: the
+``num_samples`` FedAvg weighs its update by; issue 26: a signed drone's 2^53 made the station
+apply its update alone). The engine, as the station, weighs a count at most what the drone can
+hold (:func:`fl_uav.aggregation.robust.cap_samples`), so the claim shows what that cap does.
+
 The drones come from ``faults.poisoned_drones`` (their ids) or ``faults.poisoned_count``
 (that many ids drawn without replacement from (seed, 0, :attr:`Stream.POISON`)); the same
-drones every round. summary.json records ``faults``: the kind, the scale and the drones.
+drones every round. summary.json records ``faults``: the kind, the scale, the claimed count
+and the drones.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from fl_uav.streams import Stream, stream_rng
 
 POISON_KINDS = ('none', 'scale', 'sign_flip', 'random')
 DEFAULT_POISON_SCALE = 100.0
+MAX_CLAIMED_SAMPLES = 2 ** 53
+"""The largest count a drone's update may carry (fl_uav.fleet.messages.MAX_COUNT)."""
 
 
 @dataclass(frozen=True)
@@ -45,12 +53,16 @@ class FaultsConfig:
     poisoned_drones: the ids of the poisoned drones, each below num_drones (or set
     poisoned_count; one of the two with a poison, neither without).
     poisoned_count: how many drones are poisoned, drawn from the run's seed (the same drones
-    every round), instead of poisoned_drones."""
+    every round), instead of poisoned_drones.
+    claimed_samples: the sample count (num_samples, FedAvg's weight) the poisoned drones report,
+    0 = their true count, up to 2^53 (issue 26's claim), weighed at most what the drone holds,
+    as the station weighs it (with poison scale and poison_scale 1 only the count lies)."""
 
     poison: str = 'none'
     poison_scale: float = DEFAULT_POISON_SCALE
     poisoned_drones: tuple[int, ...] = ()
     poisoned_count: int = 0
+    claimed_samples: int = 0
 
     def __post_init__(self) -> None:
         require_choice('poison', self.poison, POISON_KINDS)
@@ -66,8 +78,15 @@ class FaultsConfig:
         if self.poisoned_drones and self.poisoned_count:
             raise ValueError('set poisoned_drones (ids) or poisoned_count (drawn from the '
                              'seed), not both')
+        if not 0 <= self.claimed_samples <= MAX_CLAIMED_SAMPLES:
+            raise ValueError(f'claimed_samples must be in [0, 2^53] (0 = the true count), got '
+                             f'{self.claimed_samples}')
         chosen = bool(self.poisoned_drones or self.poisoned_count)
         if self.poison == 'none':
+            if self.claimed_samples:
+                raise ValueError('claimed_samples has no effect with poison none: set poison '
+                                 '(scale with poison_scale 1 forges the count alone) and '
+                                 'poisoned_drones')
             if chosen:
                 raise ValueError('poisoned_drones / poisoned_count have no effect with poison '
                                  'none: set poison (scale, sign_flip, random) or leave them out')
@@ -104,6 +123,7 @@ class FaultsConfig:
         if self.poison == 'none':
             return {'poison': 'none', 'poisoned_drones': []}
         return {'poison': self.poison, 'poison_scale': self.poison_scale,
+                **({'claimed_samples': self.claimed_samples} if self.claimed_samples else {}),
                 'poisoned_drones': list(self.drones(num_drones, seed))}
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fl_uav.aggregation.robust import OUTLIER_FACTOR
 from fl_uav.configschema import to_flat
 from fl_uav.engine.config import ExperimentConfig
 from fl_uav.planning.config import KNOBS_FILE
@@ -35,6 +36,14 @@ ROUND_COLUMNS = ('round', 'accuracy', 'loss', 'participants', 'late', 'lost', 'u
                  'downlink_bytes', 'sim_round_s', 'sim_time_s', 'energy_mean_j',
                  'energy_max_j', 'energy_total_j', 'train_loss_mean', 'wall_s')
 _INT_COLUMNS = ('round', 'participants', 'late', 'lost')
+UPDATE_NORMS_FILE = 'update_norms.csv'
+NORM_COLUMNS = ('round', 'drone', 'norm', 'median_ratio', 'samples', 'samples_claimed',
+                'outlier')
+"""update_norms.csv, one row per round and drone whose update arrived: its ||Δ||₂ as the
+strategy gets it (before clipping), over the round's median norm, the sample count weighed
+(capped at what the drone holds) and the one it reported, and outlier 1 when the norm is over
+fl_uav.aggregation.robust.OUTLIER_FACTOR × the round's median."""
+_NORM_INT_COLUMNS = ('round', 'drone', 'samples', 'samples_claimed', 'outlier')
 _BYTE_COLUMNS = ('uplink_bytes', 'downlink_bytes')    # ints, written as ints again on resume
 
 
@@ -72,6 +81,44 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         if math.isnan(row.get('energy_total_j', math.nan)):   # older runs: mean × trained
             row['energy_total_j'] = row['energy_mean_j'] * (row['participants'] + row['late'])
     return rows
+
+
+def read_norm_rows(path: Path) -> list[dict[str, Any]]:
+    """An update_norms.csv's rows as numbers (none if it does not exist: older runs)."""
+    if not path.exists():
+        return []
+    with open(path, newline='') as f:
+        return [{k: int(v) if k in _NORM_INT_COLUMNS else float(v) for k, v in row.items()}
+                for row in csv.DictReader(f)]
+
+
+def norms_summary(rows: list[dict[str, Any]], rounds: int) -> tuple[dict[str, Any],
+                                                                    list[str]]:
+    """summary.json's ``update_norms`` (per flagged drone: the rounds its update was an
+    outlier, the rounds its sample count was capped) and a warning line per such drone."""
+    outliers: dict[int, list[int]] = {}
+    capped: dict[int, list[int]] = {}
+    for row in rows:
+        if row['outlier']:
+            outliers.setdefault(row['drone'], []).append(row['round'])
+        if row['samples_claimed'] > row['samples']:
+            capped.setdefault(row['drone'], []).append(row['round'])
+    warnings = [f"drone {d}: update norm over {OUTLIER_FACTOR:g} x the round's median in "
+                f'{len(r)} of {rounds} rounds ({_rounds_text(r)}; {UPDATE_NORMS_FILE})'
+                for d, r in sorted(outliers.items())]
+    warnings += [f'drone {d}: reported more samples than it holds in {len(r)} of {rounds} '
+                 f'rounds ({_rounds_text(r)}): weighed as what it holds'
+                 for d, r in sorted(capped.items())]
+    return {'file': UPDATE_NORMS_FILE, 'outlier_factor': OUTLIER_FACTOR,
+            'outlier_rounds': {str(d): len(r) for d, r in sorted(outliers.items())},
+            'samples_capped_rounds': {str(d): len(r) for d, r in sorted(capped.items())}
+            }, warnings
+
+
+def _rounds_text(rounds: list[int], shown: int = 5) -> str:
+    """'round 3' / 'rounds 1, 2, 4' / 'rounds 1, 2, 3, 4, 5, ...'."""
+    head = ', '.join(map(str, rounds[:shown])) + (', ...' if len(rounds) > shown else '')
+    return f'round{"s" if len(rounds) > 1 else ""} {head}'
 
 
 RESUME_MAY_CHANGE = ('num_rounds', 'engine.torch_threads', 'engine.workers',

@@ -104,6 +104,14 @@ class FlightConfig:
     station_timeout_s: a drone in the air between rounds that hears nothing from the ground
         station (no frame, no heartbeat) this long returns to launch and lands (0 = never;
         at least twice the longest round and 5 station heartbeat periods).
+    mavlink_signing: sign the autopilot link (MAVLink 2 signing; PX4 >= 1.17 holding the same
+        key): the drone signs all it sends and takes only what is signed with the key, and
+        the autopilot drops unsigned commands from anyone else on the link. The drone then
+        refuses to start without mavlink_key_file. False: unsigned; anyone who reaches the
+        link (a second client on a UDP port, a radio) can command the vehicle.
+    mavlink_key_file: this drone's MAVLink signing key (``fl-uav mavlink-key new``; put on the
+        autopilot with ``fl-uav mavlink-key provision``); ``{drone}`` in it becomes the drone
+        id. '' with mavlink_signing in fl-uav sim: keys made for the run.
     """
 
     url_template: str = 'udpin://127.0.0.1:{port}'
@@ -117,8 +125,13 @@ class FlightConfig:
     shutdown_rtl_timeout_s: float = 30.0
     max_home_offset_up_m: float = 10.0
     station_timeout_s: float = 300.0
+    mavlink_signing: bool = False
+    mavlink_key_file: str = ''
 
     def __post_init__(self) -> None:
+        if '{' in self.mavlink_key_file.replace('{drone}', ''):
+            raise ValueError(f'mavlink_key_file may only use {{drone}}, got '
+                             f'{self.mavlink_key_file!r}')
         if not 0.0 <= self.station_timeout_s < math.inf:
             raise ValueError(f'station_timeout_s must be >= 0 s (0: never return), got '
                              f'{self.station_timeout_s}')
@@ -143,6 +156,10 @@ class FlightConfig:
     def url_for(self, drone_id: int) -> str:
         """MAVLink connection URL of one drone's autopilot."""
         return self.url_template.format(port=self.port_base + drone_id)
+
+    def mavlink_key_for(self, drone_id: int) -> str:
+        """One drone's MAVLink signing key file ('' = none set)."""
+        return self.mavlink_key_file.replace('{drone}', str(drone_id))
 
 
 @dataclass(frozen=True)

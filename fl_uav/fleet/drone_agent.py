@@ -48,6 +48,7 @@ from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.keys import load_frame_auth
 from fl_uav.fleet.messages import (
     FLIGHT_ERROR_KEY,
+    ROUND_OPENED_KEY,
     RUN_ID_KEY,
     UPLOAD_ACK_KNOB,
     FinishCommand,
@@ -509,6 +510,8 @@ class DroneAgent:
             metadata[FLIGHT_ERROR_KEY] = task.flight_error
         if task.run_id is not None:     # echoed: the station refuses another run's update
             metadata[RUN_ID_KEY] = task.run_id
+        if task.opened_ms is not None:  # echoed: a station resumed since refuses it
+            metadata[ROUND_OPENED_KEY] = task.opened_ms
         pose = self.latest_pose()
         position = None if pose is None else [pose.east_m, pose.north_m, pose.up_m]
         if valid_position(position):   # where the upload left, for the station's d_u; a pose

@@ -73,6 +73,15 @@ def _counts(counter: Mapping[str, int]) -> str:
     return ', '.join(f'{k}={v}' for k, v in sorted(counter.items())) or 'none'
 
 
+def _mavlink_signing(vehicle) -> str:
+    """'off', or 'on' with what the signing relay dropped (unsigned or badly signed frames
+    from the link: someone else on it)."""
+    if not getattr(vehicle, 'signs_link', False):
+        return 'off'
+    relay = getattr(vehicle, 'signing_relay', None)
+    return 'on' if relay is None else f'on; dropped: {_counts(relay.dropped)}'
+
+
 def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: RoundGate,
                  battery: BatteryStatus | None, config: StatusConfig,
                  station_silent_s: float = math.nan, station_beat: Heartbeat | None = None,
@@ -142,6 +151,7 @@ def drone_status(drone_id: int, pilot: DronePilot, agent: DroneAgent, gate: Roun
         ('in_air', _tristate(vehicle.in_air)),
         ('flight_mode', vehicle.flight_mode or 'unknown'),
         ('system_status', getattr(vehicle, 'system_status', '') or 'unknown'),
+        ('mavlink_signing', _mavlink_signing(vehicle)),
         ('autopilot_fence', state.autopilot_fence or 'not settled yet'),
         ('battery_percent', 'unknown' if math.isnan(fraction) else f'{100 * fraction:.0f}'),
         ('battery_voltage_v', 'unknown' if battery is None else f'{battery.voltage_v:.2f}'),

@@ -3,9 +3,12 @@
 Round state machine: open a round (global model + per-drone plan and knobs, deadline) →
 collect updates (codec v1 dense or codec v2 QSGD / range / raw frames, or LGC layer frames that
 are summed as they arrive, LGC eq. (2); each validated; bad ones counted by reason, never fatal,
-and never shown to the strategy) → close when every drone answered (all its LGC layers) or the
-deadline passed → aggregate with the configured Strategy → evaluate on
-the world's held-out set → next round. Time comes from the caller (wall or simulated clock).
+and never shown to the strategy; a frame the station has already had, or of an update it
+already took in a closed round, is a ``replay``, not a late update; a drone's sample count
+weighs at most what it can hold, :meth:`GroundStation.sample_cap`) → close when every drone
+answered (all its LGC layers) or the deadline passed → aggregate with the configured Strategy →
+evaluate on the world's held-out set → next round. Time comes from the caller (wall or
+simulated clock).
 
 In ``mode: express`` (FedEx) the drones are transporters: CARP is planned once at start
 (:mod:`fl_uav.fleet.express_routes`), each round's plan is a UAV's tour and its ``express``
@@ -19,10 +22,11 @@ With ``resources.planner`` (standard mode) the station also plans each drone's r
 
 from __future__ import annotations
 
+import hashlib
 import math
 import secrets
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -31,6 +35,7 @@ import torch
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from fl_uav.aggregation import ClientUpdate
+from fl_uav.aggregation.robust import cap_samples, norm_report, unwrapped
 from fl_uav.aggregation.scaffold import (
     CONTROL_TENSOR_PREFIX,
     DELTA_C_KEY,
@@ -68,6 +73,7 @@ from fl_uav.fleet.messages import (
     EXPRESS_KNOB,
     FLIGHT_ERROR_KEY,
     MAX_COUNT,
+    REPLAY,
     ROUND_OPENED_KEY,
     RUN_ID_HEX_CHARS,
     RUN_ID_KEY,
@@ -89,6 +95,7 @@ from fl_uav.learning.weights import (
     weight_shapes,
 )
 from fl_uav.planning.coverage import PlanWaypoint, coverage_plan
+from fl_uav.planning.feddpq_opt import TOPUP_KNOB
 from fl_uav.planning.resources import merge_knobs
 from fl_uav.streams import Stream, stream_seed
 from fl_uav.values import is_finite_number, is_int
@@ -100,6 +107,8 @@ _COUNT_METRICS = ('num_samples', 'steps', 'probe_steps', 'samples_collected',
 # Codec v2 kinds a drone may upload (an LGC update is several LGC_LAYER frames).
 _V2_UPDATE_KINDS = (FrameKindV2.QSGD, FrameKindV2.RANGE, FrameKindV2.RAW, FrameKindV2.LGC_LAYER)
 _VERSION_OFFSET = 4
+#: Frames whose digest the station remembers, per drone of the fleet (oldest forgotten first).
+REPLAY_DIGESTS_PER_DRONE = 256
 
 
 @dataclass(frozen=True)
@@ -167,15 +176,26 @@ class RoundRecord:
     # Why a drone's flight failed this round (its update's FLIGHT_ERROR_KEY), for the drones
     # whose flight failed and that reported it.
     flight_errors: dict[int, str] = field(default_factory=dict)
+    # ||Δ||₂ of each update that arrived, as decoded (before the strategy's clipping), and the
+    # drones whose norm was over OUTLIER_FACTOR × the round's median (robust.norm_report).
+    update_norms: dict[int, float] = field(default_factory=dict)
+    outliers: list[int] = field(default_factory=list)
+    # The sample count a drone reported where it exceeded what the drone can hold
+    # (GroundStation.sample_cap): ``samples`` has the cap it was weighed as.
+    samples_claimed: dict[int, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (keys of per-drone maps as strings)."""
         out = asdict(self)
-        for key in ('bytes_up', 'train_loss', 'samples', 'samples_collected',
-                    'waypoints_reached', 'waypoints_planned', 'express', 'resource_knobs',
-                    'knobs_rejected', 'flight_errors'):
+        for key in PER_DRONE_FIELDS:
             out[key] = {str(k): v for k, v in out[key].items()}
         return out
+
+
+PER_DRONE_FIELDS = ('bytes_up', 'train_loss', 'samples', 'samples_collected',
+                    'waypoints_reached', 'waypoints_planned', 'express', 'resource_knobs',
+                    'knobs_rejected', 'flight_errors', 'update_norms', 'samples_claimed')
+"""RoundRecord fields that are per-drone maps (their JSON keys are strings)."""
 
 
 @dataclass
@@ -183,6 +203,8 @@ class _OpenRound:
     index: int
     opened_s: float
     deadline_s: float
+    #: the wall-clock stamp of this opening (ROUND_OPENED_KEY), which drones echo
+    opened_ms: int | None = None
     plan_lengths: dict[int, int] = field(default_factory=dict)
     updates: dict[int, ClientUpdate] = field(default_factory=dict)
     bytes_up: dict[int, int] = field(default_factory=dict)
@@ -190,6 +212,7 @@ class _OpenRound:
     rejected: Counter = field(default_factory=Counter)
     lgc_layers: dict[int, tuple[int, set[int]]] = field(default_factory=dict)
     resource_knobs: dict[int, dict] = field(default_factory=dict)
+    samples_claimed: dict[int, int] = field(default_factory=dict)   # above the cap
 
     def complete(self, drone: int) -> bool:
         """The drone's update arrived (for LGC: every one of its layers)."""
@@ -255,7 +278,7 @@ class GroundStation:
                            if not self._async or self.express.tour(d)]
         # SCAFFOLD (Karimireddy et al. 2020, Alg. 1): c goes down and Δc_k comes up as extra
         # tensors of the v1 frames (names prefixed), beside the model and the update.
-        self._scaffold = isinstance(self._strategy, Scaffold)
+        self._scaffold = isinstance(unwrapped(self._strategy), Scaffold)
         self._update_shapes = {**self._shapes, **(with_prefix(self._shapes,
                                                               DELTA_C_TENSOR_PREFIX)
                                                   if self._scaffold else {})}
@@ -272,6 +295,11 @@ class GroundStation:
         self._used_last_round: dict[int, list[int] | None] = {}
         self.records: list[RoundRecord] = []
         self.rejected_total: Counter = Counter()
+        # replays (REPLAY): digests of the update frames had, and per closed round the
+        # drones whose update it took (LGC: the layer ids summed; None: the whole update)
+        self._digests: OrderedDict[bytes, None] = OrderedDict()
+        self._max_digests = REPLAY_DIGESTS_PER_DRONE * config.num_drones
+        self._taken: dict[int, dict[int, frozenset[int] | None]] = {}
         # resources.planner: built from the drones' reports, its knobs merged into each round's
         self.resources = StationResources(config, len(CLASS_NAMES))
         self.initial_accuracy, self.initial_loss = self.evaluate()
@@ -329,6 +357,9 @@ class GroundStation:
         self._failed_in_a_row = state['failed_in_a_row']
         self.failure = state['failure']
         self._used_last_round = {int(k): v for k, v in state['used_last_round'].items()}
+        # the records do not keep LGC's layer ids: a late layer of a round closed before the
+        # resume is taken for a replay of its update
+        self._taken = {r.round_index: dict.fromkeys(r.bytes_up) for r in records}
         self.resources = resources
         self.divergence = divergence
 
@@ -412,15 +443,16 @@ class GroundStation:
                 knobs[d][UPLOAD_ACK_KNOB] = self._upload_ack(d, index - 1)
         tensors = self.weights
         if self._scaffold:
-            tensors = {**self.weights, **with_prefix(self._strategy.server_control(self.weights),
-                                                     CONTROL_TENSOR_PREFIX)}
+            control = unwrapped(self._strategy).server_control(self.weights)
+            tensors = {**self.weights, **with_prefix(control, CONTROL_TENSOR_PREFIX)}
+        opened_ms = now_ms()
         frame = self._auth.seal(encode_frame(
             FrameKind.GLOBAL_MODEL, index, GROUND_STATION_ID, self._fingerprint, tensors,
             {'deadline_s': duration, 'num_rounds': self.config.rounds.num_rounds,
-             ROUND_OPENED_KEY: now_ms(),     # wall clock: a late drone flies what is left
+             ROUND_OPENED_KEY: opened_ms,    # wall clock: a late drone flies what is left
              **run_metadata(self.run_id, self.run_started_ms),
              'knobs': {str(d): k for d, k in knobs.items()}}))
-        self._round = _OpenRound(index, now_s, now_s + duration, bytes_down=len(frame),
+        self._round = _OpenRound(index, now_s, now_s + duration, opened_ms, bytes_down=len(frame),
                                  plan_lengths={d: len(p) for d, p in plans.items()},
                                  resource_knobs={d: dict(k) for d, k in planned.items()})
         return RoundOpening(index, frame, plans, now_s + duration)
@@ -493,6 +525,47 @@ class GroundStation:
         metadata = {**frame.metadata, DELTA_C_KEY: delta_c} if self._scaffold else frame.metadata
         return _ReceivedUpdate(frame.sender, frame.round_index, metadata, delta)
 
+    def sample_cap(self, drone: int) -> int:
+        """The most samples ``drone``'s update may weigh: what it can hold. A drone trains on
+        its buffer (buffer.capacity_samples, the same key on every node) and, when this round
+        sent it FedDPQ's top-up Δ, on the samples that adds (each class topped up to at most
+        ⌈Δ · capacity⌉, FedDPQ eq. (1)); a FedEx UAV reports the ground clients it carried,
+        at most its tour's. A larger count is weighed as the cap (issue 26: a signed drone's
+        2^53 samples made FedAvg apply its update alone)."""
+        if self.express is not None:
+            return len(self.express.tour(drone))
+        capacity = self.config.buffer.capacity_samples
+        r = self._round
+        topup = (r.resource_knobs.get(drone, {}).get(TOPUP_KNOB) if r is not None else None)
+        if topup is None or not is_finite_number(topup) or topup <= 0:
+            return capacity
+        return capacity + len(CLASS_NAMES) * math.ceil(float(topup) * capacity)
+
+    def _replayed(self, frame: _ReceivedUpdate, digest: bytes) -> str:
+        """Why ``frame`` is a replay ('' if it is not): the station had these bytes already,
+        or it closed the frame's round with this drone's update in it."""
+        if digest in self._digests:
+            return f'drone {frame.sender} round {frame.round_index}: a frame received before'
+        taken = self._taken.get(frame.round_index, {})
+        if frame.sender in taken and (taken[frame.sender] is None or frame.layer is None
+                                      or frame.layer[0] in taken[frame.sender]):
+            return (f'drone {frame.sender} round {frame.round_index}: its update of that round '
+                    f'was already taken when the round closed')
+        echoed, r = frame.metadata.get(ROUND_OPENED_KEY), self._round
+        if (not self._async and r is not None and frame.round_index == r.index
+                and r.opened_ms is not None and echoed is not None and echoed != r.opened_ms):
+            # kept by DDS (TRANSIENT_LOCAL) and delivered again to a station resumed from its
+            # checkpoint: the drone saw the round opened again and discounted that upload
+            # (DroneAgent.settle_previous_upload), so taking it would part their states
+            return (f'drone {frame.sender} round {frame.round_index}: trained for an earlier '
+                    f'opening of the round (before the station resumed)')
+        return ''
+
+    def _remember(self, digest: bytes) -> None:
+        self._digests[digest] = None
+        while len(self._digests) > self._max_digests:
+            self._digests.popitem(last=False)
+
     def _check_update(self, data: bytes) -> UpdateVerdict:
         try:
             frame = self._decode_update(data)
@@ -506,6 +579,11 @@ class GroundStation:
         if run_id is not None and run_id != self.run_id:   # none: a drone of an older fl_uav
             return UpdateVerdict(False, 'wrong_run', frame.sender,
                                  f'an update of run {run_id!r}, this run is {self.run_id}')
+        digest = hashlib.blake2b(data, digest_size=16).digest()
+        replayed = self._replayed(frame, digest)
+        if replayed:
+            return UpdateVerdict(False, REPLAY, frame.sender, replayed)
+        self._remember(digest)   # a late frame delivered again is a replay too, not late twice
         if self._async:    # u_k of the tour that started in round _out[k]
             if self._out.get(frame.sender) != frame.round_index:
                 return UpdateVerdict(False, 'wrong_round', frame.sender)
@@ -522,21 +600,25 @@ class GroundStation:
             return UpdateVerdict(False, 'metadata', frame.sender)
         if not self._reports_ok(frame.metadata):
             return UpdateVerdict(False, 'metadata', frame.sender)
+        update = ClientUpdate(sender=frame.sender, round_index=frame.round_index,
+                              delta=frame.delta, num_samples=counts['num_samples'],
+                              metrics=dict(frame.metadata))
+        capped = cap_samples(update, self.sample_cap(frame.sender))
         if self._async:
             if frame.sender in self._landed:
                 return UpdateVerdict(False, 'duplicate', frame.sender)
-            self._landed[frame.sender] = (ClientUpdate(
-                sender=frame.sender, round_index=frame.round_index, delta=frame.delta,
-                num_samples=counts['num_samples'], metrics=dict(frame.metadata)), len(data))
+            self._landed[frame.sender] = (capped, len(data))
+            if capped is not update and self._round is not None:
+                self._round.samples_claimed[frame.sender] = update.num_samples
             return UpdateVerdict(True, 'accepted', frame.sender)
         r = self._round
         if frame.sender in r.updates:
             return self._add_layer(r, frame, len(data))
         if frame.layer is not None:
             r.lgc_layers[frame.sender] = (frame.layer[1], {frame.layer[0]})
-        r.updates[frame.sender] = ClientUpdate(
-            sender=frame.sender, round_index=frame.round_index, delta=frame.delta,
-            num_samples=counts['num_samples'], metrics=dict(frame.metadata))
+        r.updates[frame.sender] = capped
+        if capped is not update:
+            r.samples_claimed[frame.sender] = update.num_samples
         r.bytes_up[frame.sender] = len(data)
         return UpdateVerdict(True, 'accepted', frame.sender)
 
@@ -587,6 +669,7 @@ class GroundStation:
                 del self._out[k]
             self._departing = sorted(landed)
         updates = [r.updates[d] for d in sorted(r.updates)]
+        norms = norm_report(updates)   # what arrived, before the strategy clips anything
         failure = ''
         try:
             result = checked_aggregate(self._strategy, r.index, self.weights, updates)
@@ -634,9 +717,15 @@ class GroundStation:
             warnings=[*self._round_warnings, *([failure] if failure else []),
                       *self.divergence.observe(r.index, accuracy, loss)],
             flight_errors={u.sender: short_flight_error(u.metrics[FLIGHT_ERROR_KEY])
-                           for u in updates if u.metrics.get(FLIGHT_ERROR_KEY)})
+                           for u in updates if u.metrics.get(FLIGHT_ERROR_KEY)},
+            update_norms=dict(norms.norms), outliers=list(norms.outliers),
+            samples_claimed=dict(r.samples_claimed))
         # Closed before anything else can fail: a retry would apply the aggregate twice.
         self.records.append(record)
+        for u in updates:   # by the update's round (FedEx-Async: its tour's departure)
+            layers = r.lgc_layers.get(u.sender)
+            self._taken.setdefault(u.round_index, {})[u.sender] = (
+                None if layers is None else frozenset(layers[1]))
         self._round = None
         self._count_failure(r.index, failure)
         # What the strategy applied, not all that arrived (FedAvg skips an update without

@@ -9,6 +9,12 @@ from typing import Any
 from fl_uav.planning.coverage import PlanWaypoint
 from fl_uav.values import is_int
 
+#: The station's rejection reason of an update frame it already had (the same bytes), or of an
+#: update of a round that closed with that drone's update in it: a recording played again, or
+#: a drone's kept last update delivered once more when a link comes back (/fl/updates keeps
+#: it, fl_uav.ros.names.updates_publisher_qos). Not a late update (``wrong_round``).
+REPLAY = 'replay'
+
 #: Largest count a message may carry: the integers a float64 holds exactly (JSON ints are
 #: unbounded; counts are summed and planned with as floats).
 MAX_COUNT = 2 ** 53

@@ -37,10 +37,10 @@ from typing import Any
 import numpy as np
 from cryptography.hazmat.primitives import serialization
 
-from fl_uav.aggregation.robust import NormClip
+from fl_uav.aggregation.robust import unwrapped
 from fl_uav.aggregation.strategy import Strategy, state_arrays_in, state_arrays_out
 from fl_uav.configschema import ConfigError
-from fl_uav.fleet.ground_station import GroundStation, RoundRecord
+from fl_uav.fleet.ground_station import PER_DRONE_FIELDS, GroundStation, RoundRecord
 from fl_uav.fleet.messages import valid_run_id
 from fl_uav.fleet.run_log import STATION_CHECKPOINT_FILE, STATION_CHECKPOINT_MANIFEST
 from fl_uav.fleet.station_resources import StationResources
@@ -57,10 +57,9 @@ from fl_uav.world.landcover import CLASS_NAMES
 CHECKPOINT_FILE = STATION_CHECKPOINT_FILE
 MANIFEST_FILE = STATION_CHECKPOINT_MANIFEST
 FORMAT_VERSION = 1
-#: RoundRecord fields that are per-drone maps (their JSON keys are strings)
-_PER_DRONE = ('bytes_up', 'train_loss', 'samples', 'samples_collected', 'waypoints_reached',
-              'waypoints_planned', 'express', 'resource_knobs', 'knobs_rejected',
-              'flight_errors')
+#: RoundRecord fields a checkpoint written before them may lack (issue 26 item 6): they take
+#: their defaults (no norms, outliers or capped counts recorded for those rounds).
+_ADDED_FIELDS = ('update_norms', 'outliers', 'samples_claimed')
 
 
 class CheckpointError(ConfigError):
@@ -103,16 +102,12 @@ def identity(station: GroundStation) -> dict[str, Any]:
     }
 
 
-def _unwrapped(strategy: Strategy) -> Strategy:
-    return strategy.inner if isinstance(strategy, NormClip) else strategy
-
-
 def plugin_snapshot(station: GroundStation) -> dict[str, Any] | None:
     """The strategy plug-in's attributes as built, when it has no state_dict of its own
     (engine rule: a plug-in that defines state_dict is trusted); None otherwise."""
     if (is_plugin_spec(station.config.aggregation.strategy)
-            and not overrides_state_dict(_unwrapped(station.strategy), Strategy)):
-        return attribute_snapshot(_unwrapped(station.strategy))
+            and not overrides_state_dict(unwrapped(station.strategy), Strategy)):
+        return attribute_snapshot(unwrapped(station.strategy))
     return None
 
 
@@ -127,7 +122,7 @@ def save(station: GroundStation, out_dir: str | os.PathLike,
     meta = station.checkpoint_state()
     arrays = {f'w/{n}': np.asarray(w) for n, w in station.weights.items()}
     meta['strategy'] = state_arrays_out(station.strategy.state_dict(), 'strategy', arrays)
-    meta['unsaved_plugin_state'] = changed_attributes(snapshot, _unwrapped(station.strategy))
+    meta['unsaved_plugin_state'] = changed_attributes(snapshot, unwrapped(station.strategy))
     meta['identity'] = identity(station)
     try:
         meta_json = json.dumps(meta)
@@ -275,11 +270,12 @@ def _weights(station: GroundStation, arrays: dict[str, np.ndarray]) -> dict[str,
 def _record(row: dict[str, Any]) -> RoundRecord:
     """A RoundRecord back from its to_dict (per-drone keys back to ints)."""
     names = {f.name for f in dataclasses.fields(RoundRecord)}
-    if set(row) != names:
+    if set(row) - set(_ADDED_FIELDS) != names - set(_ADDED_FIELDS) or not set(row) <= names:
         raise ValueError(f'a round record with fields {sorted(set(row) ^ names)} differing')
     values = dict(row)
-    for key in _PER_DRONE:
-        values[key] = {int(k): v for k, v in row[key].items()}
+    for key in PER_DRONE_FIELDS:
+        if key in row:
+            values[key] = {int(k): v for k, v in row[key].items()}
     values['train_loss'] = {k: float('nan') if v is None else float(v)
                             for k, v in values['train_loss'].items()}
     return RoundRecord(**values)

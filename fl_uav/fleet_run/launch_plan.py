@@ -19,11 +19,13 @@ import yaml
 
 from fl_uav.autopilot_sim.config import AutopilotSimConfig
 from fl_uav.configschema import ConfigError, build_config, read_params_file
-from fl_uav.fleet.config import FleetConfig, GroundClientConfig
+from fl_uav.fleet.config import FleetConfig, FlightConfig, GroundClientConfig
 from fl_uav.fleet.keys import PRIVATE_SUFFIX, PUBLIC_SUFFIX, generate_fleet_keys
 from fl_uav.fleet.run_log import STATION_CHECKPOINT_FILE
 
 KEYS_DIR = 'keys'                      # a run's Ed25519 keys (fl-uav keygen layout)
+MAVLINK_KEYS_DIR = 'mavlink'           # under KEYS_DIR: the drones' MAVLink signing keys
+AUTOPILOT_STATE_DIR = 'autopilot_state'   # the simulated autopilots' storage (their keys)
 
 PACKAGE = 'fl_uav'
 
@@ -300,16 +302,38 @@ def run_keys(out: Path, flat: Mapping[str, Any], overrides: Mapping[str, Any]
             overrides.get('security.require_signatures', True)}
 
 
+def run_mavlink_keys(out: Path, flat: Mapping[str, Any], with_simulators: bool = True
+                     ) -> dict[str, Any]:
+    """A signed autopilot link in the embedded fleet: with flight.mavlink_signing and no
+    flight.mavlink_key_file, a fresh key per drone for this run in DIR/keys/mavlink and the
+    same in each simulated autopilot's storage DIR/autopilot_state (as provisioned); returns
+    the keys to add to the parameters. Real PX4 SITL (``with_simulators`` false) holds no key
+    of ours: its link stays unsigned (flight.mavlink_signing false) unless a key file is given
+    (provisioned by ``fl-uav mavlink-key provision``)."""
+    signing = flat.get('flight.mavlink_signing', FlightConfig.mavlink_signing)
+    if not signing or flat.get('flight.mavlink_key_file'):
+        return {}
+    if not with_simulators:
+        return {'flight.mavlink_signing': False}
+    from fl_uav.fleet.mavlink_keys import make_sim_keys  # pymavlink: only where keys are made
+
+    state_dir = (out / AUTOPILOT_STATE_DIR).resolve()
+    pattern = make_sim_keys(out / KEYS_DIR / MAVLINK_KEYS_DIR, state_dir,
+                            int(flat.get('num_drones', FleetConfig.num_drones)))
+    return {'flight.mavlink_key_file': pattern, 'autopilot.state_dir': str(state_dir)}
+
+
 def launch_parameters(config_file: str | Path, overrides: Mapping[str, Any],
                       run_dir: str | Path, with_simulators: bool = True) -> dict[str, Any]:
     """The fleet's parameters for ``ros2 launch fl_uav fleet_sim.launch.py``: the config file
     with the launch arguments' overrides, checked as ``fl-uav sim`` checks them before
     anything is written (:func:`check_fleet_start`, ConfigError), signed as it signs
     (:func:`run_keys`: fresh keys in ``run_dir``/keys and signatures required, unless the
-    config names keys)."""
+    config names keys; :func:`run_mavlink_keys`: the autopilot links signed)."""
     flat = merged_parameters([config_file], overrides)
     check_fleet_start(build_config(FleetConfig, flat), with_simulators)
     flat.update(run_keys(Path(run_dir), flat, overrides))
+    flat.update(run_mavlink_keys(Path(run_dir), flat, with_simulators))
     return flat
 
 

@@ -45,6 +45,12 @@ def ros_environment(domain_id: int, log_dir: Path, base: Mapping[str, str] | Non
     return env
 
 
+#: set in each started process's environment: its launcher's PID, so a node whose launcher
+#: ended while the node's interpreter was still starting (its parent is then init) ends too
+#: (fl_uav/ros/spin.py ``stop_with_parent``, which defines the same name: ros/ sits above)
+LAUNCHER_PID_ENV = 'FL_UAV_LAUNCHER_PID'
+
+
 class ProcessGroup:
     """The processes one launcher started; it ends only these."""
 
@@ -54,12 +60,15 @@ class ProcessGroup:
         self.nodes: list[RunningNode] = []
 
     def start(self, specs: Sequence[NodeSpec], params_file: Path,
-              prefix: Callable[[NodeSpec], Sequence[str]] | None = None) -> None:
+              prefix: Callable[[NodeSpec], Sequence[str]] | None = None,
+              stopping: Callable[[], bool] = lambda: False) -> None:
         """Start each spec as ``python -m fl_uav.ros.<executable> --ros-args ...``, after
         ``prefix(spec)`` if given: a wrapper that execs the node in the same process (e.g.
         ``ip netns exec NS env ROS_STATIC_PEERS=...``: its PID stays the node's, which
-        :meth:`stop` signals)."""
+        :meth:`stop` signals). Once ``stopping()`` is true no further node is started."""
         for spec in specs:
+            if stopping():
+                return
             self.start_command(spec, [*(prefix(spec) if prefix else ()), sys.executable, '-m',
                                       spec.module, *spec.ros_args(params_file)])
 
@@ -86,7 +95,9 @@ class ProcessGroup:
 
     def _popen(self, argv: Sequence[str], log_path: Path, mode: str) -> subprocess.Popen:
         with open(log_path, mode) as log:
-            return subprocess.Popen(list(argv), env=self._env, stdout=log,
+            return subprocess.Popen(list(argv), env={**self._env,
+                                                     LAUNCHER_PID_ENV: str(os.getpid())},
+                                    stdout=log,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
 

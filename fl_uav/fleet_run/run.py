@@ -3,7 +3,9 @@
 Starts the node set of :func:`fl_uav.fleet_run.launch_plan.fleet_plan` as processes on a private
 ROS_DOMAIN_ID with localhost-only discovery, prints a line per closed round, stops every
 process it started on exit or Ctrl-C, and writes the summary and the accuracy plot. Frames
-are signed with keys made for the run (DIR/keys) and the nodes require signatures.
+are signed with keys made for the run (DIR/keys) and the nodes require signatures; with
+flight.mavlink_signing (config/fleet.yaml) each drone's autopilot link is signed too, with a key
+made for the run (DIR/keys/mavlink) that its simulated autopilot holds (DIR/autopilot_state).
 """
 
 from __future__ import annotations
@@ -25,8 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from fl_uav.aggregation.robust import OUTLIER_FACTOR
 from fl_uav.configschema import ConfigError, build_config, to_flat
 from fl_uav.fleet.config import FleetConfig
+from fl_uav.fleet.messages import REPLAY
 from fl_uav.fleet.onboard_planner import record_file_name
 from fl_uav.fleet.recording import READY_LINE
 from fl_uav.fleet.run_log import (
@@ -44,6 +48,7 @@ from fl_uav.fleet_run.launch_plan import (
     fleet_plan,
     merged_parameters,
     run_keys,
+    run_mavlink_keys,
     station_resume_argv,
     write_params_file,
 )
@@ -106,6 +111,41 @@ def _interrupts_ignored() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+class _Deferred:
+    """The first SIGINT or SIGTERM that arrived inside :func:`_signals_deferred`."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def __call__(self) -> bool:
+        return self.signum is not None
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[_Deferred]:
+    """SIGINT and SIGTERM only noted inside (main thread only), then delivered again to the
+    handlers they had once the block ends: starting the nodes is never cut between a node's
+    fork and its record in the process group (such a node would be left running), and
+    ``ProcessGroup.start`` starts no further node once one arrived."""
+    deferred = _Deferred()
+    if threading.current_thread() is not threading.main_thread():
+        yield deferred
+        return
+
+    def note(signum, _frame) -> None:
+        if deferred.signum is None:
+            deferred.signum = signum
+
+    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield deferred
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if deferred.signum is not None:
+            signal.raise_signal(deferred.signum)
+
+
 def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> dict[str, Any]:
     """Run the fleet until the station finishes (or timeout / Ctrl-C); returns the summary."""
     out = options.out_dir
@@ -139,6 +179,7 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
                          'security.require_signatures', True)})
     else:
         flat.update(run_keys(out, flat, options.overrides))
+    flat.update(run_mavlink_keys(out, flat))       # each run (and resume) its own
     config: FleetConfig = build_config(FleetConfig, flat)
     params_file = write_params_file(flat, out / 'params.yaml')
     domain_id = options.domain_id if options.domain_id is not None else random.randint(1, 101)
@@ -168,7 +209,8 @@ def run_fleet(options: FleetRunOptions, echo: Callable[[str], None] = print) -> 
         else:
             if options.record:
                 watch = RecorderWatch(recorder.nodes[-1], out / RECORDING_DIR, start)
-            group.start(specs, params_file, options.command_prefix)
+            with _signals_deferred() as stopping:
+                group.start(specs, params_file, options.command_prefix, stopping)
         while status == 'running':
             died = watch.poll() if watch is not None else None
             if died:       # the run goes on: the federated run is the main output
@@ -371,6 +413,33 @@ def _late_warnings(rounds: Sequence[Mapping[str, Any]], config: FleetConfig,
     return lines
 
 
+def _robustness_warnings(rounds: Sequence[Mapping[str, Any]], config: FleetConfig,
+                         rejected_total: Mapping[str, int]) -> list[str]:
+    """One line per drone whose update was an outlier (norm over OUTLIER_FACTOR × the round's
+    median) or whose reported sample count was over what it can hold, and one for the
+    replayed frames the station refused."""
+    lines = []
+    for d in range(config.num_drones):
+        out = [r['round_index'] for r in rounds if d in r.get('outliers', [])]
+        if out:
+            lines.append(f"drone {d}: update norm over {OUTLIER_FACTOR:g} x the round's median "
+                         f'in {len(out)} of {len(rounds)} rounds ({", ".join(map(str, out))}; '
+                         f"each round's update_norms)")
+        capped = [(r['round_index'], r['samples_claimed'][str(d)]) for r in rounds
+                  if str(d) in r.get('samples_claimed', {})]
+        if capped:
+            lines.append(f'drone {d}: reported more samples than it can hold in {len(capped)} '
+                         f'of {len(rounds)} rounds (round {capped[0][0]}: {capped[0][1]}): '
+                         f'weighed as buffer.capacity_samples')
+    replays = rejected_total.get(REPLAY, 0)
+    if replays:
+        lines.append(f'{replays} replayed update frame(s) refused (rejected as {REPLAY}): frames '
+                     f'the station had already had, or updates of rounds it had closed with '
+                     f"them (a recording played again, or a drone's kept update delivered "
+                     f'again after a link outage or to a resumed station); not late updates')
+    return lines
+
+
 def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
                   exit_codes: Mapping[str, int | None], domain_id: int,
                   deaths: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
@@ -401,6 +470,9 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
                                      for r in rounds),
             'samples_collected': last['samples_collected'][str(d)] if last else 0,
             'rounds_participated': sum(d in r.get('participants', []) for r in rounds),
+            'outlier_rounds': sum(d in r.get('outliers', []) for r in rounds),
+            'samples_capped_rounds': sum(str(d) in r.get('samples_claimed', {})
+                                         for r in rounds),
             'flight_failures': sum(str(d) in r.get('flight_errors', {}) for r in rounds),
             'mission_sources': trajectory.get('sources', {}),
             'plan_fallbacks': trajectory.get('fallbacks', {}),
@@ -428,6 +500,8 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
             'rejected': r['rejected'], 'duration_s': r['closed_s'] - r['opened_s'],
             'model_change_l2': r.get('model_change_l2'),
             'aggregation': r.get('aggregation', {}),
+            'update_norms': r.get('update_norms', {}), 'outliers': r.get('outliers', []),
+            **({'samples_claimed': r['samples_claimed']} if r.get('samples_claimed') else {}),
             **({'express': r.get('express', {})} if config.mode == 'express' else {}),
         } for r in rounds],
         'drones': drones,
@@ -440,6 +514,7 @@ def build_summary(out: Path, config: FleetConfig, status: str, wall_s: float,
         'warnings': [*(w for r in rounds for w in r.get('warnings', [])),
                      *_flight_warnings(rounds, config.num_drones),
                      *_late_warnings(rounds, config, report.get('rejected_total', {})),
+                     *_robustness_warnings(rounds, config, report.get('rejected_total', {})),
                      *_death_warnings(deaths, rounds),
                      *_idle_warnings(drones, config.mode)],
     }

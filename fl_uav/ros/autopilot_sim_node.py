@@ -56,9 +56,11 @@ class AutopilotSimNode(Node):
                       for d in range(cfg.num_drones)]
         self.create_timer(1.0 / self.own.ground_truth_rate_hz, self._publish_truth)
         last_port = cfg.flight.port_base + cfg.num_drones - 1
+        signed = sum(v['active'] for v in self.sim.signing_status())
         self.get_logger().info(f'autopilot sim: {cfg.num_drones} vehicles, MAVLink to ports '
                                f'{cfg.flight.port_base}..{last_port}, '
-                               f'time factor {sim_config.time_factor}')
+                               f'time factor {sim_config.time_factor}, MAVLink signing on '
+                               f'{signed} of them (keys in autopilot.state_dir)')
 
     def _publish_truth(self) -> None:
         now = self.get_clock().now().nanoseconds * 1e-9
@@ -76,6 +78,12 @@ class AutopilotSimNode(Node):
             hold.wait(self.sim.link_states,
                       interrupted=lambda: signal.Signals.SIGTERM.name in signals.received)
             self._handle.stop()
+            for vehicle in self.sim.signing_status():
+                if vehicle['rejected']:
+                    self.get_logger().warning(
+                        f"vehicle {vehicle['vehicle']}: MAVLink signing dropped "
+                        f"{sum(vehicle['rejected'].values())} messages: "
+                        f"{vehicle['rejected_messages']} ({vehicle['rejected']})")
             if self.own.log_dir:
                 Path(self.own.log_dir).mkdir(parents=True, exist_ok=True)
                 self.sim.write_log(Path(self.own.log_dir) / LOG_FILE)

@@ -74,6 +74,7 @@ from fl_uav.fleet.drone_status import drone_status
 from fl_uav.fleet.express_carrier import CluInbox, ExpressCarrier
 from fl_uav.fleet.heartbeat_auth import MALFORMED, HeartbeatRefused, heartbeat_verifier
 from fl_uav.fleet.keys import require_keys
+from fl_uav.fleet.mavlink_keys import drone_mavlink_key
 from fl_uav.fleet.messages import EXPRESS_KNOB, FinishCommand, PoseSample, RoundTask
 from fl_uav.fleet.onboard_planner import (
     OnboardPlanner,
@@ -164,8 +165,9 @@ class DroneNode(Node):
         self.onboard = OnboardPlanner(
             cfg, self.drone_id, self.agent.geotagged_samples, on_plan=self._publish_trajectory,
             map_samples=lambda: map_geotags(labeler, cfg.geofence_enu(), cfg.coverage.altitude_m))
-        self.pilot = DronePilot(self.agent, MavsdkVehicle(cfg.flight.url_for(self.drone_id),
-                                                           origin),
+        vehicle = MavsdkVehicle(cfg.flight.url_for(self.drone_id), origin,
+                                signing_key=drone_mavlink_key(cfg.flight, self.drone_id))
+        self.pilot = DronePilot(self.agent, vehicle,
                                 cfg.flight, self._train_pool, geofence=cfg.geofence_enu(),
                                 planner=self.onboard, geofence_config=cfg.geofence)
         self.rounds = RoundGate(cfg.rounds.num_rounds)

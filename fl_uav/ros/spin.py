@@ -135,6 +135,9 @@ def forward_python_logs(handler: RosLogHandler,
 
 
 PR_SET_PDEATHSIG = 1   # linux/prctl.h
+#: the PID of the launcher that started this node (set by fleet_run/launcher.py's
+#: ProcessGroup, which cannot import this module: the same name is defined there)
+LAUNCHER_PID_ENV = 'FL_UAV_LAUNCHER_PID'
 
 
 class _ReaderSafeStream:
@@ -187,18 +190,19 @@ def reader_safe_console() -> Iterator[None]:
 
 def stop_with_parent(sig: int = signal.SIGINT) -> bool:
     """Ask the kernel to send ``sig`` to this process when its parent ends (Linux
-    prctl PR_SET_PDEATHSIG); a parent already gone sends it now. False where unsupported."""
+    prctl PR_SET_PDEATHSIG). False: the parent is already gone, so the node must not start:
+    it ended before the request took effect, or, for a node ``fl-uav sim`` started (its PID
+    in ``LAUNCHER_PID_ENV``), while this interpreter was still starting (the parent is then
+    init or a subreaper). True where the kernel cannot be asked (not Linux)."""
+    launcher = os.environ.pop(LAUNCHER_PID_ENV, None)   # not handed on to our own children
     if not sys.platform.startswith('linux'):
-        return False
+        return True
     import ctypes
 
     parent = os.getppid()
     libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) != 0:
-        return False
-    if os.getppid() != parent:   # the parent ended before the request took effect
-        os.kill(os.getpid(), sig)
-    return True
+    libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    return os.getppid() == parent and launcher in (None, str(parent))
 
 
 class Hurried(BaseException):
@@ -273,8 +277,12 @@ def _clean_up(node: Node, handler: RosLogHandler, signals: StopSignals) -> None:
 
 def run_node(factory: Callable[[], Node], args: list[str] | None = None) -> None:
     """Create the node with ``factory`` and run it until shutdown (or until ``node.done``);
-    Python log records of the fleet's code go to its rclpy logger meanwhile."""
-    stop_with_parent()
+    Python log records of the fleet's code go to its rclpy logger meanwhile. A node whose
+    launcher has already ended does not start."""
+    if not stop_with_parent():
+        print('fl_uav: not starting: the launcher that started this node has ended',
+              file=sys.stderr, flush=True)
+        return
     with reader_safe_console(), StopSignals() as signals:
         rclpy.init(args=args)
         handler = RosLogHandler()

@@ -20,6 +20,11 @@ or worse that arrived within :data:`STATUS_TEXT_RECENT_S` before the refusal, ol
 sends the reason just before the COMMAND_ACK: for a refused arm the failed check's "Preflight
 Fail: ..." and then a generic "Arming denied: Resolve system health failures first").
 
+With a MAVLink signing key (``signing_key``) MAVSDK does not open ``url`` itself: a
+:class:`~fl_uav.vehicle.mavlink_signing_relay.SigningRelay` owns the link, signs everything
+MAVSDK sends and lets only frames signed with the key reach it (MAVSDK cannot sign); MAVSDK
+talks to the relay over a ``raw://`` connection, in process.
+
 All coroutines must run on one event loop (e.g. a :class:`~fl_uav.vehicle.runner.VehicleRunner`).
 MAVSDK's asyncio wrapper sends every blocking call through the loop's default executor; the
 first :meth:`MavsdkVehicle.connect` on a loop installs a larger one, because the default
@@ -66,6 +71,7 @@ from fl_uav.vehicle.interface import (
     VehicleError,
     WaypointEnu,
 )
+from fl_uav.vehicle.mavlink_signing_relay import MAVSDK_RAW_URL, SigningRelay, parse_link_url
 from fl_uav.vehicle.runner import ensure_executor
 from fl_uav.vehicle.streams import put_latest, subscribe
 from fl_uav.world.geo import GeoOrigin, enu_to_geodetic, geodetic_to_enu, yaw_ned_to_enu
@@ -134,9 +140,17 @@ _MAVSDK_LEVELS = {mavsdk.LogLevel.DEBUG: logging.DEBUG, mavsdk.LogLevel.INFO: lo
 _mavsdk_repeats = RepeatCollapser()
 
 
+#: MAVSDK lines that say what we do on purpose, logged at DEBUG: the signing relay takes
+#: MAVSDK's bytes before it adds its raw:// connection (SigningRelay.attach)
+MAVSDK_EXPECTED_LINES = ('No raw connection available',)
+
+
 def log_mavsdk_line(level, message: str, repeats: RepeatCollapser | None = None) -> None:
     """Log one MAVSDK line on the ``mavsdk`` logger, collapsing repeats (see
     :data:`MAVSDK_REPEAT_INTERVAL_S`)."""
+    if message.startswith(MAVSDK_EXPECTED_LINES):
+        _mavsdk_log.debug('%s', message)
+        return
     admitted, skipped = (repeats or _mavsdk_repeats).admit(message)
     if not admitted:
         return
@@ -239,13 +253,21 @@ class MavsdkVehicle:
     ``altitude_tolerance_m`` decide when a go-to or take-off has arrived. Waits without an
     explicit ``timeout_s`` get one sized from the distance at conservative speeds.
     ``forward_log`` routes MAVSDK's log to Python logging (see :func:`forward_mavsdk_log`).
+    ``signing_key`` (32 bytes): sign the link with it (MAVLink 2 signing, through a
+    :class:`~fl_uav.vehicle.mavlink_signing_relay.SigningRelay`; ``url`` must be udpin://,
+    udpout:// or serial://); None: MAVSDK on ``url`` directly, unsigned.
     """
 
     def __init__(self, url: str, origin: GeoOrigin, *, ground_station: bool = False,
                  arrival_radius_m: float = 1.0, altitude_tolerance_m: float = 0.5,
-                 command_timeout_s: float = 10.0, forward_log: bool = True) -> None:
+                 command_timeout_s: float = 10.0, forward_log: bool = True,
+                 signing_key: bytes | None = None) -> None:
         if '://' not in url:
             raise ValueError(f'url must look like udpin://127.0.0.1:14540, got {url!r}')
+        if signing_key is not None:
+            if len(signing_key) != 32:
+                raise ValueError(f'signing_key must have 32 bytes, got {len(signing_key)}')
+            parse_link_url(url)        # ValueError now, not at connect
         if arrival_radius_m <= 0.0 or altitude_tolerance_m <= 0.0:
             raise ValueError('arrival_radius_m and altitude_tolerance_m must be > 0')
         self.url = url
@@ -254,6 +276,8 @@ class MavsdkVehicle:
         self.altitude_tolerance_m = altitude_tolerance_m
         self.command_timeout_s = command_timeout_s
         self.forward_log = forward_log
+        self._signing_key = signing_key
+        self._relay: SigningRelay | None = None
         self._component_type = (ComponentType.GROUND_STATION if ground_station
                                 else ComponentType.COMPANION_COMPUTER)
         self._mavsdk: Mavsdk | None = None
@@ -291,6 +315,17 @@ class MavsdkVehicle:
     def connected(self) -> bool:
         """True once :meth:`connect` succeeded (and until :meth:`close`)."""
         return self._t is not None and not self._closed
+
+    @property
+    def signs_link(self) -> bool:
+        """True when the link is MAVLink 2 signed (a signing key was given)."""
+        return self._signing_key is not None
+
+    @property
+    def signing_relay(self) -> SigningRelay | None:
+        """The signing relay while connected with a key (its counters say what it dropped),
+        else None."""
+        return self._relay
 
     @property
     def link_losses(self) -> int:
@@ -357,7 +392,15 @@ class MavsdkVehicle:
         stage = 'opening the connection'
         try:
             self._mavsdk = Mavsdk(Configuration.create_with_component_type(self._component_type))
-            await asyncio.wait_for(self._mavsdk.add_any_connection(self.url), timeout_s)
+            if self._signing_key is None:
+                await asyncio.wait_for(self._mavsdk.add_any_connection(self.url), timeout_s)
+            else:
+                self._relay = SigningRelay.open(self.url, self._signing_key)
+                raw = self._mavsdk._mavsdk    # the raw-bytes API: on the synchronous instance
+                self._relay.attach(raw)
+                await asyncio.wait_for(self._mavsdk.add_any_connection(MAVSDK_RAW_URL),
+                                       timeout_s)
+                self._relay.start(raw.pass_received_raw_bytes)
             stage = 'waiting for an autopilot heartbeat'
             system = await self._mavsdk.first_autopilot(
                 timeout_s=max(0.1, deadline_s - loop.time()))
@@ -1005,6 +1048,9 @@ class MavsdkVehicle:
                     plugin.destroy()
         self._action = self._telemetry = self._mission = self._geofence = self._direct = None
         self._system = None
+        if self._relay is not None:      # before MAVSDK goes: its reader hands bytes to it
+            relay, self._relay = self._relay, None
+            await asyncio.get_running_loop().run_in_executor(None, relay.close)
         if self._mavsdk is not None:
             mavsdk_instance, self._mavsdk = self._mavsdk, None
             await asyncio.get_running_loop().run_in_executor(None, mavsdk_instance.destroy)

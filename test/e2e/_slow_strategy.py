@@ -1,4 +1,4 @@
-"""A strategy plug-in for the station resume test: FedAvg whose round 3 aggregation takes
+"""A strategy plug-in for the station resume test: FedAvg whose round 4 aggregation takes
 SLOW_AGGREGATE_S seconds, so the test can kill the station while it aggregates."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 from fl_uav.aggregation.fedavg import FedAvg
 
 SPEC = 'test.e2e._slow_strategy:SlowFedAvg'
-SLOW_ROUND = 3
+SLOW_ROUND = 4
 SLOW_AGGREGATE_S = 8.0
 
 

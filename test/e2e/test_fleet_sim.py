@@ -98,6 +98,12 @@ def test_two_drones_two_rounds_end_to_end(tmp_path):
         assert facts['missions_completed'] == 2, facts
         assert facts['waypoints_reached'] == facts['waypoints_planned'] > 0, facts
         assert facts['samples_collected'] > 20, facts
+    # Assert: each drone's autopilot link was signed (config/fleet.yaml): the simulated
+    # autopilots held the run's keys and took everything signed, rejecting nothing
+    signing = json.loads((out / 'autopilot_log.json').read_text())['mavlink_signing']
+    assert params['flight.mavlink_signing'] is True
+    assert [(v['active'], v['rejected']) for v in signing] == [(True, {}), (True, {})]
+    assert all(v['accepted_signed'] > 50 for v in signing), signing
     # Assert: nothing left behind
     assert all(code is not None for code in summary['exit_codes'].values())
     assert _processes_mentioning(str(out)) == []

@@ -39,7 +39,8 @@ def _echo_once(start, name: str, topic: str, msg_type: str, field: str) -> str:
 
 def test_camera_opencv_publishes_a_video_file_where_the_drone_reads(start, tmp_path):
     # Arrange: one drone's launch with the camera node on a looping video file
-    config = fleet_config(tmp_path / 'fleet.yaml', 1, fleet_ports(1), security__insecure=True)
+    config = fleet_config(tmp_path / 'fleet.yaml', 1, fleet_ports(1), security__insecure=True,
+                          flight__mavlink_signing=False)
     video = _video(tmp_path / 'flight.avi')
     launch = start('launch', 'launch', 'fl_uav', 'drone.launch.py', 'drone_id:=0',
                    f'config:={config}', 'camera:=opencv', f'camera_source:={video}',

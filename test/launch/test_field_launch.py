@@ -63,11 +63,13 @@ def _stop(handles) -> list[int]:
 
 
 def test_station_and_drones_as_three_launches_learn_two_rounds(start, tmp_path):
-    # Arrange: signed as a field fleet is (keys made with fl-uav keygen, signatures required)
+    # Arrange: signed as a field fleet is (keys made with fl-uav keygen, signatures required);
+    # the autopilot links unsigned here: no MAVLink key is provisioned on the stand-in
+    # autopilot (test/e2e/test_signed_autopilot_link.py flies a signed one)
     run_dir = tmp_path / 'run'
     config = fleet_config(tmp_path / 'fleet.yaml', 2, fleet_ports(2),
                           security__keys_dir=str(_keys(tmp_path, 2)),
-                          security__require_signatures=True)
+                          security__require_signatures=True, flight__mavlink_signing=False)
     simulators = _simulators(start, config, run_dir)
     # Act: the ground station's machine and each drone's
     station = start('station', 'launch', 'fl_uav', 'ground_station.launch.py',

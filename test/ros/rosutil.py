@@ -76,15 +76,20 @@ def node_with_probe(factory: Callable[[], Node], ros_args: list[str]
 
 @contextmanager
 def drone_under_test(tmp_path: Path, port_base: int, home_enu_m: tuple[float, float],
-                     overrides: Mapping[str, Any], node_params: Mapping[str, Any]
+                     overrides: Mapping[str, Any], node_params: Mapping[str, Any],
+                     sim_settings: Mapping[str, Any] | None = None,
+                     before_node: Callable[[AutopilotSim], None] | None = None
                      ) -> Iterator[tuple[AutopilotSim, DroneNode, Node, SingleThreadedExecutor]]:
     """Drone 0 (namespace /uav0, exit_on_finish) on a one-vehicle autopilot simulator at
-    ``home_enu_m`` (time factor 10), plus a ``probe`` node on the same executor; the fleet
-    config is the tiny fleet with ``overrides``. Everything is stopped on exit."""
+    ``home_enu_m`` (time factor 10; ``sim_settings`` more AutopilotSimConfig fields), plus a
+    ``probe`` node on the same executor; the fleet config is the tiny fleet with
+    ``overrides``. ``before_node(sim)`` runs once the simulator is up, before the node starts
+    (e.g. to provision its signing key). Everything is stopped on exit."""
     sim = AutopilotSim(AutopilotSimConfig(
         num_vehicles=1, remote_base_port=port_base, bind_base_port=port_base + BIND_PORT_OFFSET,
         time_factor=10.0, home_east_m=home_enu_m[0], home_north_m=home_enu_m[1],
-        heartbeat_rate_hz=2.0, cruise_speed_m_s=12.0, rtl_return_alt_m=20.0))
+        heartbeat_rate_hz=2.0, cruise_speed_m_s=12.0, rtl_return_alt_m=20.0,
+        **(sim_settings or {})))
     handle = sim.run_in_thread()
     params = write_params_file({**tiny_fleet_overrides(1, port_base), **overrides},
                                tmp_path / 'params.yaml')
@@ -92,6 +97,8 @@ def drone_under_test(tmp_path: Path, port_base: int, home_enu_m: tuple[float, fl
              .items() for arg in ('-p', f'{key}:={value}')]
     args = ['--ros-args', '-r', '__ns:=/uav0', '--params-file', str(params), *extra]
     try:
+        if before_node is not None:
+            before_node(sim)
         with node_with_probe(DroneNode, args) as (node, probe, executor):
             yield sim, node, probe, executor
     finally:

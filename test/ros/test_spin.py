@@ -19,7 +19,14 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
 
 from fl_uav.configschema import ConfigError
-from fl_uav.ros.spin import CONFIG_ERROR_EXIT_STATUS, FORWARDED_LOGGERS, RosLogHandler, run_node
+from fl_uav.fleet_run import launcher
+from fl_uav.ros.spin import (
+    CONFIG_ERROR_EXIT_STATUS,
+    FORWARDED_LOGGERS,
+    LAUNCHER_PID_ENV,
+    RosLogHandler,
+    run_node,
+)
 
 pytestmark = pytest.mark.timeout(30)
 REPO = Path(__file__).resolve().parents[2]
@@ -265,3 +272,41 @@ def test_a_stop_longer_than_the_node_budget_prints_where_it_hangs(hang_s, dumped
     assert 'ended' in ended.stdout
     assert ('in a_stop_that_hangs' in ended.stderr) is dumped, ended.stderr[-2000:]
     assert ('Timeout (0:00:00.500000)!' in ended.stderr) is dumped
+
+
+_FINISHES_AFTER_A_SECOND = """
+import threading
+from rclpy.node import Node
+from fl_uav.ros.spin import run_node
+
+class Finishing(Node):
+    def __init__(self):
+        super().__init__('finishing_node')
+        self.done = threading.Event()
+        self.create_timer(1.0, self.done.set)
+
+    def shutdown(self):
+        print('ran and stopped', flush=True)
+
+run_node(Finishing, args=[])
+"""
+
+
+@pytest.mark.parametrize('launcher_alive', [True, False])
+def test_a_node_whose_launcher_ended_while_it_was_starting_does_not_start(launcher_alive):
+    # Arrange: fl-uav sim names itself in the node's environment; a launcher that ended
+    # while the node's interpreter started leaves the node's parent another process (init)
+    launcher_pid = os.getpid() if launcher_alive else os.getpid() + 4_000_000
+    env = {**os.environ, LAUNCHER_PID_ENV: str(launcher_pid), 'ROS_DOMAIN_ID': '97',
+           'ROS_AUTOMATIC_DISCOVERY_RANGE': 'LOCALHOST'}
+    # Act
+    ended = subprocess.run([sys.executable, '-c', _FINISHES_AFTER_A_SECOND], env=env,
+                           capture_output=True, text=True, timeout=25.0, cwd=REPO)
+    # Assert: with its launcher there it runs; without, it ends at once, saying why
+    assert ended.returncode == 0, ended.stderr[-2000:]
+    assert ('ran and stopped' in ended.stdout) is launcher_alive
+    assert ('the launcher that started this node has ended' in ended.stderr) is not launcher_alive
+
+
+def test_the_launcher_names_itself_under_the_name_the_nodes_read():
+    assert launcher.LAUNCHER_PID_ENV == LAUNCHER_PID_ENV

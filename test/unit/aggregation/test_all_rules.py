@@ -13,14 +13,15 @@ from fl_uav.aggregation.fednova import FedNova
 from fl_uav.aggregation.fedprox import FedProx
 from fl_uav.aggregation.lgc import LGC
 from fl_uav.aggregation.osafl import OSAFL
-from fl_uav.aggregation.robust import CoordinateMedian, NormClip, TrimmedMean
+from fl_uav.aggregation.robust import CoordinateMedian, Krum, MultiKrum, NormClip, TrimmedMean
 from fl_uav.aggregation.scaffold import Scaffold
 
 from ._helpers import model, update
 
 JSON_RULES = [FedProx(), FedNova(), AFACD(), FedDisco(), OSAFL(), TwoCEOAFL(),
               FedDPQ(num_selected=2), LGC(num_clients=3), FedExSync(3), FedExAsync(3),
-              CoordinateMedian(), TrimmedMean(), NormClip(OSAFL(), 1.0)]
+              CoordinateMedian(), TrimmedMean(), Krum(), MultiKrum(),
+              NormClip(OSAFL(), 1.0), NormClip(FedAvg(), 'median', 2.0)]
 
 
 @pytest.mark.parametrize('strategy', JSON_RULES + [Scaffold(num_clients=3)],

@@ -25,7 +25,6 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
     ({'remote_base_port': 65535, 'num_vehicles': 2}, 'remote_base_port'),
     ({'cruise_speed_m_s': 20.0}, 'cruise_speed_m_s'),
     ({'home_positions_enu_m': (1.0, 2.0)}, 'home_positions_enu_m'),
-    ({'signing_key_hex': 'abc'}, 'signing_key_hex'),
     ({'position_rate_hz': 500.0}, 'position_rate_hz'),
 ])
 def test_invalid_config_names_the_field(overrides, field):

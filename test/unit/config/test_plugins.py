@@ -97,7 +97,7 @@ def test_a_malformed_spec_says_how_a_plug_in_is_written(value):
 
 def test_a_dotted_name_without_the_colon_is_an_unknown_name_pointed_at_the_colon():
     with pytest.raises(ConfigError, match=r"strategy 'examples\.fedavgm\.FedAvgM' unknown; "
-                                          r"choices: fedavg, .*trimmed_mean, or a plug-in "
+                                          r"choices: fedavg, .*multi_krum, or a plug-in "
                                           r"'package\.module:ClassName' \(a plug-in needs a "
                                           r"colon before its class: examples\.fedavgm:FedAvgM\)"):
         build_config(ExperimentConfig, {'aggregation.strategy': 'examples.fedavgm.FedAvgM'})

@@ -44,9 +44,10 @@ def _quiet(_: str) -> None:
 
 
 def test_a_plug_in_strategy_aggregates_each_round_with_its_own_rule(tmp_path):
-    # Arrange: FedAvgM from examples/, its aggregate watched
+    # Arrange: FedAvgM from examples/, unclipped (its own rule alone), its aggregate watched
     engine = ExperimentEngine(_config(**{'aggregation.strategy': FEDAVGM,
-                                         'aggregation.server_lr': 0.5}), tmp_path)
+                                         'aggregation.server_lr': 0.5,
+                                         'aggregation.clip_norm': 0.0}), tmp_path)
     calls = []
     rule = engine.strategy.aggregate
 
@@ -78,7 +79,9 @@ def test_a_resumed_plug_in_run_equals_the_uninterrupted_one_and_records_the_spec
                    echo=_quiet)
     run_experiment(_config(**{'aggregation.strategy': FEDAVGM}), part, echo=_quiet)
     with np.load(part / 'checkpoint.npz') as archive:
-        velocity = [archive[n] for n in archive.files if n.startswith('strategy/velocity/')]
+        # the default clip_norm wraps it: NormClip's state is {'inner': FedAvgM's}
+        velocity = [archive[n] for n in archive.files
+                    if n.startswith('strategy/inner/velocity/')]
     # Act
     summary = run_experiment(_config(**{'aggregation.strategy': FEDAVGM, 'num_rounds': 3}),
                              part, resume=True, echo=_quiet)

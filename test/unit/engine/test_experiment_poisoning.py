@@ -1,5 +1,6 @@
 """A poisoned drone in the engine: only the chosen drones' uploads are forged, and a ×100 drone
-throws FedAvg off while the median, the trimmed mean and median-norm clipping hold."""
+throws plain FedAvg (clip_norm 0) off while the default (FedAvg clipped to twice the round's
+median norm), the median, the trimmed mean and median-norm clipping hold."""
 
 from __future__ import annotations
 
@@ -84,15 +85,16 @@ def _final(tmp_path: Path, name: str, **flat) -> dict:
 def test_a_x100_drone_throws_fedavg_off_but_not_the_robust_rules(tmp_path):
     # Arrange / Act: 5 drones, IID digits, 4 rounds; drone 0 sends 100 × its delta
     clean = _final(tmp_path, 'clean')
-    fedavg = _final(tmp_path, 'fedavg', **POISON_100)
+    fedavg = _final(tmp_path, 'fedavg', **POISON_100, **{'aggregation.clip_norm': 0.0})
     robust = {
+        'default': _final(tmp_path, 'default', **POISON_100),
         'median': _final(tmp_path, 'median', **POISON_100,
                          **{'aggregation.strategy': 'median'}),
         'trimmed_mean': _final(tmp_path, 'trimmed', **POISON_100,
                                **{'aggregation.strategy': 'trimmed_mean',
                                   'aggregation.trimmed_beta': 0.2}),
         'clip': _final(tmp_path, 'clip', **POISON_100,
-                       **{'aggregation.clip_norm': 'median'}),
+                       **{'aggregation.clip_norm': 'median', 'aggregation.clip_factor': 1.0}),
     }
     # Assert
     assert clean['final_accuracy'] > 0.85

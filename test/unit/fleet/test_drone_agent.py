@@ -291,11 +291,13 @@ def test_the_cap_uses_the_slowest_step_time_of_the_last_rounds(measured_s, used_
 
 @pytest.mark.parametrize('client', CLIENTS)
 def test_every_client_stops_in_time_for_the_deadline_whatever_its_steps_cost(client):
-    # Arrange: 100000 steps configured, no step time measured yet (no cap); the round opened
-    # now and ends 0.5 s after the upload margin
+    # Arrange: 100000 steps configured, no step time measured yet (no cap); the round (the
+    # station's opening, which the update echoes) ends 0.5 s after the upload margin from now
     agent, station, task = _first_task(_client_overrides(client))
+    since_opened_s = (now_ms() - task.opened_ms) / 1000.0
     task = RoundTask(task.round_index, task.weights, task.plan, task.knobs,
-                     deadline_s=UPLOAD_MARGIN_S + 0.5, run_id=task.run_id, opened_ms=now_ms())
+                     deadline_s=since_opened_s + UPLOAD_MARGIN_S + 0.5, run_id=task.run_id,
+                     opened_ms=task.opened_ms)
     # Act
     report = agent.train_round(task)
     # Assert: stopped long before the 100000 steps (minutes of work), the steps taken are

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 import pytest
 
@@ -95,6 +96,22 @@ def test_rejected_frames_camera_messages_and_telemetry_are_counted_by_reason():
     assert values['global_frames_rejected'] == 'crc=2, nonfinite=1'
     assert values['camera_frames_rejected'] == 'decode=2, encoding=1, size=3'
     assert values['telemetry_rejected'] == 'position=2'
+
+
+def test_mavlink_signing_says_off_on_and_what_the_relay_dropped():
+    # Arrange: an unsigned link, a signed one not connected yet, and one whose relay dropped
+    # frames from someone else on the link
+    pilot = _pilot()
+    unsigned = _values(drone_status(0, pilot, pilot.agent, _gate(1), None, CONFIG))
+    pilot.vehicle.signs_link = True
+    before_connect = _values(drone_status(0, pilot, pilot.agent, _gate(1), None, CONFIG))
+    pilot.vehicle.signing_relay = SimpleNamespace(dropped=Counter(unsigned=3,
+                                                                  bad_signature=1))
+    # Act
+    dropped = _values(drone_status(0, pilot, pilot.agent, _gate(1), None, CONFIG))
+    # Assert
+    assert unsigned['mavlink_signing'] == 'off' and before_connect['mavlink_signing'] == 'on'
+    assert dropped['mavlink_signing'] == 'on; dropped: bad_signature=1, unsigned=3'
 
 
 def test_no_link_yet_warns_and_a_lost_link_is_an_error():

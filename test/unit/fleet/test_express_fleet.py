@@ -409,12 +409,12 @@ def test_async_applies_each_landing_to_the_current_model_and_redeparts_only_it()
     frame_0 = _tour_of(gs, second, 0, cs, sums)
     # UAV 1 lands with its round-1 tour (a stale base is expected in Async), then UAV 0 again
     assert gs.receive_update(frames[1]).accepted
-    assert gs.receive_update(frames[1]).reason == 'duplicate'
+    assert gs.receive_update(frames[1]).reason == 'replay'     # the same frame again
     gs.close_round(2.0)
     third = gs.open_round(2.0)
     assert set(third.plans) == {1}
     before = {n: w.copy() for n, w in gs.weights.items()}
-    assert gs.receive_update(frames[0]).reason == 'wrong_round'   # round 1's tour, again
+    assert gs.receive_update(frames[0]).reason == 'replay'   # round 1's tour, again
     assert gs.receive_update(frame_0).accepted
     record = gs.close_round(3.0)
     # eq. (14): x <- x + (1/N) u_0 on the current model; UAV 0's CLUs were trained

@@ -93,13 +93,14 @@ def test_bad_updates_are_counted_by_reason_and_never_raise(station):
     # Execute
     verdicts = [station.receive_update(data) for data in (
         b'', b'\x00' * 100, good[:-1], wrong_fingerprint, _update(station, 5, 1, 0.1),
-        _update(station, 0, 2, 0.1), _update(station, 0, 1, 0.1, num_samples=-3), good, good)]
-    # Assert
+        _update(station, 0, 2, 0.1), _update(station, 0, 1, 0.1, num_samples=-3), good, good,
+        _update(station, 0, 1, 0.7))]
+    # Assert: the same frame again is a replay; another update of the round a duplicate
     reasons = [v.reason for v in verdicts]
     assert reasons[:7] == ['truncated', 'bad_magic', 'truncated', 'fingerprint',
                            'unknown_sender', 'wrong_round', 'metadata']
-    assert reasons[7:] == ['accepted', 'duplicate']
-    assert sum(station.rejected_total.values()) == 8
+    assert reasons[7:] == ['accepted', 'replay', 'duplicate']
+    assert sum(station.rejected_total.values()) == 9
 
 
 def test_wrong_shape_and_oversized_updates_are_rejected(station):
@@ -448,7 +449,7 @@ def test_lgc_layers_travel_as_frames_the_station_sums_as_they_arrive():
         lgc_frame_bytes(k) + metadata_section_bytes(parts[0].metadata) for k in (100, 300, 600)]
     assert all(p.metadata['num_samples'] == 10 for p in parts)
     assert first.accepted and open_after_first and closes_early
-    assert [v.reason for v in rest] == ['accepted', 'duplicate', 'accepted']
+    assert [v.reason for v in rest] == ['accepted', 'replay', 'accepted']   # one layer twice
     assert record.bytes_up == {0: report.bytes_sent} and record.samples == {0: 10}
     flat_change = np.concatenate([(station.weights[n] - before[n]).ravel() for n in before])
     summed = lgc_sum([p.update.layer for p in parts], parts[0].update.dim)

@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 import zipfile
+from unittest import mock
 
 import numpy as np
 import pytest
 
 from fl_uav.compression.codec import decode_frame
+from fl_uav.compression.signing import now_ms
 from fl_uav.configschema import build_config
-from fl_uav.fleet import station_checkpoint
+from fl_uav.fleet import ground_station, station_checkpoint
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.ground_station import GroundStation
 from fl_uav.fleet.keys import generate_fleet_keys
@@ -78,8 +80,10 @@ def test_a_resumed_station_goes_on_as_the_uninterrupted_one(tmp_path, strategy):
         np.testing.assert_array_equal(resumed.weights[name], value)
     assert _comparable(resumed.report()) == _comparable(station.report())
     # Assert: round 3 goes out alike (model, SCAFFOLD's c, the upload acknowledgement) and
-    # the same update aggregates to the same model (the strategy's state came back)
-    first, second = station.open_round(now), resumed.open_round(now)
+    # the same update aggregates to the same model (the strategy's state came back); both
+    # open it at the same wall-clock moment (the update echoes its opening's)
+    with mock.patch.object(ground_station, 'now_ms', return_value=now_ms()):
+        first, second = station.open_round(now), resumed.open_round(now)
     a, b = decode_frame(first.frame), decode_frame(second.frame)
     assert a.round_index == b.round_index == 3
     assert a.metadata['knobs'] == b.metadata['knobs']

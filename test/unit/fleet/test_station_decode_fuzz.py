@@ -17,9 +17,11 @@ from __future__ import annotations
 import json
 import math
 import struct
+import tracemalloc
 import warnings
 from collections import Counter
 from dataclasses import dataclass
+from unittest import mock
 
 import hypothesis.strategies as st
 import numpy as np
@@ -27,16 +29,22 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import HealthCheck, given, settings
 
-from fl_uav.compression.codec import GROUND_STATION_ID, FrameKind, encode_frame
-from fl_uav.compression.codec_v2 import ALL_REASONS_V2, FLAG_METADATA, encode_qsgd
+from fl_uav.compression.codec import GROUND_STATION_ID, MAGIC, FrameKind, encode_frame
+from fl_uav.compression.codec_v2 import (
+    ALL_REASONS_V2,
+    FLAG_METADATA,
+    VERSION_V2,
+    encode_qsgd,
+)
 from fl_uav.compression.quantization import QsgdPayload
 from fl_uav.compression.signing import ALL_REASONS_SIGNED, now_ms, sign_frame
 from fl_uav.configschema import build_config
+from fl_uav.fleet import ground_station
 from fl_uav.fleet.config import FleetConfig, SecurityConfig
 from fl_uav.fleet.drone_agent import DroneAgent
 from fl_uav.fleet.ground_station import GroundStation
 from fl_uav.fleet.keys import generate_fleet_keys, load_frame_auth
-from fl_uav.fleet.messages import PoseSample
+from fl_uav.fleet.messages import ROUND_OPENED_KEY, PoseSample
 from fl_uav.fleet.update_inbox import INBOX_FULL
 from fl_uav.fleet.world_setup import map_labeler
 from fl_uav.learning.weights import architecture_fingerprint
@@ -47,8 +55,8 @@ from test.unit.fleet._frame_bytes import with_metadata as _with_metadata
 #: What the station may answer: the codec's reasons (v1 and v2), the envelope's, and the
 #: station's own (docs/wire_format.md, "Update frames in the fleet", "Replays and run
 #: identity"), or 'accepted'.
-STATION_REASONS = ('wrong_kind', 'shape', 'unknown_sender', 'wrong_round', 'wrong_run',
-                   'duplicate', 'metadata', INBOX_FULL)
+STATION_REASONS = ('wrong_kind', 'shape', 'unknown_sender', 'wrong_round', 'replay',
+                   'wrong_run', 'duplicate', 'metadata', INBOX_FULL)
 DOCUMENTED = frozenset(ALL_REASONS_V2) | frozenset(ALL_REASONS_SIGNED) | frozenset(
     STATION_REASONS)
 RUN_ID = '0123456789abcdef'
@@ -132,10 +140,14 @@ class Fleet:
         return [split(f)[1] for f in self.env0]
 
     def station(self, signed: bool) -> GroundStation:
-        """A fresh station of the drones' run with round 1 open."""
+        """A fresh station of the drones' run with round 1 open, stamped as the opening the
+        drones trained for (another opening of it is a resumed station's, which refuses
+        them)."""
         config = self.signed_config if signed else self.plain_config
         station = GroundStation(config, *eval_set(), run_id=RUN_ID)
-        station.open_round(0.0)
+        with mock.patch.object(ground_station, 'now_ms',
+                               return_value=self.metadata[ROUND_OPENED_KEY]):
+            station.open_round(0.0)
         return station
 
     def signed_now(self) -> tuple[list[bytes], list[bytes]]:
@@ -427,7 +439,7 @@ def test_genuine_but_unusable_frames_are_refused_by_reason(fleet):
     # Assert
     assert [v.reason for v in verdicts[:2]] == ['wrong_round', 'unsigned']
     assert all(v.accepted for v in verdicts[2:2 + len(env0)])
-    assert {v.reason for v in verdicts[2 + len(env0):]} == {'duplicate'}
+    assert {v.reason for v in verdicts[2 + len(env0):]} == {'replay'}     # the same frames
 
 
 def test_a_v2_update_of_another_dim_is_refused_before_its_stream_is_read(fleet):
@@ -485,3 +497,69 @@ def test_an_accepted_update_near_the_float32_range_is_recorded_as_a_finite_chang
     # Assert: the model moved by about 3e38 per entry, and says so
     assert verdict.accepted and record.participants == [0]
     assert math.isfinite(record.model_change_l2) and record.model_change_l2 > 3e38
+
+
+# ------------------------------------------------------------- declared sizes, bounded memory
+
+#: (kind, sub-header format, fields): fields are the sub-header's values, with 'D' for the
+#: model's own parameter count; each frame declares one size far beyond its 16-byte stream
+#: (issue 26: a 63-byte QSGD frame, 151 bytes signed, made the station allocate 47.7 MB).
+_SUBHEADERS = {0x11: '<IIIIB', 0x12: '<IIBIB', 0x13: '<IIB', 0x14: '<BBIII'}
+DECLARED = {
+    'qsgd_dim': (0x11, (12_500_000, 12_500_000, 2, 1, 0)),
+    'qsgd_kept': (0x11, ('D', 2**32 - 1, 2, 1, 0)),
+    'qsgd_buckets': (0x11, ('D', 'D', 2, 2**32 - 1, 0)),
+    'qsgd_levels': (0x11, ('D', 'D', 2**32 - 1, 1, 0)),
+    'range_dim': (0x12, (12_500_000, 12_500_000, 8, 1, 0)),
+    'range_buckets': (0x12, ('D', 'D', 8, 2**32 - 1, 0)),
+    'raw_dim': (0x13, (12_500_000, 12_500_000, 0)),
+    'raw_kept': (0x13, ('D', 2**32 - 1, 1)),
+    'lgc_k': (0x14, (0, 3, 0, 2**32 - 1, 'D')),
+    'lgc_dim': (0x14, (0, 3, 0, 1, 12_500_000)),
+    'qsgd_mask': (0x11, (12_500_000, 1, 2, 1, 1)),
+    'range_mask': (0x12, (12_500_000, 1, 8, 1, 1)),
+    'raw_mask': (0x13, (12_500_000, 1, 1)),
+    'lgc_layers': (0x14, (0, 255, 0, 1, 'D')),
+}
+ALLOCATION_LIMIT_B = 2**20
+
+
+def declaring_frame(station: GroundStation, metadata: dict, kind: int, fields: tuple) -> bytes:
+    """A v2 update of round 1 from drone 0: the fleet's metadata, the sub-header ``fields``
+    and a 16-byte stream, whose first word is the one bucket's size (QSGD, range: ``kept``,
+    so the bucket table agrees with the header), or for LGC one (index, value) pair: index 0,
+    value 0 (docs/wire_format.md, "Codec v2")."""
+    dim = sum(w.size for w in station.weights.values())
+    values = tuple(dim if f == 'D' else f for f in fields)
+    sub = struct.pack(_SUBHEADERS[kind], *values)
+    stream = (_U32.pack(values[1]) if kind in (0x11, 0x12) else b'') + bytes(range(16))
+    meta = json.dumps(metadata).encode()
+    body = _U32.pack(len(meta)) + meta + sub + (bytes(8) if kind == 0x14 else stream[:16])
+    head = struct.pack('<4sBBHIH8sI', MAGIC, VERSION_V2, kind, FLAG_METADATA, 1, 0,
+                       architecture_fingerprint(station.weights), len(body))
+    return crc_fixed(head + body + bytes(4))
+
+
+@pytest.mark.parametrize('case', list(DECLARED))
+def test_a_small_frame_declaring_a_huge_size_is_refused_by_reason_within_1_mib(fleet, case):
+    # Arrange: the frame signed with drone 0's own key (a compromised drone: the signature
+    # holds), and plain to a station that takes unsigned frames
+    kind, fields = DECLARED[case]
+    plain_station, signed_station = fleet.station(signed=False), fleet.station(signed=True)
+    frame = declaring_frame(plain_station, fleet.metadata, kind, fields)
+    signed = sign_frame(frame, 0, fleet.keys[0])
+    assert len(signed) < 1024      # most of it the fleet's metadata
+    fleet.station(signed=False).receive_update(frame)    # one-time imports (numpy.ma) first
+    verdicts, peaks = [], []
+    for station, data in ((plain_station, frame), (signed_station, signed)):
+        # Act
+        tracemalloc.start()
+        try:
+            verdicts.append(station.receive_update(data))
+            peaks.append(tracemalloc.get_traced_memory()[1])
+        finally:
+            tracemalloc.stop()
+    # Assert: refused by a documented reason, having allocated under 1 MiB
+    for verdict in verdicts:
+        assert not verdict.accepted and verdict.reason in DOCUMENTED, verdict
+    assert max(peaks) < ALLOCATION_LIMIT_B, (peaks, [v.reason for v in verdicts])

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fl_uav.autopilot_sim.signing import key_file_path, read_px4_key_file
 from fl_uav.configschema import ConfigError, build_config, read_params_file
 from fl_uav.fleet.config import FleetConfig
 from fl_uav.fleet.run_log import STATION_CHECKPOINT_FILE
@@ -28,6 +29,7 @@ from fl_uav.fleet_run.launch_plan import (
     mode_overrides,
     write_params_file,
 )
+from fl_uav.vehicle.mavlink_signing import read_key_file
 from test.conftest import BIND_PORT_OFFSET, tiny_fleet_overrides
 
 REPO = Path(__file__).resolve().parents[3]
@@ -139,15 +141,30 @@ def test_launch_parameters_sign_the_fleet_as_fl_uav_sim_does(tmp_path, port_base
     # Act
     flat = launch_parameters(REPO / 'config' / 'fleet.yaml', ports, tmp_path)
     given = launch_parameters(REPO / 'config' / 'fleet.yaml',
-                              {**ports, 'security.keys_dir': '/etc/fl_uav/keys'},
+                              {**ports, 'security.keys_dir': '/etc/fl_uav/keys',
+                               'flight.mavlink_key_file': '/etc/fl_uav/mavlink{drone}.key'},
                               tmp_path / 'other')
+    sitl = launch_parameters(REPO / 'config' / 'fleet.yaml',
+                             {**ports, 'security.keys_dir': '/etc/fl_uav/keys'},
+                             tmp_path / 'sitl', with_simulators=False)
     # Assert: fresh keys for the launch and signatures required; a config's keys are kept
     assert flat['security.require_signatures'] is True
     assert sorted(p.name for p in Path(flat['security.keys_dir']).glob('*.pub')) == [
         'drone0.pub', 'drone1.pub', 'station.pub']
     assert given['security.keys_dir'] == '/etc/fl_uav/keys'
+    assert given['flight.mavlink_key_file'] == '/etc/fl_uav/mavlink{drone}.key'
     assert not (tmp_path / 'other').exists()
-    assert build_config(FleetConfig, flat).security.require_signatures
+    config = build_config(FleetConfig, flat)
+    assert config.security.require_signatures
+    # Assert: each autopilot link signed with a key of its own, which its simulated
+    # autopilot holds; PX4 SITL has none of ours: unsigned (a key file given is used)
+    assert config.flight.mavlink_signing
+    keys = [read_key_file(config.flight.mavlink_key_for(d)) for d in (0, 1)]
+    assert keys[0] != keys[1]
+    assert [read_px4_key_file(key_file_path(config.autopilot.state_dir, d))[0]
+            for d in (0, 1)] == keys
+    assert sitl['flight.mavlink_signing'] is False and not (tmp_path / 'sitl' / 'keys' /
+                                                            'mavlink').exists()
 
 
 @pytest.mark.parametrize('held, named', [(0, "drone 0's MAVLink link"),

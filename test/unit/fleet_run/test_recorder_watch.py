@@ -157,7 +157,8 @@ def test_fl_uav_sim_says_at_once_that_its_recorder_died_and_its_summary_says_so(
     def start_recorder(recorder: ProcessGroup, bag: Path) -> None:
         started.append(_start_fake_recorder(recorder, bag))
 
-    def start_fleet_killing_the_recorder(_group, _specs, _params_file, _prefix=None):
+    def start_fleet_killing_the_recorder(_group, _specs, _params_file, _prefix=None,
+                                         _stopping=None):
         _kill(started[0])
 
     monkeypatch.setattr(fleet_run, '_start_recorder', start_recorder)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -85,3 +88,28 @@ def test_a_recorder_that_cannot_start_is_reported_with_its_own_error(tmp_path):
     assert error is not None and error.startswith('--record: the recorder did not start')
     assert 'exit code 1' in error and 'no writable directory' in error
     assert recorder.stop() == {'recorder': 1}
+
+
+def test_a_ctrl_c_as_a_node_is_being_started_stops_it_and_starts_no_further_node(
+        tmp_path, port_base, monkeypatch):
+    # Arrange: the Ctrl-C lands just after the first node's process is created, before
+    # ProcessGroup has recorded it (a node stand-in that would sleep a minute)
+    started = []
+    real_popen = ProcessGroup._popen
+
+    def popen_then_ctrl_c(group, _argv, log_path, mode):
+        process = real_popen(group, [sys.executable, '-c', 'import time; time.sleep(60)'],
+                             log_path, mode)
+        started.append(process)
+        os.kill(os.getpid(), signal.SIGINT)
+        return process
+
+    monkeypatch.setattr(ProcessGroup, '_popen', popen_then_ctrl_c)
+    options = FleetRunOptions(config_files=[FLEET_YAML], out_dir=tmp_path / 'run',
+                              overrides=tiny_fleet_overrides(2, port_base), timeout_s=60.0)
+    # Act
+    summary = run_fleet(options, echo=lambda _: None)
+    # Assert: the run was interrupted, one process was started and it was stopped
+    assert summary['status'] == 'interrupted'
+    assert len(started) == 1
+    assert started[0].poll() is not None
