@@ -23,6 +23,9 @@ from fl_uav.engine.ray_backend import RayBackend  # noqa: E402
 from fl_uav.engine.results import ExperimentError  # noqa: E402
 from fl_uav.learning.datasets import FASHION_MNIST_ROOT  # noqa: E402
 
+# one xdist worker runs the module (`make test`: -n 2 --dist loadgroup): one local Ray, once
+pytestmark = pytest.mark.xdist_group('ray')
+
 REPO = Path(__file__).resolve().parents[3]
 QUICK = REPO / 'config' / 'experiments' / 'quick_digits.yaml'
 SCALE = REPO / 'config' / 'experiments' / 'scale_fmnist_1000.yaml'
