@@ -171,7 +171,8 @@ class EngineConfig:
     data.topup);
     ray_address (backend ray): '' starts a local Ray with workers x torch_threads CPUs for the
     run and stops it after; auto joins the cluster running on this machine (ray start
-    --head); host:port joins the cluster whose head listens there;
+    --head; Ray's rule: RAY_ADDRESS, else the cluster ray start recorded, else any Ray whose
+    GCS runs here); host:port joins the cluster whose head listens there;
     checkpoint_every: rounds between checkpoints (for --resume)."""
 
     vectorized: bool = True

@@ -130,6 +130,7 @@ class RayBackend:
         self.retried_chunks = 0
         self.traffic: list[dict[str, float]] = []   # per round: bytes, chunks, seconds
         self._cpu_mark: float | None = None
+        self._data_refs: tuple[Any, ...] = ()
         self.start_s = 0.0
         started = time.perf_counter()
         try:
@@ -219,6 +220,7 @@ class RayBackend:
         actor = ray.remote(num_cpus=self.cpus_per_worker, max_restarts=0,
                            max_task_retries=0)(ChunkWorker)
         x_ref, y_ref = ray.put(data.train_x), ray.put(data.train_y)
+        self._data_refs = (x_ref, y_ref)   # held for the run (the actors read them zero-copy)
         self.data_bytes = int(data.train_x.nbytes + data.train_y.nbytes)
         self.actors = [actor.remote(self.config, x_ref, y_ref, data.num_classes, True)
                        for _ in range(self.workers)]
@@ -254,7 +256,7 @@ class RayBackend:
                 ray.get(a.describe.remote(), timeout=CPU_RELEASE_WAIT_S)
             except Exception:   # RayActorError: it is dead, as wanted
                 pass
-        self.actors, self.alive = [], []
+        self.actors, self.alive, self._data_refs = [], [], ()
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
         self._owns_ray = False

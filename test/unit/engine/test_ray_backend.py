@@ -23,12 +23,15 @@ from fl_uav.engine.ray_backend import RayBackend  # noqa: E402
 from fl_uav.engine.results import ExperimentError  # noqa: E402
 from fl_uav.learning.datasets import FASHION_MNIST_ROOT  # noqa: E402
 
+# one xdist worker runs the module (`make test`: -n 2 --dist loadgroup): one local Ray, once
+pytestmark = pytest.mark.xdist_group('ray')
+
 REPO = Path(__file__).resolve().parents[3]
 QUICK = REPO / 'config' / 'experiments' / 'quick_digits.yaml'
 SCALE = REPO / 'config' / 'experiments' / 'scale_fmnist_1000.yaml'
 CPUS = 2
-# quick_digits in chunks of 4 drones: 3 chunks a round, so both workers train
-QUICK_SET = {'engine.max_clients_per_chunk': 4}
+# quick_digits, 3 rounds in chunks of 4 drones: 3 chunks a round, so both workers train
+QUICK_SET = {'engine.max_clients_per_chunk': 4, 'num_rounds': 3}
 RAY_SET = {'engine.backend': 'ray', 'engine.workers': 2}
 
 
@@ -70,7 +73,7 @@ def _cpus_free(wait_s: float = 5.0) -> float:
 
 @pytest.fixture(scope='module')
 def quick_local(tmp_path_factory) -> list[dict[str, str]]:
-    """quick_digits (5 rounds) on the local backend: the reference."""
+    """quick_digits (3 rounds) on the local backend: the reference."""
     out = tmp_path_factory.mktemp('quick') / 'local'
     run_experiment(_config(QUICK, **QUICK_SET), out, echo=_quiet)
     return _rows(out)
@@ -118,16 +121,16 @@ def test_a_worker_killed_mid_round_is_replaced_by_the_other(tmp_path, quick_loca
 
 def test_all_workers_killed_stop_the_run_and_resume_goes_on(tmp_path, quick_local,
                                                             monkeypatch):
-    # Arrange: both workers killed in round 3
+    # Arrange: both workers killed in round 2
     config = _config(QUICK, **QUICK_SET, **RAY_SET)
-    monkeypatch.setattr(RayBackend, 'on_submitted', _kill_workers([0, 1], at_round=3))
+    monkeypatch.setattr(RayBackend, 'on_submitted', _kill_workers([0, 1], at_round=2))
     # Act: the run stops; then it resumes with new workers
     failed = run_experiment(config, tmp_path, echo=_quiet)
     monkeypatch.setattr(RayBackend, 'on_submitted', None)
     resumed = run_experiment(config, tmp_path, resume=True, echo=_quiet)
     # Assert: one clear line, the checkpoint of round 2, and the resumed run equals local
-    assert failed['status'] == 'failed' and failed['rounds_completed'] == 2
-    assert failed['error'].startswith('round 3: all 2 Ray workers are gone')
+    assert failed['status'] == 'failed' and failed['rounds_completed'] == 1
+    assert failed['error'].startswith('round 2: all 2 Ray workers are gone')
     assert '--resume' in failed['error'] and '\n' not in failed['error']
     assert resumed['status'] == 'finished'
     assert _rows(tmp_path) == quick_local
@@ -151,8 +154,8 @@ def test_more_workers_than_the_cluster_has_cpus_is_refused_at_start(tmp_path):
                     reason=f'{FASHION_MNIST_ROOT} absent; '
                            'run apt-get install -y dataset-fashion-mnist')
 def test_fashion_mnist_100_drones_on_ray_equals_local(tmp_path):
-    # Arrange: the 1000-drone scale config with 100 drones, 2 rounds of 2 steps each
-    flat = {'num_drones': 100, 'num_rounds': 2, 'learning.max_steps': 2,
+    # Arrange: the 1000-drone scale config with 100 drones, 2 rounds of 1 step each
+    flat = {'num_drones': 100, 'num_rounds': 2, 'learning.max_steps': 1,
             'data.max_test_samples': 1000}
     # Act
     run_experiment(_config(SCALE, **flat), tmp_path / 'local', echo=_quiet)
