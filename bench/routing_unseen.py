@@ -18,6 +18,7 @@ is not solved again.
 
     PYTHONPATH=. nice -n 10 .venv/bin/python bench/routing_unseen.py --reference   # ~100 min
     PYTHONPATH=. .venv/bin/python bench/routing_unseen.py                          # planner
+    PYTHONPATH=. .venv/bin/python bench/routing_unseen.py --gibbs-only             # before
     PYTHONPATH=. .venv/bin/python bench/routing_unseen.py --seeds 1000 1001 --objectives sync
 """
 
@@ -37,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fl_uav.planning.coverage import PlanInfeasibleError  # noqa: E402
 from fl_uav.planning.routing import (  # noqa: E402
+    GibbsConfig,
     gibbs_plan,
     plan_fits_budget,
     plan_from_tours,
@@ -142,6 +144,8 @@ def main() -> None:
     parser.add_argument('--objectives', nargs='+', default=list(OBJECTIVES),
                         choices=OBJECTIVES)
     parser.add_argument('--planner-seed', type=int, default=0)
+    parser.add_argument('--gibbs-only', action='store_true',
+                        help='the planner before issue 27: 6 Gibbs chains, no route stage')
     parser.add_argument('--reference-file', type=Path, default=REFERENCE_PATH)
     args = parser.parse_args()
     print('$ ' + shlex.join(sys.argv) + f'   (load {os.getloadavg()[0]:.2f})')
@@ -149,6 +153,7 @@ def main() -> None:
         compute_reference(args.seeds, args.time_limit, args.reference_file)
         return
     data = load_reference(args.reference_file)
+    config = GibbsConfig(n_chains=6, anneal_starts=0) if args.gibbs_only else GibbsConfig()
     print(f'{"seed":>4} {"objective":>9} {"ortools_best":>12} {"ours":>12} {"gap_%":>7} '
           f'{"ours_s":>6} {"cpu_s":>5} {"load":>5} {"max_E_j":>7} {"R_k":>11}  '
           f'best member (its CPU s)')
@@ -159,7 +164,7 @@ def main() -> None:
         for objective in args.objectives:
             ref = best_reference(data, seed, objective)
             t0, c0 = time.perf_counter(), time.process_time()
-            ours = gibbs_plan(problem, objective, seed=args.planner_seed)
+            ours = gibbs_plan(problem, objective, seed=args.planner_seed, config=config)
             ours_s, ours_cpu = time.perf_counter() - t0, time.process_time() - c0
             assert plan_fits_budget(problem, ours)
             if ours_s > slowest[0]:
