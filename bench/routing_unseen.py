@@ -20,6 +20,12 @@ is not solved again.
     PYTHONPATH=. .venv/bin/python bench/routing_unseen.py                          # planner
     PYTHONPATH=. .venv/bin/python bench/routing_unseen.py --gibbs-only             # before
     PYTHONPATH=. .venv/bin/python bench/routing_unseen.py --seeds 1000 1001 --objectives sync
+    # a longer OR-Tools check (first member, 300 s wall) on a few instances, cached elsewhere:
+    PYTHONPATH=. nice -n 10 .venv/bin/python bench/routing_unseen.py --reference \
+        --time-limit 300 --members 1 --objectives sync --seeds 1008 1009 1016 \
+        --reference-file bench/data/routing_unseen_long.json
+    PYTHONPATH=. .venv/bin/python bench/routing_unseen.py --objectives sync \
+        --seeds 1008 1009 1016 --reference-file bench/data/routing_unseen_long.json
 """
 
 from __future__ import annotations
@@ -97,7 +103,8 @@ def best_reference(data: dict, seed: int, objective: str) -> dict:
     return best
 
 
-def compute_reference(seeds, time_limit_s: float, path: Path) -> None:
+def compute_reference(seeds, time_limit_s: float, path: Path,
+                      objectives=OBJECTIVES, members: int | None = None) -> None:
     from fl_uav.planning.routing_ortools import ortools_solve
 
     data = load_reference(path)
@@ -105,11 +112,11 @@ def compute_reference(seeds, time_limit_s: float, path: Path) -> None:
         raise SystemExit(f'{path} holds {data["time_limit_s"]} s solves, not {time_limit_s}')
     data['time_limit_s'] = time_limit_s
     # Member-major, so that after the first pass every instance has one reference.
-    for slot in range(max(len(v) for v in PORTFOLIO.values())):
+    for slot in range(members or max(len(v) for v in PORTFOLIO.values())):
         for seed in seeds:
             problem = fedex_layout_instance(seed)
             entry = data['instances'].setdefault(str(seed), {})
-            for objective in OBJECTIVES:
+            for objective in objectives:
                 if slot >= len(PORTFOLIO[objective]):
                     continue
                 first, meta = PORTFOLIO[objective][slot]
@@ -147,10 +154,13 @@ def main() -> None:
     parser.add_argument('--gibbs-only', action='store_true',
                         help='the planner before issue 27: 6 Gibbs chains, no route stage')
     parser.add_argument('--reference-file', type=Path, default=REFERENCE_PATH)
+    parser.add_argument('--members', type=int, default=None,
+                        help='with --reference: only the first N portfolio members')
     args = parser.parse_args()
     print('$ ' + shlex.join(sys.argv) + f'   (load {os.getloadavg()[0]:.2f})')
     if args.reference:
-        compute_reference(args.seeds, args.time_limit, args.reference_file)
+        compute_reference(args.seeds, args.time_limit, args.reference_file,
+                          args.objectives, args.members)
         return
     data = load_reference(args.reference_file)
     config = GibbsConfig(n_chains=6, anneal_starts=0) if args.gibbs_only else GibbsConfig()

@@ -246,16 +246,22 @@ class RouteSearch:
                 for u in removed:
                     best_ins = None
                     for b in range(k):
+                        # The cost grows with the tour's length: the shortest insertion into
+                        # tour b is its best one.
                         rb_ = routes[b]
                         nb = len(rb_)
-                        x = 0
+                        x, du = 0, d[u]
+                        best_inc, best_j = math.inf, 0
                         for j in range(nb + 1):
                             y = rb_[j] if j < nb else 0
-                            lb = length[b] + d[x][u] + d[u][y] - d[x][y]
-                            delta = delta2(b, lb, nb + 1, b, lb, nb + 1)[0]
-                            if best_ins is None or delta < best_ins[0]:
-                                best_ins = (delta, b, j, lb)
+                            inc = du[x] + du[y] - d[x][y]
+                            if inc < best_inc:
+                                best_inc, best_j = inc, j
                             x = y
+                        lb = length[b] + best_inc
+                        delta = delta2(b, lb, nb + 1, b, lb, nb + 1)[0]
+                        if best_ins is None or delta < best_ins[0]:
+                            best_ins = (delta, b, best_j, lb)
                     _, b, j, lb = best_ins
                     routes[b].insert(j, u)
                     length[b], rtt[b] = lb, rtt_of(lb, len(routes[b]))
