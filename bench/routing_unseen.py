@@ -153,6 +153,8 @@ def main() -> None:
     parser.add_argument('--planner-seed', type=int, default=0)
     parser.add_argument('--gibbs-only', action='store_true',
                         help='the planner before issue 27: 6 Gibbs chains, no route stage')
+    parser.add_argument('--set', action='append', default=[], metavar='FIELD=INT',
+                        help='a GibbsConfig field for the planner, e.g. anneal_starts=64')
     parser.add_argument('--reference-file', type=Path, default=REFERENCE_PATH)
     parser.add_argument('--members', type=int, default=None,
                         help='with --reference: only the first N portfolio members')
@@ -163,7 +165,9 @@ def main() -> None:
                           args.objectives, args.members)
         return
     data = load_reference(args.reference_file)
-    config = GibbsConfig(n_chains=6, anneal_starts=0) if args.gibbs_only else GibbsConfig()
+    fields = {k: int(v) for k, v in (item.split('=', 1) for item in args.set)}
+    config = (GibbsConfig(n_chains=6, anneal_starts=0, **fields) if args.gibbs_only
+              else GibbsConfig(**fields))
     print(f'{"seed":>4} {"objective":>9} {"ortools_best":>12} {"ours":>12} {"gap_%":>7} '
           f'{"ours_s":>6} {"cpu_s":>5} {"load":>5} {"max_E_j":>7} {"R_k":>11}  '
           f'best member (its CPU s)')

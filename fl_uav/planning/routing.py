@@ -12,7 +12,8 @@ name                                    equation
 ``plan_cost``                           FedEx eq. (25) 'sync': max_k Delta_k;
                                         eq. (27) 'async': sum_k R_k Delta_k^2;
                                         'total': sum_k Delta_k (FedEx Sec. VII baseline)
-``nearest_neighbour_tour``, ``two_opt``  FedEx Sec. VI-B-1 inner TSP (2-OPT, Croes 1958)
+``nearest_neighbour_tour``, ``two_opt``  FedEx Sec. VI-B-1 inner TSP (2-OPT, Croes 1958);
+                                        defined in ``routing_search``
 ``exact_tour``                          brute force over all orders (<= 8 clients)
 ``gibbs_plan``                          FedEx Sec. VI-B-2 outer Gibbs sampler, eqs. (29), (30),
                                         then our route-level stage (``routing_search``)
@@ -70,7 +71,7 @@ from fl_uav.netmodel.flight import (
     PropulsionModel,
 )
 from fl_uav.planning.coverage import PlanInfeasibleError
-from fl_uav.planning.routing_search import anneal_search
+from fl_uav.planning.routing_search import anneal_search, nearest_neighbour_tour, two_opt
 
 OBJECTIVES = ('sync', 'async', 'total')
 # The route-level annealing (``routing_search``; ours): temperatures relative to the start's
@@ -242,38 +243,6 @@ def _tour_length(dist: list[list[float]], nodes: Sequence[int]) -> float:
         total += dist[prev][n]
         prev = n
     return total + dist[prev][0]
-
-
-def nearest_neighbour_tour(dist: list[list[float]], nodes: Sequence[int]) -> list[int]:
-    """Greedy tour from the depot: always fly to the nearest unvisited node (ties: lowest)."""
-    left, cur, tour = set(nodes), 0, []
-    while left:
-        cur = min(left, key=lambda n: (dist[cur][n], n))
-        left.remove(cur)
-        tour.append(cur)
-    return tour
-
-
-def two_opt(dist: list[list[float]], tour: Sequence[int]) -> list[int]:
-    """2-OPT (Croes 1958; FedEx Sec. VI-B-1): reverse segments while that shortens the tour.
-
-    First improvement; stops after a full scan of all edge pairs finds no improving move, so
-    the result is never longer than the input.
-    """
-    t = [0, *tour, 0]
-    n = len(t)
-    improved = True
-    while improved:
-        improved = False
-        for i in range(1, n - 2):
-            a, b = t[i - 1], t[i]
-            for j in range(i + 1, n - 1):
-                c, e = t[j], t[j + 1]
-                if dist[a][c] + dist[b][e] < dist[a][b] + dist[c][e] - 1e-9:
-                    t[i:j + 1] = t[j:i - 1:-1]
-                    b = t[i]
-                    improved = True
-    return t[1:-1]
 
 
 def exact_tour(dist: list[list[float]], nodes: Sequence[int]) -> list[int]:

@@ -91,6 +91,39 @@ def tour_length(dist: Sequence[Sequence[float]], nodes: Sequence[int]) -> float:
     return total + dist[prev][0]
 
 
+def nearest_neighbour_tour(dist: list[list[float]], nodes: Sequence[int]) -> list[int]:
+    """Greedy tour from the depot: always fly to the nearest unvisited node (ties: lowest)."""
+    left, cur, tour = set(nodes), 0, []
+    while left:
+        cur = min(left, key=lambda n: (dist[cur][n], n))
+        left.remove(cur)
+        tour.append(cur)
+    return tour
+
+
+def two_opt(dist: list[list[float]], tour: Sequence[int]) -> list[int]:
+    """2-OPT (Croes 1958; FedEx Sec. VI-B-1): reverse segments while that shortens the tour.
+
+    First improvement; stops after a full scan of all edge pairs finds no improving move, so
+    the result is never longer than the input.
+    """
+    t = [0, *tour, 0]
+    n = len(t)
+    improved = True
+    while improved:
+        improved = False
+        for i in range(1, n - 2):
+            a, b = t[i - 1], t[i]
+            for j in range(i + 1, n - 1):
+                c, e = t[j], t[j + 1]
+                if dist[a][c] + dist[b][e] < dist[a][b] + dist[c][e] - 1e-9:
+                    t[i:j + 1] = t[j:i - 1:-1]
+                    b = t[i]
+                    improved = True
+    return t[1:-1]
+
+
+
 class RouteSearch:
     """Tours of node indices (depot 0, client c = node c + 1), their lengths and costs.
 
@@ -538,8 +571,6 @@ def tour_prefix(d, route: Sequence[int], i: int) -> float:
 def sector_tours(problem, offset_rad: float) -> list[list[int]]:
     """Angular sectors around the depot with ~N / K clients each, rotated by ``offset_rad``;
     each sector's tour by nearest neighbour + 2-OPT (node indices)."""
-    from fl_uav.planning.routing import nearest_neighbour_tour, two_opt
-
     rel = problem.clients_m - problem.depot_m
     angle = (np.arctan2(rel[:, 1], rel[:, 0]) + offset_rad) % (2 * math.pi)
     order = np.argsort(angle, kind='stable')
