@@ -23,7 +23,9 @@ Formulation (ours; FedEx compares against no external solver):
   the near-binding 15 kJ budget), then the surrogate model improves it for the rest.
 * Clients may be dropped at a prohibitive cost (so a first solution exists under a tight
   budget); a plan that drops one raises ``PlanInfeasibleError``.
-* Search: PATH_CHEAPEST_ARC first solution, GUIDED_LOCAL_SEARCH until ``time_limit_s``.
+* Search: PATH_CHEAPEST_ARC first solution, GUIDED_LOCAL_SEARCH until ``time_limit_s`` by
+  default; ``first_solution`` and ``metaheuristic`` name other OR-Tools strategies (members
+  of a portfolio, ``bench/routing_unseen.py``).
 """
 
 from __future__ import annotations
@@ -84,14 +86,15 @@ def _build(problem: RoutingProblem, objective: str):
     return manager, routing, (time_cb, energy_cb)
 
 
-def _params(time_limit_s: float):
+def _params(time_limit_s: float, first_solution: str = 'PATH_CHEAPEST_ARC',
+            metaheuristic: str = 'GUIDED_LOCAL_SEARCH'):
     from ortools.constraint_solver import pywrapcp, routing_enums_pb2
 
     params = pywrapcp.DefaultRoutingSearchParameters()
     params.first_solution_strategy = (
-        routing_enums_pb2.FirstSolutionStrategy.PATH_CHEAPEST_ARC)
+        routing_enums_pb2.FirstSolutionStrategy.Value.Value(first_solution))
     params.local_search_metaheuristic = (
-        routing_enums_pb2.LocalSearchMetaheuristic.GUIDED_LOCAL_SEARCH)
+        routing_enums_pb2.LocalSearchMetaheuristic.Value.Value(metaheuristic))
     params.time_limit.FromMilliseconds(max(1, int(round(time_limit_s * 1000))))
     return params
 
@@ -111,8 +114,12 @@ def _routes(manager, routing, solution, k: int) -> list[list[int]]:
 
 
 def ortools_solve(problem: RoutingProblem, objective: str = 'sync',
-                  time_limit_s: float = 60.0) -> RoutePlan:
+                  time_limit_s: float = 60.0, first_solution: str = 'PATH_CHEAPEST_ARC',
+                  metaheuristic: str = 'GUIDED_LOCAL_SEARCH') -> RoutePlan:
     """Solve CARP with the OR-Tools routing solver (see the module docstring for the model).
+
+    ``first_solution`` / ``metaheuristic``: names of OR-Tools' ``FirstSolutionStrategy`` and
+    ``LocalSearchMetaheuristic`` values (both phases of 'async' use them).
 
     Raises ``PlanInfeasibleError`` if OR-Tools finds no budget-feasible plan serving every
     client within ``time_limit_s``.
@@ -123,15 +130,16 @@ def ortools_solve(problem: RoutingProblem, objective: str = 'sync',
     if not (math.isfinite(time_limit_s) and time_limit_s > 0):
         raise ValueError(f'time_limit_s must be finite and > 0, got {time_limit_s!r}')
     k = problem.n_uavs
+    strategy = (first_solution, metaheuristic)
     if objective == 'sync':
         manager, routing, _keep = _build(problem, 'sync')
-        solution = routing.SolveWithParameters(_params(time_limit_s))
+        solution = routing.SolveWithParameters(_params(time_limit_s, *strategy))
     else:
         manager, routing, _keep = _build(problem, 'sync')
-        warm = routing.SolveWithParameters(_params(0.25 * time_limit_s))
+        warm = routing.SolveWithParameters(_params(0.25 * time_limit_s, *strategy))
         warm_routes = None if warm is None else _routes(manager, routing, warm, k)
         manager, routing, _keep = _build(problem, 'async')
-        params = _params(0.75 * time_limit_s)
+        params = _params(0.75 * time_limit_s, *strategy)
         solution = None
         if warm_routes is not None:
             routing.CloseModelWithParameters(params)

@@ -20,7 +20,9 @@ from fl_uav.planning.routing import (
     two_opt,
 )
 
-FAST = GibbsConfig(n_sweeps=20, n_chains=4)
+# The route stage smaller than its default too (the small instances need less).
+FAST = GibbsConfig(n_sweeps=20, n_chains=4, anneal_starts=4, anneal_moves=5_000,
+                   anneal_refine_moves=10_000)
 
 
 def _problem(seed, n_clients, n_uavs, budget_j=15e3, side_m=1200.0):
