@@ -71,7 +71,12 @@ from fl_uav.netmodel.flight import (
     PropulsionModel,
 )
 from fl_uav.planning.coverage import PlanInfeasibleError
-from fl_uav.planning.routing_search import anneal_search, nearest_neighbour_tour, two_opt
+from fl_uav.planning.routing_search import (
+    anneal_search,
+    nearest_neighbour_tour,
+    tour_length,
+    two_opt,
+)
 
 OBJECTIVES = ('sync', 'async', 'total')
 # The route-level annealing (``routing_search``; ours): temperatures relative to the start's
@@ -169,7 +174,7 @@ class RoutingProblem:
 
     def tour_length_m(self, tour: Sequence[int]) -> float:
         """Closed tour depot -> clients (0-based indices) in order -> depot."""
-        return _tour_length(self._dist, [c + 1 for c in tour])
+        return tour_length(self._dist, [c + 1 for c in tour])
 
 
 @dataclass(frozen=True)
@@ -237,14 +242,6 @@ def plan_fits_budget(problem: RoutingProblem, plan: RoutePlan) -> bool:
 # Tours below are lists of node indices into the distance matrix (depot = node 0, client
 # c = node c + 1), without the depot at the ends.
 
-def _tour_length(dist: list[list[float]], nodes: Sequence[int]) -> float:
-    total, prev = 0.0, 0
-    for n in nodes:
-        total += dist[prev][n]
-        prev = n
-    return total + dist[prev][0]
-
-
 def exact_tour(dist: list[list[float]], nodes: Sequence[int]) -> list[int]:
     """Shortest tour by brute force over all orders (at most ``EXACT_TOUR_MAX_CLIENTS``)."""
     nodes = sorted(nodes)
@@ -269,11 +266,11 @@ def solve_tour(dist: list[list[float]], nodes: Sequence[int], restarts: int = 2,
     if len(nodes) <= min(exact_max, EXACT_TOUR_MAX_CLIENTS):
         return exact_tour(dist, nodes)
     best = two_opt(dist, nearest_neighbour_tour(dist, nodes))
-    best_len = _tour_length(dist, best)
+    best_len = tour_length(dist, best)
     rng = np.random.default_rng(0) if rng is None else rng
     for _ in range(restarts):
         cand = two_opt(dist, [int(x) for x in rng.permutation(sorted(nodes))])
-        cand_len = _tour_length(dist, cand)
+        cand_len = tour_length(dist, cand)
         if cand_len < best_len - 1e-9:
             best, best_len = cand, cand_len
     return best
@@ -295,7 +292,7 @@ class _TourCache:
             rng = np.random.default_rng(sorted(clients))
             nodes = solve_tour(self.problem._dist, [c + 1 for c in clients], self.restarts,
                                rng, self.exact_max)
-            hit = ([n - 1 for n in nodes], _tour_length(self.problem._dist, nodes))
+            hit = ([n - 1 for n in nodes], tour_length(self.problem._dist, nodes))
             self.tours[clients] = hit
         return hit
 
