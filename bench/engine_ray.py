@@ -327,8 +327,12 @@ def main() -> int:
     print(f'{args.drones} drones x {args.rounds} rounds, {args.config.name}; load (1 min) at '
           f'each start: {", ".join(str(r["load_1min_at_start"]) for r in results)}')
     print(table(results))
-    same = all(r['rows'] == everything[0]['rows'] for r in everything)
-    print(f'rounds.csv identical in every column but wall_s: {"yes" if same else "NO"}')
+    if len(everything) > 1:
+        same = all(r['rows'] == everything[0]['rows'] for r in everything)
+        print(f'rounds.csv identical in every column but wall_s: {"yes" if same else "NO"}')
+    else:
+        print('rounds.csv: one run, nothing to compare it with (compare with the rounds.csv of '
+              'another run by hand)')
     by_run = {r['run']: r for r in results}
     if 'local:1' in by_run and 'ray:1' in by_run:
         ratio = by_run['ray:1']['rounds_s'] / by_run['local:1']['rounds_s']

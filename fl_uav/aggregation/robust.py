@@ -26,11 +26,16 @@ def delta_norm(delta: Mapping[str, np.ndarray]) -> float:
     return float(np.linalg.norm(flatten(delta, list(delta))))
 
 
-def clip_delta(delta: Mapping[str, np.ndarray], max_norm: float) -> tuple[Weights, float]:
-    """Δ · min(1, C/||Δ||₂) over the whole model (all tensors); returns (clipped, ||Δ||₂)."""
+def clip_delta(delta: Mapping[str, np.ndarray], max_norm: float,
+               norm: float | None = None) -> tuple[Weights, float]:
+    """Δ · min(1, C/||Δ||₂) over the whole model (all tensors); returns (clipped, ||Δ||₂).
+    ``norm``: ||Δ||₂ if already known. A Δ within C is returned as it is (its arrays, not
+    copies: Δ · 1 would be the same numbers)."""
     names = list(delta)
-    norm = delta_norm(delta)
-    scale = 1.0 if norm <= max_norm else max_norm / norm
+    norm = delta_norm(delta) if norm is None else norm
+    if norm <= max_norm:
+        return {n: delta[n] for n in names}, norm
+    scale = max_norm / norm
     clipped = {n: (np.asarray(delta[n], np.float64) * scale).astype(np.asarray(delta[n]).dtype)
                for n in names}
     return clipped, norm
@@ -158,12 +163,13 @@ class NormClip(Strategy):
     def aggregate(self, round_index: int, global_weights: Weights,
                   updates: Sequence[ClientUpdate]) -> AggregateResult:
         bound = self.max_norm
+        norms = [delta_norm(u.delta) for u in updates]   # once each: the dearest part here
         if bound == CLIP_NORM_MEDIAN:
-            median = median_norm([delta_norm(u.delta) for u in updates if u.num_samples > 0])
+            median = median_norm([n for u, n in zip(updates, norms) if u.num_samples > 0])
             bound = math.inf if median is None else self.factor * median   # none: no clip
         clipped_updates, clipped = [], 0
-        for u in updates:
-            delta, norm = clip_delta(u.delta, bound)
+        for u, known in zip(updates, norms):
+            delta, norm = clip_delta(u.delta, bound, known)
             clipped += norm > bound
             clipped_updates.append(dataclasses.replace(u, delta=delta))
         result = self.inner.aggregate(round_index, global_weights, clipped_updates)
