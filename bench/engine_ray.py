@@ -327,8 +327,8 @@ def main() -> int:
     print(f'{args.drones} drones x {args.rounds} rounds, {args.config.name}; load (1 min) at '
           f'each start: {", ".join(str(r["load_1min_at_start"]) for r in results)}')
     print(table(results))
+    same = all(r['rows'] == everything[0]['rows'] for r in everything)
     if len(everything) > 1:
-        same = all(r['rows'] == everything[0]['rows'] for r in everything)
         print(f'rounds.csv identical in every column but wall_s: {"yes" if same else "NO"}')
     else:
         print('rounds.csv: one run, nothing to compare it with (compare with the rounds.csv of '
