@@ -17,13 +17,9 @@ from fl_uav.aggregation.strategy import (
     ClientUpdate,
     Strategy,
     Weights,
+    delta_norm,
     senders,
 )
-
-
-def delta_norm(delta: Mapping[str, np.ndarray]) -> float:
-    """||Δ||₂ over the whole model (all tensors, float64)."""
-    return float(np.linalg.norm(flatten(delta, list(delta))))
 
 
 def clip_delta(delta: Mapping[str, np.ndarray], max_norm: float,
@@ -105,7 +101,7 @@ def norm_report(updates: Sequence[ClientUpdate],
                 outlier_factor: float = OUTLIER_FACTOR) -> NormReport:
     """The round's per-drone update norms and outliers (every update given, with samples or
     not: what each drone sent)."""
-    norms = {u.sender: delta_norm(u.delta) for u in updates}
+    norms = {u.sender: u.norm for u in updates}
     median = median_norm(list(norms.values()))
     outliers = () if median is None else tuple(
         sorted(k for k, n in norms.items() if n > outlier_factor * median))
@@ -163,7 +159,7 @@ class NormClip(Strategy):
     def aggregate(self, round_index: int, global_weights: Weights,
                   updates: Sequence[ClientUpdate]) -> AggregateResult:
         bound = self.max_norm
-        norms = [delta_norm(u.delta) for u in updates]   # once each: the dearest part here
+        norms = [u.norm for u in updates]   # each computed once (the norm report read it too)
         if bound == CLIP_NORM_MEDIAN:
             median = median_norm([n for u, n in zip(updates, norms) if u.num_samples > 0])
             bound = math.inf if median is None else self.factor * median   # none: no clip

@@ -9,6 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,14 @@ from fl_uav.aggregation.knobs import strategy_knob_problems
 from fl_uav.plugins import raised_at
 
 Weights = dict[str, np.ndarray]
+
+
+def delta_norm(delta: Mapping[str, np.ndarray]) -> float:
+    """||Δ||₂ over the whole model (all tensors in their order, float64)."""
+    if not delta:
+        return 0.0
+    return float(np.linalg.norm(np.concatenate(
+        [np.asarray(value, np.float64).ravel() for value in delta.values()])))
 
 
 @dataclass(frozen=True)
@@ -28,6 +37,12 @@ class ClientUpdate:
     delta: Weights
     num_samples: int
     metrics: Mapping[str, Any] = field(default_factory=dict)
+
+    @cached_property
+    def norm(self) -> float:
+        """||Δ||₂ (:func:`delta_norm`), computed once: the round's norm report and the median
+        clipping both read it (an update with another delta is another ClientUpdate)."""
+        return delta_norm(self.delta)
 
 
 @dataclass(frozen=True)

@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -16,6 +18,7 @@ from fl_uav.aggregation.robust import (
     norm_report,
     unwrapped,
 )
+from fl_uav.aggregation.strategy import ClientUpdate
 
 from ._helpers import json_round_trip, model, update
 
@@ -49,6 +52,19 @@ def test_clip_delta_scales_to_the_bound_over_all_tensors():
     np.testing.assert_allclose([clipped['a'][0], clipped['b'][0]], [0.6, 0.8])
     same, _ = clip_delta({'a': np.array([0.3])}, 1.0)
     np.testing.assert_array_equal(same['a'], [0.3])
+
+
+def test_an_updates_norm_is_over_all_its_tensors_and_follows_a_replaced_delta():
+    # Arrange: Δ = (3 | 4) in two tensors, float32
+    first = ClientUpdate(0, 1, {'a': np.array([3.0], np.float32),
+                                'b': np.array([4.0], np.float32)}, 5)
+    # Act: read twice (the second from its cache), then a copy with another delta
+    norms = (first.norm, first.norm)
+    second = dataclasses.replace(first, delta={'a': np.array([6.0, 8.0], np.float32)})
+    # Assert
+    assert norms == (5.0, 5.0)
+    assert second.norm == 10.0
+    assert ClientUpdate(1, 1, {}, 0).norm == 0.0
 
 
 def test_norm_clip_wraps_fedavg():
