@@ -159,13 +159,12 @@ class NormClip(Strategy):
     def aggregate(self, round_index: int, global_weights: Weights,
                   updates: Sequence[ClientUpdate]) -> AggregateResult:
         bound = self.max_norm
-        norms = [u.norm for u in updates]   # each computed once (the norm report read it too)
-        if bound == CLIP_NORM_MEDIAN:
-            median = median_norm([n for u, n in zip(updates, norms) if u.num_samples > 0])
+        if bound == CLIP_NORM_MEDIAN:   # u.norm: computed once an update, cached
+            median = median_norm([u.norm for u in updates if u.num_samples > 0])
             bound = math.inf if median is None else self.factor * median   # none: no clip
         clipped_updates, clipped = [], 0
-        for u, known in zip(updates, norms):
-            delta, norm = clip_delta(u.delta, bound, known)
+        for u in updates:
+            delta, norm = clip_delta(u.delta, bound, u.norm)
             clipped += norm > bound
             clipped_updates.append(dataclasses.replace(u, delta=delta))
         result = self.inner.aggregate(round_index, global_weights, clipped_updates)
