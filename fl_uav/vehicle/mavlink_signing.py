@@ -199,6 +199,16 @@ class StreamCheck:
         self.timestamp = max(self.timestamp, stamp)
         return None
 
+    def sign(self, frame: bytes, link_id: int, now: int) -> bytes:
+        """The unsigned ``frame`` signed with the key at our next timestamp (one more than
+        the last, at least ``now``). Its stream's timestamp is recorded as if we had
+        accepted it, so the frame played back to us is a stale replay, not a new stream (the
+        C library does not do this: a PX4 takes its own frames sent back to it)."""
+        stamp = max(self.timestamp + 1, now)
+        self.timestamp = stamp
+        self.streams[(*source(frame), link_id)] = stamp
+        return sign_frame(frame, self.key, link_id, stamp)
+
 
 def generate_key() -> bytes:
     """A new random 32-byte signing key."""

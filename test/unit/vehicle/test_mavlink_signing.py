@@ -175,6 +175,21 @@ def test_the_relay_passes_only_frames_signed_with_the_key_and_answers_only_their
     assert _pymavlink_accepts(data, KEY) and relay.sent == 1
 
 
+def test_a_frame_of_the_relays_own_sent_back_to_it_is_dropped_and_the_peer_stays(
+        relay_on_udp):
+    # Arrange: the autopilot heard; one command the relay signed, captured on its way out
+    relay, autopilot, rogue = relay_on_udp
+    relay.accept_from_link(_signed_by_pymavlink(KEY, now_ticks()), autopilot.getsockname())
+    relay.send_from_mavsdk(_unsigned())
+    captured, _ = autopilot.recvfrom(1024)
+    # Act: the rogue plays it back to the relay's port
+    delivered = relay.accept_from_link(captured, rogue.getsockname())
+    # Assert: a stale replay of the relay's own stream; the drone still answers the autopilot
+    assert delivered == b''
+    assert relay.dropped == {'stale_timestamp': 1}
+    assert relay.transport.peer == autopilot.getsockname()
+
+
 @pytest.mark.timeout(60)
 def test_mavsdk_flies_a_keyed_simulator_through_the_relay(port_base, tmp_path):
     # Arrange: the simulated autopilot holds the key (as on its SD card)
