@@ -22,7 +22,8 @@ clock and follows the autopilot's accepted frames, as the C library's does, so a
 that boots with its clock behind still gets ahead of the timestamps it used before.
 
 Threads: MAVSDK calls :meth:`SigningRelay.send_from_mavsdk` on its own threads (a lock guards
-the signer); one reader thread per relay reads the link and hands accepted frames to MAVSDK.
+the signer and the send, so frames leave in timestamp order); one reader thread per relay
+reads the link and hands accepted frames to MAVSDK.
 """
 
 from __future__ import annotations
@@ -226,20 +227,23 @@ class SigningRelay:
             if frame[0] != STX_V2:
                 self._drop('mavlink1')          # cannot be signed; PX4 would drop it
                 continue
+            # sign and send under one lock: frames leave in timestamp order (two MAVSDK
+            # threads racing would otherwise put a later timestamp on the wire first, and
+            # the autopilot drop the earlier frame as stale)
             with self._lock:
                 signed = (frame if is_signed(frame)
                           else self._check.sign(frame, self.link_id, now_ticks()))
-            try:
-                self.transport.send(signed)
-            except ConnectionError:
-                with self._lock:
+                try:
+                    self.transport.send(signed)
+                except ConnectionError:
                     self.not_sent += 1
-                continue
-            except OSError as exc:
-                self._drop('send_failed', detail=str(exc))
-                continue
-            with self._lock:
-                self.sent += 1
+                    continue
+                except OSError as exc:
+                    failure = str(exc)
+                else:
+                    self.sent += 1
+                    continue
+            self._drop('send_failed', detail=failure)
 
     # ----------------------------------------------------------------- autopilot -> MAVSDK
 
