@@ -30,7 +30,9 @@ accept-unsigned callback says so). The rules:
   say); with a key it passes the rule above, so only one signed with the current key
   changes it. An all-zero key and timestamp turns signing off (only signed, only if on). A
   new key's timestamp is the larger of the one sent and the clock (with the same key, also of
-  ours), and the key file is written at once.
+  ours), and the key file is written at once. The streams' last timestamps are kept apart
+  from the key (the C library's ``mavlink_signing_streams``) and survive a SETUP_SIGNING, so
+  a frame taken before it is still a replay after it.
 - At start the timestamp is the larger of the file's and the clock (MAVLink spec, "Timestamp
   handling"; PX4's storage reconcile); a clean stop writes the current one back.
 
@@ -138,6 +140,11 @@ class VehicleSigning:
         self._on_event = on_event or (lambda event, **details: None)
         self.key: bytes | None = None
         self._check: StreamCheck | None = None
+        # the last timestamp per stream, kept for the vehicle's life apart from the key, as
+        # PX4 keeps mavlink_signing_streams apart from mavlink_signing_t: a SETUP_SIGNING
+        # (the same key again, another key, signing off and on) does not forget them, so
+        # nothing signed before it can be played back after it
+        self._streams: dict[tuple[int, int, int], int] = {}
         self.rejected: Counter[str] = Counter()
         self.rejected_messages: Counter[str] = Counter()
         self.setup: Counter[str] = Counter()
@@ -162,7 +169,7 @@ class VehicleSigning:
 
     def _activate(self, key: bytes, timestamp: int) -> None:
         self.key = key
-        self._check = StreamCheck(key, timestamp)
+        self._check = StreamCheck(key, timestamp, self._streams)
         signing = self._sender.signing
         signing.secret_key = key
         signing.link_id = LINK_ID
