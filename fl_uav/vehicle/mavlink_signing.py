@@ -25,6 +25,7 @@ sign) without decoding it, and check what it receives without decoding it either
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import secrets
 import stat
@@ -125,7 +126,7 @@ def signature_link_id(frame: bytes) -> int:
 
 def signature_matches(frame: bytes, key: bytes) -> bool:
     """The signed frame's 48-bit signature is SHA-256(key + frame up to the signature)[:6]."""
-    return hashlib.sha256(key + frame[:-6]).digest()[:6] == frame[-6:]
+    return hmac.compare_digest(hashlib.sha256(key + frame[:-6]).digest()[:6], frame[-6:])
 
 
 _crc_extras: dict[int, int] = {}
