@@ -43,7 +43,6 @@ vehicle's next messages are signed with it (``fl-uav mavlink-key provision`` wai
 from __future__ import annotations
 
 import logging
-import os
 import struct
 import time
 from collections import Counter
@@ -57,6 +56,7 @@ from fl_uav.vehicle.mavlink_signing import (
     StreamCheck,
     is_signed,
     now_ticks,
+    write_private_file,
 )
 
 _log = logging.getLogger(__name__)
@@ -111,14 +111,7 @@ def write_px4_key_file(path: str | Path, key: bytes, timestamp: int) -> Path:
         raise ValueError(f'a MAVLink signing key has {KEY_BYTES} bytes, got {len(key)}')
     path = Path(path)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + '.tmp')
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, key + struct.pack('<Q', timestamp))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
+    write_private_file(path, key + struct.pack('<Q', timestamp))
     return path
 
 

@@ -116,6 +116,36 @@ def test_key_files_are_private_and_checked(tmp_path):
     assert passphrase_key('hello').hex().startswith('2cf24dba')    # SHA-256, as MAVProxy
 
 
+def test_overwriting_a_key_file_readable_by_others_leaves_a_private_one_with_the_new_key(
+        tmp_path):
+    # Arrange: an old key file someone made readable by all
+    path = write_key_file(tmp_path / 'drone0.key', KEY)
+    os.chmod(path, 0o644)
+    # Act
+    write_key_file(path, OTHER_KEY, overwrite=True)
+    # Assert
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert read_key_file(path) == OTHER_KEY
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['drone0.key']
+
+
+def test_an_overwrite_that_fails_midway_leaves_the_old_key_file(tmp_path, monkeypatch):
+    # Arrange: the disk fails while the new key is being written
+    path = write_key_file(tmp_path / 'drone0.key', KEY)
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(5, 'Input/output error')
+
+    monkeypatch.setattr(os, 'fsync', failing_fsync)
+    # Act
+    with pytest.raises(OSError, match='Input/output'):
+        write_key_file(path, OTHER_KEY, overwrite=True)
+    # Assert: the old key whole, no temporary file left
+    monkeypatch.undo()
+    assert read_key_file(path) == KEY
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['drone0.key']
+
+
 @pytest.mark.parametrize(('url', 'parsed'), [
     ('udpin://0.0.0.0:14540', ('udpin', '0.0.0.0', 14540)),
     ('udp://:14541', ('udpin', '0.0.0.0', 14541)),
