@@ -72,15 +72,12 @@ KEY_FILE = 'mavlink-signing-key.bin'
 KEY_FILE_BYTES = KEY_BYTES + 8
 #: PX4's link id: the MAVLink instance (MavlinkSignControl::start); one instance per vehicle
 LINK_ID = 0
-AUTOPILOT_COMPONENT_ID = mavlink.MAV_COMP_ID_AUTOPILOT1
 BLANK_KEY = bytes(KEY_BYTES)
 
 # SETUP_SIGNING outcomes (the sim's event log and counters)
 KEY_ACCEPTED = 'key_accepted'
 SIGNING_DISABLED = 'signing_disabled'
 REJECTED_ARMED = 'rejected_armed'
-REJECTED_BLANK_UNSIGNED = 'rejected_blank_unsigned'
-NOT_FOR_US = 'not_for_us'
 
 
 def key_file_path(state_dir: str | Path, vehicle_index: int) -> Path:
@@ -209,8 +206,9 @@ class VehicleSigning:
         return False
 
     def on_setup_signing(self, msg, armed: bool) -> str:
-        """Handle a SETUP_SIGNING that passed :meth:`accept`, as PX4 does; returns the
-        outcome (also counted in ``setup`` and put in the event log)."""
+        """Handle a SETUP_SIGNING that passed :meth:`accept` and is addressed to this vehicle
+        (the link routes only those here), as PX4 does; returns the outcome (also counted in
+        ``setup`` and put in the event log)."""
         outcome = self._setup_outcome(msg, armed)
         self.setup[outcome] += 1
         self._on_event('setup_signing', outcome=outcome)
@@ -219,18 +217,13 @@ class VehicleSigning:
         return outcome
 
     def _setup_outcome(self, msg, armed: bool) -> str:
-        if msg.target_system not in (0, self.sysid) or msg.target_component not in (
-                0, AUTOPILOT_COMPONENT_ID):
-            return NOT_FOR_US
         if armed:
             return REJECTED_ARMED
         key, requested = bytes(msg.secret_key), int(msg.initial_timestamp)
         if key == BLANK_KEY and requested == 0:
             if not self.active:
                 return SIGNING_DISABLED            # already off: nothing to do
-            if not is_signed(bytes(msg.get_msgbuf())):
-                return REJECTED_BLANK_UNSIGNED     # (cannot pass accept() with a key anyway)
-            self._deactivate()
+            self._deactivate()                     # signed with the key: accept() saw to it
             if self.path is not None:
                 write_px4_key_file(self.path, BLANK_KEY, 0)
             return SIGNING_DISABLED
