@@ -30,7 +30,9 @@ accept-unsigned callback says so). The rules:
   say); with a key it passes the rule above, so only one signed with the current key
   changes it. An all-zero key and timestamp turns signing off (only signed, only if on). A
   new key's timestamp is the larger of the one sent and the clock (with the same key, also of
-  ours), and the key file is written at once.
+  ours), and the key file is written at once. The streams' last timestamps are kept apart
+  from the key (the C library's ``mavlink_signing_streams``) and survive a SETUP_SIGNING, so
+  a frame taken before it is still a replay after it.
 - At start the timestamp is the larger of the file's and the clock (MAVLink spec, "Timestamp
   handling"; PX4's storage reconcile); a clean stop writes the current one back.
 
@@ -41,7 +43,6 @@ vehicle's next messages are signed with it (``fl-uav mavlink-key provision`` wai
 from __future__ import annotations
 
 import logging
-import os
 import struct
 import time
 from collections import Counter
@@ -55,6 +56,7 @@ from fl_uav.vehicle.mavlink_signing import (
     StreamCheck,
     is_signed,
     now_ticks,
+    write_private_file,
 )
 
 _log = logging.getLogger(__name__)
@@ -70,15 +72,12 @@ KEY_FILE = 'mavlink-signing-key.bin'
 KEY_FILE_BYTES = KEY_BYTES + 8
 #: PX4's link id: the MAVLink instance (MavlinkSignControl::start); one instance per vehicle
 LINK_ID = 0
-AUTOPILOT_COMPONENT_ID = mavlink.MAV_COMP_ID_AUTOPILOT1
 BLANK_KEY = bytes(KEY_BYTES)
 
 # SETUP_SIGNING outcomes (the sim's event log and counters)
 KEY_ACCEPTED = 'key_accepted'
 SIGNING_DISABLED = 'signing_disabled'
 REJECTED_ARMED = 'rejected_armed'
-REJECTED_BLANK_UNSIGNED = 'rejected_blank_unsigned'
-NOT_FOR_US = 'not_for_us'
 
 
 def key_file_path(state_dir: str | Path, vehicle_index: int) -> Path:
@@ -109,14 +108,7 @@ def write_px4_key_file(path: str | Path, key: bytes, timestamp: int) -> Path:
         raise ValueError(f'a MAVLink signing key has {KEY_BYTES} bytes, got {len(key)}')
     path = Path(path)
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + '.tmp')
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, key + struct.pack('<Q', timestamp))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
+    write_private_file(path, key + struct.pack('<Q', timestamp))
     return path
 
 
@@ -138,6 +130,11 @@ class VehicleSigning:
         self._on_event = on_event or (lambda event, **details: None)
         self.key: bytes | None = None
         self._check: StreamCheck | None = None
+        # the last timestamp per stream, kept for the vehicle's life apart from the key, as
+        # PX4 keeps mavlink_signing_streams apart from mavlink_signing_t: a SETUP_SIGNING
+        # (the same key again, another key, signing off and on) does not forget them, so
+        # nothing signed before it can be played back after it
+        self._streams: dict[tuple[int, int, int], int] = {}
         self.rejected: Counter[str] = Counter()
         self.rejected_messages: Counter[str] = Counter()
         self.setup: Counter[str] = Counter()
@@ -162,7 +159,7 @@ class VehicleSigning:
 
     def _activate(self, key: bytes, timestamp: int) -> None:
         self.key = key
-        self._check = StreamCheck(key, timestamp)
+        self._check = StreamCheck(key, timestamp, self._streams)
         signing = self._sender.signing
         signing.secret_key = key
         signing.link_id = LINK_ID
@@ -209,8 +206,9 @@ class VehicleSigning:
         return False
 
     def on_setup_signing(self, msg, armed: bool) -> str:
-        """Handle a SETUP_SIGNING that passed :meth:`accept`, as PX4 does; returns the
-        outcome (also counted in ``setup`` and put in the event log)."""
+        """Handle a SETUP_SIGNING that passed :meth:`accept` and is addressed to this vehicle
+        (the link routes only those here), as PX4 does; returns the outcome (also counted in
+        ``setup`` and put in the event log)."""
         outcome = self._setup_outcome(msg, armed)
         self.setup[outcome] += 1
         self._on_event('setup_signing', outcome=outcome)
@@ -219,18 +217,13 @@ class VehicleSigning:
         return outcome
 
     def _setup_outcome(self, msg, armed: bool) -> str:
-        if msg.target_system not in (0, self.sysid) or msg.target_component not in (
-                0, AUTOPILOT_COMPONENT_ID):
-            return NOT_FOR_US
         if armed:
             return REJECTED_ARMED
         key, requested = bytes(msg.secret_key), int(msg.initial_timestamp)
         if key == BLANK_KEY and requested == 0:
             if not self.active:
                 return SIGNING_DISABLED            # already off: nothing to do
-            if not is_signed(bytes(msg.get_msgbuf())):
-                return REJECTED_BLANK_UNSIGNED     # (cannot pass accept() with a key anyway)
-            self._deactivate()
+            self._deactivate()                     # signed with the key: accept() saw to it
             if self.path is not None:
                 write_px4_key_file(self.path, BLANK_KEY, 0)
             return SIGNING_DISABLED

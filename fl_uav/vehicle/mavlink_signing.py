@@ -25,6 +25,7 @@ sign) without decoding it, and check what it receives without decoding it either
 from __future__ import annotations
 
 import hashlib
+import hmac
 import os
 import secrets
 import stat
@@ -125,7 +126,7 @@ def signature_link_id(frame: bytes) -> int:
 
 def signature_matches(frame: bytes, key: bytes) -> bool:
     """The signed frame's 48-bit signature is SHA-256(key + frame up to the signature)[:6]."""
-    return hashlib.sha256(key + frame[:-6]).digest()[:6] == frame[-6:]
+    return hmac.compare_digest(hashlib.sha256(key + frame[:-6]).digest()[:6], frame[-6:])
 
 
 _crc_extras: dict[int, int] = {}
@@ -199,6 +200,16 @@ class StreamCheck:
         self.timestamp = max(self.timestamp, stamp)
         return None
 
+    def sign(self, frame: bytes, link_id: int, now: int) -> bytes:
+        """The unsigned ``frame`` signed with the key at our next timestamp (one more than
+        the last, at least ``now``). Its stream's timestamp is recorded as if we had
+        accepted it, so the frame played back to us is a stale replay, not a new stream (the
+        C library does not do this: a PX4 takes its own frames sent back to it)."""
+        stamp = max(self.timestamp + 1, now)
+        self.timestamp = stamp
+        self.streams[(*source(frame), link_id)] = stamp
+        return sign_frame(frame, self.key, link_id, stamp)
+
 
 def generate_key() -> bytes:
     """A new random 32-byte signing key."""
@@ -210,19 +221,52 @@ def passphrase_key(passphrase: str) -> bytes:
     return hashlib.sha256(passphrase.encode('ascii')).digest()
 
 
+def write_private_file(path: Path, data: bytes, *, overwrite: bool = True) -> None:
+    """Write ``data`` to ``path`` whole, mode 0600, never readable by others: a temporary file
+    next to it created 0600 (a stale one from a crash removed first), synced and renamed over
+    ``path``, so a crash leaves the old file or the new one, never a partial one. Without
+    ``overwrite`` an existing ``path`` is refused (FileExistsError) and the file is created
+    in place (O_EXCL: nothing to keep if it fails)."""
+    if not overwrite:
+        _write_new(path, data)
+        return
+    temporary = path.with_name(path.name + '.tmp')
+    temporary.unlink(missing_ok=True)
+    try:
+        _write_new(temporary, data)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    directory = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(directory)                 # the rename itself on disk
+    finally:
+        os.close(directory)
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Create ``path`` (O_EXCL) with mode 0600 and ``data``, synced."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, KEY_FILE_MODE)
+    try:
+        os.fchmod(fd, KEY_FILE_MODE)        # the umask may have cleared bits
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_key_file(path: str | Path, key: bytes, *, overwrite: bool = False) -> Path:
-    """Write ``key`` as 64 hex digits and a newline to a new file created with mode 0600
-    (never readable by others, even for an instant); an existing file is refused
-    (FileExistsError) unless ``overwrite``."""
+    """Write ``key`` as 64 hex digits and a newline, mode 0600 (:func:`write_private_file`:
+    never readable by others, even for an instant; an overwrite is all or nothing); an
+    existing file is refused (FileExistsError) unless ``overwrite``."""
     if len(key) != KEY_BYTES:
         raise SigningError(f'a MAVLink signing key has {KEY_BYTES} bytes, got {len(key)}')
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if overwrite else os.O_EXCL)
-    fd = os.open(path, flags, KEY_FILE_MODE)
-    with os.fdopen(fd, 'w') as f:
-        f.write(key.hex() + '\n')
-    os.chmod(path, KEY_FILE_MODE)       # the umask may have cleared bits, O_TRUNC kept old ones
+    write_private_file(path, (key.hex() + '\n').encode('ascii'), overwrite=overwrite)
     return path
 
 

@@ -14,13 +14,16 @@ reason in :attr:`SigningRelay.dropped`: a second client on the drone's UDP port 
 command the autopilot through the drone nor feed MAVSDK a fake HEARTBEAT (a disarm that never
 happened) or position.
 
-On ``udpin://`` the relay answers the address the last frame signed with the key came from,
-never one that sent anything else. Its signing timestamp starts at the clock and follows the
-autopilot's accepted frames, as the C library's does, so a companion that boots with its
-clock behind still gets ahead of the timestamps it used before.
+On ``udpin://`` the relay answers the address the last frame signed with the key (and newer
+than its stream's last) came from, never one that sent anything else. The streams it signs
+on are recorded in its check as it signs, so a frame of its own played back to it is a stale
+replay: it neither reaches MAVSDK nor moves the peer. Its signing timestamp starts at the
+clock and follows the autopilot's accepted frames, as the C library's does, so a companion
+that boots with its clock behind still gets ahead of the timestamps it used before.
 
 Threads: MAVSDK calls :meth:`SigningRelay.send_from_mavsdk` on its own threads (a lock guards
-the signer); one reader thread per relay reads the link and hands accepted frames to MAVSDK.
+the signer and the send, so frames leave in timestamp order); one reader thread per relay
+reads the link and hands accepted frames to MAVSDK.
 """
 
 from __future__ import annotations
@@ -43,7 +46,6 @@ from fl_uav.vehicle.mavlink_signing import (
     frame_length,
     is_signed,
     now_ticks,
-    sign_frame,
     split_frames,
 )
 
@@ -197,7 +199,6 @@ class SigningRelay:
                  link_id: int = COMPANION_LINK_ID) -> None:
         self.transport = transport
         self.link_id = link_id
-        self._key = key
         self._check = StreamCheck(key, now_ticks())
         self._lock = threading.Lock()
         self._pending = b''            # a serial read may end inside a frame
@@ -226,24 +227,23 @@ class SigningRelay:
             if frame[0] != STX_V2:
                 self._drop('mavlink1')          # cannot be signed; PX4 would drop it
                 continue
+            # sign and send under one lock: frames leave in timestamp order (two MAVSDK
+            # threads racing would otherwise put a later timestamp on the wire first, and
+            # the autopilot drop the earlier frame as stale)
             with self._lock:
-                if is_signed(frame):
-                    signed = frame
-                else:
-                    stamp = max(self._check.timestamp + 1, now_ticks())
-                    self._check.timestamp = stamp
-                    signed = sign_frame(frame, self._key, self.link_id, stamp)
-            try:
-                self.transport.send(signed)
-            except ConnectionError:
-                with self._lock:
+                signed = (frame if is_signed(frame)
+                          else self._check.sign(frame, self.link_id, now_ticks()))
+                try:
+                    self.transport.send(signed)
+                except ConnectionError:
                     self.not_sent += 1
-                continue
-            except OSError as exc:
-                self._drop('send_failed', detail=str(exc))
-                continue
-            with self._lock:
-                self.sent += 1
+                    continue
+                except OSError as exc:
+                    failure = str(exc)
+                else:
+                    self.sent += 1
+                    continue
+            self._drop('send_failed', detail=failure)
 
     # ----------------------------------------------------------------- autopilot -> MAVSDK
 
@@ -268,6 +268,15 @@ class SigningRelay:
                 self._drop(reason)
                 continue
             accepted.append(frame)
+            # The peer follows the sender of the last frame that passed the check, as
+            # MAVSDK's own udpin follows a remote whose address changed: the autopilot may
+            # come back on another port after a reboot. Passing the check takes a signature
+            # made with the key and a timestamp newer than its stream's last (our own
+            # streams included, so our frames sent back are refused), i.e. a key holder, or
+            # someone on the path who delivers a captured frame before the original, who
+            # can withhold the link's traffic anyway. Keeping the first peer instead would
+            # leave the drone deaf after such a reboot and give the first sender the link
+            # for good.
             self.transport.accept_peer(peer)
         self.delivered += len(accepted)
         return b''.join(accepted)

@@ -71,6 +71,7 @@ from fl_uav.vehicle.interface import (
     VehicleError,
     WaypointEnu,
 )
+from fl_uav.vehicle.mavlink_signing import KEY_BYTES
 from fl_uav.vehicle.mavlink_signing_relay import MAVSDK_RAW_URL, SigningRelay, parse_link_url
 from fl_uav.vehicle.runner import ensure_executor
 from fl_uav.vehicle.streams import put_latest, subscribe
@@ -265,7 +266,7 @@ class MavsdkVehicle:
         if '://' not in url:
             raise ValueError(f'url must look like udpin://127.0.0.1:14540, got {url!r}')
         if signing_key is not None:
-            if len(signing_key) != 32:
+            if len(signing_key) != KEY_BYTES:
                 raise ValueError(f'signing_key must have 32 bytes, got {len(signing_key)}')
             parse_link_url(url)        # ValueError now, not at connect
         if arrival_radius_m <= 0.0 or altitude_tolerance_m <= 0.0:

@@ -237,6 +237,27 @@ def test_a_key_is_changed_only_by_a_setup_signing_signed_with_it(start_sim, clie
     assert read_px4_key_file(key_file_path(tmp_path, 0))[0] == OTHER_KEY
 
 
+def test_a_signed_command_replayed_after_a_same_key_setup_signing_is_dropped(
+        start_sim, client_factory, tmp_path):
+    # Arrange: a signed command on its own stream (link 3), taken and captured on the air
+    sim, _ = _keyed_sim(start_sim, tmp_path)
+    client = client_factory()
+    mav = _signer(client, KEY, link_id=3)
+    captured = mav.command_long_encode(1, 1, ROGUE, 0, 1, 5.0, 0, 0, 0, 0, 0).pack(mav)
+    client.send_raw(captured)
+    assert client.recv('COMMAND_ACK', lambda m: m.command == ROGUE) is not None
+    # Act: the same key provisioned again (signed with it, on link 0), then the playback
+    _signer(client, KEY).setup_signing_send(1, 1, KEY, now_ticks())
+    assert _probe(client, KEY) is not None
+    client.send_raw(captured)
+    probe = _probe(client, KEY)
+    # Assert
+    signing = sim.links[0].signing
+    assert signing.setup == {KEY_ACCEPTED: 1}
+    assert probe is not None and len(_acks(client, ROGUE)) == 1
+    assert signing.rejected == {'stale_timestamp': 1}
+
+
 def test_setup_signing_is_refused_while_armed(start_sim, client_factory, tmp_path):
     # Arrange: armed, no key
     sim, _ = start_sim(state_dir=str(tmp_path))

@@ -116,6 +116,36 @@ def test_key_files_are_private_and_checked(tmp_path):
     assert passphrase_key('hello').hex().startswith('2cf24dba')    # SHA-256, as MAVProxy
 
 
+def test_overwriting_a_key_file_readable_by_others_leaves_a_private_one_with_the_new_key(
+        tmp_path):
+    # Arrange: an old key file someone made readable by all
+    path = write_key_file(tmp_path / 'drone0.key', KEY)
+    os.chmod(path, 0o644)
+    # Act
+    write_key_file(path, OTHER_KEY, overwrite=True)
+    # Assert
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert read_key_file(path) == OTHER_KEY
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['drone0.key']
+
+
+def test_an_overwrite_that_fails_midway_leaves_the_old_key_file(tmp_path, monkeypatch):
+    # Arrange: the disk fails while the new key is being written
+    path = write_key_file(tmp_path / 'drone0.key', KEY)
+
+    def failing_fsync(fd: int) -> None:
+        raise OSError(5, 'Input/output error')
+
+    monkeypatch.setattr(os, 'fsync', failing_fsync)
+    # Act
+    with pytest.raises(OSError, match='Input/output'):
+        write_key_file(path, OTHER_KEY, overwrite=True)
+    # Assert: the old key whole, no temporary file left
+    monkeypatch.undo()
+    assert read_key_file(path) == KEY
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['drone0.key']
+
+
 @pytest.mark.parametrize(('url', 'parsed'), [
     ('udpin://0.0.0.0:14540', ('udpin', '0.0.0.0', 14540)),
     ('udp://:14541', ('udpin', '0.0.0.0', 14541)),
@@ -173,6 +203,21 @@ def test_the_relay_passes_only_frames_signed_with_the_key_and_answers_only_their
     assert relay.not_sent == 1
     assert relay.transport.peer == autopilot.getsockname()
     assert _pymavlink_accepts(data, KEY) and relay.sent == 1
+
+
+def test_a_frame_of_the_relays_own_sent_back_to_it_is_dropped_and_the_peer_stays(
+        relay_on_udp):
+    # Arrange: the autopilot heard; one command the relay signed, captured on its way out
+    relay, autopilot, rogue = relay_on_udp
+    relay.accept_from_link(_signed_by_pymavlink(KEY, now_ticks()), autopilot.getsockname())
+    relay.send_from_mavsdk(_unsigned())
+    captured, _ = autopilot.recvfrom(1024)
+    # Act: the rogue plays it back to the relay's port
+    delivered = relay.accept_from_link(captured, rogue.getsockname())
+    # Assert: a stale replay of the relay's own stream; the drone still answers the autopilot
+    assert delivered == b''
+    assert relay.dropped == {'stale_timestamp': 1}
+    assert relay.transport.peer == autopilot.getsockname()
 
 
 @pytest.mark.timeout(60)
