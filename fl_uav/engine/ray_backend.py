@@ -15,11 +15,11 @@ would (fl_uav.engine.chunk_worker.plan_chunks) and hands them to the actors, at 
 chunk's uploads back as codec frames, which the driver decodes as they arrive. The run's
 rounds.csv equals the local backend's in every column but wall_s, for any number of workers.
 
-A worker that dies mid-round (its process killed, its node lost, out of memory): its chunks
-are trained again by the remaining workers and the round goes on with the same results (a
-warning says so); when none remains the run stops with one line and the checkpoint of the last
-completed round (``--resume`` starts new workers). An exception inside a worker is a bug and
-stops the run with it.
+A worker that dies mid-round (its process killed, its node lost, killed by Ray's memory
+monitor): its chunks are trained again by the remaining workers and the round goes on with the
+same results (a warning says so); when none remains the run stops with one line and the
+checkpoint of the last completed round (``--resume`` starts new workers). An exception inside
+a worker is a bug and stops the run with it; any other Ray error stops it with one line.
 """
 
 from __future__ import annotations
@@ -55,10 +55,14 @@ from fl_uav.learning.weights import Weights
 try:
     import ray
     from ray.exceptions import (
+        ActorUnschedulableError,
         GetTimeoutError,
+        LocalRayletDiedError,
         NodeDiedError,
         ObjectLostError,
+        OutOfMemoryError,
         RayActorError,
+        RayError,
         RayTaskError,
         WorkerCrashedError,
     )
@@ -88,8 +92,10 @@ def require_ray() -> None:
 
 
 def _lost_worker_errors() -> tuple[type[BaseException], ...]:
-    """What ray.get raises when the worker (or its node, or its result) is gone."""
-    return (RayActorError, WorkerCrashedError, NodeDiedError, ObjectLostError)
+    """What ray.get raises when the worker (or its node, its raylet, or its result) is gone,
+    Ray's memory monitor killed it, or it cannot be placed again."""
+    return (RayActorError, WorkerCrashedError, NodeDiedError, ObjectLostError,
+            OutOfMemoryError, ActorUnschedulableError, LocalRayletDiedError)
 
 
 def probe_address(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
@@ -230,7 +236,7 @@ class RayBackend:
         except GetTimeoutError:
             raise ExperimentError(f'the {self.workers} Ray workers did not start within '
                                   f'{WORKER_START_TIMEOUT_S:g} s on {self.where}') from None
-        except (*_lost_worker_errors(), RayTaskError) as exc:
+        except RayError as exc:   # a worker lost, or an exception in its start
             raise ExperimentError(f'a Ray worker failed to start on {self.where}: '
                                   f'{_first_line(exc)}') from None
         code = code_fingerprint()
@@ -311,6 +317,11 @@ class RayBackend:
                 raise ExperimentError(f'round {r}: a Ray worker failed on chunk {spec.index} '
                                       f'(drones {spec.drones[0]}..): {_first_line(exc)}; '
                                       f'partial results are in {self.out_dir}') from None
+            except RayError as exc:   # Ray itself (its object store, its raylet, ...)
+                raise ExperimentError(f'round {r}: Ray failed ({type(exc).__name__}: '
+                                      f'{_first_line(exc)}); the rounds before are in '
+                                      f'{self.out_dir} (--resume goes on from its last '
+                                      f'checkpoint)') from None
             del ref
             if chunk.diverged is not None:
                 drone, message = chunk.diverged
