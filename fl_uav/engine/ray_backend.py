@@ -308,9 +308,9 @@ class RayBackend:
             try:
                 chunk = ray.get(ref)
             except _lost_worker_errors() as exc:
+                self._lose(a, r, exc)   # ExperimentError when no worker is left
                 pending.appendleft(spec)
                 self.retried_chunks += 1
-                self._lose(a, r, exc)
                 hand_out()
                 continue
             except RayTaskError as exc:

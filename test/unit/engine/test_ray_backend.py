@@ -195,9 +195,17 @@ def test_another_ray_error_stops_the_run_with_one_line(tmp_path, monkeypatch):
 
 def test_all_workers_killed_stop_the_run_and_resume_goes_on(tmp_path, quick_local,
                                                             monkeypatch):
-    # Arrange: both workers killed in round 2
+    # Arrange: both workers killed in round 2; the workers the round lost counted
     config = _config(QUICK, **QUICK_SET, **RAY_SET)
     monkeypatch.setattr(RayBackend, 'on_submitted', _kill_workers([0, 1], at_round=2))
+    losses: list[int] = []
+    real_lose = RayBackend._lose
+
+    def lose(backend: RayBackend, a: int, r: int, exc: BaseException) -> None:
+        losses.append(a)
+        real_lose(backend, a, r, exc)
+
+    monkeypatch.setattr(RayBackend, '_lose', lose)
     # Act: the run stops; then it resumes with new workers
     failed = run_experiment(config, tmp_path, echo=_quiet)
     monkeypatch.setattr(RayBackend, 'on_submitted', None)
@@ -206,6 +214,8 @@ def test_all_workers_killed_stop_the_run_and_resume_goes_on(tmp_path, quick_loca
     assert failed['status'] == 'failed' and failed['rounds_completed'] == 1
     assert failed['error'].startswith('round 2: all 2 Ray workers are gone')
     assert '--resume' in failed['error'] and '\n' not in failed['error']
+    # every lost chunk was handed back but the last (it found no worker left)
+    assert failed['engine_backend']['retried_chunks'] == len(losses) - 1
     assert resumed['status'] == 'finished'
     assert _rows(tmp_path) == quick_local
 
