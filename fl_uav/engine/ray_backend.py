@@ -200,6 +200,19 @@ class RayBackend:
         self._owns_ray = True   # our connection: ray.shutdown() leaves the cluster running
         self.where = f'the Ray cluster at {address}'
 
+    def _asked_cpus(self) -> str:
+        """The CPUs the run asks for, named by its keys."""
+        return (f'engine.workers {self.workers} x engine.torch_threads {self.cpus_per_worker} '
+                f'= {self.workers * self.cpus_per_worker} CPUs')
+
+    def _fewer_cpus(self, cpus: float) -> str:
+        """What to set so that the run asks for at most ``cpus`` CPUs ('' when none fits)."""
+        if cpus < 1:
+            return ''
+        if self.cpus_per_worker > cpus:   # one worker alone is too big
+            return f'engine.torch_threads to at most {int(cpus)}'
+        return f'engine.workers to at most {int(cpus // self.cpus_per_worker)}'
+
     def _check_cpus(self) -> None:
         """ExperimentError when the cluster cannot place every actor now (it would wait)."""
         total = float(ray.cluster_resources().get('CPU', 0.0))
@@ -209,17 +222,17 @@ class RayBackend:
         while free < need <= total and time.monotonic() < waited:   # an earlier run's
             time.sleep(0.2)                                          # actors still stopping
             free = float(ray.available_resources().get('CPU', 0.0))
-        what = (f'engine.workers {self.workers} x engine.torch_threads '
-                f'{self.cpus_per_worker} = {need} CPUs')
         if need > total:
+            fewer = self._fewer_cpus(total)
             raise ExperimentError(
-                f'{what}, but {self.where} has {total:g}: set engine.workers to at most '
-                f'{int(total // self.cpus_per_worker)}, or add machines (ray start --address)')
+                f'{self._asked_cpus()}, but {self.where} has {total:g}: '
+                f'{f"set {fewer}, or " if fewer else ""}add machines (ray start --address)')
         if need > free:
+            fewer = self._fewer_cpus(free)
             raise ExperimentError(
-                f'{what}, but only {free:g} of the {total:g} CPUs of {self.where} are free '
-                f'(other work holds the rest; waited {CPU_RELEASE_WAIT_S:g} s): set '
-                f'engine.workers to at most {int(free // self.cpus_per_worker)}, or wait')
+                f'{self._asked_cpus()}, but only {free:g} of the {total:g} CPUs of '
+                f'{self.where} are free (other work holds the rest; waited '
+                f'{CPU_RELEASE_WAIT_S:g} s): {f"set {fewer}, or " if fewer else ""}wait')
 
     def _start_actors(self, data: TrainTestData) -> None:
         """The training set into the object store once; the actors; their code checked."""

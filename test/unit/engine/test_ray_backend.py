@@ -220,16 +220,22 @@ def test_all_workers_killed_stop_the_run_and_resume_goes_on(tmp_path, quick_loca
     assert _rows(tmp_path) == quick_local
 
 
-def test_more_workers_than_the_cluster_has_cpus_is_refused_at_start(tmp_path):
+@pytest.mark.parametrize('workers, threads, what', [
+    (CPUS + 1, 1, f'engine.workers to at most {CPUS}'),
+    (1, CPUS + 1, f'engine.torch_threads to at most {CPUS}'),   # one worker is too big
+], ids=['workers', 'torch_threads'])
+def test_more_cpus_than_the_cluster_has_is_refused_at_start(tmp_path, workers, threads, what):
     # Act
     with pytest.raises(ExperimentError) as info:
-        run_experiment(_config(QUICK, **{**RAY_SET, 'engine.workers': CPUS + 1}),
+        run_experiment(_config(QUICK, **{**RAY_SET, 'engine.workers': workers,
+                                         'engine.torch_threads': threads}),
                        tmp_path / 'run', echo=_quiet)
-    # Assert: one line naming the key and the CPUs; nothing left behind
+    # Assert: one line naming the keys, the CPUs and what to set; nothing left behind
     message = str(info.value)
-    assert message == (f'engine.workers {CPUS + 1} x engine.torch_threads 1 = {CPUS + 1} '
-                       f'CPUs, but the Ray this process joined has {CPUS}: set engine.workers '
-                       f'to at most {CPUS}, or add machines (ray start --address)')
+    need = workers * threads
+    assert message == (f'engine.workers {workers} x engine.torch_threads {threads} = {need} '
+                       f'CPUs, but the Ray this process joined has {CPUS}: set {what}, or '
+                       f'add machines (ray start --address)')
     assert '\n' not in message
     assert not (tmp_path / 'run').exists()
 
