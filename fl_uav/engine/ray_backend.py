@@ -4,11 +4,12 @@ The only module of fl_uav that imports Ray (an optional dependency: requirements
 installed by ``make install``; without it a run with backend ray stops at start with one line).
 
 At start the driver joins Ray (``engine.ray_address``: '' starts a local Ray for the run with
-``engine.workers`` x ``engine.torch_threads`` CPUs; ``auto`` or host:port joins a running
-cluster), checks that the cluster has the CPUs ``engine.workers`` asks for, puts the training
-set into the object store once and starts ``engine.workers`` actors
-(:class:`~fl_uav.engine.chunk_worker.ChunkWorker`, ``engine.torch_threads`` CPUs each), each of
-which must run the driver's fl_uav code (same source digest). Each round the driver puts the
+``engine.workers`` x ``engine.torch_threads`` CPUs, at most the CPUs this process may use;
+``auto`` or host:port joins a running cluster), checks that the cluster has the CPUs
+``engine.workers`` asks for, puts the training set into the object store once and starts
+``engine.workers`` actors (:class:`~fl_uav.engine.chunk_worker.ChunkWorker`,
+``engine.torch_threads`` CPUs each), each of which must run the driver's fl_uav code (same
+source digest). Each round the driver puts the
 global model into the object store once, plans the round's chunks exactly as the local trainer
 would (fl_uav.engine.chunk_worker.plan_chunks) and hands them to the actors, at most
 :data:`IN_FLIGHT_PER_WORKER` at a time each, so a faster actor takes more; the actors send each
@@ -167,6 +168,7 @@ class RayBackend:
         address = self.config.engine.ray_address
         os.environ.setdefault('RAY_USAGE_STATS_ENABLED', '0')   # no telemetry unless asked
         if not address:
+            self._check_local_cpus()   # before ray.init, which would size its Ray to the ask
             # The actors are the run's compute: at the driver's priority, not Ray's default
             # +15 for its workers (which leaves them only what every other process leaves).
             os.environ.setdefault('RAY_worker_niceness', '0')
@@ -212,6 +214,15 @@ class RayBackend:
         if self.cpus_per_worker > cpus:   # one worker alone is too big
             return f'engine.torch_threads to at most {int(cpus)}'
         return f'engine.workers to at most {int(cpus // self.cpus_per_worker)}'
+
+    def _check_local_cpus(self) -> None:
+        """ExperimentError when a local Ray would have more CPUs than this process may use."""
+        usable = usable_cpus()
+        if self.workers * self.cpus_per_worker > usable:
+            raise ExperimentError(
+                f'{self._asked_cpus()}, but this process may use {usable} CPUs of this '
+                f'machine: set {self._fewer_cpus(usable)}, or join a cluster with more '
+                f'(engine.ray_address)')
 
     def _check_cpus(self) -> None:
         """ExperimentError when the cluster cannot place every actor now (it would wait)."""
@@ -401,6 +412,15 @@ class RayBackend:
                 'start_s': round(self.start_s, 3), 'training_set_bytes': self.data_bytes,
                 'bytes_per_round': mean, 'rounds': per_round,
                 'retried_chunks': self.retried_chunks}
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask: a container's or taskset's
+    limit), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:   # no affinity masks here (macOS)
+        return os.cpu_count() or 1
 
 
 def _python_handlers() -> dict[int, Any]:

@@ -1,10 +1,11 @@
 """engine.backend without a Ray cluster: the config keys and what backend ray refuses, the
 chunk workers' arithmetic in process (equal to the local backend's rounds), the frames they
-send, and the start-up errors (Ray not installed, an address nobody answers at). The Ray runs
-are in test_ray_backend.py."""
+send, and the start-up errors (Ray not installed, an address nobody answers at, a local Ray
+of more CPUs than this process may use). The Ray runs are in test_ray_backend.py."""
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from fl_uav.compression.compressor import NoCompression, decode_update_frame
 from fl_uav.compression.config import build_compressor
@@ -194,6 +196,40 @@ def test_without_ray_installed_backend_ray_stops_at_start_with_one_line(tmp_path
     assert str(info.value) == ('engine.backend ray needs the ray package, which is not '
                                'installed: pip install ray==2.60.0 (make install installs it), '
                                'or set engine.backend local')
+    assert not (tmp_path / 'run').exists()
+
+
+@pytest.fixture
+def torch_threads():
+    """torch's thread count put back after the test (run_experiment sets the config's)."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize('extra, what', [
+    (1, 'engine.workers to at most {n}'),
+    (0, 'engine.torch_threads to at most {n}'),   # one worker alone is too big
+], ids=['workers', 'torch_threads'])
+def test_a_local_ray_of_more_cpus_than_this_process_may_use_is_refused_before_it_starts(
+        tmp_path, monkeypatch, torch_threads, extra, what):
+    # Arrange: no Ray joined (the engine starts a local one), and a ray.init that records
+    pytest.importorskip('ray')
+    monkeypatch.setattr(ray_backend.ray, 'is_initialized', lambda: False)
+    started: list[dict] = []
+    monkeypatch.setattr(ray_backend.ray, 'init', lambda **kwargs: started.append(kwargs))
+    n = len(os.sched_getaffinity(0))
+    workers, threads = (n + 1, 1) if extra else (1, n + 1)
+    # Act
+    with pytest.raises(ExperimentError) as info:
+        run_experiment(_config(**{'engine.backend': 'ray', 'engine.workers': workers,
+                                  'engine.torch_threads': threads}), tmp_path / 'run')
+    # Assert: one line naming the keys, the CPUs and what to set; Ray never started
+    assert str(info.value) == (f'engine.workers {workers} x engine.torch_threads {threads} = '
+                               f'{n + 1} CPUs, but this process may use {n} CPUs of this '
+                               f'machine: set {what.format(n=n)}, or join a cluster with more '
+                               f'(engine.ray_address)')
+    assert started == []
     assert not (tmp_path / 'run').exists()
 
 
