@@ -281,11 +281,12 @@ class RayBackend:
                 ray.kill(a, no_restart=True)
             except Exception:   # already gone, or Ray already down
                 pass
-        for a in self.actors:   # gone before the next run asks Ray for CPUs
-            try:
-                ray.get(a.describe.remote(), timeout=CPU_RELEASE_WAIT_S)
-            except Exception:   # RayActorError: it is dead, as wanted
-                pass
+        try:   # gone before the next run asks Ray for CPUs: a call to each fails at once
+            calls = [a.describe.remote() for a in self.actors]
+            if calls:
+                ray.wait(calls, num_returns=len(calls), timeout=CPU_RELEASE_WAIT_S)
+        except Exception:   # Ray already down
+            pass
         self.actors, self.alive, self._data_refs = [], [], ()
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
