@@ -20,6 +20,7 @@ from fl_uav.compression.config import build_compressor
 from fl_uav.configschema import ConfigError, build_config, read_params_file
 from fl_uav.engine import ray_backend
 from fl_uav.engine.chunk_worker import (
+    ChunkSpec,
     ChunkWorker,
     RoundContext,
     decode_chunk,
@@ -156,6 +157,23 @@ def test_chunk_workers_give_the_local_rounds(tmp_path, overrides):
     # Assert: every column but wall_s, bit for bit; the frames are the uplink charged
     assert got == expected
     assert chunked._ray.frames >= sum(row['uplink_bytes'] for row in got)
+
+
+def test_a_diverging_chunk_names_the_drone_that_diverges_alone(tmp_path):
+    # Arrange: drone 5's first sample is NaN; a chunk of drones 3..6
+    engine = ExperimentEngine(_config(), tmp_path)
+    x = engine.data.train_x.copy()
+    x[engine.parts[5][0]] = np.nan
+    worker = ChunkWorker(engine.config, x, engine.data.train_y, engine.data.num_classes)
+    drones = (3, 4, 5, 6)
+    spec = ChunkSpec(0, drones, tuple(np.asarray(engine.parts[k]) for k in drones),
+                     (1, 2, 3, 4), None)
+    context = RoundContext(1, engine.weights, engine.train_config, engine.fingerprint)
+    # Act
+    chunk = worker.train_chunk(context, spec)
+    # Assert: no frames; the drone named (as the local engine names it)
+    assert chunk.diverged is not None and chunk.diverged[0] == 5
+    assert chunk.reports == ()
 
 
 @pytest.mark.parametrize('method', ['none', 'qsgd', 'range', 'ceoafl'])
