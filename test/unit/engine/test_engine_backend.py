@@ -1,10 +1,12 @@
 """engine.backend without a Ray cluster: the config keys and what backend ray refuses, the
 chunk workers' arithmetic in process (equal to the local backend's rounds), the frames they
 send, and the start-up errors (Ray not installed, an address nobody answers at, a local Ray
-of more CPUs than this process may use). The Ray runs are in test_ray_backend.py."""
+of more CPUs than this process may use) and a Ctrl-C while Ray starts. The Ray runs are in
+test_ray_backend.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import socket
@@ -28,7 +30,7 @@ from fl_uav.engine.chunk_worker import (
 )
 from fl_uav.engine.config import RAY_CLIENTS, ExperimentConfig
 from fl_uav.engine.experiment import ExperimentEngine, run_experiment
-from fl_uav.engine.results import ExperimentError
+from fl_uav.engine.results import ExperimentError, check_resumable
 from fl_uav.learning.choices import CLIENT_ALGORITHMS
 from fl_uav.learning.client_algorithms import build_client_algorithm
 from fl_uav.learning.training import TrainConfig
@@ -249,6 +251,31 @@ def test_a_local_ray_of_more_cpus_than_this_process_may_use_is_refused_before_it
                                f'(engine.ray_address)')
     assert started == []
     assert not (tmp_path / 'run').exists()
+
+
+def test_ctrl_c_while_the_ray_backend_starts_ends_the_run_as_interrupted(tmp_path,
+                                                                        monkeypatch):
+    # Arrange: Ctrl-C while the backend joins Ray (a local Ray's start takes seconds)
+    pytest.importorskip('ray')
+
+    def join(_backend) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ray_backend.RayBackend, '_join', join)
+    config = _config(**{'engine.backend': 'ray'})
+    out = tmp_path / 'run'
+    lines: list[str] = []
+    # Act
+    try:
+        summary = run_experiment(config, out, echo=lines.append)
+    except KeyboardInterrupt:
+        pytest.fail('the Ctrl-C escaped run_experiment (a traceback, no summary.json)')
+    # Assert: the ending of a Ctrl-C in a round: its line, summary.json; --resume accepted
+    assert summary['status'] == 'interrupted' and summary['rounds_completed'] == 0
+    assert summary['engine_backend']['backend'] == 'ray'
+    assert lines[-1] == f'interrupted after round 0; resume with --resume {out}'
+    assert json.loads((out / 'summary.json').read_text())['status'] == 'interrupted'
+    check_resumable(config, out)
 
 
 def _closed_port() -> int:
