@@ -38,7 +38,7 @@ from fl_uav.engine.config import ExperimentConfig
 from fl_uav.engine.faults import poison_result
 from fl_uav.learning.client_algorithms import local_steps_result
 from fl_uav.learning.training import NonFiniteLossError, TrainConfig
-from fl_uav.learning.vectorized import chunk_plan, client_step_count
+from fl_uav.learning.vectorized import chunk_plan, client_step_count, first_diverging_client
 from fl_uav.learning.weights import Weights
 from fl_uav.streams import Stream, stream_rng
 
@@ -228,15 +228,11 @@ class ChunkWorker:
 
     @staticmethod
     def _diverging(trainer, start: Weights, spec: ChunkSpec, data) -> int:
-        """The chunk's first drone whose loss diverges when it trains alone (the local
-        engine's ``_first_diverging_drone``), else its first drone."""
-        for i, (drone, one, seed) in enumerate(zip(spec.drones, data, spec.seeds)):
-            try:
-                trainer.train(start, [one], [seed],
-                              steps=None if spec.steps is None else [spec.steps[i]])
-            except NonFiniteLossError:
-                return drone
-        return spec.drones[0]
+        """The chunk's first drone whose loss diverges when it trains alone (as the local
+        engine names it), else its first drone."""
+        drone = first_diverging_client(trainer, start, spec.drones, data, spec.seeds,
+                                       spec.steps)
+        return spec.drones[0] if drone is None else drone
 
 
 def decode_chunk(result: ChunkResult, round_index: int, like: Weights,

@@ -24,7 +24,7 @@ from fl_uav.learning.client_algorithms import (
 )
 from fl_uav.learning.pruning import pruned_training_model
 from fl_uav.learning.training import NonFiniteLossError, TrainConfig, evaluate
-from fl_uav.learning.vectorized import VectorizedTrainer, epoch_steps
+from fl_uav.learning.vectorized import VectorizedTrainer, epoch_steps, first_diverging_client
 from fl_uav.learning.weights import Weights, set_weights
 from fl_uav.planning.feddpq_opt import BITS_KNOB
 from fl_uav.planning.lgc_control import ENTRIES_KNOB
@@ -255,10 +255,5 @@ class ClientsMixin:
         """Replay the round one drone at a time to name the drone whose loss diverged: the
         same trainer (this round's model, structurally pruned or not), start weights and
         per-drone step counts (OSAFL's κ_u^t, Algorithm 1 line 4) as the failed round."""
-        for i, (k, data, seed) in enumerate(zip(active, client_data, seeds)):
-            try:
-                trainer.train(start, [data], [seed],
-                              steps=None if steps is None else [steps[i]])
-            except NonFiniteLossError:
-                return k
-        return 'unknown'
+        drone = first_diverging_client(trainer, start, active, client_data, seeds, steps)
+        return 'unknown' if drone is None else drone

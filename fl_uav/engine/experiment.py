@@ -107,7 +107,8 @@ class ExperimentEngine(ClientsMixin, CheckpointMixin):
     """
 
     def __init__(self, config: ExperimentConfig, out_dir: Path,
-                 data: TrainTestData | None = None) -> None:
+                 data: TrainTestData | None = None, start_backend: bool = True) -> None:
+        """``start_backend`` False: the Ray backend is started by :meth:`start_backend`."""
         self.config = config
         self.out_dir = Path(out_dir)
         # FedEx: CARP is solved from the config alone, before the dataset loads, so an
@@ -176,10 +177,15 @@ class ExperimentEngine(ClientsMixin, CheckpointMixin):
         self.poisoned = frozenset(config.faults.drones(config.num_drones, config.seed))
         # engine.backend ray: the drones train in Ray actors (started last: it takes seconds)
         self._ray = None
-        if config.engine.backend == 'ray':
+        if start_backend:
+            self.start_backend()
+
+    def start_backend(self) -> None:
+        """engine.backend ray: join Ray and start the workers (seconds, up to minutes)."""
+        if self.config.engine.backend == 'ray' and self._ray is None:
             from fl_uav.engine.ray_backend import RayBackend
 
-            self._ray = RayBackend(config, self.data, self.out_dir)
+            self._ray = RayBackend(self.config, self.data, self.out_dir)
 
     def close(self) -> None:
         """Stop what the engine started (the Ray backend's workers, and a local Ray)."""
@@ -191,8 +197,11 @@ class ExperimentEngine(ClientsMixin, CheckpointMixin):
         return self._ray.take_warnings() if self._ray is not None else []
 
     def backend_summary(self) -> dict[str, Any]:
-        """summary.json's ``engine_backend`` (the Ray backend's workers and traffic)."""
-        return self._ray.summary() if self._ray is not None else {'backend': 'local'}
+        """summary.json's ``engine_backend`` (the Ray backend's workers and traffic; only
+        the backend's name when none started)."""
+        if self._ray is not None:
+            return self._ray.summary()
+        return {'backend': self.config.engine.backend}
 
     # --- data ----------------------------------------------------------------------------
     def _client_indices(self, round_index: int) -> list[np.ndarray]:
@@ -467,8 +476,13 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
     out_dir.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(config.engine.torch_threads)
     wall_start = time.perf_counter()
+    interrupted: KeyboardInterrupt | None = None
     try:
-        engine = ExperimentEngine(config, out_dir)
+        engine = ExperimentEngine(config, out_dir, start_backend=False)
+        try:
+            engine.start_backend()
+        except KeyboardInterrupt as exc:   # Ctrl-C while Ray starts: ends as in a round
+            interrupted = exc
     except (ValueError, ExperimentError) as exc:   # data, split or model the config cannot
         # give (DatasetError too), a backend that cannot start (engine.backend ray)
         if created and not any(out_dir.iterdir()):
@@ -477,14 +491,16 @@ def run_experiment(config: ExperimentConfig, out_dir: Path, resume: bool = False
             raise
         raise ExperimentError(f'cannot set up the run: {exc}') from exc
     try:
-        return _run(engine, config, out_dir, resume, echo, wall_start)
+        return _run(engine, config, out_dir, resume, echo, wall_start, interrupted)
     finally:
         engine.close()
 
 
 def _run(engine: ExperimentEngine, config: ExperimentConfig, out_dir: Path, resume: bool,
-         echo: Callable[[str], None], wall_start: float) -> dict[str, Any]:
-    """run_experiment's rounds, with the engine set up (and closed by the caller)."""
+         echo: Callable[[str], None], wall_start: float,
+         interrupted: KeyboardInterrupt | None = None) -> dict[str, Any]:
+    """run_experiment's rounds, with the engine set up (and closed by the caller);
+    ``interrupted``: a Ctrl-C while the backend started (no round runs)."""
     if engine.data.note:
         echo(f'data: {engine.data.note}')
     rows_path = out_dir / ROUNDS_FILE
@@ -523,6 +539,8 @@ def _run(engine: ExperimentEngine, config: ExperimentConfig, out_dir: Path, resu
     for row in rows:   # a resumed run's earlier rounds
         divergence.observe(row['round'], row['accuracy'], row['loss'])
     try:
+        if interrupted is not None:
+            raise interrupted
         while engine.round_index < config.num_rounds:
             row = engine.run_round()
             rows.append(row)

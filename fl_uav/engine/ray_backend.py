@@ -4,22 +4,23 @@ The only module of fl_uav that imports Ray (an optional dependency: requirements
 installed by ``make install``; without it a run with backend ray stops at start with one line).
 
 At start the driver joins Ray (``engine.ray_address``: '' starts a local Ray for the run with
-``engine.workers`` x ``engine.torch_threads`` CPUs; ``auto`` or host:port joins a running
-cluster), checks that the cluster has the CPUs ``engine.workers`` asks for, puts the training
-set into the object store once and starts ``engine.workers`` actors
-(:class:`~fl_uav.engine.chunk_worker.ChunkWorker`, ``engine.torch_threads`` CPUs each), each of
-which must run the driver's fl_uav code (same source digest). Each round the driver puts the
+``engine.workers`` x ``engine.torch_threads`` CPUs, at most the CPUs this process may use;
+``auto`` or host:port joins a running cluster), checks that the cluster has the CPUs
+``engine.workers`` asks for, puts the training set into the object store once and starts
+``engine.workers`` actors (:class:`~fl_uav.engine.chunk_worker.ChunkWorker`,
+``engine.torch_threads`` CPUs each), each of which must run the driver's fl_uav code (same
+source digest). Each round the driver puts the
 global model into the object store once, plans the round's chunks exactly as the local trainer
 would (fl_uav.engine.chunk_worker.plan_chunks) and hands them to the actors, at most
 :data:`IN_FLIGHT_PER_WORKER` at a time each, so a faster actor takes more; the actors send each
 chunk's uploads back as codec frames, which the driver decodes as they arrive. The run's
 rounds.csv equals the local backend's in every column but wall_s, for any number of workers.
 
-A worker that dies mid-round (its process killed, its node lost, out of memory): its chunks
-are trained again by the remaining workers and the round goes on with the same results (a
-warning says so); when none remains the run stops with one line and the checkpoint of the last
-completed round (``--resume`` starts new workers). An exception inside a worker is a bug and
-stops the run with it.
+A worker that dies mid-round (its process killed, its node lost, killed by Ray's memory
+monitor): its chunks are trained again by the remaining workers and the round goes on with the
+same results (a warning says so); when none remains the run stops with one line and the
+checkpoint of the last completed round (``--resume`` starts new workers). An exception inside
+a worker is a bug and stops the run with it; any other Ray error stops it with one line.
 """
 
 from __future__ import annotations
@@ -55,10 +56,14 @@ from fl_uav.learning.weights import Weights
 try:
     import ray
     from ray.exceptions import (
+        ActorUnschedulableError,
         GetTimeoutError,
+        LocalRayletDiedError,
         NodeDiedError,
         ObjectLostError,
+        OutOfMemoryError,
         RayActorError,
+        RayError,
         RayTaskError,
         WorkerCrashedError,
     )
@@ -88,8 +93,10 @@ def require_ray() -> None:
 
 
 def _lost_worker_errors() -> tuple[type[BaseException], ...]:
-    """What ray.get raises when the worker (or its node, or its result) is gone."""
-    return (RayActorError, WorkerCrashedError, NodeDiedError, ObjectLostError)
+    """What ray.get raises when the worker (or its node, its raylet, or its result) is gone,
+    Ray's memory monitor killed it, or it cannot be placed again."""
+    return (RayActorError, WorkerCrashedError, NodeDiedError, ObjectLostError,
+            OutOfMemoryError, ActorUnschedulableError, LocalRayletDiedError)
 
 
 def probe_address(address: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
@@ -161,6 +168,7 @@ class RayBackend:
         address = self.config.engine.ray_address
         os.environ.setdefault('RAY_USAGE_STATS_ENABLED', '0')   # no telemetry unless asked
         if not address:
+            self._check_local_cpus()   # before ray.init, which would size its Ray to the ask
             # The actors are the run's compute: at the driver's priority, not Ray's default
             # +15 for its workers (which leaves them only what every other process leaves).
             os.environ.setdefault('RAY_worker_niceness', '0')
@@ -194,6 +202,28 @@ class RayBackend:
         self._owns_ray = True   # our connection: ray.shutdown() leaves the cluster running
         self.where = f'the Ray cluster at {address}'
 
+    def _asked_cpus(self) -> str:
+        """The CPUs the run asks for, named by its keys."""
+        return (f'engine.workers {self.workers} x engine.torch_threads {self.cpus_per_worker} '
+                f'= {self.workers * self.cpus_per_worker} CPUs')
+
+    def _fewer_cpus(self, cpus: float) -> str:
+        """What to set so that the run asks for at most ``cpus`` CPUs ('' when none fits)."""
+        if cpus < 1:
+            return ''
+        if self.cpus_per_worker > cpus:   # one worker alone is too big
+            return f'engine.torch_threads to at most {int(cpus)}'
+        return f'engine.workers to at most {int(cpus // self.cpus_per_worker)}'
+
+    def _check_local_cpus(self) -> None:
+        """ExperimentError when a local Ray would have more CPUs than this process may use."""
+        usable = usable_cpus()
+        if self.workers * self.cpus_per_worker > usable:
+            raise ExperimentError(
+                f'{self._asked_cpus()}, but this process may use {usable} CPUs of this '
+                f'machine: set {self._fewer_cpus(usable)}, or join a cluster with more '
+                f'(engine.ray_address)')
+
     def _check_cpus(self) -> None:
         """ExperimentError when the cluster cannot place every actor now (it would wait)."""
         total = float(ray.cluster_resources().get('CPU', 0.0))
@@ -203,17 +233,17 @@ class RayBackend:
         while free < need <= total and time.monotonic() < waited:   # an earlier run's
             time.sleep(0.2)                                          # actors still stopping
             free = float(ray.available_resources().get('CPU', 0.0))
-        what = (f'engine.workers {self.workers} x engine.torch_threads '
-                f'{self.cpus_per_worker} = {need} CPUs')
         if need > total:
+            fewer = self._fewer_cpus(total)
             raise ExperimentError(
-                f'{what}, but {self.where} has {total:g}: set engine.workers to at most '
-                f'{int(total // self.cpus_per_worker)}, or add machines (ray start --address)')
+                f'{self._asked_cpus()}, but {self.where} has {total:g}: '
+                f'{f"set {fewer}, or " if fewer else ""}add machines (ray start --address)')
         if need > free:
+            fewer = self._fewer_cpus(free)
             raise ExperimentError(
-                f'{what}, but only {free:g} of the {total:g} CPUs of {self.where} are free '
-                f'(other work holds the rest; waited {CPU_RELEASE_WAIT_S:g} s): set '
-                f'engine.workers to at most {int(free // self.cpus_per_worker)}, or wait')
+                f'{self._asked_cpus()}, but only {free:g} of the {total:g} CPUs of '
+                f'{self.where} are free (other work holds the rest; waited '
+                f'{CPU_RELEASE_WAIT_S:g} s): {f"set {fewer}, or " if fewer else ""}wait')
 
     def _start_actors(self, data: TrainTestData) -> None:
         """The training set into the object store once; the actors; their code checked."""
@@ -230,7 +260,7 @@ class RayBackend:
         except GetTimeoutError:
             raise ExperimentError(f'the {self.workers} Ray workers did not start within '
                                   f'{WORKER_START_TIMEOUT_S:g} s on {self.where}') from None
-        except (*_lost_worker_errors(), RayTaskError) as exc:
+        except RayError as exc:   # a worker lost, or an exception in its start
             raise ExperimentError(f'a Ray worker failed to start on {self.where}: '
                                   f'{_first_line(exc)}') from None
         code = code_fingerprint()
@@ -251,11 +281,12 @@ class RayBackend:
                 ray.kill(a, no_restart=True)
             except Exception:   # already gone, or Ray already down
                 pass
-        for a in self.actors:   # gone before the next run asks Ray for CPUs
-            try:
-                ray.get(a.describe.remote(), timeout=CPU_RELEASE_WAIT_S)
-            except Exception:   # RayActorError: it is dead, as wanted
-                pass
+        try:   # gone before the next run asks Ray for CPUs: a call to each fails at once
+            calls = [a.describe.remote() for a in self.actors]
+            if calls:
+                ray.wait(calls, num_returns=len(calls), timeout=CPU_RELEASE_WAIT_S)
+        except Exception:   # Ray already down
+            pass
         self.actors, self.alive, self._data_refs = [], [], ()
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
@@ -302,15 +333,20 @@ class RayBackend:
             try:
                 chunk = ray.get(ref)
             except _lost_worker_errors() as exc:
+                self._lose(a, r, exc)   # ExperimentError when no worker is left
                 pending.appendleft(spec)
                 self.retried_chunks += 1
-                self._lose(a, r, exc)
                 hand_out()
                 continue
             except RayTaskError as exc:
                 raise ExperimentError(f'round {r}: a Ray worker failed on chunk {spec.index} '
                                       f'(drones {spec.drones[0]}..): {_first_line(exc)}; '
                                       f'partial results are in {self.out_dir}') from None
+            except RayError as exc:   # Ray itself (its object store, its raylet, ...)
+                raise ExperimentError(f'round {r}: Ray failed ({type(exc).__name__}: '
+                                      f'{_first_line(exc)}); the rounds before are in '
+                                      f'{self.out_dir} (--resume goes on from its last '
+                                      f'checkpoint)') from None
             del ref
             if chunk.diverged is not None:
                 drone, message = chunk.diverged
@@ -377,6 +413,15 @@ class RayBackend:
                 'start_s': round(self.start_s, 3), 'training_set_bytes': self.data_bytes,
                 'bytes_per_round': mean, 'rounds': per_round,
                 'retried_chunks': self.retried_chunks}
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask: a container's or taskset's
+    limit), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:   # no affinity masks here (macOS)
+        return os.cpu_count() or 1
 
 
 def _python_handlers() -> dict[int, Any]:

@@ -753,6 +753,20 @@ class VectorizedTrainer:
         return updates
 
 
+def first_diverging_client(trainer: VectorizedTrainer, start: Weights, clients: Sequence[int],
+                           client_data: Sequence[ClientData], seeds: Sequence[int],
+                           steps: Sequence[int] | None) -> int | None:
+    """Replay a round that raised NonFiniteLossError one client at a time: the first of
+    ``clients`` whose loss diverges alone (same trainer, start weights, seeds and per-client
+    step counts, e.g. OSAFL's κ_u^t), else None."""
+    for i, (client, data, seed) in enumerate(zip(clients, client_data, seeds)):
+        try:
+            trainer.train(start, [data], [seed], steps=None if steps is None else [steps[i]])
+        except NonFiniteLossError:
+            return client
+    return None
+
+
 def train_clients_vectorized(model: nn.Module, global_weights: Weights,
                              client_data: Sequence[ClientData], config: TrainConfig,
                              seeds: Sequence[int], max_clients_per_chunk: int = 32,

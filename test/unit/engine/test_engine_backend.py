@@ -1,10 +1,13 @@
 """engine.backend without a Ray cluster: the config keys and what backend ray refuses, the
 chunk workers' arithmetic in process (equal to the local backend's rounds), the frames they
-send, and the start-up errors (Ray not installed, an address nobody answers at). The Ray runs
-are in test_ray_backend.py."""
+send, and the start-up errors (Ray not installed, an address nobody answers at, a local Ray
+of more CPUs than this process may use) and a Ctrl-C while Ray starts. The Ray runs are in
+test_ray_backend.py."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import socket
 import time
@@ -12,12 +15,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from fl_uav.compression.compressor import NoCompression, decode_update_frame
 from fl_uav.compression.config import build_compressor
 from fl_uav.configschema import ConfigError, build_config, read_params_file
 from fl_uav.engine import ray_backend
 from fl_uav.engine.chunk_worker import (
+    ChunkSpec,
     ChunkWorker,
     RoundContext,
     decode_chunk,
@@ -25,7 +30,7 @@ from fl_uav.engine.chunk_worker import (
 )
 from fl_uav.engine.config import RAY_CLIENTS, ExperimentConfig
 from fl_uav.engine.experiment import ExperimentEngine, run_experiment
-from fl_uav.engine.results import ExperimentError
+from fl_uav.engine.results import ExperimentError, check_resumable
 from fl_uav.learning.choices import CLIENT_ALGORITHMS
 from fl_uav.learning.client_algorithms import build_client_algorithm
 from fl_uav.learning.training import TrainConfig
@@ -156,6 +161,23 @@ def test_chunk_workers_give_the_local_rounds(tmp_path, overrides):
     assert chunked._ray.frames >= sum(row['uplink_bytes'] for row in got)
 
 
+def test_a_diverging_chunk_names_the_drone_that_diverges_alone(tmp_path):
+    # Arrange: drone 5's first sample is NaN; a chunk of drones 3..6
+    engine = ExperimentEngine(_config(), tmp_path)
+    x = engine.data.train_x.copy()
+    x[engine.parts[5][0]] = np.nan
+    worker = ChunkWorker(engine.config, x, engine.data.train_y, engine.data.num_classes)
+    drones = (3, 4, 5, 6)
+    spec = ChunkSpec(0, drones, tuple(np.asarray(engine.parts[k]) for k in drones),
+                     (1, 2, 3, 4), None)
+    context = RoundContext(1, engine.weights, engine.train_config, engine.fingerprint)
+    # Act
+    chunk = worker.train_chunk(context, spec)
+    # Assert: no frames; the drone named (as the local engine names it)
+    assert chunk.diverged is not None and chunk.diverged[0] == 5
+    assert chunk.reports == ()
+
+
 @pytest.mark.parametrize('method', ['none', 'qsgd', 'range', 'ceoafl'])
 @pytest.mark.parametrize('masked', [False, True])
 def test_a_frame_decodes_to_the_delta_its_compressor_returned(method, masked):
@@ -195,6 +217,65 @@ def test_without_ray_installed_backend_ray_stops_at_start_with_one_line(tmp_path
                                'installed: pip install ray==2.60.0 (make install installs it), '
                                'or set engine.backend local')
     assert not (tmp_path / 'run').exists()
+
+
+@pytest.fixture
+def torch_threads():
+    """torch's thread count put back after the test (run_experiment sets the config's)."""
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize('extra, what', [
+    (1, 'engine.workers to at most {n}'),
+    (0, 'engine.torch_threads to at most {n}'),   # one worker alone is too big
+], ids=['workers', 'torch_threads'])
+def test_a_local_ray_of_more_cpus_than_this_process_may_use_is_refused_before_it_starts(
+        tmp_path, monkeypatch, torch_threads, extra, what):
+    # Arrange: no Ray joined (the engine starts a local one), and a ray.init that records
+    pytest.importorskip('ray')
+    monkeypatch.setattr(ray_backend.ray, 'is_initialized', lambda: False)
+    started: list[dict] = []
+    monkeypatch.setattr(ray_backend.ray, 'init', lambda **kwargs: started.append(kwargs))
+    n = len(os.sched_getaffinity(0))
+    workers, threads = (n + 1, 1) if extra else (1, n + 1)
+    # Act
+    with pytest.raises(ExperimentError) as info:
+        run_experiment(_config(**{'engine.backend': 'ray', 'engine.workers': workers,
+                                  'engine.torch_threads': threads}), tmp_path / 'run')
+    # Assert: one line naming the keys, the CPUs and what to set; Ray never started
+    assert str(info.value) == (f'engine.workers {workers} x engine.torch_threads {threads} = '
+                               f'{n + 1} CPUs, but this process may use {n} CPUs of this '
+                               f'machine: set {what.format(n=n)}, or join a cluster with more '
+                               f'(engine.ray_address)')
+    assert started == []
+    assert not (tmp_path / 'run').exists()
+
+
+def test_ctrl_c_while_the_ray_backend_starts_ends_the_run_as_interrupted(tmp_path,
+                                                                        monkeypatch):
+    # Arrange: Ctrl-C while the backend joins Ray (a local Ray's start takes seconds)
+    pytest.importorskip('ray')
+
+    def join(_backend) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ray_backend.RayBackend, '_join', join)
+    config = _config(**{'engine.backend': 'ray'})
+    out = tmp_path / 'run'
+    lines: list[str] = []
+    # Act
+    try:
+        summary = run_experiment(config, out, echo=lines.append)
+    except KeyboardInterrupt:
+        pytest.fail('the Ctrl-C escaped run_experiment (a traceback, no summary.json)')
+    # Assert: the ending of a Ctrl-C in a round: its line, summary.json; --resume accepted
+    assert summary['status'] == 'interrupted' and summary['rounds_completed'] == 0
+    assert summary['engine_backend']['backend'] == 'ray'
+    assert lines[-1] == f'interrupted after round 0; resume with --resume {out}'
+    assert json.loads((out / 'summary.json').read_text())['status'] == 'interrupted'
+    check_resumable(config, out)
 
 
 def _closed_port() -> int:

@@ -1,8 +1,9 @@
 """engine.backend ray on a local Ray of 2 CPUs (started once for the module): the same
 rounds.csv as the local backend in every column but wall_s (quick_digits, Fashion-MNIST with
-100 drones), a worker killed mid-round (its chunks retried on the other), every worker killed
-(the run stops with one line; --resume goes on with new workers and ends equal to local), more
-workers than the cluster has CPUs (refused at start)."""
+100 drones), a worker killed mid-round or by Ray's memory monitor (its chunks retried on the
+other), every worker killed (the run stops with one line; --resume goes on with new workers
+and ends equal to local), another Ray error (the run stops with one line), more CPUs than the
+cluster has (refused at start)."""
 
 from __future__ import annotations
 
@@ -88,6 +89,36 @@ def _kill_workers(which: list[int], at_round: int):
     return staticmethod(hook)
 
 
+OOM_MESSAGE = ('Task was killed due to the node running low on memory.\nMemory on the node '
+               '(IP: 127.0.0.1, ID: 5f2c) was 7.52GB used / 7.77GB limit (0.968), which '
+               'exceeds the memory usage threshold of 0.95.')
+"""What ray.get raises for a task of an actor Ray's memory monitor killed (its first line
+is what the warning shows)."""
+
+
+def _killed_for_memory(which: int, at_round: int, monkeypatch) -> None:
+    """Worker ``which`` killed in round at_round as Ray's memory monitor kills it: its
+    process SIGKILLed, and ray.get of its chunks raising OutOfMemoryError."""
+    killed = []
+    real_get = ray.get
+
+    def hook(backend: RayBackend, r: int) -> None:
+        if r == at_round:
+            os.kill(backend.info[which]['pid'], signal.SIGKILL)
+            killed.append(which)
+
+    def get(refs, *args, **kwargs):
+        try:
+            return real_get(refs, *args, **kwargs)
+        except ray.exceptions.RayActorError:
+            if not killed:
+                raise
+            raise ray.exceptions.OutOfMemoryError(OOM_MESSAGE) from None
+
+    monkeypatch.setattr(RayBackend, 'on_submitted', staticmethod(hook))
+    monkeypatch.setattr(ray, 'get', get)
+
+
 def test_quick_digits_on_ray_equals_local(tmp_path, quick_local):
     # Act
     summary = run_experiment(_config(QUICK, **QUICK_SET, **RAY_SET), tmp_path, echo=_quiet)
@@ -119,11 +150,62 @@ def test_a_worker_killed_mid_round_is_replaced_by_the_other(tmp_path, quick_loca
     assert f'warning: {warning}' in lines
 
 
+def test_a_worker_killed_for_memory_is_replaced_by_the_other(tmp_path, quick_local,
+                                                             monkeypatch):
+    # Arrange: Ray's memory monitor kills worker 0 once round 2's chunks are out
+    _killed_for_memory(0, at_round=2, monkeypatch=monkeypatch)
+    # Act
+    summary = run_experiment(_config(QUICK, **QUICK_SET, **RAY_SET), tmp_path, echo=_quiet)
+    # Assert: as for a killed process: retried on worker 1, the same rows, one warning
+    assert summary['status'] == 'finished'
+    assert _rows(tmp_path) == quick_local
+    assert summary['engine_backend']['workers_at_end'] == 1
+    [warning] = summary['warnings']
+    assert warning.startswith('round 2: Ray worker 0') and 'remaining worker' in warning
+    assert 'running low on memory' in warning and '\n' not in warning
+
+
+def test_another_ray_error_stops_the_run_with_one_line(tmp_path, monkeypatch):
+    # Arrange: in round 2, ray.get of a chunk raises a Ray system error
+    failing: list[int] = []
+    real_get = ray.get
+
+    def hook(_backend: RayBackend, r: int) -> None:
+        if r == 2:
+            failing.append(r)
+
+    def get(refs, *args, **kwargs):
+        if failing:
+            failing.clear()
+            raise ray.exceptions.RaySystemError('the raylet is not reachable')
+        return real_get(refs, *args, **kwargs)
+
+    monkeypatch.setattr(RayBackend, 'on_submitted', staticmethod(hook))
+    monkeypatch.setattr(ray, 'get', get)
+    # Act
+    summary = run_experiment(_config(QUICK, **{**QUICK_SET, 'num_rounds': 2}, **RAY_SET),
+                             tmp_path, echo=_quiet)
+    # Assert: failed with one line naming the round, the output and --resume; round 1 kept
+    assert summary['status'] == 'failed' and summary['rounds_completed'] == 1
+    assert summary['error'] == (f'round 2: Ray failed (RaySystemError: System error: the '
+                                f'raylet is not reachable); the rounds before are in '
+                                f'{tmp_path} (--resume goes on from its last checkpoint)')
+    assert (tmp_path / 'summary.json').is_file()
+
+
 def test_all_workers_killed_stop_the_run_and_resume_goes_on(tmp_path, quick_local,
                                                             monkeypatch):
-    # Arrange: both workers killed in round 2
+    # Arrange: both workers killed in round 2; the workers the round lost counted
     config = _config(QUICK, **QUICK_SET, **RAY_SET)
     monkeypatch.setattr(RayBackend, 'on_submitted', _kill_workers([0, 1], at_round=2))
+    losses: list[int] = []
+    real_lose = RayBackend._lose
+
+    def lose(backend: RayBackend, a: int, r: int, exc: BaseException) -> None:
+        losses.append(a)
+        real_lose(backend, a, r, exc)
+
+    monkeypatch.setattr(RayBackend, '_lose', lose)
     # Act: the run stops; then it resumes with new workers
     failed = run_experiment(config, tmp_path, echo=_quiet)
     monkeypatch.setattr(RayBackend, 'on_submitted', None)
@@ -132,20 +214,28 @@ def test_all_workers_killed_stop_the_run_and_resume_goes_on(tmp_path, quick_loca
     assert failed['status'] == 'failed' and failed['rounds_completed'] == 1
     assert failed['error'].startswith('round 2: all 2 Ray workers are gone')
     assert '--resume' in failed['error'] and '\n' not in failed['error']
+    # every lost chunk was handed back but the last (it found no worker left)
+    assert failed['engine_backend']['retried_chunks'] == len(losses) - 1
     assert resumed['status'] == 'finished'
     assert _rows(tmp_path) == quick_local
 
 
-def test_more_workers_than_the_cluster_has_cpus_is_refused_at_start(tmp_path):
+@pytest.mark.parametrize('workers, threads, what', [
+    (CPUS + 1, 1, f'engine.workers to at most {CPUS}'),
+    (1, CPUS + 1, f'engine.torch_threads to at most {CPUS}'),   # one worker is too big
+], ids=['workers', 'torch_threads'])
+def test_more_cpus_than_the_cluster_has_is_refused_at_start(tmp_path, workers, threads, what):
     # Act
     with pytest.raises(ExperimentError) as info:
-        run_experiment(_config(QUICK, **{**RAY_SET, 'engine.workers': CPUS + 1}),
+        run_experiment(_config(QUICK, **{**RAY_SET, 'engine.workers': workers,
+                                         'engine.torch_threads': threads}),
                        tmp_path / 'run', echo=_quiet)
-    # Assert: one line naming the key and the CPUs; nothing left behind
+    # Assert: one line naming the keys, the CPUs and what to set; nothing left behind
     message = str(info.value)
-    assert message == (f'engine.workers {CPUS + 1} x engine.torch_threads 1 = {CPUS + 1} '
-                       f'CPUs, but the Ray this process joined has {CPUS}: set engine.workers '
-                       f'to at most {CPUS}, or add machines (ray start --address)')
+    need = workers * threads
+    assert message == (f'engine.workers {workers} x engine.torch_threads {threads} = {need} '
+                       f'CPUs, but the Ray this process joined has {CPUS}: set {what}, or '
+                       f'add machines (ray start --address)')
     assert '\n' not in message
     assert not (tmp_path / 'run').exists()
 

@@ -10,6 +10,7 @@ from fl_uav.learning.vectorized import (
     _to_grouped,
     _to_stacked,
     client_batches,
+    first_diverging_client,
     torch_epoch_orders,
     train_clients_sequential,
     train_clients_vectorized,
@@ -270,6 +271,21 @@ def test_a_diverging_client_in_a_worker_thread_stops_the_round():
         trainer.train(get_weights(model), data, [0, 1, 2, 3])
     with pytest.raises(ValueError, match='workers'):
         VectorizedTrainer(model, TrainConfig(), workers=0)
+
+
+@pytest.mark.parametrize('nan_client, named', [(2, 'c'), (None, None)])
+def test_the_replay_names_the_first_client_that_diverges_alone(nan_client, named):
+    # Arrange: a round of four clients; one has a NaN sample (or none does)
+    model = build_model('tiny_cnn', 3, input_px=8)
+    data = _clients((12, 10, 8, 6), seed=2)
+    if nan_client is not None:
+        data[nan_client][0][1, 0, 0, 0] = np.nan
+    trainer = VectorizedTrainer(model, TrainConfig(batch_size=4), 4)
+    # Act
+    found = first_diverging_client(trainer, get_weights(model), ['a', 'b', 'c', 'd'], data,
+                                   [0, 1, 2, 3], steps=[1, 2, 3, 1])
+    # Assert
+    assert found == named
 
 
 def test_same_seeds_give_identical_weights_and_other_seeds_differ():
