@@ -74,6 +74,7 @@ from fl_uav.planning.coverage import PlanInfeasibleError
 from fl_uav.planning.routing_search import (
     anneal_search,
     nearest_neighbour_tour,
+    sector_clients,
     tour_length,
     two_opt,
 )
@@ -380,10 +381,7 @@ def _key(problem: RoutingProblem, objective: str, rtt: Sequence[float],
 
 def _sector_start(problem: RoutingProblem, offset_rad: float) -> list[set[int]]:
     """Angular sectors around the depot with R_k ~ N / K (digest 003 Sec. 3.3 suggestion)."""
-    rel = problem.clients_m - problem.depot_m
-    angle = (np.arctan2(rel[:, 1], rel[:, 0]) + offset_rad) % (2 * math.pi)
-    order = np.argsort(angle, kind='stable')
-    return [set(int(c) for c in chunk) for chunk in np.array_split(order, problem.n_uavs)]
+    return [set(chunk) for chunk in sector_clients(problem, offset_rad)]
 
 
 def _gibbs_chain(problem: RoutingProblem, objective: str, cache: _TourCache,

@@ -568,15 +568,20 @@ def tour_prefix(d, route: Sequence[int], i: int) -> float:
     return total
 
 
-def sector_tours(problem, offset_rad: float) -> list[list[int]]:
-    """Angular sectors around the depot with ~N / K clients each, rotated by ``offset_rad``;
-    each sector's tour by nearest neighbour + 2-OPT (node indices)."""
+def sector_clients(problem, offset_rad: float) -> list[list[int]]:
+    """Angular sectors around the depot with ~N / K clients each (R_k differ by at most 1),
+    rotated by ``offset_rad``: one list of 0-based client indices per UAV, in angle order.
+    The start of both the Gibbs chains (``routing``) and the annealing runs here."""
     rel = problem.clients_m - problem.depot_m
     angle = (np.arctan2(rel[:, 1], rel[:, 0]) + offset_rad) % (2 * math.pi)
     order = np.argsort(angle, kind='stable')
-    return [two_opt(problem._dist, nearest_neighbour_tour(problem._dist,
-                                                          [int(c) + 1 for c in chunk]))
-            for chunk in np.array_split(order, problem.n_uavs)]
+    return [[int(c) for c in chunk] for chunk in np.array_split(order, problem.n_uavs)]
+
+
+def sector_tours(problem, offset_rad: float) -> list[list[int]]:
+    """``sector_clients``, each sector's tour by nearest neighbour + 2-OPT (node indices)."""
+    return [two_opt(problem._dist, nearest_neighbour_tour(problem._dist, [c + 1 for c in chunk]))
+            for chunk in sector_clients(problem, offset_rad)]
 
 
 def anneal_search(problem, objective: str, seed: int, n_starts: int, moves: int,
