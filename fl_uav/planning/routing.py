@@ -14,7 +14,7 @@ name                                    equation
                                         'total': sum_k Delta_k (FedEx Sec. VII baseline)
 ``nearest_neighbour_tour``, ``two_opt``  FedEx Sec. VI-B-1 inner TSP (2-OPT, Croes 1958);
                                         defined in ``routing_search``
-``exact_tour``                          brute force over all orders (<= 8 clients)
+``exact_tour``                          shortest tour by Held-Karp (<= 8 clients)
 ``gibbs_plan``                          FedEx Sec. VI-B-2 outer Gibbs sampler, eqs. (29), (30),
                                         then our route-level stage (``routing_search``)
 ``brute_force_plan``                    every assignment x exact tours (<= 8 clients)
@@ -73,6 +73,7 @@ from fl_uav.netmodel.flight import (
 from fl_uav.planning.coverage import PlanInfeasibleError
 from fl_uav.planning.routing_search import (
     anneal_search,
+    held_karp_tour,
     nearest_neighbour_tour,
     sector_clients,
     tour_length,
@@ -244,18 +245,25 @@ def plan_fits_budget(problem: RoutingProblem, plan: RoutePlan) -> bool:
 # c = node c + 1), without the depot at the ends.
 
 def exact_tour(dist: list[list[float]], nodes: Sequence[int]) -> list[int]:
-    """Shortest tour by brute force over all orders (at most ``EXACT_TOUR_MAX_CLIENTS``)."""
-    nodes = sorted(nodes)
+    """Shortest tour (at most ``EXACT_TOUR_MAX_CLIENTS`` clients) by
+    ``routing_search.held_karp_tour``.
+
+    Of its two directions (the same length up to rounding), the one whose length sums
+    shorter as below, ties the lexicographically smaller: the order the brute force over all
+    permutations that this replaced returned, so plans keep their tours' direction.
+    """
     if len(nodes) > EXACT_TOUR_MAX_CLIENTS:
         raise ValueError(f'exact_tour is limited to {EXACT_TOUR_MAX_CLIENTS} clients, '
                          f'got {len(nodes)}')
-    if len(nodes) <= 2:
-        return list(nodes)
+    tour = held_karp_tour(dist, nodes)
+    if len(tour) <= 2:
+        return tour
     d = np.asarray(dist)
-    perms = np.array(list(itertools.permutations(nodes)))
-    lengths = (d[0, perms[:, 0]] + d[perms[:, :-1], perms[:, 1:]].sum(axis=1)
-               + d[perms[:, -1], 0])
-    return [int(x) for x in perms[int(np.argmin(lengths))]]
+    both = np.array([tour, tour[::-1]])
+    lengths = d[0, both[:, 0]] + d[both[:, :-1], both[:, 1:]].sum(axis=1) + d[both[:, -1], 0]
+    if lengths[1] < lengths[0] or (lengths[1] == lengths[0] and tour[::-1] < tour):
+        tour = tour[::-1]
+    return tour
 
 
 def solve_tour(dist: list[list[float]], nodes: Sequence[int], restarts: int = 2,
