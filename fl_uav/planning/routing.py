@@ -75,6 +75,8 @@ from fl_uav.planning.routing_search import (
     anneal_search,
     held_karp_tour,
     nearest_neighbour_tour,
+    objective_of,
+    plan_key,
     sector_clients,
     tour_length,
     two_opt,
@@ -208,12 +210,8 @@ def objective_value(objective: str, round_trip_s: Sequence[float],
     UAVs with no clients stay at the depot (Delta_k = 0).
     """
     _check_objective(objective)
-    rtts = [r if n else 0.0 for r, n in zip(round_trip_s, n_clients)]
-    if objective == 'sync':
-        return max(rtts)
-    if objective == 'async':
-        return float(sum(n * r * r for r, n in zip(rtts, n_clients)))
-    return float(sum(rtts))
+    return objective_of(objective, [r if n else 0.0 for r, n in zip(round_trip_s, n_clients)],
+                        n_clients)
 
 
 def plan_from_tours(problem: RoutingProblem, objective: str,
@@ -380,11 +378,10 @@ def _excess_j(problem: RoutingProblem, energy: Sequence[float]) -> float:
 
 def _key(problem: RoutingProblem, objective: str, rtt: Sequence[float],
          sizes: Sequence[int], energy: Sequence[float]) -> tuple:
-    """Lexicographic quality: budget excess first, then the objective (sync: sorted RTTs)."""
-    excess = round(_excess_j(problem, energy), 6)
-    if objective == 'sync':
-        return (excess, *sorted((r for r in rtt), reverse=True))
-    return (excess, objective_value(objective, rtt, sizes))
+    """``routing_search.plan_key``: budget excess first, then the objective (sync: sorted
+    RTTs); the route search's ``RouteSearch.key`` is the same function."""
+    return plan_key(objective, [r if n else 0.0 for r, n in zip(rtt, sizes)], sizes,
+                    _excess_j(problem, energy))
 
 
 def _sector_start(problem: RoutingProblem, offset_rad: float) -> list[set[int]]:
