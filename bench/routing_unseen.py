@@ -80,13 +80,15 @@ def _save(data: dict, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def best_reference(data: dict, seed: int, objective: str) -> dict:
-    """The portfolio's best plan for ``seed`` / ``objective``, re-scored exactly here.
+def best_reference(data: dict, seed: int, objective: str, problem) -> dict | None:
+    """The portfolio's best plan for ``seed`` / ``objective`` on ``problem`` (the instance of
+    ``seed``), re-scored exactly here.
 
-    Returns {'cost', 'member', 'tours'}; 'member' is '<objective>:<first>/<meta>'.
+    Returns {'cost', 'member', 'tours', 'cpu_s'}; 'member' is '<objective>:<first>/<meta>'.
+    None if the file has no plan for it: the seed is not in the file, none of its members
+    for this objective are, or every one of them found no feasible plan in its time.
     """
-    problem = fedex_layout_instance(seed)
-    members = data['instances'][str(seed)]
+    members = data['instances'].get(str(seed), {})
     best = None
     for source in (objective, 'sync') if objective == 'async' else (objective,):
         for member in members.get(source, []):
@@ -101,6 +103,20 @@ def best_reference(data: dict, seed: int, objective: str) -> dict:
                         'member': f"{source}:{member['first_solution']}/"
                                   f"{member['metaheuristic']}"}
     return best
+
+
+def missing_reference(data: dict, seed: int, objective: str) -> tuple[str, bool]:
+    """Why ``best_reference`` has nothing for ``seed`` / ``objective``, and whether
+    ``--reference`` would compute it (False: its members ran and failed; not retried)."""
+    members = data['instances'].get(str(seed))
+    if members is None:
+        return 'not in the reference file', True
+    sources = (objective, 'sync') if objective == 'async' else (objective,)
+    solved = [m for source in sources for m in members.get(source, [])]
+    if not solved:
+        return 'no portfolio member solved yet', True
+    return (f'all {len(solved)} portfolio members ran and found no feasible plan in their '
+            f'time (not retried; a longer --time-limit needs its own --reference-file)'), False
 
 
 def compute_reference(seeds, time_limit_s: float, path: Path,
@@ -166,17 +182,43 @@ def main() -> None:
         return
     data = load_reference(args.reference_file)
     fields = {k: int(v) for k, v in (item.split('=', 1) for item in args.set)}
-    config = (GibbsConfig(n_chains=6, anneal_starts=0, **fields) if args.gibbs_only
-              else GibbsConfig(**fields))
+    # --set overrides the --gibbs-only settings too (e.g. --gibbs-only --set n_chains=2).
+    base = {'n_chains': 6, 'anneal_starts': 0} if args.gibbs_only else {}
+    try:
+        config = GibbsConfig(**{**base, **fields})
+    except TypeError as error:   # an unknown field
+        parser.error(f'--set: {error}')
+    # Every solve needs its reference: check them all before the first (minutes-long) run.
+    problems = {seed: fedex_layout_instance(seed) for seed in args.seeds}
+    refs = {(seed, o): best_reference(data, seed, o, problems[seed])
+            for seed in args.seeds for o in args.objectives}
+    missing = [(seed, o) for (seed, o), ref in refs.items() if ref is None]
+    if missing:
+        why = {m: missing_reference(data, *m) for m in missing}
+        lines = [f'  {seed} {o}: {why[seed, o][0]}' for seed, o in missing]
+        todo = [m for m in missing if why[m][1]]
+        if todo:
+            seeds = ' '.join(str(s) for s in sorted({seed for seed, _ in todo}))
+            objectives = ' '.join(o for o in OBJECTIVES if any(m[1] == o for m in todo))
+            extra = ('' if data['time_limit_s'] in (None, 60.0)
+                     else f' --time-limit {data["time_limit_s"]:g}')
+            if args.reference_file != REFERENCE_PATH:
+                extra += f' --reference-file {shlex.quote(str(args.reference_file))}'
+            lines.append(f'compute the missing ones (OR-Tools, minutes each) with:\n  '
+                         f'PYTHONPATH=. nice -n 10 .venv/bin/python bench/routing_unseen.py '
+                         f'--reference --seeds {seeds} --objectives {objectives}{extra}')
+        raise SystemExit(f'no OR-Tools reference in {args.reference_file} for '
+                         f'{len(missing)} of {len(refs)} solves; nothing run:\n'
+                         + '\n'.join(lines))
     print(f'{"seed":>4} {"objective":>9} {"ortools_best":>12} {"ours":>12} {"gap_%":>7} '
           f'{"ours_s":>6} {"cpu_s":>5} {"load":>5} {"max_E_j":>7} {"R_k":>11}  '
           f'best member (its CPU s)')
     gaps: dict[str, list[float]] = {o: [] for o in args.objectives}
     slowest, slowest_cpu = (0.0, None), 0.0
     for seed in args.seeds:
-        problem = fedex_layout_instance(seed)
+        problem = problems[seed]
         for objective in args.objectives:
-            ref = best_reference(data, seed, objective)
+            ref = refs[seed, objective]
             t0, c0 = time.perf_counter(), time.process_time()
             ours = gibbs_plan(problem, objective, seed=args.planner_seed, config=config)
             ours_s, ours_cpu = time.perf_counter() - t0, time.process_time() - c0

@@ -14,7 +14,7 @@ name                                    equation
                                         'total': sum_k Delta_k (FedEx Sec. VII baseline)
 ``nearest_neighbour_tour``, ``two_opt``  FedEx Sec. VI-B-1 inner TSP (2-OPT, Croes 1958);
                                         defined in ``routing_search``
-``exact_tour``                          brute force over all orders (<= 8 clients)
+``exact_tour``                          shortest tour by Held-Karp (<= 8 clients)
 ``gibbs_plan``                          FedEx Sec. VI-B-2 outer Gibbs sampler, eqs. (29), (30),
                                         then our route-level stage (``routing_search``)
 ``brute_force_plan``                    every assignment x exact tours (<= 8 clients)
@@ -73,7 +73,11 @@ from fl_uav.netmodel.flight import (
 from fl_uav.planning.coverage import PlanInfeasibleError
 from fl_uav.planning.routing_search import (
     anneal_search,
+    held_karp_tour,
     nearest_neighbour_tour,
+    objective_of,
+    plan_key,
+    sector_clients,
     tour_length,
     two_opt,
 )
@@ -206,12 +210,8 @@ def objective_value(objective: str, round_trip_s: Sequence[float],
     UAVs with no clients stay at the depot (Delta_k = 0).
     """
     _check_objective(objective)
-    rtts = [r if n else 0.0 for r, n in zip(round_trip_s, n_clients)]
-    if objective == 'sync':
-        return max(rtts)
-    if objective == 'async':
-        return float(sum(n * r * r for r, n in zip(rtts, n_clients)))
-    return float(sum(rtts))
+    return objective_of(objective, [r if n else 0.0 for r, n in zip(round_trip_s, n_clients)],
+                        n_clients)
 
 
 def plan_from_tours(problem: RoutingProblem, objective: str,
@@ -243,18 +243,25 @@ def plan_fits_budget(problem: RoutingProblem, plan: RoutePlan) -> bool:
 # c = node c + 1), without the depot at the ends.
 
 def exact_tour(dist: list[list[float]], nodes: Sequence[int]) -> list[int]:
-    """Shortest tour by brute force over all orders (at most ``EXACT_TOUR_MAX_CLIENTS``)."""
-    nodes = sorted(nodes)
+    """Shortest tour (at most ``EXACT_TOUR_MAX_CLIENTS`` clients) by
+    ``routing_search.held_karp_tour``.
+
+    Of its two directions (the same length up to rounding), the one whose length sums
+    shorter as below, ties the lexicographically smaller: the order the brute force over all
+    permutations that this replaced returned, so plans keep their tours' direction.
+    """
     if len(nodes) > EXACT_TOUR_MAX_CLIENTS:
         raise ValueError(f'exact_tour is limited to {EXACT_TOUR_MAX_CLIENTS} clients, '
                          f'got {len(nodes)}')
-    if len(nodes) <= 2:
-        return list(nodes)
+    tour = held_karp_tour(dist, nodes)
+    if len(tour) <= 2:
+        return tour
     d = np.asarray(dist)
-    perms = np.array(list(itertools.permutations(nodes)))
-    lengths = (d[0, perms[:, 0]] + d[perms[:, :-1], perms[:, 1:]].sum(axis=1)
-               + d[perms[:, -1], 0])
-    return [int(x) for x in perms[int(np.argmin(lengths))]]
+    both = np.array([tour, tour[::-1]])
+    lengths = d[0, both[:, 0]] + d[both[:, :-1], both[:, 1:]].sum(axis=1) + d[both[:, -1], 0]
+    if lengths[1] < lengths[0] or (lengths[1] == lengths[0] and tour[::-1] < tour):
+        tour = tour[::-1]
+    return tour
 
 
 def solve_tour(dist: list[list[float]], nodes: Sequence[int], restarts: int = 2,
@@ -371,19 +378,15 @@ def _excess_j(problem: RoutingProblem, energy: Sequence[float]) -> float:
 
 def _key(problem: RoutingProblem, objective: str, rtt: Sequence[float],
          sizes: Sequence[int], energy: Sequence[float]) -> tuple:
-    """Lexicographic quality: budget excess first, then the objective (sync: sorted RTTs)."""
-    excess = round(_excess_j(problem, energy), 6)
-    if objective == 'sync':
-        return (excess, *sorted((r for r in rtt), reverse=True))
-    return (excess, objective_value(objective, rtt, sizes))
+    """``routing_search.plan_key``: budget excess first, then the objective (sync: sorted
+    RTTs); the route search's ``RouteSearch.key`` is the same function."""
+    return plan_key(objective, [r if n else 0.0 for r, n in zip(rtt, sizes)], sizes,
+                    _excess_j(problem, energy))
 
 
 def _sector_start(problem: RoutingProblem, offset_rad: float) -> list[set[int]]:
     """Angular sectors around the depot with R_k ~ N / K (digest 003 Sec. 3.3 suggestion)."""
-    rel = problem.clients_m - problem.depot_m
-    angle = (np.arctan2(rel[:, 1], rel[:, 0]) + offset_rad) % (2 * math.pi)
-    order = np.argsort(angle, kind='stable')
-    return [set(int(c) for c in chunk) for chunk in np.array_split(order, problem.n_uavs)]
+    return [set(chunk) for chunk in sector_clients(problem, offset_rad)]
 
 
 def _gibbs_chain(problem: RoutingProblem, objective: str, cache: _TourCache,

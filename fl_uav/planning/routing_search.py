@@ -124,6 +124,30 @@ def two_opt(dist: list[list[float]], tour: Sequence[int]) -> list[int]:
 
 
 
+def objective_of(objective: str, rtts: Sequence[float], sizes: Sequence[int]) -> float:
+    """FedEx eq. (25) 'sync' max_k Delta_k, eq. (27) 'async' sum_k R_k Delta_k^2, or 'total'
+    sum_k Delta_k; ``rtts`` 0 for an empty tour. The one definition: ``routing.objective_value``
+    (which checks the name and sets empty tours to 0) and ``plan_key`` call it."""
+    if objective == 'sync':
+        return max(rtts)
+    if objective == 'async':
+        return float(sum(n * r * r for r, n in zip(rtts, sizes)))
+    return float(sum(rtts))
+
+
+def plan_key(objective: str, rtts: Sequence[float], sizes: Sequence[int],
+             excess_j: float) -> tuple:
+    """The planner's lexicographic quality, smaller is better: the energy over the budget
+    (eqs. (26)/(28), summed over the tours, J rounded to 1e-6), then for 'sync' the RTTs
+    sorted largest first (eq. (25) is the first; the rest rank plans of equal max), else
+    ``objective_of``. ``rtts`` 0 for an empty tour. The one definition: ``routing._key``
+    (the Gibbs sampler and its descent) and ``RouteSearch.key`` (the route search) call it."""
+    excess = round(excess_j, 6)
+    if objective == 'sync':
+        return (excess, *sorted(rtts, reverse=True))
+    return (excess, objective_of(objective, rtts, sizes))
+
+
 class RouteSearch:
     """Tours of node indices (depot 0, client c = node c + 1), their lengths and costs.
 
@@ -144,23 +168,26 @@ class RouteSearch:
 
     # -- costs ------------------------------------------------------------------------------
     def rtt(self, length: float, n: int) -> float:
+        """``RoutingProblem.round_trip_s`` (FedEx eq. (9)) of one tour, 0 if it is empty.
+
+        With 1 / V precomputed, so it may differ from ``round_trip_s`` in the last bit
+        (``descend`` compares keys with a relative tolerance of 1e-9). Kept so: with ``L / V``
+        here the planner returned another plan of the same cost (ties broken by the last bit)
+        on 4 of the tests' instances."""
         return n * self.hover + length * self.inv_v if n else 0.0
 
     def excess(self, length: float, n: int) -> float:
+        """Energy over the budget (J) of one tour; summed over the tours, ``routing._excess_j``
+        of ``RoutingProblem.tour_energy_j``."""
         return max(0.0, n * self.e_client + length * self.e_m - self.budget)
 
     def key(self, lengths: Sequence[float] | None = None,
             routes: Sequence[Sequence[int]] | None = None) -> tuple:
-        """``routing._key``: budget excess, then eq. (25) (sorted RTTs) / (27) / total."""
+        """``plan_key`` of these tours (the same as ``routing._key`` of their plan)."""
         lengths = self.length if lengths is None else lengths
         sizes = [len(r) for r in (self.routes if routes is None else routes)]
-        rtts = [self.rtt(ln, n) for ln, n in zip(lengths, sizes)]
-        excess = round(sum(self.excess(ln, n) for ln, n in zip(lengths, sizes)), 6)
-        if self.objective == 'sync':
-            return (excess, *sorted(rtts, reverse=True))
-        if self.objective == 'async':
-            return (excess, sum(n * r * r for n, r in zip(sizes, rtts)))
-        return (excess, sum(rtts))
+        return plan_key(self.objective, [self.rtt(ln, n) for ln, n in zip(lengths, sizes)],
+                        sizes, sum(self.excess(ln, n) for ln, n in zip(lengths, sizes)))
 
     # -- annealing --------------------------------------------------------------------------
     def anneal(self, rng: random.Random, moves: int, t0: float, t_end: float,
@@ -175,6 +202,8 @@ class RouteSearch:
         routes, length = self.routes, self.length
         w = sync_total_weight
 
+        # ``rtt`` and ``excess`` inlined for speed (also in ``delta2``): the annealed cost
+        # below is not ``key``; it only steers the walk, whose result ``key`` then compares.
         def rtt_of(ln, n):
             return n * hover + ln * inv_v if n else 0.0
 
@@ -568,15 +597,20 @@ def tour_prefix(d, route: Sequence[int], i: int) -> float:
     return total
 
 
-def sector_tours(problem, offset_rad: float) -> list[list[int]]:
-    """Angular sectors around the depot with ~N / K clients each, rotated by ``offset_rad``;
-    each sector's tour by nearest neighbour + 2-OPT (node indices)."""
+def sector_clients(problem, offset_rad: float) -> list[list[int]]:
+    """Angular sectors around the depot with ~N / K clients each (R_k differ by at most 1),
+    rotated by ``offset_rad``: one list of 0-based client indices per UAV, in angle order.
+    The start of both the Gibbs chains (``routing``) and the annealing runs here."""
     rel = problem.clients_m - problem.depot_m
     angle = (np.arctan2(rel[:, 1], rel[:, 0]) + offset_rad) % (2 * math.pi)
     order = np.argsort(angle, kind='stable')
-    return [two_opt(problem._dist, nearest_neighbour_tour(problem._dist,
-                                                          [int(c) + 1 for c in chunk]))
-            for chunk in np.array_split(order, problem.n_uavs)]
+    return [[int(c) for c in chunk] for chunk in np.array_split(order, problem.n_uavs)]
+
+
+def sector_tours(problem, offset_rad: float) -> list[list[int]]:
+    """``sector_clients``, each sector's tour by nearest neighbour + 2-OPT (node indices)."""
+    return [two_opt(problem._dist, nearest_neighbour_tour(problem._dist, [c + 1 for c in chunk]))
+            for chunk in sector_clients(problem, offset_rad)]
 
 
 def anneal_search(problem, objective: str, seed: int, n_starts: int, moves: int,

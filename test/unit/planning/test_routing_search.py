@@ -1,3 +1,4 @@
+import itertools
 import json
 import random
 from pathlib import Path
@@ -7,6 +8,8 @@ import pytest
 
 from fl_uav.planning.routing import (
     GibbsConfig,
+    _excess_j,
+    _key,
     exact_tour,
     gibbs_plan,
     nearest_neighbour_tour,
@@ -31,12 +34,35 @@ def _dist(seed, n):
     return np.linalg.norm(pts[:, None] - pts[None], axis=2).tolist()
 
 
+def _brute_force_tour(dist, nodes):
+    """Every order; the shortest as numpy sums it, ties the first (exact_tour's old code,
+    which returned 1-2 nodes sorted)."""
+    if len(nodes) <= 2:
+        return sorted(nodes)
+    d = np.asarray(dist)
+    perms = np.array(list(itertools.permutations(sorted(nodes))))
+    lengths = (d[0, perms[:, 0]] + d[perms[:, :-1], perms[:, 1:]].sum(axis=1)
+               + d[perms[:, -1], 0])
+    return [int(x) for x in perms[int(np.argmin(lengths))]]
+
+
 @pytest.mark.parametrize('seed', range(4))
 def test_held_karp_matches_brute_force(seed):
     dist = _dist(seed, 8)
     nodes = list(range(1, 9))
     assert tour_length(dist, held_karp_tour(dist, nodes)) == pytest.approx(
-        tour_length(dist, exact_tour(dist, nodes)), rel=1e-12)
+        tour_length(dist, _brute_force_tour(dist, nodes)), rel=1e-12)
+
+
+@pytest.mark.parametrize('seed', range(6))
+def test_exact_tour_is_the_brute_force_tour_in_its_direction(seed):
+    # exact_tour is Held-Karp now; on points in general position it returns the very order
+    # the brute force it replaced did (the direction included), so plans do not change.
+    rng = np.random.default_rng(seed)
+    dist = _dist(seed + 100, 12)
+    for n in range(1, 9):
+        nodes = sorted(rng.choice(np.arange(1, 13), n, replace=False).tolist())
+        assert exact_tour(dist, nodes) == _brute_force_tour(dist, nodes)
 
 
 def test_held_karp_beats_or_ties_two_opt_on_larger_tours():
@@ -93,3 +119,42 @@ def test_planner_within_1_percent_of_the_cached_ortools_portfolio(seed, objectiv
     plan = gibbs_plan(problem, objective, seed=0, config=GibbsConfig())
     assert plan_fits_budget(problem, plan)
     assert plan.cost <= 1.01 * best
+
+
+@pytest.mark.parametrize('objective', ['sync', 'async', 'total'])
+def test_route_search_scores_plans_as_the_sampler_does(objective):
+    # The route search's descent and its choice among runs are right only while
+    # RouteSearch.key ranks plans as routing._key does (both call routing_search.plan_key; the
+    # RTTs and energies are computed on each side). Random plans of a held-out instance: random
+    # assignments (most break the budget; some leave a UAV idle) and short anneals from rotated
+    # sectors (mostly within it, so eq. (25) / (27) decides).
+    problem = fedex_layout_instance(UNSEEN_SEEDS[1])
+    rng = np.random.default_rng(0)
+    plans = []
+    for trial in range(24):
+        if trial % 2:
+            start = RouteSearch(problem, objective, sector_tours(problem, rng.uniform(0, 7)))
+            start.anneal(random.Random(trial), 5000, 0.02, 2e-5, 0.05, 1.0)
+            tours = [[n - 1 for n in t] for t in start.routes]
+        else:
+            labels = rng.integers(trial % 4 == 0, problem.n_uavs, problem.n_clients)
+            tours = [rng.permutation(np.flatnonzero(labels == k)).tolist()
+                     for k in range(problem.n_uavs)]
+        plan = plan_from_tours(problem, objective, tours)
+        search = RouteSearch(problem, objective, [[c + 1 for c in t] for t in tours])
+        sizes = [len(t) for t in tours]
+        assert search.length == list(plan.length_m)
+        for length, n, rtt in zip(search.length, sizes, plan.round_trip_s):
+            assert search.rtt(length, n) == pytest.approx(rtt, rel=1e-15, abs=0.0)
+        assert sum(search.excess(ln, n) for ln, n in zip(search.length, sizes)) == \
+            _excess_j(problem, plan.energy_j)
+        expected = _key(problem, objective, plan.round_trip_s, sizes, plan.energy_j)
+        key = search.key()
+        assert len(key) == len(expected) and key[0] == expected[0]
+        assert key[1:] == pytest.approx(expected[1:], rel=1e-14, abs=0.0)
+        assert expected[1] == plan.cost   # eq. (25) / (27) / total, as routing scores it
+        plans.append((expected, key, min(sizes)))
+    assert {p[0][0] == 0 for p in plans} == {True, False}   # within and over the budget
+    assert min(p[2] for p in plans) == 0                    # an idle UAV
+    by_sampler = sorted(range(len(plans)), key=lambda i: plans[i][0])
+    assert sorted(range(len(plans)), key=lambda i: plans[i][1]) == by_sampler
