@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import random
+import signal
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -96,3 +98,21 @@ def pytest_collection_modifyitems(config, items):
             if rel.startswith(folder + '/'):
                 item.add_marker(pytest.mark.xdist_group(group))
                 break
+
+
+@pytest.fixture(autouse=True)
+def _sigint_handler_kept():
+    """Every test leaves the process's SIGINT handler as it found it: the tests share an
+    xdist worker process, and a test that Ctrl-Cs itself (fleet_run's) needs Python's
+    KeyboardInterrupt there, not whatever an earlier test left (SIG_IGN: its Ctrl-C was
+    lost and the run went on). A test that changed it fails here, named, and it is put back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.getsignal(signal.SIGINT)
+    yield
+    after = signal.getsignal(signal.SIGINT)
+    if after is not before:
+        signal.signal(signal.SIGINT, before)
+        pytest.fail(f'the test left the SIGINT handler changed: {before!r} -> {after!r}',
+                    pytrace=False)
