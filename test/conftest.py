@@ -7,6 +7,7 @@ import random
 import signal
 import socket
 import threading
+import warnings
 from pathlib import Path
 
 import pytest
@@ -105,14 +106,40 @@ def _sigint_handler_kept():
     """Every test leaves the process's SIGINT handler as it found it: the tests share an
     xdist worker process, and a test that Ctrl-Cs itself (fleet_run's) needs Python's
     KeyboardInterrupt there, not whatever an earlier test left (SIG_IGN: its Ctrl-C was
-    lost and the run went on). A test that changed it fails here, named, and it is put back."""
+    lost and the run went on). A test that changed it fails here, named, and it is put back;
+    one after which the kernel ignores or blocks SIGINT below Python (a library's sigaction
+    or signal mask, which child processes inherit) gets a warning naming it, and it is put
+    back."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     before = signal.getsignal(signal.SIGINT)
+    lost_before = _sigint_lost_below_python()
     yield
     after = signal.getsignal(signal.SIGINT)
     if after is not before:
         signal.signal(signal.SIGINT, before)
         pytest.fail(f'the test left the SIGINT handler changed: {before!r} -> {after!r}',
                     pytrace=False)
+    lost = _sigint_lost_below_python()
+    if lost and not lost_before and after is not signal.SIG_IGN:
+        # a library's sigaction or sigprocmask under Python: children inherit it (named)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.signal(signal.SIGINT, after)
+        warnings.warn(f'SIGINT {lost} in this process after this test (below Python, which '
+                      f'still names {after!r}); put back', stacklevel=1)
+
+
+def _sigint_lost_below_python() -> str:
+    """'ignored' or 'blocked' when the kernel would not hand this thread a SIGINT (Linux:
+    /proc/thread-self/status), '' otherwise."""
+    try:
+        with open('/proc/thread-self/status') as f:
+            masks = {k: int(v, 16) for k, _, v in (line.partition(':\t') for line in f)
+                     if k in ('SigIgn', 'SigBlk')}
+    except OSError:
+        return ''
+    bit = 1 << (signal.SIGINT - 1)
+    if masks.get('SigIgn', 0) & bit:
+        return 'ignored'
+    return 'blocked' if masks.get('SigBlk', 0) & bit else ''
