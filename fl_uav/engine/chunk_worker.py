@@ -126,12 +126,18 @@ class UploadedResult:
     finite: bool = True
 
 
-def plan_chunks(config: ExperimentConfig, train_config: TrainConfig, drones: list[int],
-                samples: list[np.ndarray], seeds: list[int], steps: list[int] | None
+def step_counts(train_config: TrainConfig, samples: list[np.ndarray],
+                steps: list[int] | None) -> list[int]:
+    """Each drone's local steps this round (its exact count, else the config's epochs)."""
+    return [client_step_count(train_config, len(s), None if steps is None else steps[i])
+            for i, s in enumerate(samples)]
+
+
+def plan_chunks(config: ExperimentConfig, drones: list[int], samples: list[np.ndarray],
+                seeds: list[int], steps: list[int] | None, counts: list[int]
                 ) -> list[ChunkSpec]:
-    """The chunks the local trainer would stack this round (same drones, same order)."""
-    counts = [client_step_count(train_config, len(s), None if steps is None else steps[i])
-              for i, s in enumerate(samples)]
+    """The chunks the local trainer would stack this round (same drones, same order);
+    ``counts``: :func:`step_counts`."""
     specs = []
     for j, chunk in enumerate(chunk_plan(counts, config.engine.max_clients_per_chunk)):
         specs.append(ChunkSpec(

@@ -45,12 +45,12 @@ from fl_uav.engine.chunk_worker import (
     code_fingerprint,
     decode_chunk,
     plan_chunks,
+    step_counts,
 )
 from fl_uav.engine.config import ExperimentConfig
 from fl_uav.engine.data import TrainTestData
 from fl_uav.engine.results import ExperimentError
 from fl_uav.learning.training import TrainConfig
-from fl_uav.learning.vectorized import client_step_count
 from fl_uav.learning.weights import Weights
 
 try:
@@ -300,15 +300,14 @@ class RayBackend:
         upload, decoded, in ``drones`` order."""
         started = time.perf_counter()
         self._driver_cpu_after()   # the previous round's driver work after its training
-        specs = plan_chunks(self.config, train_config, drones, samples, seeds, steps)
+        counts = step_counts(train_config, samples, steps)
+        specs = plan_chunks(self.config, drones, samples, seeds, steps, counts)
         context = ray.put(RoundContext(r, weights, train_config, fingerprint))
         traffic: dict[str, float] = {
             'model_out': int(sum(w.nbytes for w in weights.values())),
             'chunks_out': int(sum(s.nbytes for spec in specs for s in spec.samples)),
             'frames_back': 0, 'chunks': len(specs),
-            'drone_steps': sum(client_step_count(train_config, len(s), None if steps is None
-                                                 else steps[i])
-                               for i, s in enumerate(samples)),
+            'drone_steps': sum(counts),
             'worker_busy_s': 0.0, 'worker_cpu_s': 0.0, 'decode_s': 0.0,
             'train_wall_s': 0.0, 'driver_cpu_after_s': 0.0}
         pending = deque(specs)

@@ -27,6 +27,7 @@ from fl_uav.engine.chunk_worker import (
     RoundContext,
     decode_chunk,
     plan_chunks,
+    step_counts,
 )
 from fl_uav.engine.config import RAY_CLIENTS, ExperimentConfig
 from fl_uav.engine.experiment import ExperimentEngine, run_experiment
@@ -119,8 +120,9 @@ class _InProcessChunks:
                     steps):
         context = RoundContext(r, weights, train_config, fingerprint)
         results = {}
-        for spec in reversed(plan_chunks(self.config, train_config, drones, samples, seeds,
-                                         steps)):   # any order: the chunks are independent
+        counts = step_counts(train_config, samples, steps)
+        for spec in reversed(plan_chunks(self.config, drones, samples, seeds, steps,
+                                         counts)):   # any order: the chunks are independent
             chunk = self.worker.train_chunk(context, spec)
             self.frames += chunk.nbytes
             results.update(zip(chunk.drones, decode_chunk(chunk, r, weights, fingerprint)))
